@@ -1,0 +1,213 @@
+"""The exception types users and operators act on.
+
+Each type says what went wrong in one line with the offending value and what to do next.
+Backends keep their own exception as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ComponentConflictError",
+    "ComponentError",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
+    "PlanError",
+    "PlanIssue",
+    "PluginLoadError",
+    "RllmError",
+    "SandboxAuthError",
+    "SandboxCommandTimeout",
+    "SandboxCreateError",
+    "SandboxError",
+    "SandboxFileNotFound",
+    "SandboxGone",
+    "SandboxTransientError",
+    "StorageError",
+    "UnknownComponentError",
+]
+
+
+class RllmError(Exception):
+    """Base of every error rllm-core raises on purpose."""
+
+
+# ---------------------------------------------------------------- plugins and components
+
+
+class PluginLoadError(RllmError):
+    """A plugin failed to import or register (raised only in strict mode)."""
+
+
+class ComponentError(RllmError):
+    """A component named in a plan cannot be used."""
+
+    def __init__(self, message: str, *, kind: str, name: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.name = name
+
+
+class UnknownComponentError(ComponentError):
+    """No installed plugin provides ``kind:name``.
+
+    ``available`` lists the names that are installed, ``suggestion`` the closest one,
+    ``failed_plugins`` the plugins that failed to load and may have provided it, and
+    ``provider`` the distribution known to provide it, when the name is a known one.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        name: str,
+        available: Sequence[str],
+        suggestion: str | None = None,
+        provider: str | None = None,
+        failed_plugins: Sequence[tuple[str, str]] = (),
+        reason: str | None = None,
+    ) -> None:
+        self.available = list(available)
+        self.suggestion = suggestion
+        self.provider = provider
+        self.failed_plugins = list(failed_plugins)
+        self.reason = reason
+        super().__init__(self._describe(kind, name), kind=kind, name=name)
+
+    def _describe(self, kind: str, name: str) -> str:
+        if self.reason:
+            return self.reason
+        parts = [f"no {kind.replace('_', ' ')} named {name!r} is installed"]
+        if self.suggestion:
+            parts.append(f"did you mean {self.suggestion!r}?")
+        parts.append(
+            "available: " + (", ".join(self.available) if self.available else "none installed")
+        )
+        if self.provider:
+            parts.append(f"it is provided by {self.provider}: pip install {self.provider}")
+        for plugin, error in self.failed_plugins:
+            parts.append(f"plugin {plugin!r} failed to load and may provide it: {error}")
+        return "; ".join(parts)
+
+
+class ComponentConflictError(ComponentError):
+    """Two or more distributions provide the same ``kind:name``."""
+
+    def __init__(self, *, kind: str, name: str, providers: Sequence[str]) -> None:
+        self.providers = list(providers)
+        super().__init__(
+            f"{kind}:{name} is provided by more than one distribution: "
+            + " and ".join(self.providers)
+            + "; uninstall one, or block one with RLLM_CORE_DISABLE_PLUGINS=<distribution>",
+            kind=kind,
+            name=name,
+        )
+
+
+# ---------------------------------------------------------------- plans
+
+
+class PlanIssue:
+    """One problem in a plan, located by file, section and key."""
+
+    __slots__ = ("hint", "key", "message", "path", "section", "value")
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        section: str,
+        key: str | None,
+        message: str,
+        value: object = None,
+        hint: str | None = None,
+    ) -> None:
+        self.path = path
+        self.section = section
+        self.key = key
+        self.message = message
+        self.value = value
+        self.hint = hint
+
+    @property
+    def location(self) -> str:
+        where = f"[{self.section}]" if self.section else "(top level)"
+        return f"{where}.{self.key}" if self.key else where
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.location}: {self.message}"
+        return f"{text}; {self.hint}" if self.hint else text
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "section": self.section,
+            "key": self.key,
+            "location": self.location,
+            "message": self.message,
+            "value": self.value if isinstance(self.value, (str, int, float, bool)) else None,
+            "hint": self.hint,
+        }
+
+
+class PlanError(RllmError):
+    """A plan failed to parse, validate or resolve. ``issues`` holds every problem found."""
+
+    def __init__(self, issues: Sequence[PlanIssue]) -> None:
+        self.issues = list(issues)
+        super().__init__("\n".join(str(issue) for issue in self.issues))
+
+
+# ---------------------------------------------------------------- sandboxes
+
+
+class SandboxError(RllmError):
+    """Base of every sandbox failure, whatever the backend."""
+
+
+class SandboxCreateError(SandboxError):
+    """The backend could not create the sandbox (bad image, quota, invalid resources)."""
+
+
+class SandboxGone(SandboxError):
+    """The sandbox was terminated or no longer exists; create a new one."""
+
+
+class SandboxCommandTimeout(SandboxError):
+    """A command ran past its timeout; its whole process tree has been killed."""
+
+    def __init__(self, message: str, *, command: str = "", timeout_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.command = command
+        self.timeout_s = timeout_s
+
+
+class SandboxFileNotFound(SandboxError):
+    """A file or directory asked for does not exist in the sandbox."""
+
+
+class SandboxTransientError(SandboxError):
+    """Connection loss, 5xx or rate limiting: retrying the same call may succeed."""
+
+
+class SandboxAuthError(SandboxError):
+    """Credentials are missing or rejected; fix them, retrying will not help."""
+
+
+# ---------------------------------------------------------------- storage
+
+
+class StorageError(RllmError):
+    """Base of storage failures (trace store, sample buffer, object store)."""
+
+
+class ObjectNotFoundError(StorageError, KeyError):
+    """No object is stored under the key."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "object not found"
+
+
+class ObjectExistsError(StorageError):
+    """A conditional put found an object already stored under the key."""

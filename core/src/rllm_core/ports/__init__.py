@@ -1,0 +1,41 @@
+"""The contracts every plugin kind implements.
+
+Each Protocol's docstring is the reference for its kind; the conformance suites in
+:mod:`rllm_core.testing` check them.
+"""
+
+from rllm_core.ports.agents import Harness, TaskSource
+from rllm_core.ports.loggers import Logger
+from rllm_core.ports.losses import (
+    AdvantageEstimator,
+    AdvantageResult,
+    Aggregate,
+    Loss,
+    LossContext,
+    LossOutput,
+)
+from rllm_core.ports.rendering import Renderer
+from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
+from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
+from rllm_core.ports.training import Sampler, TrainerBackend, WeightedLoss
+
+__all__ = [
+    "AdvantageEstimator",
+    "AdvantageResult",
+    "Aggregate",
+    "Harness",
+    "Logger",
+    "Loss",
+    "LossContext",
+    "LossOutput",
+    "ObjectStore",
+    "Renderer",
+    "SampleBuffer",
+    "Sampler",
+    "Sandbox",
+    "SandboxBackend",
+    "TaskSource",
+    "TraceStore",
+    "TrainerBackend",
+    "WeightedLoss",
+]

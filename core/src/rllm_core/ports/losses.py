@@ -1,0 +1,124 @@
+"""Contracts for policy losses, auxiliary losses and advantage estimators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "AdvantageEstimator",
+    "AdvantageResult",
+    "Aggregate",
+    "Loss",
+    "LossContext",
+    "LossOutput",
+]
+
+Aggregate = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+"""``aggregate(values, mask) -> scalar``: reduces per-token values ``[B, T]`` over ``mask``
+with the plan's aggregation mode (``token-mean``, ``seq-mean-token-mean``, ``seq-mean-token-sum``,
+``seq-mean-token-sum-norm``). The trainer supplies it with normalizers computed over the whole
+optimizer step, so a loss that reduces through it is invariant to how the step is split into
+micro-batches."""
+
+
+@dataclass(frozen=True, slots=True)
+class LossContext:
+    """Everything a loss sees for one micro-batch. Tensors are ``[B, T]``, right-padded, aligned
+    so that position ``t`` describes token ``t`` of each sequence.
+
+    - ``logprobs``: per-token logprobs under the current policy. The only input with a
+      gradient.
+    - ``old_logprobs``: logprobs under the policy at the start of this optimizer step (the
+      proximal policy); equal to ``rollout_logprobs`` when training is fully on-policy.
+    - ``rollout_logprobs``: the sampler's logprobs, recorded when the tokens were generated.
+    - ``advantages``: per-token advantages.
+    - ``action_mask``: 1.0 on tokens the policy sampled, 0.0 elsewhere (prompt, observations,
+      padding).
+    - ``observation_mask``: 1.0 on environment tokens after the first prompt (tool and
+      terminal output the policy conditions on), 0.0 elsewhere.
+    - ``aggregate``: see :data:`Aggregate`.
+    """
+
+    logprobs: torch.Tensor
+    old_logprobs: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    action_mask: torch.Tensor
+    observation_mask: torch.Tensor
+    aggregate: Aggregate
+
+
+@dataclass(frozen=True, slots=True)
+class LossOutput:
+    """A scalar loss to minimise and named float metrics (clip fractions, ratio stats...).
+
+    Metric names are short and unprefixed; the trainer prefixes them with the loss name.
+    """
+
+    loss: torch.Tensor
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Loss(Protocol):
+    """A policy loss or an auxiliary loss.
+
+    Contract:
+
+    - ``__call__`` returns a finite scalar whenever its inputs are finite, including extreme
+      ratios (``logprobs - old_logprobs`` of +-50).
+    - Tokens outside the mask it trains on receive exactly zero gradient: reduce through
+      ``ctx.aggregate`` or multiply by the mask before any reduction.
+    - It does not mutate the context, and holds no state between calls other than its config.
+    - Auxiliary losses are scaled by their plan coefficient outside the loss; a coefficient of
+      0 must reproduce the base loss exactly.
+
+    Example::
+
+        class Reinforce:
+            def __init__(self, config): self.config = config
+            def __call__(self, ctx):
+                per_token = -ctx.advantages * ctx.logprobs
+                return LossOutput(loss=ctx.aggregate(per_token, ctx.action_mask))
+    """
+
+    def __call__(self, ctx: LossContext) -> LossOutput: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AdvantageResult:
+    """Per-trajectory advantages, shaped like the input rewards, plus what the estimator saw.
+
+    ``zero_variance_groups`` counts groups whose rewards were all equal (they carry no signal
+    for group-relative estimators); ``metrics`` holds named statistics.
+    """
+
+    advantages: list[list[float]]
+    zero_variance_groups: int = 0
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class AdvantageEstimator(Protocol):
+    """Turns rewards of grouped rollouts into advantages.
+
+    ``rewards[g][i]`` is the reward of rollout ``i`` of group ``g`` (one group per task and
+    prompt). The result has exactly the same shape; every value is finite, including for groups
+    of size 1 and groups whose rewards are all equal. Estimators are pure: the same input gives
+    the same output.
+
+    Example::
+
+        class MeanBaseline:
+            def __init__(self, config): ...
+            def compute(self, rewards):
+                out = [[r - sum(g) / len(g) for r in g] for g in rewards]
+                return AdvantageResult(advantages=out)
+    """
+
+    def compute(self, rewards: Sequence[Sequence[float]]) -> AdvantageResult: ...

@@ -1,0 +1,83 @@
+"""Contracts for sandbox backends and the sandboxes they create."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Protocol, runtime_checkable
+
+from rllm_core.types import ExecResult, FileInfo, SandboxSpec
+
+__all__ = ["Sandbox", "SandboxBackend"]
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An isolated environment an agent acts in.
+
+    Contract (every backend, checked by the sandbox conformance suite):
+
+    - ``exec`` runs ``command`` through a shell in ``cwd`` (default: the spec's workdir) as
+      ``user`` with ``env`` added to the sandbox env. It returns an
+      :class:`~rllm_core.types.ExecResult`; a process killed by signal ``n`` reports ``128+n``.
+      Output above the backend's limit is cut with ``truncated=True``; large outputs never
+      deadlock. Undecodable bytes are replaced, not raised.
+    - Past ``timeout`` seconds it raises ``SandboxCommandTimeout`` and the command's whole
+      process tree is gone.
+    - ``merges_output`` is true when the backend cannot separate stderr from stdout.
+    - ``write_file`` / ``read_file`` round-trip bytes exactly, any size; a missing path raises
+      ``SandboxFileNotFound``. ``list_files`` lists a directory.
+    - ``is_alive()`` is cheap and never raises. ``close()`` is idempotent. After close, calls
+      raise ``SandboxGone``.
+    - Failures raise subclasses of ``SandboxError`` with the backend's exception as
+      ``__cause__``; ``SandboxTransientError`` marks the retryable ones.
+
+    Example::
+
+        async with await backend.create(SandboxSpec(workdir="/work")) as sb:
+            result = await sb.exec("echo hi", timeout=10)
+    """
+
+    merges_output: bool
+
+    async def exec(
+        self,
+        command: str,
+        timeout: float,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult: ...
+
+    async def write_file(self, path: str, data: bytes) -> None: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def list_files(self, path: str) -> list[FileInfo]: ...
+
+    async def is_alive(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Sandbox: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class SandboxBackend(Protocol):
+    """Creates sandboxes from a :class:`~rllm_core.types.SandboxSpec`.
+
+    ``create`` raises ``SandboxCreateError`` when the spec cannot be satisfied and
+    ``SandboxAuthError`` when credentials are missing. ``close`` releases every sandbox the
+    backend still holds.
+    """
+
+    async def create(self, spec: SandboxSpec) -> Sandbox: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,116 @@
+"""Contracts for the trace store, the sample buffer and the object store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from rllm_core.types import Sample, SampleBatch, Trace, TraceRecord
+
+__all__ = ["ObjectStore", "SampleBuffer", "TraceStore"]
+
+
+@runtime_checkable
+class TraceStore(Protocol):
+    """Stores gateway traces as delta chains.
+
+    Contract:
+
+    - ``append(record)`` stores one record; appending a record whose ``trace_id`` exists
+      replaces it (a replayed request overwrites in place).
+    - ``session(session_id)`` returns every trace of the session with full prompts rebuilt
+      byte-exactly, in (lineage, turn) order. Records may have landed in any order. A record
+      whose ancestor is missing comes back with ``chain_complete=False``; nothing is
+      fabricated. Unknown sessions return ``[]``.
+    - ``chain(session_id)`` returns the stored records as they are (compact form), same order.
+    - ``sessions()`` lists session ids; ``delete_session`` removes one (a no-op if absent).
+    - ``close()`` flushes; what ``append`` returned for survives a restart.
+
+    Example::
+
+        store.append(record)
+        for trace in store.session("s-1"):
+            print(trace.record.turn, len(trace.prompt_token_ids))
+    """
+
+    def append(self, record: TraceRecord) -> None: ...
+
+    def session(self, session_id: str) -> list[Trace]: ...
+
+    def chain(self, session_id: str) -> list[TraceRecord]: ...
+
+    def sessions(self) -> list[str]: ...
+
+    def delete_session(self, session_id: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class SampleBuffer(Protocol):
+    """A durable queue of training samples between the sampler side and the trainer.
+
+    Contract:
+
+    - ``append(samples)`` assigns each sample the next ``sequence`` number and returns the
+      stored samples. Once it returns, they survive a crash (kill -9) of the process.
+    - ``select(max_samples, min_weight_version)`` returns the oldest samples after the committed
+      watermark, skipping (and counting as stale) those sampled by a policy older than
+      ``min_weight_version``. It does not consume: calling it twice returns the same batch.
+      ``watermark`` is the sequence of the last sample considered.
+    - ``commit(watermark)`` marks everything up to it consumed, durably. Committing backwards is
+      an error. ``committed()`` returns the current watermark (``-1`` when nothing was
+      committed).
+    - A new instance opened on the same location sees the same samples and watermark.
+
+    Example::
+
+        buffer.append(samples)
+        batch = buffer.select(max_samples=64, min_weight_version=version - 1)
+        train(batch.samples)
+        buffer.commit(batch.watermark)
+    """
+
+    def append(self, samples: Sequence[Sample]) -> list[Sample]: ...
+
+    def select(self, max_samples: int, min_weight_version: int = 0) -> SampleBatch: ...
+
+    def commit(self, watermark: int) -> None: ...
+
+    def committed(self) -> int: ...
+
+    def pending(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """Bytes under string keys: policy releases, checkpoint cuts, shared run state.
+
+    Contract:
+
+    - Keys are ``/``-separated relative paths without ``..`` segments; an invalid key raises
+      ``ValueError``.
+    - ``put(key, data, if_absent=False)`` stores atomically: readers see the old or the new
+      bytes, never a mix. With ``if_absent=True`` it raises ``ObjectExistsError`` when the key
+      exists. Once ``put`` returns, the object survives a crash.
+    - ``get`` returns the bytes or raises ``ObjectNotFoundError``; ``exists`` never raises for a
+      missing key; ``delete`` of a missing key is a no-op.
+    - ``list(prefix)`` returns the sorted keys starting with ``prefix``.
+
+    Example::
+
+        store.put("runs/r1/cuts/000010.json", payload, if_absent=True)
+        latest = store.list("runs/r1/cuts/")[-1]
+    """
+
+    def put(self, key: str, data: bytes, if_absent: bool = False) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def list(self, prefix: str = "") -> list[str]: ...

@@ -1,0 +1,427 @@
+"""Shared records that cross component boundaries.
+
+Every record is a ``msgspec.Struct``: cheap to build on hot paths, and encodable to JSON or
+msgpack without adapters. Token sequences are plain ``list[int]`` and per-token values
+``list[float]``; storage plugins choose their own packed encodings.
+
+The records follow the life of one rollout:
+
+``Task`` -> the harness talks to the gateway -> one ``TraceRecord`` per model call (delta-chain:
+a root stores its full prompt, a child stores only the tokens its prompt adds to
+``parent.prompt + parent.completion``) -> ``Step`` / ``Trajectory`` / ``Episode`` rebuilt from
+traces -> ``Datum`` (prefix-merged token sequence with masks) -> ``Sample`` (a datum with its
+advantage and provenance, as the sample buffer stores it) -> ``Cut`` (a consistent checkpoint).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "Cut",
+    "Datum",
+    "Episode",
+    "ExecResult",
+    "FileInfo",
+    "Grade",
+    "HarnessOutcome",
+    "LLMEndpoint",
+    "Message",
+    "NetworkPolicy",
+    "ParsedResponse",
+    "ParsedToolCall",
+    "RenderedTokens",
+    "RunInfo",
+    "RunStatus",
+    "Sample",
+    "SampleBatch",
+    "SampleRequest",
+    "SampleResult",
+    "SamplingParams",
+    "SandboxSpec",
+    "Step",
+    "Task",
+    "Termination",
+    "ToolCall",
+    "ToolSpec",
+    "Trace",
+    "TraceRecord",
+    "Trajectory",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Conversation
+# --------------------------------------------------------------------------------------------
+
+
+class ToolCall(msgspec.Struct, kw_only=True, frozen=True):
+    """A function call requested by the model; ``arguments`` is the raw JSON text it wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """A tool offered to the model, in the OpenAI function-tool shape."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Message(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One chat message.
+
+    ``role`` is ``system``, ``user``, ``assistant`` or ``tool``. ``reasoning`` holds an
+    assistant's thinking text when the renderer separates it; ``tool_call_id`` links a tool
+    result to the call it answers.
+    """
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class RenderedTokens(msgspec.Struct, kw_only=True, frozen=True):
+    """Token ids of a rendered conversation with per-token attribution.
+
+    ``message_indices[i]`` is the index of the message token ``i`` belongs to, or ``-1`` for
+    scaffold outside any message (a generation prompt). ``sampled_mask[i]`` is true where the
+    model produced the token (assistant content and its closing token).
+    """
+
+    token_ids: list[int]
+    message_indices: list[int]
+    sampled_mask: list[bool]
+
+
+class ParsedToolCall(msgspec.Struct, kw_only=True, frozen=True):
+    """One attempted tool call. ``status`` keeps malformed attempts visible instead of dropping
+    them: ``ok``, ``invalid_json``, ``missing_name`` or ``unterminated``."""
+
+    status: Literal["ok", "invalid_json", "missing_name", "unterminated"]
+    raw: str
+    call: ToolCall | None = None
+    error: str | None = None
+
+
+class ParsedResponse(msgspec.Struct, kw_only=True, frozen=True):
+    """What a renderer reads back from sampled completion tokens."""
+
+    content: str
+    reasoning: str | None = None
+    tool_calls: tuple[ParsedToolCall, ...] = ()
+    stopped: bool = True
+
+
+# --------------------------------------------------------------------------------------------
+# Sampling
+# --------------------------------------------------------------------------------------------
+
+
+class SamplingParams(msgspec.Struct, kw_only=True, frozen=True):
+    """Decoding settings. ``seed`` makes one request reproducible on backends that support it."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+class SampleRequest(msgspec.Struct, kw_only=True, frozen=True):
+    """Token ids in: the prompt exactly as the model must see it."""
+
+    prompt_token_ids: list[int]
+    params: SamplingParams = SamplingParams()
+    request_id: str = ""
+
+
+class SampleResult(msgspec.Struct, kw_only=True, frozen=True):
+    """Token ids out, with the sampler's logprob of each sampled token.
+
+    ``finish_reason`` is ``stop`` (a stop token was produced; it is included in
+    ``completion_token_ids``) or ``length``. ``weight_version`` names the weights that produced
+    the tokens.
+    """
+
+    completion_token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: Literal["stop", "length"]
+    weight_version: int
+
+
+# --------------------------------------------------------------------------------------------
+# Traces: one record per model call, stored as a delta chain
+# --------------------------------------------------------------------------------------------
+
+
+class TraceRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """One model call as captured by the gateway.
+
+    Delta-chain contract: when ``parent_trace_id`` is ``None`` the record is a root and
+    ``prompt_delta_token_ids`` is its full prompt. Otherwise the full prompt is
+    ``full_prompt(parent) + parent.completion_token_ids + prompt_delta_token_ids``. Storage
+    therefore grows linearly with the number of turns.
+
+    ``lineage_id`` separates independent chains inside one session (a sub-agent with its own
+    system prompt). ``turn`` counts calls within the lineage from 0. ``messages_delta`` holds the
+    messages this call added, for display; training never re-tokenizes them.
+    """
+
+    trace_id: str
+    session_id: str
+    lineage_id: str = "main"
+    turn: int = 0
+    parent_trace_id: str | None = None
+    prompt_delta_token_ids: list[int]
+    completion_token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str = "stop"
+    weight_version: int = 0
+    model: str = ""
+    messages_delta: tuple[Message, ...] = ()
+    reset_reason: str | None = None
+    created_at: float = 0.0
+    latency_s: float = 0.0
+
+
+class Trace(msgspec.Struct, kw_only=True, frozen=True):
+    """A trace with its full prompt rebuilt from the chain.
+
+    ``chain_complete`` is false when an ancestor is missing; ``prompt_token_ids`` then holds only
+    what could be proven and must not be trained on.
+    """
+
+    record: TraceRecord
+    prompt_token_ids: list[int]
+    chain_complete: bool = True
+
+
+# --------------------------------------------------------------------------------------------
+# Rollouts
+# --------------------------------------------------------------------------------------------
+
+
+class Termination(str, enum.Enum):
+    """Why an episode ended. Infrastructure reasons are retried, never scored."""
+
+    DONE = "done"
+    MAX_TURNS = "max_turns"
+    TIMEOUT = "timeout"
+    CONTEXT_LENGTH = "context_length"
+    MODEL_ERROR = "model_error"
+    SANDBOX_ERROR = "sandbox_error"
+    VERIFIER_ERROR = "verifier_error"
+
+    @property
+    def is_infrastructure(self) -> bool:
+        return self in (Termination.SANDBOX_ERROR, Termination.VERIFIER_ERROR)
+
+
+class Step(msgspec.Struct, kw_only=True, frozen=True):
+    """One model call of a trajectory, with full token sequences."""
+
+    trace_id: str
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str = "stop"
+    weight_version: int = 0
+    reward: float | None = None
+
+
+class Trajectory(msgspec.Struct, kw_only=True, frozen=True):
+    """The steps of one lineage, in order."""
+
+    lineage_id: str
+    steps: tuple[Step, ...]
+    reward: float = 0.0
+
+
+class Episode(msgspec.Struct, kw_only=True, frozen=True):
+    """One rollout of one task: its trajectories, reward and how it ended."""
+
+    episode_id: str
+    task_id: str
+    group_id: str
+    session_id: str
+    trajectories: tuple[Trajectory, ...]
+    reward: float
+    termination: Termination = Termination.DONE
+    signals: dict[str, float] = msgspec.field(default_factory=dict)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Datum(msgspec.Struct, kw_only=True, frozen=True):
+    """One training sequence.
+
+    ``token_ids`` is the prefix-merged sequence ``[prompt0, completion0, delta1, completion1,
+    ...]``. Every per-token list has the same length as ``token_ids``. ``action_mask`` is true
+    on tokens the policy sampled (the ones a policy loss trains); ``observation_mask`` is true
+    on environment tokens after the first prompt (tool and terminal output). ``logprobs`` are
+    the sampler's logprobs on action tokens and 0.0 elsewhere. ``advantages`` are per token.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    advantages: list[float]
+    action_mask: list[bool]
+    observation_mask: list[bool]
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.token_ids)
+        for field in ("logprobs", "advantages", "action_mask", "observation_mask"):
+            if len(getattr(self, field)) != n:
+                raise ValueError(
+                    f"Datum.{field} has {len(getattr(self, field))} entries but token_ids has {n}"
+                )
+
+
+class Sample(msgspec.Struct, kw_only=True, frozen=True):
+    """A datum as the sample buffer stores it, with provenance.
+
+    ``sequence`` is assigned by the buffer on append (monotonic, gap-free per buffer);
+    ``weight_version`` is the policy version that sampled it, so a trainer can bound policy age.
+    """
+
+    datum: Datum
+    group_id: str
+    episode_id: str
+    weight_version: int
+    reward: float
+    sequence: int = -1
+
+
+class SampleBatch(msgspec.Struct, kw_only=True, frozen=True):
+    """Samples selected for one optimizer step; ``watermark`` is what to commit once trained."""
+
+    samples: tuple[Sample, ...]
+    watermark: int
+
+
+class Cut(msgspec.Struct, kw_only=True, frozen=True):
+    """A consistent checkpoint: trainer state plus how far the sample buffer was consumed.
+
+    Restoring a cut and resuming must neither retrain a consumed sample nor skip one.
+    """
+
+    step: int
+    weight_version: int
+    buffer_watermark: int
+    trainer_state: str
+    created_at: float
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks, sandboxes and harnesses
+# --------------------------------------------------------------------------------------------
+
+
+class NetworkPolicy(str, enum.Enum):
+    NONE = "none"
+    FULL = "full"
+
+
+class SandboxSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """What a sandbox must look like. Resources: ``cpu`` in cores, ``memory_mb`` and ``disk_mb``
+    in MiB; ``lifetime_s`` bounds how long the backend keeps it before reclaiming it."""
+
+    image: str | None = None
+    dockerfile: str | None = None
+    workdir: str = "/workspace"
+    cpu: float = 1.0
+    memory_mb: int = 2048
+    disk_mb: int = 10240
+    lifetime_s: float = 3600.0
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    user: str | None = None
+    network: NetworkPolicy = NetworkPolicy.NONE
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Task(msgspec.Struct, kw_only=True, frozen=True):
+    """A unit of work for a harness. ``data`` carries source-specific fields (an expected answer,
+    a Harbor task directory); ``environment`` is set when the task needs a sandbox."""
+
+    task_id: str
+    instruction: str
+    source: str = ""
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+    environment: SandboxSpec | None = None
+    agent_timeout_s: float = 600.0
+    verifier_timeout_s: float = 600.0
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ExecResult(msgspec.Struct, kw_only=True, frozen=True):
+    """Outcome of one command. A process killed by signal ``n`` reports ``128 + n``. When the
+    backend merges streams, everything is in ``stdout`` and ``stderr`` is empty."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    truncated: bool = False
+    duration_s: float = 0.0
+
+
+class FileInfo(msgspec.Struct, kw_only=True, frozen=True):
+    path: str
+    size: int
+    is_dir: bool
+
+
+class LLMEndpoint(msgspec.Struct, kw_only=True, frozen=True):
+    """Where a harness sends OpenAI-compatible requests for one session."""
+
+    base_url: str
+    api_key: str
+    model: str
+
+
+class HarnessOutcome(msgspec.Struct, kw_only=True, frozen=True):
+    """How an episode ended, as the harness saw it. ``answer`` is the final text, for task
+    sources that grade it directly."""
+
+    termination: Termination
+    answer: str | None = None
+    turns: int = 0
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Grade(msgspec.Struct, kw_only=True, frozen=True):
+    """A verifier's verdict: the reward and any extra named numeric signals."""
+
+    reward: float
+    signals: dict[str, float] = msgspec.field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------------
+
+
+class RunStatus(str, enum.Enum):
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+class RunInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """What lifecycle hooks learn about a run."""
+
+    run_id: str
+    name: str
+    output_dir: str
+    plan: dict[str, Any] = msgspec.field(default_factory=dict)
+    started_at: float = 0.0
