@@ -1,9 +1,113 @@
-"""Fixtures every plugin test session gets when rllm-core is installed."""
+"""Fixtures every test session gets when rllm-core is installed (a ``pytest11`` plugin).
+
+- ``plugin_manager``: a fresh manager that loads no entry points, installed as the process-wide
+  manager for the test (so CLI commands invoked in-process see it).
+- ``installed_plugin_manager``: a fresh manager over the installed entry points, also installed
+  as the process-wide manager for the test.
+- ``register_plugin(obj, name=None, distribution=None, version="0+test")``: register a plugin
+  object into ``plugin_manager`` for one test.
+- ``plan_builder``: a :class:`~rllm_core.testing.plans.PlanBuilder` writing into ``tmp_path``
+  and resolving against ``plugin_manager``.
+- ``fake_distributions``: write fake ``*.dist-info`` distributions onto ``sys.path`` for one test.
+
+The kit sets ``RLLM_CORE_STRICT_PLUGINS=1`` for the session unless it is already set, so a
+plugin that fails to load fails the tests loudly.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
+
+from rllm_core.plugins import manager as manager_module
+from rllm_core.plugins.manager import STRICT_ENV, PluginManager, PluginRecord
+from rllm_core.testing.fakes import FakeDistribution, forget_modules, write_fake_distribution
+from rllm_core.testing.plans import PlanBuilder
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "rllm_conformance: a test from an rllm-core conformance suite")
+    os.environ.setdefault(STRICT_ENV, "1")
+    config.addinivalue_line(
+        "markers", "rllm_conformance: a test from an rllm-core conformance suite"
+    )
+
+
+def _install_default(manager: PluginManager) -> Iterator[PluginManager]:
+    previous = manager_module._DEFAULT
+    manager_module._DEFAULT = manager
+    try:
+        yield manager
+    finally:
+        manager_module._DEFAULT = previous
+
+
+@pytest.fixture
+def plugin_manager() -> Iterator[PluginManager]:
+    yield from _install_default(PluginManager(load_entry_points=False, strict=True))
+
+
+@pytest.fixture
+def installed_plugin_manager() -> Iterator[PluginManager]:
+    yield from _install_default(PluginManager())
+
+
+@pytest.fixture
+def register_plugin(plugin_manager: PluginManager) -> Callable[..., PluginRecord]:
+    def register(
+        plugin: object,
+        name: str | None = None,
+        distribution: str | None = None,
+        version: str = "0+test",
+    ) -> PluginRecord:
+        return plugin_manager.register(
+            plugin, name=name, distribution=distribution, version=version
+        )
+
+    return register
+
+
+@pytest.fixture
+def plan_builder(tmp_path: Path, plugin_manager: PluginManager) -> PlanBuilder:
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    return PlanBuilder(folder, plugin_manager)
+
+
+class FakeDistributions:
+    """Writes fake distributions into one folder on ``sys.path``; undone after the test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.written: list[FakeDistribution] = []
+
+    def add(self, name: str, **kwargs: Any) -> FakeDistribution:
+        dist = write_fake_distribution(self.root, name, **kwargs)
+        forget_modules(dist.modules)
+        self.written.append(dist)
+        return dist
+
+    @property
+    def pythonpath(self) -> str:
+        """``PYTHONPATH`` value that exposes the fakes to a subprocess."""
+        return os.pathsep.join([str(self.root), os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
+
+
+@pytest.fixture
+def fake_distributions(tmp_path: Path) -> Iterator[FakeDistributions]:
+    root = tmp_path / "site"
+    root.mkdir()
+    sys.path.insert(0, str(root))
+    fakes = FakeDistributions(root)
+    try:
+        yield fakes
+    finally:
+        sys.path.remove(str(root))
+        for dist in fakes.written:
+            forget_modules(dist.modules)

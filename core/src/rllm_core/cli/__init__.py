@@ -1,0 +1,36 @@
+"""The ``rllm-core`` command line.
+
+Exit codes: 0 success; 1 the run (or a check such as ``plugins --check``) failed; 2 usage or
+plan error (bad arguments, invalid plan, unknown component).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from rllm_core import __version__
+from rllm_core.cli.docs_cmd import docs
+from rllm_core.cli.plan_cmd import plan
+from rllm_core.cli.plugins_cmd import plugins
+from rllm_core.cli.run_cmd import run
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rllm-core")
+def main() -> None:
+    """RL post-training for LLM agents, described by one plan.toml."""
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+
+
+main.add_command(plugins)
+main.add_command(plan)
+main.add_command(run)
+main.add_command(docs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from rllm_core.cli import main
+
+main()

@@ -1,0 +1,65 @@
+"""``rllm-core plan check``: validate and resolve a plan, then print it resolved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from rllm_core.cli.output import console, fail_plan, print_json
+from rllm_core.errors import PlanError
+from rllm_core.plan import ResolvedPlan, resolve_plan_file
+
+SET_HELP = "Override a plan key: section.key=value (value parsed as TOML). Repeatable."
+
+
+@click.group()
+def plan() -> None:
+    """Work with plan.toml files."""
+
+
+@plan.command("check")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the resolved plan as JSON.")
+def check(plan_path: Path, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Validate PLAN, resolve every component and print the resolved plan."""
+    try:
+        resolved = resolve_plan_file(plan_path, overrides)
+    except PlanError as exc:
+        fail_plan(exc, as_json=as_json)
+    if as_json:
+        print_json({"ok": True, **resolved.to_dict()})
+        return
+    print_resolved(resolved)
+
+
+def print_resolved(resolved: ResolvedPlan) -> None:
+    console.print(f"[bold green]plan ok[/]: {resolved.path}")
+    settings = Table(title="settings", title_justify="left")
+    settings.add_column("Key", no_wrap=True)
+    settings.add_column("Value")
+    for section in ("run", "algorithm", "sampling", "rollout"):
+        values = getattr(resolved.plan, section).model_dump(mode="json", exclude_none=True)
+        for key, value in values.items():
+            if key in ("loss", "advantage", "aux_losses"):
+                continue
+            settings.add_row(f"[{section}].{key}", repr(value))
+    console.print(settings)
+    if not resolved.components:
+        console.print("no components selected")
+        return
+    table = Table(title="components", title_justify="left")
+    table.add_column("Where", no_wrap=True)
+    table.add_column("Component", no_wrap=True)
+    table.add_column("Provider", no_wrap=True)
+    table.add_column("Config")
+    for component in resolved:
+        config = component.config.model_dump(mode="json")
+        if component.coef is not None:
+            config = {"coef": component.coef, **config}
+        shown = ", ".join(f"{k}={v!r}" for k, v in config.items()) or "-"
+        table.add_row(component.where, f"{component.kind.value}:{component.name}",
+                      component.provider, shown)
+    console.print(table)

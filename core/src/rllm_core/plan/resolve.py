@@ -1,0 +1,194 @@
+"""Resolving a validated plan against the installed plugins.
+
+Every component reference becomes a :class:`ResolvedComponent`: the spec from the plugin
+manager, the component's config validated against the spec's schema, and where in the file it
+was written. All problems are collected and raised together as one :class:`PlanError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from rllm_core.errors import ComponentConflictError, PlanError, PlanIssue, UnknownComponentError
+from rllm_core.plan.load import issues_from_validation, load_plan
+from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef, Plan
+from rllm_core.plugins.manager import PluginManager, get_plugin_manager
+from rllm_core.plugins.specs import ComponentSpec, Kind, LossSpec
+
+__all__ = ["ResolvedComponent", "ResolvedPlan", "resolve_plan", "resolve_plan_file"]
+
+AUX_COEF_KEY = "coef"
+
+
+@dataclass(frozen=True)
+class ResolvedComponent:
+    """One component of a plan, ready to build.
+
+    ``where`` is how the user finds it in the file (``[algorithm].loss``); ``coef`` is set for
+    auxiliary losses.
+    """
+
+    where: str
+    spec: ComponentSpec
+    config: BaseModel
+    provider: str
+    coef: float | None = None
+
+    @property
+    def kind(self) -> Kind:
+        return self.spec.kind
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def build(self) -> Any:
+        return self.spec.build(self.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "where": self.where,
+            "kind": self.kind.value,
+            "name": self.name,
+            "provider": self.provider,
+            "config": self.config.model_dump(mode="json"),
+        }
+        if self.coef is not None:
+            data["coef"] = self.coef
+        return data
+
+
+@dataclass(frozen=True)
+class ResolvedPlan:
+    """A plan whose every component resolved to an installed plugin with a valid config."""
+
+    path: str
+    plan: Plan
+    components: Mapping[str, ResolvedComponent] = field(default_factory=dict)
+
+    def get(self, where: str) -> ResolvedComponent | None:
+        return self.components.get(where)
+
+    def of_kind(self, kind: Kind) -> list[ResolvedComponent]:
+        return [c for c in self.components.values() if c.kind is kind]
+
+    def __iter__(self) -> Iterator[ResolvedComponent]:
+        return iter(self.components.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        plan = self.plan.model_dump(mode="json", exclude_none=True)
+        return {
+            "path": self.path,
+            "plan": plan,
+            "components": [c.to_dict() for c in self.components.values()],
+        }
+
+
+def _component_issue(
+    exc: UnknownComponentError | ComponentConflictError, *, path: str, section: str, key: str,
+    value: str,
+) -> PlanIssue:
+    return PlanIssue(path=path, section=section, key=key, value=value, message=str(exc))
+
+
+class _Resolver:
+    def __init__(self, plan: Plan, manager: PluginManager, path: str) -> None:
+        self.plan = plan
+        self.manager = manager
+        self.path = path
+        self.issues: list[PlanIssue] = []
+        self.components: dict[str, ResolvedComponent] = {}
+
+    def run(self) -> None:
+        algorithm = self.plan.algorithm
+        if algorithm.loss is not None:
+            self.resolve(algorithm.loss, Kind.LOSS, section="algorithm", key="loss", role="policy")
+        if algorithm.advantage is not None:
+            self.resolve(algorithm.advantage, Kind.ADVANTAGE_ESTIMATOR, section="algorithm",
+                         key="advantage")
+        for index, ref in enumerate(algorithm.aux_losses):
+            self.resolve(ref, Kind.LOSS, section="algorithm", key=f"aux_losses[{index}]",
+                         role="auxiliary")
+        for section, kind in COMPONENT_SECTIONS.items():
+            ref = getattr(self.plan, section)
+            if ref is not None:
+                self.resolve(ref, kind, section=section, key=None)
+        for index, ref in enumerate(self.plan.loggers):
+            self.resolve(ref, Kind.LOGGER, section=f"loggers[{index}]", key=None)
+
+    def resolve(
+        self, ref: ComponentRef, kind: Kind, *, section: str, key: str | None,
+        role: str | None = None,
+    ) -> None:
+        name_key = key if key is not None and not ref.options else (
+            f"{key}.name" if key is not None else "name")
+        where = f"[{section}].{key}" if key is not None else f"[{section}]"
+        try:
+            record = self.manager.get_record(kind, ref.name)
+        except (UnknownComponentError, ComponentConflictError) as exc:
+            self.issues.append(_component_issue(exc, path=self.path, section=section,
+                                                key=name_key, value=ref.name))
+            return
+        spec = record.spec
+        if role is not None and isinstance(spec, LossSpec) and spec.role != role:
+            wanted = "aux_losses" if spec.role == "auxiliary" else "loss"
+            self.issues.append(PlanIssue(
+                path=self.path, section=section, key=name_key, value=ref.name,
+                message=f"loss {spec.name!r} is a {spec.role} loss, not a {role} one",
+                hint=f"select it with [algorithm].{wanted}"))
+            return
+        options = ref.options
+        coef: float | None = None
+        if role == "auxiliary":
+            takes_coef = AUX_COEF_KEY in spec.config.model_fields
+            raw = options.get(AUX_COEF_KEY)
+            if raw is None and not takes_coef:
+                self.issues.append(PlanIssue(
+                    path=self.path, section=section, key=f"{key}.{AUX_COEF_KEY}",
+                    message=f"auxiliary loss {spec.name!r} needs a coefficient",
+                    hint=f'write {{ name = "{spec.name}", coef = 0.05 }}'))
+                return
+            if not takes_coef:
+                options.pop(AUX_COEF_KEY)
+                if not isinstance(raw, (int, float)) or isinstance(raw, bool):
+                    self.issues.append(PlanIssue(
+                        path=self.path, section=section, key=f"{key}.{AUX_COEF_KEY}", value=raw,
+                        message=f"coef must be a number (got {raw!r})"))
+                    return
+                coef = float(raw)
+        owner = f"{kind.label} {spec.name!r}"
+        try:
+            config = spec.validate_config(options)
+        except ValidationError as exc:
+            prefix = [key] if key is not None else []
+            self.issues.extend(issues_from_validation(
+                exc, path=self.path, model=spec.config, section=section, prefix=prefix,
+                owner=owner))
+            return
+        if role == "auxiliary" and coef is None:
+            coef = float(getattr(config, AUX_COEF_KEY))
+        self.components[where] = ResolvedComponent(
+            where=where, spec=spec, config=config, provider=record.plugin.label, coef=coef)
+
+
+def resolve_plan(plan: Plan, *, manager: PluginManager | None = None,
+                 path: str = "<plan>") -> ResolvedPlan:
+    """Resolve every component of ``plan``; raises :class:`PlanError` listing every problem."""
+    resolver = _Resolver(plan, manager or get_plugin_manager(), path)
+    resolver.run()
+    if resolver.issues:
+        raise PlanError(resolver.issues)
+    return ResolvedPlan(path=path, plan=plan, components=resolver.components)
+
+
+def resolve_plan_file(
+    path: str | Path, overrides: Sequence[str] = (), *, manager: PluginManager | None = None
+) -> ResolvedPlan:
+    """Load, override, validate and resolve a plan file in one call."""
+    plan, _ = load_plan(path, overrides)
+    return resolve_plan(plan, manager=manager, path=str(path))

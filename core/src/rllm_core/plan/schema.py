@@ -1,0 +1,159 @@
+"""The ``plan.toml`` schema: the sections and keys the core itself understands.
+
+Component sections (``[trainer]``, ``[renderer]``, ``[sandbox]`` ...) hold ``name`` plus the
+component's own keys; those keys are validated against the component's config schema once the
+name is resolved to an installed plugin (see :mod:`rllm_core.plan.resolve`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rllm_core.plugins.specs import Kind
+
+__all__ = [
+    "AGGREGATION_MODES",
+    "COMPONENT_SECTIONS",
+    "AlgorithmSection",
+    "ComponentRef",
+    "Plan",
+    "RolloutSection",
+    "RunSection",
+    "SamplingSection",
+]
+
+AGGREGATION_MODES = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComponentRef(BaseModel):
+    """``name`` of an installed component plus that component's own keys.
+
+    Written either as a table (``[sandbox]`` / ``name = "local"`` / ``memory_mb = 4096``) or,
+    where a section key selects a component, as a bare string (``loss = "dppo-tv"``).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(description="Name of the component, as listed by `rllm-core plugins`.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"name": value}
+        return value
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The component's own keys (everything but ``name``)."""
+        return dict(self.model_extra or {})
+
+
+class RunSection(_Section):
+    name: str = Field("run", description="Run name; the run folder is `<output_dir>/<name>-<timestamp>`.")
+    seed: int = Field(0, description="Seed for data order, sampling and initialization.")
+    steps: int = Field(10, ge=1, description="Number of training steps.")
+    output_dir: str = Field("runs", description="Folder that receives run folders.")
+    save_every: int = Field(
+        0, ge=0, description="Save a checkpoint every N steps (0: only at the end)."
+    )
+
+
+class AlgorithmSection(_Section):
+    loss: ComponentRef | None = Field(
+        None, description="Policy loss: a name or a table with `name` and the loss's keys."
+    )
+    advantage: ComponentRef | None = Field(
+        None, description="Advantage estimator: a name or a table with `name` and its keys."
+    )
+    aux_losses: list[ComponentRef] = Field(
+        default_factory=list,
+        description=(
+            "Auxiliary losses stacked on the policy loss, each a table with `name`, `coef` and"
+            " the loss's keys."
+        ),
+    )
+    aggregation: Literal[
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+    ] = Field("token-mean", description="How per-token losses reduce to a scalar.")
+    norm_length: int | None = Field(
+        None,
+        ge=1,
+        description="Constant length divisor for `seq-mean-token-sum-norm` (required by it).",
+    )
+    group_size: int = Field(8, ge=1, description="Rollouts per task (one advantage group).")
+    batch_size: int = Field(8, ge=1, description="Tasks per training step.")
+    drop_zero_variance_groups: bool = Field(
+        False, description="Leave out groups whose rewards are all equal (they carry no signal)."
+    )
+    max_policy_age: int = Field(
+        0, ge=0, description="Train on samples at most this many weight versions old."
+    )
+
+    @model_validator(mode="after")
+    def _norm_length_needed(self) -> AlgorithmSection:
+        if self.aggregation == "seq-mean-token-sum-norm" and self.norm_length is None:
+            raise ValueError("aggregation 'seq-mean-token-sum-norm' needs norm_length")
+        return self
+
+
+class SamplingSection(_Section):
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature for training.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_tokens: int = Field(256, ge=1, description="Most new tokens per model call.")
+
+
+class RolloutSection(_Section):
+    max_concurrency: int = Field(8, ge=1, description="Rollouts in flight at once.")
+    max_infra_retries: int = Field(
+        2, ge=0, description="Retries of a rollout that failed for infrastructure reasons."
+    )
+
+
+COMPONENT_SECTIONS: dict[str, Kind] = {
+    "trainer": Kind.TRAINER_BACKEND,
+    "renderer": Kind.RENDERER,
+    "sandbox": Kind.SANDBOX_BACKEND,
+    "harness": Kind.HARNESS,
+    "tasks": Kind.TASK_SOURCE,
+    "trace_store": Kind.TRACE_STORE,
+    "sample_buffer": Kind.SAMPLE_BUFFER,
+    "object_store": Kind.OBJECT_STORE,
+}
+"""Top-level sections that each select one component of a kind."""
+
+
+class Plan(_Section):
+    """A whole plan. Every section is optional for validation; ``rllm-core run`` says which
+    ones a run needs."""
+
+    run: RunSection = Field(default_factory=RunSection, description="Run identity and length.")
+    algorithm: AlgorithmSection = Field(
+        default_factory=AlgorithmSection, description="Losses, advantages and batch shape."
+    )
+    sampling: SamplingSection = Field(
+        default_factory=SamplingSection, description="Decoding settings enforced at the gateway."
+    )
+    rollout: RolloutSection = Field(
+        default_factory=RolloutSection, description="Concurrency and retries of rollouts."
+    )
+    trainer: ComponentRef | None = Field(None, description="Trainer backend.")
+    renderer: ComponentRef | None = Field(None, description="Chat renderer.")
+    sandbox: ComponentRef | None = Field(None, description="Sandbox backend.")
+    harness: ComponentRef | None = Field(None, description="Harness (agent loop).")
+    tasks: ComponentRef | None = Field(None, description="Task source.")
+    trace_store: ComponentRef | None = Field(None, description="Trace store.")
+    sample_buffer: ComponentRef | None = Field(None, description="Sample buffer.")
+    object_store: ComponentRef | None = Field(None, description="Object store.")
+    loggers: list[ComponentRef] = Field(default_factory=list, description="Metrics loggers.")
