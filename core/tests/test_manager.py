@@ -78,7 +78,8 @@ def test_disable_by_distribution_name(fake_distributions, monkeypatch):
     pm = manager()
     assert record(pm, "rllm-loss-alpha").status is PluginStatus.DISABLED
     assert record(pm, "rllm-loss-beta").status is PluginStatus.ACTIVE
-    assert pm.names(Kind.LOSS) == ["beta"]
+    assert "beta" in pm.names(Kind.LOSS)
+    assert "alpha" not in pm.names(Kind.LOSS)
 
 
 def test_disabled_plugin_is_never_imported(fake_distributions):
@@ -119,7 +120,8 @@ def test_plugin_mistakes_are_reported_against_the_plugin(fake_distributions, sou
     assert sloppy.status is PluginStatus.ERROR
     assert message in sloppy.error
     assert sloppy.components == []
-    assert pm.names(Kind.LOSS) == ["alpha"]
+    assert "alpha" in pm.names(Kind.LOSS)
+    assert not {"misspelled", "unmarked", "oops"} & set(pm.names(Kind.LOSS))
 
 
 def test_unknown_component_suggests_and_lists(plugin_manager, register_plugin):

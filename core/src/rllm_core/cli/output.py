@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from rllm_core.errors import PlanError
 
@@ -36,5 +37,5 @@ def fail_plan(exc: PlanError, *, as_json: bool = False) -> NoReturn:
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {escape(message)}")
     sys.exit(code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from rllm_core.cli.output import console, fail_plan, print_json
@@ -45,7 +46,7 @@ def print_resolved(resolved: ResolvedPlan) -> None:
         for key, value in values.items():
             if key in ("loss", "advantage", "aux_losses"):
                 continue
-            settings.add_row(f"[{section}].{key}", repr(value))
+            settings.add_row(escape(f"[{section}].{key}"), escape(repr(value)))
     console.print(settings)
     if not resolved.components:
         console.print("no components selected")
@@ -60,6 +61,6 @@ def print_resolved(resolved: ResolvedPlan) -> None:
         if component.coef is not None:
             config = {"coef": component.coef, **config}
         shown = ", ".join(f"{k}={v!r}" for k, v in config.items()) or "-"
-        table.add_row(component.where, f"{component.kind.value}:{component.name}",
-                      component.provider, shown)
+        table.add_row(escape(component.where), f"{component.kind.value}:{component.name}",
+                      escape(component.provider), escape(shown))
     console.print(table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from rllm_core.cli.output import EXIT_FAILURE, console, print_json
@@ -63,19 +64,19 @@ def _print_table(records: list[PluginRecord], kind: Kind | None, verbose: bool) 
     table.add_column("Plugin", no_wrap=True)
     table.add_column("Version", no_wrap=True)
     table.add_column("Status", no_wrap=True)
-    table.add_column("Provides")
+    table.add_column("Provides", overflow="fold")
     if verbose:
         table.add_column("Module")
     for record in records:
         style = _STATUS_STYLE[record.status]
         provides = "\n".join(_provides(record, kind))
         if record.status is PluginStatus.ERROR:
-            provides = f"[red]{record.error}[/]"
+            provides = f"[red]{escape(record.error or '')}[/]"
         elif record.status is PluginStatus.CONFLICT:
-            provides += "\n" + "\n".join(f"[yellow]{c}[/]" for c in record.conflicts)
-        row = [record.distribution, record.version, f"[{style}]{record.status.value}[/]", provides]
+            provides += "\n" + "\n".join(f"[yellow]{escape(c)}[/]" for c in record.conflicts)
+        row = [escape(record.distribution), escape(record.version), f"[{style}]{record.status.value}[/]", provides]
         if verbose:
-            row.append(record.module)
+            row.append(escape(record.module))
         table.add_row(*row)
     console.print(table)
     if verbose:

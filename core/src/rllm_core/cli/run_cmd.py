@@ -62,7 +62,8 @@ def run(plan_path: Path, overrides: tuple[str, ...]) -> None:
             except Exception as exc:
                 fail(f"{component.where}: building {component.kind.value}:{component.name}"
                      f" ({component.provider}) failed: {type(exc).__name__}: {exc}")
-            console.print(f"built {component.where}: {component.kind.value}:{component.name}")
+            console.print(f"built {component.where}: {component.kind.value}:{component.name}",
+                          markup=False)
     finally:
         for instance in reversed(built):
             close = getattr(instance, "close", None)

@@ -23,6 +23,7 @@ from rllm_core.plugins.specs import ComponentSpec, Kind, LossSpec
 __all__ = ["ResolvedComponent", "ResolvedPlan", "resolve_plan", "resolve_plan_file"]
 
 AUX_COEF_KEY = "coef"
+_ROLE = {"policy": "a policy", "auxiliary": "an auxiliary"}
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class _Resolver:
             wanted = "aux_losses" if spec.role == "auxiliary" else "loss"
             self.issues.append(PlanIssue(
                 path=self.path, section=section, key=name_key, value=ref.name,
-                message=f"loss {spec.name!r} is a {spec.role} loss, not a {role} one",
+                message=f"loss {spec.name!r} is {_ROLE[spec.role]} loss, not {_ROLE[role]} one",
                 hint=f"select it with [algorithm].{wanted}"))
             return
         options = ref.options
