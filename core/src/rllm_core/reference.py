@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
@@ -92,15 +93,23 @@ def _type_name(annotation: Any) -> str:
     if origin is typing.Literal:
         return " | ".join(repr(a) for a in typing.get_args(annotation)).replace("'", '"')
     if origin in (typing.Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return " | ".join(_type_name(a) for a in members)
     if origin is not None:
         args = ", ".join(_type_name(a) for a in typing.get_args(annotation))
         return f"{getattr(origin, '__name__', str(origin))}[{args}]"
-    if annotation is type(None):
-        return "none"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return "table" if annotation.__name__ != "ComponentRef" else "component"
+        return "table" if annotation.__name__ != "ComponentRef" else "name or table"
     return getattr(annotation, "__name__", str(annotation))
+
+
+def _toml_value(value: Any) -> str:
+    if hasattr(value, "value") and not isinstance(value, (int, float, str)):
+        value = value.value
+    try:
+        return tomli_w.dumps({"v": value}).strip()[len("v = "):]
+    except TypeError:
+        return repr(value)
 
 
 def _default(field: FieldInfo) -> str:
@@ -108,15 +117,12 @@ def _default(field: FieldInfo) -> str:
         value = field.default_factory()  # type: ignore[call-arg]
         if isinstance(value, BaseModel):
             return "(table)"
-        return f"`{value!r}`"
+        return f"`{_toml_value(value)}`"
     if field.default is PydanticUndefined:
         return "required"
     if field.default is None:
         return "unset"
-    value = field.default
-    if hasattr(value, "value"):
-        value = value.value
-    return f"`{value!r}`".replace("'", '"')
+    return f"`{_toml_value(field.default)}`"
 
 
 def _rows(model: type[BaseModel]) -> Iterator[tuple[str, str, str, str]]:

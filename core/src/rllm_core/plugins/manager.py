@@ -227,6 +227,7 @@ class PluginManager:
             record.status = PluginStatus.DISABLED
             return record
         self._register_object(record, plugin)
+        self._collect()
         return record
 
     def unregister(self, name: str) -> None:
@@ -491,7 +492,7 @@ class PluginManager:
         its plugin and skipped (strict mode re-raises): observers never stop a run."""
         self._collect()
         caller = getattr(self._pm.hook, hook_name)
-        for impl in reversed(caller.get_hookimpls()):
+        for impl in caller.get_hookimpls():
             call_kwargs = {name: kwargs[name] for name in impl.argnames}
             try:
                 impl.function(**call_kwargs)

@@ -1,0 +1,199 @@
+"""One test per hook, named after it (a docs test checks that every hook has one)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from rllm_core import (
+    AdvantageEstimatorSpec,
+    HarnessSpec,
+    LoggerSpec,
+    LossSpec,
+    ObjectStoreSpec,
+    RendererSpec,
+    SampleBufferSpec,
+    SandboxBackendSpec,
+    TaskSourceSpec,
+    TraceStoreSpec,
+    TrainerBackendSpec,
+    hookimpl,
+)
+from rllm_core.plugins import Kind, PluginManager
+from rllm_core.types import RunInfo, RunStatus
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    size: int = 1
+
+
+def provide(register_plugin, hook: str, spec_type, name: str = "thing"):
+    """Register a plugin whose ``hook`` yields one spec of ``spec_type``."""
+
+    def impl():
+        yield spec_type(name=name, factory=lambda config: ("built", name, config.size),
+                        config=Config, summary=f"a {spec_type.kind.label}")
+
+    impl.__name__ = hook
+    plugin = type("Plugin", (), {hook: staticmethod(hookimpl(impl))})
+    return register_plugin(plugin, name=f"provides-{hook}")
+
+
+def check_registry_hook(plugin_manager, register_plugin, hook, spec_type, getter):
+    record = provide(register_plugin, hook, spec_type)
+    assert record.components == [f"{spec_type.kind.value}:thing"]
+    spec = getattr(plugin_manager, getter)("thing")
+    assert isinstance(spec, spec_type)
+    assert spec.build({"size": 4}) == ("built", "thing", 4)
+    assert plugin_manager.names(spec_type.kind) == ["thing"]
+
+
+def test_rllm_losses(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_losses", LossSpec, "get_loss")
+
+
+def test_rllm_advantage_estimators(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_advantage_estimators",
+                        AdvantageEstimatorSpec, "get_advantage_estimator")
+
+
+def test_rllm_renderers(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_renderers", RendererSpec,
+                        "get_renderer")
+
+
+def test_rllm_sandbox_backends(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_sandbox_backends",
+                        SandboxBackendSpec, "get_sandbox_backend")
+
+
+def test_rllm_trainer_backends(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_trainer_backends",
+                        TrainerBackendSpec, "get_trainer_backend")
+
+
+def test_rllm_harnesses(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_harnesses", HarnessSpec,
+                        "get_harness")
+
+
+def test_rllm_task_sources(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_task_sources", TaskSourceSpec,
+                        "get_task_source")
+
+
+def test_rllm_trace_stores(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_trace_stores", TraceStoreSpec,
+                        "get_trace_store")
+
+
+def test_rllm_sample_buffers(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_sample_buffers",
+                        SampleBufferSpec, "get_sample_buffer")
+
+
+def test_rllm_object_stores(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_object_stores", ObjectStoreSpec,
+                        "get_object_store")
+
+
+def test_rllm_loggers(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "rllm_loggers", LoggerSpec,
+                        "get_logger")
+
+
+RUN = RunInfo(run_id="r1", name="demo", output_dir="runs/demo-1")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    @hookimpl
+    def rllm_run_start(self, run):
+        self.calls.append(("run_start", run.run_id))
+
+    @hookimpl
+    def rllm_step_start(self, run, step):
+        self.calls.append(("step_start", step))
+
+    @hookimpl
+    def rllm_step_end(self, run, step, metrics):
+        self.calls.append(("step_end", step, dict(metrics)))
+
+    @hookimpl
+    def rllm_run_end(self, run, status, error):
+        self.calls.append(("run_end", status, error))
+
+
+class Failing:
+    @hookimpl
+    def rllm_step_end(self, run, step, metrics):
+        raise RuntimeError("observer failed")
+
+
+def test_rllm_run_start(plugin_manager, register_plugin):
+    recorder = Recorder()
+    register_plugin(recorder, name="recorder")
+    plugin_manager.notify_run_start(RUN)
+    assert recorder.calls == [("run_start", "r1")]
+
+
+def test_rllm_step_start(plugin_manager, register_plugin):
+    recorder = Recorder()
+    register_plugin(recorder, name="recorder")
+    plugin_manager.notify_step_start(RUN, 3)
+    assert recorder.calls == [("step_start", 3)]
+
+
+def test_rllm_step_end(plugin_manager, register_plugin, caplog):
+    first, last = Recorder(), Recorder()
+    register_plugin(first, name="first")
+    register_plugin(Failing(), name="failing", distribution="rllm-bad-observer")
+    register_plugin(last, name="last")
+    plugin_manager.strict = False
+    plugin_manager.notify_step_end(RUN, 2, {"reward/mean": 0.5})
+    assert first.calls == last.calls == [("step_end", 2, {"reward/mean": 0.5})]
+    assert "rllm-bad-observer 0+test: rllm_step_end raised RuntimeError: observer failed" in (
+        caplog.text)
+    plugin_manager.strict = True
+    with pytest.raises(RuntimeError, match="observer failed"):
+        plugin_manager.notify_step_end(RUN, 3, {})
+
+
+def test_rllm_run_end(plugin_manager, register_plugin):
+    recorder = Recorder()
+    register_plugin(recorder, name="recorder")
+    error = ValueError("x")
+    plugin_manager.notify_run_end(RUN, RunStatus.FAILED, error)
+    plugin_manager.notify_run_end(RUN, RunStatus.COMPLETED)
+    assert recorder.calls == [("run_end", RunStatus.FAILED, error),
+                              ("run_end", RunStatus.COMPLETED, None)]
+
+
+def test_lifecycle_hooks_run_in_registration_order(plugin_manager, register_plugin):
+    order = []
+
+    class Named:
+        def __init__(self, name):
+            self.name = name
+
+        @hookimpl
+        def rllm_run_start(self, run):
+            order.append(self.name)
+
+    for name in ("a", "b", "c"):
+        register_plugin(Named(name), name=name)
+    plugin_manager.notify_run_start(RUN)
+    assert order == ["a", "b", "c"]
+
+
+def test_every_kind_has_a_registry_hook():
+    from rllm_core.plugins import hookspecs
+
+    assert sorted(k.hook_name for k in Kind) == sorted(
+        name for name in dir(hookspecs) if name.startswith("rllm_") and name.endswith("s")
+        and name not in ("rllm_step_starts",)
+    )
+    assert isinstance(PluginManager(load_entry_points=False), PluginManager)
