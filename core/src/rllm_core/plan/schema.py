@@ -11,10 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rllm_core.algorithms.aggregation import AGGREGATION_MODES
 from rllm_core.plugins.specs import Kind
 
 __all__ = [
-    "AGGREGATION_MODES",
+    "AggregationMode",
     "COMPONENT_SECTIONS",
     "AlgorithmSection",
     "ComponentRef",
@@ -24,12 +25,7 @@ __all__ = [
     "SamplingSection",
 ]
 
-AGGREGATION_MODES = (
-    "token-mean",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-)
+AggregationMode = Literal[AGGREGATION_MODES]  # type: ignore[valid-type]
 
 
 class _Section(BaseModel):
@@ -84,9 +80,7 @@ class AlgorithmSection(_Section):
             " the loss's keys."
         ),
     )
-    aggregation: Literal[
-        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
-    ] = Field("token-mean", description="How per-token losses reduce to a scalar.")
+    aggregation: AggregationMode = Field("token-mean", description="How per-token losses reduce to a scalar.")
     norm_length: int | None = Field(
         None,
         ge=1,
