@@ -15,6 +15,7 @@ from fake_plugins import (
 from rllm_core import LossSpec, hookimpl, lazy
 from rllm_core.errors import ComponentConflictError, PluginLoadError, UnknownComponentError
 from rllm_core.plugins import Kind, PluginManager, PluginStatus
+from rllm_core.plugins.catalog import FIRST_PARTY
 
 
 def fake(fakes, dist: str, module: str, source: str, version: str = "1.0.0"):
@@ -146,13 +147,16 @@ def test_unknown_first_party_component_names_its_package(plugin_manager):
     assert "pip install rllm-backend-torch" in str(info.value)
 
 
-def test_missing_component_of_a_broken_first_party_plugin_shows_the_failure(fake_distributions):
-    fake(fake_distributions, "rllm-losses-dppo", "fake_dppo", BROKEN_IMPORT)
+def test_missing_component_of_a_broken_first_party_plugin_shows_the_failure(
+    fake_distributions, monkeypatch
+):
+    monkeypatch.setitem(FIRST_PARTY[Kind.LOSS], "omega", "rllm-losses-omega")
+    fake(fake_distributions, "rllm-losses-omega", "fake_omega", BROKEN_IMPORT)
     pm = manager()
     with pytest.raises(UnknownComponentError) as info:
-        pm.get_loss("dppo-tv")
+        pm.get_loss("omega")
     message = str(info.value)
-    assert "rllm-losses-dppo 1.0.0, which failed to load" in message
+    assert "rllm-losses-omega 1.0.0, which failed to load" in message
     assert "this plugin is broken on purpose" in message
 
 
@@ -218,3 +222,12 @@ def test_unregister_removes_components(plugin_manager, register_plugin):
     assert plugin_manager.names(Kind.LOSS) == ["gone-soon"]
     plugin_manager.unregister("losses")
     assert plugin_manager.names(Kind.LOSS) == []
+
+
+def test_missing_component_of_a_disabled_first_party_plugin_says_so(fake_distributions,
+                                                                    monkeypatch):
+    monkeypatch.setitem(FIRST_PARTY[Kind.LOSS], "omega", "rllm-losses-omega")
+    fake(fake_distributions, "rllm-losses-omega", "fake_omega", loss_plugin("omega"))
+    pm = manager(disabled=["rllm-losses-omega"])
+    with pytest.raises(UnknownComponentError, match="which is disabled by RLLM_CORE_DISABLE"):
+        pm.get_loss("omega")
