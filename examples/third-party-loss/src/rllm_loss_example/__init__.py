@@ -1,0 +1,1 @@
+"""An rllm-core loss plugin: ``reinforce-tis``, REINFORCE with truncated importance weights."""
