@@ -25,37 +25,37 @@ def rllm_losses():
 '''
 
 
-BROKEN_IMPORT = '''
+BROKEN_IMPORT = """
 raise RuntimeError("this plugin is broken on purpose")
-'''
+"""
 
-MISSPELLED = '''
+MISSPELLED = """
 from rllm_core import LossSpec, hookimpl
 
 
 @hookimpl
 def rllm_loses():
     yield LossSpec(name="misspelled", factory=print, summary="never seen")
-'''
+"""
 
-UNMARKED = '''
+UNMARKED = """
 from rllm_core import LossSpec
 
 
 def rllm_losses():
     yield LossSpec(name="unmarked", factory=print, summary="never seen")
-'''
+"""
 
-WRONG_SPEC = '''
+WRONG_SPEC = """
 from rllm_core import RendererSpec, hookimpl
 
 
 @hookimpl
 def rllm_losses():
     yield RendererSpec(name="oops", factory=print, summary="a renderer in the loss hook")
-'''
+"""
 
-RAISING_HOOK = '''
+RAISING_HOOK = """
 from rllm_core import hookimpl
 
 
@@ -63,4 +63,4 @@ from rllm_core import hookimpl
 def rllm_losses():
     raise ValueError("cannot list losses")
     yield
-'''
+"""

@@ -10,7 +10,6 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-
 from fake_plugins import BROKEN_IMPORT, loss_plugin
 
 
@@ -23,7 +22,11 @@ def cli(*args: str, fakes=None, cwd: Path | None = None, **env: str):
     environment.update(env)
     return subprocess.run(
         [sys.executable, "-m", "rllm_core.cli", *args],
-        capture_output=True, text=True, env=environment, cwd=cwd, timeout=60,
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=cwd,
+        timeout=60,
     )
 
 
@@ -34,12 +37,18 @@ def rows(result) -> dict[str, dict]:
 
 @pytest.fixture
 def broken(fake_distributions):
-    fake_distributions.add("rllm-loss-broken", version="0.1.0",
-                           entry_points={"fake_broken": "fake_broken"},
-                           modules={"fake_broken": BROKEN_IMPORT})
-    fake_distributions.add("rllm-loss-alpha", version="1.2.0",
-                           entry_points={"fake_alpha": "fake_alpha"},
-                           modules={"fake_alpha": loss_plugin("alpha")})
+    fake_distributions.add(
+        "rllm-loss-broken",
+        version="0.1.0",
+        entry_points={"fake_broken": "fake_broken"},
+        modules={"fake_broken": BROKEN_IMPORT},
+    )
+    fake_distributions.add(
+        "rllm-loss-alpha",
+        version="1.2.0",
+        entry_points={"fake_alpha": "fake_alpha"},
+        modules={"fake_alpha": loss_plugin("alpha")},
+    )
     return fake_distributions
 
 
@@ -56,8 +65,11 @@ def test_plugins_lists_status_version_and_components(broken):
 def test_plugins_table_shows_error_row(broken):
     result = cli("plugins", fakes=broken)
     assert result.returncode == 0, result.stderr
-    lines = {line.split("│")[1].strip(): line for line in result.stdout.splitlines()
-             if line.startswith("│") and line.split("│")[1].strip()}
+    lines = {
+        line.split("│")[1].strip(): line
+        for line in result.stdout.splitlines()
+        if line.startswith("│") and line.split("│")[1].strip()
+    }
     assert "error" in lines["rllm-loss-broken"]
     assert "this plugin is broken on purpose" in lines["rllm-loss-broken"]
     assert "active" in lines["rllm-loss-alpha"] and "loss:alpha" in lines["rllm-loss-alpha"]
@@ -80,12 +92,16 @@ def test_check_exits_1_on_error(broken):
 
 
 def test_check_exits_0_when_healthy(fake_distributions):
-    fake_distributions.add("rllm-loss-alpha", entry_points={"fake_alpha": "fake_alpha"},
-                           modules={"fake_alpha": loss_plugin("alpha")})
+    fake_distributions.add(
+        "rllm-loss-alpha",
+        entry_points={"fake_alpha": "fake_alpha"},
+        modules={"fake_alpha": loss_plugin("alpha")},
+    )
     installed = {ep.dist.metadata["Name"] for ep in entry_points(group="rllm_core") if ep.dist}
     others = ",".join(sorted(installed - {"rllm-loss-alpha"}))
-    result = cli("plugins", "--check", "--json", fakes=fake_distributions,
-                 RLLM_CORE_DISABLE_PLUGINS=others)
+    result = cli(
+        "plugins", "--check", "--json", fakes=fake_distributions, RLLM_CORE_DISABLE_PLUGINS=others
+    )
     assert result.returncode == 0, result.stdout
     statuses = {r["distribution"]: r["status"] for r in json.loads(result.stdout)}
     assert statuses.pop("rllm-loss-alpha") == "active"
@@ -96,8 +112,10 @@ def test_kind_filter(broken):
     data = rows(cli("plugins", "--json", "--kind", "loss", fakes=broken))
     assert "rllm-loss-alpha" in data
     assert "rllm-loss-broken" not in data
-    assert rows(cli("plugins", "--json", "--kind", "renderer", fakes=broken)).get(
-        "rllm-loss-alpha") is None
+    assert (
+        rows(cli("plugins", "--json", "--kind", "renderer", fakes=broken)).get("rllm-loss-alpha")
+        is None
+    )
     assert cli("plugins", "--kind", "nonsense", fakes=broken).returncode == 2
 
 
@@ -119,10 +137,13 @@ def test_every_command_works_with_a_broken_plugin(broken, tmp_path):
 
 
 def test_conflict_shown_and_plan_names_both(fake_distributions, tmp_path):
-    for dist, module, version in (("rllm-loss-one", "fake_one", "1.0.0"),
-                                  ("rllm-loss-two", "fake_two", "2.0.0")):
-        fake_distributions.add(dist, version=version, entry_points={module: module},
-                               modules={module: loss_plugin("x")})
+    for dist, module, version in (
+        ("rllm-loss-one", "fake_one", "1.0.0"),
+        ("rllm-loss-two", "fake_two", "2.0.0"),
+    ):
+        fake_distributions.add(
+            dist, version=version, entry_points={module: module}, modules={module: loss_plugin("x")}
+        )
     data = rows(cli("plugins", "--json", fakes=fake_distributions))
     assert data["rllm-loss-one"]["status"] == "conflict"
     assert data["rllm-loss-two"]["status"] == "conflict"
@@ -137,8 +158,11 @@ def test_conflict_shown_and_plan_names_both(fake_distributions, tmp_path):
 
 
 def test_plan_check_typo_exit_2_with_one_message(fake_distributions, tmp_path):
-    fake_distributions.add("rllm-loss-zeta", entry_points={"fake_zeta": "fake_zeta"},
-                           modules={"fake_zeta": loss_plugin("zeta-tv")})
+    fake_distributions.add(
+        "rllm-loss-zeta",
+        entry_points={"fake_zeta": "fake_zeta"},
+        modules={"fake_zeta": loss_plugin("zeta-tv")},
+    )
     plan = tmp_path / "plan.toml"
     plan.write_text('[algorithm]\nloss = "zeta_tvv"\n')
     result = cli("plan", "check", str(plan), fakes=fake_distributions)
@@ -150,36 +174,53 @@ def test_plan_check_typo_exit_2_with_one_message(fake_distributions, tmp_path):
     assert "[algorithm].loss" in message
     assert "did you mean 'zeta-tv'?" in message
     assert "available: " in message and "zeta-tv" in message.split("available: ")[1]
-    as_json = json.loads(cli("plan", "check", str(plan), "--json",
-                             fakes=fake_distributions).stdout)
+    as_json = json.loads(cli("plan", "check", str(plan), "--json", fakes=fake_distributions).stdout)
     assert as_json["ok"] is False
     assert as_json["issues"][0]["location"] == "[algorithm].loss"
 
 
 def test_plan_check_unknown_component_key(fake_distributions, tmp_path):
-    fake_distributions.add("rllm-loss-alpha", entry_points={"fake_alpha": "fake_alpha"},
-                           modules={"fake_alpha": loss_plugin("alpha")})
+    fake_distributions.add(
+        "rllm-loss-alpha",
+        entry_points={"fake_alpha": "fake_alpha"},
+        modules={"fake_alpha": loss_plugin("alpha")},
+    )
     plan = tmp_path / "plan.toml"
     plan.write_text('[algorithm]\nloss = { name = "alpha", scael = 2 }\n')
     result = cli("plan", "check", str(plan), fakes=fake_distributions)
     assert result.returncode == 2
     assert "[algorithm].loss.scael: loss 'alpha' has no key 'scael'; did you mean 'scale'?" in (
-        result.stderr)
+        result.stderr
+    )
     assert "valid keys: scale" in result.stderr
 
 
 def test_plan_check_prints_resolved_plan_with_overrides(fake_distributions, tmp_path):
-    fake_distributions.add("rllm-loss-alpha", entry_points={"fake_alpha": "fake_alpha"},
-                           modules={"fake_alpha": loss_plugin("alpha")})
+    fake_distributions.add(
+        "rllm-loss-alpha",
+        entry_points={"fake_alpha": "fake_alpha"},
+        modules={"fake_alpha": loss_plugin("alpha")},
+    )
     plan = tmp_path / "plan.toml"
     plan.write_text('[run]\nsteps = 3\n[algorithm]\nloss = "alpha"\n')
-    result = cli("plan", "check", str(plan), "--set", "run.steps=7",
-                 "--set", "algorithm.loss.scale=0.5", fakes=fake_distributions)
+    result = cli(
+        "plan",
+        "check",
+        str(plan),
+        "--set",
+        "run.steps=7",
+        "--set",
+        "algorithm.loss.scale=0.5",
+        fakes=fake_distributions,
+    )
     assert result.returncode == 0, result.stderr
     assert "[run].steps" in result.stdout and "7" in result.stdout
     assert "loss:alpha" in result.stdout and "scale=0.5" in result.stdout
-    data = json.loads(cli("plan", "check", str(plan), "--json", "--set", "run.steps=7",
-                          fakes=fake_distributions).stdout)
+    data = json.loads(
+        cli(
+            "plan", "check", str(plan), "--json", "--set", "run.steps=7", fakes=fake_distributions
+        ).stdout
+    )
     assert data["plan"]["run"]["steps"] == 7
 
 
@@ -190,14 +231,23 @@ def test_missing_plan_file_exit_2(tmp_path):
 
 
 def test_run_names_every_missing_component(fake_distributions, tmp_path):
-    fake_distributions.add("rllm-loss-alpha", entry_points={"fake_alpha": "fake_alpha"},
-                           modules={"fake_alpha": loss_plugin("alpha")})
+    fake_distributions.add(
+        "rllm-loss-alpha",
+        entry_points={"fake_alpha": "fake_alpha"},
+        modules={"fake_alpha": loss_plugin("alpha")},
+    )
     plan = tmp_path / "plan.toml"
     plan.write_text('[algorithm]\nloss = "alpha"\n')
     result = cli("run", str(plan), fakes=fake_distributions)
     assert result.returncode == 2
-    for needed in ("[trainer]:", "[renderer]:", "[harness]:", "[tasks]:",
-                   "[trace_store]:", "[algorithm].advantage:"):
+    for needed in (
+        "[trainer]:",
+        "[renderer]:",
+        "[harness]:",
+        "[tasks]:",
+        "[trace_store]:",
+        "[algorithm].advantage:",
+    ):
         assert needed in result.stderr
     assert "rllm-backend-torch" in result.stderr
     assert "[algorithm].loss:" not in result.stderr
@@ -242,12 +292,15 @@ def rllm_trainer_backends():
 
 
 def test_run_builds_every_component(fake_distributions, tmp_path):
-    fake_distributions.add("rllm-all-things", entry_points={"fake_all": "fake_all"},
-                           modules={"fake_all": EVERYTHING})
+    fake_distributions.add(
+        "rllm-all-things", entry_points={"fake_all": "fake_all"}, modules={"fake_all": EVERYTHING}
+    )
     plan = tmp_path / "plan.toml"
-    plan.write_text('[algorithm]\nloss = "l"\nadvantage = "a"\n[trainer]\nname = "tb"\n'
-                    '[renderer]\nname = "r"\n[harness]\nname = "h"\n[tasks]\nname = "t"\n'
-                    '[trace_store]\nname = "ts"\n')
+    plan.write_text(
+        '[algorithm]\nloss = "l"\nadvantage = "a"\n[trainer]\nname = "tb"\n'
+        '[renderer]\nname = "r"\n[harness]\nname = "h"\n[tasks]\nname = "t"\n'
+        '[trace_store]\nname = "ts"\n'
+    )
     result = cli("run", str(plan), fakes=fake_distributions)
     assert result.returncode == 1
     assert result.stdout.count("built ") == 7
@@ -256,6 +309,7 @@ def test_run_builds_every_component(fake_distributions, tmp_path):
     failed = cli("run", str(plan), "--set", "trace_store.name=boom", fakes=fake_distributions)
     assert failed.returncode == 1
     assert "[trace_store]: building trace_store:boom (rllm-all-things 1.0.0) failed:" in (
-        failed.stderr)
+        failed.stderr
+    )
     assert "OSError: disk on fire" in failed.stderr
     assert failed.stdout.count("closed Closable") == failed.stdout.count("built ")

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from rllm_core.plan.schema import COMPONENT_SECTIONS
 from rllm_core.reference import (
     HOOKS_PAGE,
@@ -90,6 +89,8 @@ def test_guide_code_blocks_match_shipped_files():
     for guide in guides:
         for match in FILE_BLOCK.finditer(guide.read_text(encoding="utf-8")):
             shipped = (ROOT / match["path"]).read_text(encoding="utf-8").rstrip("\n")
-            assert match["body"].rstrip("\n") == shipped, f"{guide.name} shows a stale {match['path']}"
+            assert match["body"].rstrip("\n") == shipped, (
+                f"{guide.name} shows a stale {match['path']}"
+            )
             checked += 1
     assert checked >= 3, "the authoring guide should show the example plugin's files"

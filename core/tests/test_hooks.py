@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel, ConfigDict
-
 from rllm_core import (
     AdvantageEstimatorSpec,
     HarnessSpec,
@@ -32,8 +31,12 @@ def provide(register_plugin, hook: str, spec_type, name: str = "thing"):
     """Register a plugin whose ``hook`` yields one spec of ``spec_type``."""
 
     def impl():
-        yield spec_type(name=name, factory=lambda config: ("built", name, config.size),
-                        config=Config, summary=f"a {spec_type.kind.label}")
+        yield spec_type(
+            name=name,
+            factory=lambda config: ("built", name, config.size),
+            config=Config,
+            summary=f"a {spec_type.kind.label}",
+        )
 
     impl.__name__ = hook
     plugin = type("Plugin", (), {hook: staticmethod(hookimpl(impl))})
@@ -54,53 +57,77 @@ def test_rllm_losses(plugin_manager, register_plugin):
 
 
 def test_rllm_advantage_estimators(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_advantage_estimators",
-                        AdvantageEstimatorSpec, "get_advantage_estimator")
+    check_registry_hook(
+        plugin_manager,
+        register_plugin,
+        "rllm_advantage_estimators",
+        AdvantageEstimatorSpec,
+        "get_advantage_estimator",
+    )
 
 
 def test_rllm_renderers(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_renderers", RendererSpec,
-                        "get_renderer")
+    check_registry_hook(
+        plugin_manager, register_plugin, "rllm_renderers", RendererSpec, "get_renderer"
+    )
 
 
 def test_rllm_sandbox_backends(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_sandbox_backends",
-                        SandboxBackendSpec, "get_sandbox_backend")
+    check_registry_hook(
+        plugin_manager,
+        register_plugin,
+        "rllm_sandbox_backends",
+        SandboxBackendSpec,
+        "get_sandbox_backend",
+    )
 
 
 def test_rllm_trainer_backends(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_trainer_backends",
-                        TrainerBackendSpec, "get_trainer_backend")
+    check_registry_hook(
+        plugin_manager,
+        register_plugin,
+        "rllm_trainer_backends",
+        TrainerBackendSpec,
+        "get_trainer_backend",
+    )
 
 
 def test_rllm_harnesses(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_harnesses", HarnessSpec,
-                        "get_harness")
+    check_registry_hook(
+        plugin_manager, register_plugin, "rllm_harnesses", HarnessSpec, "get_harness"
+    )
 
 
 def test_rllm_task_sources(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_task_sources", TaskSourceSpec,
-                        "get_task_source")
+    check_registry_hook(
+        plugin_manager, register_plugin, "rllm_task_sources", TaskSourceSpec, "get_task_source"
+    )
 
 
 def test_rllm_trace_stores(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_trace_stores", TraceStoreSpec,
-                        "get_trace_store")
+    check_registry_hook(
+        plugin_manager, register_plugin, "rllm_trace_stores", TraceStoreSpec, "get_trace_store"
+    )
 
 
 def test_rllm_sample_buffers(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_sample_buffers",
-                        SampleBufferSpec, "get_sample_buffer")
+    check_registry_hook(
+        plugin_manager,
+        register_plugin,
+        "rllm_sample_buffers",
+        SampleBufferSpec,
+        "get_sample_buffer",
+    )
 
 
 def test_rllm_object_stores(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_object_stores", ObjectStoreSpec,
-                        "get_object_store")
+    check_registry_hook(
+        plugin_manager, register_plugin, "rllm_object_stores", ObjectStoreSpec, "get_object_store"
+    )
 
 
 def test_rllm_loggers(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_loggers", LoggerSpec,
-                        "get_logger")
+    check_registry_hook(plugin_manager, register_plugin, "rllm_loggers", LoggerSpec, "get_logger")
 
 
 RUN = RunInfo(run_id="r1", name="demo", output_dir="runs/demo-1")
@@ -156,7 +183,8 @@ def test_rllm_step_end(plugin_manager, register_plugin, caplog):
     plugin_manager.notify_step_end(RUN, 2, {"reward/mean": 0.5})
     assert first.calls == last.calls == [("step_end", 2, {"reward/mean": 0.5})]
     assert "rllm-bad-observer 0+test: rllm_step_end raised RuntimeError: observer failed" in (
-        caplog.text)
+        caplog.text
+    )
     plugin_manager.strict = True
     with pytest.raises(RuntimeError, match="observer failed"):
         plugin_manager.notify_step_end(RUN, 3, {})
@@ -168,8 +196,10 @@ def test_rllm_run_end(plugin_manager, register_plugin):
     error = ValueError("x")
     plugin_manager.notify_run_end(RUN, RunStatus.FAILED, error)
     plugin_manager.notify_run_end(RUN, RunStatus.COMPLETED)
-    assert recorder.calls == [("run_end", RunStatus.FAILED, error),
-                              ("run_end", RunStatus.COMPLETED, None)]
+    assert recorder.calls == [
+        ("run_end", RunStatus.FAILED, error),
+        ("run_end", RunStatus.COMPLETED, None),
+    ]
 
 
 def test_lifecycle_hooks_run_in_registration_order(plugin_manager, register_plugin):
@@ -193,7 +223,8 @@ def test_every_kind_has_a_registry_hook():
     from rllm_core.plugins import hookspecs
 
     assert sorted(k.hook_name for k in Kind) == sorted(
-        name for name in dir(hookspecs) if name.startswith("rllm_") and name.endswith("s")
-        and name not in ("rllm_step_starts",)
+        name
+        for name in dir(hookspecs)
+        if name.startswith("rllm_") and name.endswith("s") and name not in ("rllm_step_starts",)
     )
     assert isinstance(PluginManager(load_entry_points=False), PluginManager)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fake_plugins import (
     BROKEN_IMPORT,
     MISSPELLED,
@@ -19,8 +18,7 @@ from rllm_core.plugins.catalog import FIRST_PARTY
 
 
 def fake(fakes, dist: str, module: str, source: str, version: str = "1.0.0"):
-    return fakes.add(dist, version=version, entry_points={module: module},
-                     modules={module: source})
+    return fakes.add(dist, version=version, entry_points={module: module}, modules={module: source})
 
 
 def manager(**kwargs) -> PluginManager:
@@ -173,7 +171,8 @@ def test_names_are_canonical(plugin_manager, register_plugin):
 
 def test_lazy_factory_imports_on_build_only(fake_distributions):
     fake_distributions.add(
-        "rllm-loss-lazy", entry_points={"fake_lazy": "fake_lazy"},
+        "rllm-loss-lazy",
+        entry_points={"fake_lazy": "fake_lazy"},
         modules={
             "fake_lazy": """
                 from rllm_core import LossSpec, hookimpl, lazy
@@ -224,8 +223,9 @@ def test_unregister_removes_components(plugin_manager, register_plugin):
     assert plugin_manager.names(Kind.LOSS) == []
 
 
-def test_missing_component_of_a_disabled_first_party_plugin_says_so(fake_distributions,
-                                                                    monkeypatch):
+def test_missing_component_of_a_disabled_first_party_plugin_says_so(
+    fake_distributions, monkeypatch
+):
     monkeypatch.setitem(FIRST_PARTY[Kind.LOSS], "omega", "rllm-losses-omega")
     fake(fake_distributions, "rllm-losses-omega", "fake_omega", loss_plugin("omega"))
     pm = manager(disabled=["rllm-losses-omega"])

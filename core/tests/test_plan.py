@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
-
 from rllm_core import LossSpec, RendererSpec, hookimpl
 from rllm_core.errors import PlanError
 from rllm_core.plan import apply_overrides, load_plan, parse_plan, resolve_plan
@@ -24,10 +23,10 @@ class Components:
     @hookimpl
     def rllm_losses(self):
         yield LossSpec(name="dppo-tv", factory=dict, config=DeltaConfig, summary="policy")
-        yield LossSpec(name="echo", factory=dict, config=CoefConfig, summary="aux",
-                       role="auxiliary")
-        yield LossSpec(name="plain-aux", factory=dict, summary="aux without coef",
-                       role="auxiliary")
+        yield LossSpec(
+            name="echo", factory=dict, config=CoefConfig, summary="aux", role="auxiliary"
+        )
+        yield LossSpec(name="plain-aux", factory=dict, summary="aux without coef", role="auxiliary")
 
     @hookimpl
     def rllm_renderers(self):
@@ -75,11 +74,13 @@ def test_bad_component_value_is_located(plan_builder, components):
     with pytest.raises(PlanError) as info:
         plan_builder.resolve({"renderer": {"name": "chatml", "x": 1}})
     assert issues(info)[0].endswith(
-        "[renderer].x: renderer 'chatml' has no key 'x'; renderer 'chatml' takes no keys")
+        "[renderer].x: renderer 'chatml' has no key 'x'; renderer 'chatml' takes no keys"
+    )
     with pytest.raises(PlanError) as info:
         plan_builder.resolve({"algorithm": {"loss": {"name": "dppo-tv", "delta": -1}}})
-    assert "[algorithm].loss.delta: loss 'dppo-tv': Input should be greater than 0" in issues(
-        info)[0]
+    assert (
+        "[algorithm].loss.delta: loss 'dppo-tv': Input should be greater than 0" in issues(info)[0]
+    )
 
 
 def test_unknown_section_and_key_suggest(plan_builder, components):
@@ -92,45 +93,66 @@ def test_unknown_section_and_key_suggest(plan_builder, components):
 
 def test_every_problem_is_reported_at_once(plan_builder, components):
     with pytest.raises(PlanError) as info:
-        plan_builder.resolve({"algorithm": {"loss": "nope", "advantage": "grpo"},
-                              "renderer": "chatm"})
+        plan_builder.resolve(
+            {"algorithm": {"loss": "nope", "advantage": "grpo"}, "renderer": "chatm"}
+        )
     locations = [i.location for i in info.value.issues]
     assert locations == ["[algorithm].loss", "[algorithm].advantage", "[renderer].name"]
     assert "pip install rllm-losses-ppo" in str(info.value.issues[1])
 
 
 def test_aux_losses_take_coefficients(plan_builder, components):
-    resolved = plan_builder.resolve({"algorithm": {
-        "loss": "dppo-tv",
-        "aux_losses": [{"name": "echo"}, {"name": "plain-aux", "coef": 0.5},
-                       {"name": "echo", "coef": 0.0}],
-    }})
+    resolved = plan_builder.resolve(
+        {
+            "algorithm": {
+                "loss": "dppo-tv",
+                "aux_losses": [
+                    {"name": "echo"},
+                    {"name": "plain-aux", "coef": 0.5},
+                    {"name": "echo", "coef": 0.0},
+                ],
+            }
+        }
+    )
     coefs = [c.coef for c in resolved if c.spec.role == "auxiliary"]
     assert coefs == [0.05, 0.5, 0.0]
 
 
 def test_aux_loss_without_coef_and_role_mixups(plan_builder, components):
     with pytest.raises(PlanError) as info:
-        plan_builder.resolve({"algorithm": {"loss": "echo",
-                                            "aux_losses": [{"name": "plain-aux"},
-                                                           {"name": "dppo-tv", "coef": 1}]}})
+        plan_builder.resolve(
+            {
+                "algorithm": {
+                    "loss": "echo",
+                    "aux_losses": [{"name": "plain-aux"}, {"name": "dppo-tv", "coef": 1}],
+                }
+            }
+        )
     text = issues(info)
     assert "[algorithm].loss: loss 'echo' is an auxiliary loss, not a policy one" in text[0]
-    assert "[algorithm].aux_losses[0].coef: auxiliary loss 'plain-aux' needs a coefficient" in (
-        text[1])
+    assert (
+        "[algorithm].aux_losses[0].coef: auxiliary loss 'plain-aux' needs a coefficient"
+        in (text[1])
+    )
     assert "loss 'dppo-tv' is a policy loss, not an auxiliary one" in text[2]
 
 
 def test_overrides_set_and_convert_bare_names():
     data = {"algorithm": {"loss": "dppo-tv"}, "run": {"steps": 3}}
-    apply_overrides(data, ["run.steps=20", "algorithm.loss.delta=0.2", "run.name=fast run",
-                           "sampling.top_p=0.9"], path="p.toml")
-    assert data == {"algorithm": {"loss": {"name": "dppo-tv", "delta": 0.2}},
-                    "run": {"steps": 20, "name": "fast run"}, "sampling": {"top_p": 0.9}}
+    apply_overrides(
+        data,
+        ["run.steps=20", "algorithm.loss.delta=0.2", "run.name=fast run", "sampling.top_p=0.9"],
+        path="p.toml",
+    )
+    assert data == {
+        "algorithm": {"loss": {"name": "dppo-tv", "delta": 0.2}},
+        "run": {"steps": 20, "name": "fast run"},
+        "sampling": {"top_p": 0.9},
+    }
 
 
 def test_malformed_override_is_a_plan_error():
-    with pytest.raises(PlanError, match="is not of the form section.key=value"):
+    with pytest.raises(PlanError, match=r"is not of the form section\.key=value"):
         apply_overrides({}, ["steps"], path="p.toml")
     with pytest.raises(PlanError, match="is a value, not a table"):
         apply_overrides({"run": {"steps": 1}}, ["run.steps.x=1"], path="p.toml")
@@ -154,8 +176,7 @@ def test_missing_file_and_bad_toml(tmp_path):
 def test_norm_length_required_for_sum_norm():
     with pytest.raises(PlanError, match="needs norm_length"):
         parse_plan({"algorithm": {"aggregation": "seq-mean-token-sum-norm"}})
-    plan = parse_plan({"algorithm": {"aggregation": "seq-mean-token-sum-norm",
-                                     "norm_length": 512}})
+    plan = parse_plan({"algorithm": {"aggregation": "seq-mean-token-sum-norm", "norm_length": 512}})
     assert plan.algorithm.norm_length == 512
 
 

@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
-
 from rllm_core import LossSpec, NoConfig, RendererSpec, lazy
 from rllm_core.plugins.specs import SPEC_TYPES, ComponentSpec, Kind, canonical_name
 
@@ -70,7 +69,8 @@ def test_no_config_rejects_keys():
 
 def test_factory_path_for_lazy_and_direct():
     assert LossSpec(name="a", factory=lazy("pkg.mod:Cls"), summary="s").factory_path == (
-        "pkg.mod:Cls")
+        "pkg.mod:Cls"
+    )
     assert LossSpec(name="a", factory=Config, summary="s").factory_path.endswith(":Config")
 
 

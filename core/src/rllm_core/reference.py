@@ -51,7 +51,8 @@ def hook_functions() -> list[Callable[..., Any]]:
     found = [
         obj
         for name, obj in vars(hookspecs).items()
-        if name.startswith("rllm_") and callable(obj)
+        if name.startswith("rllm_")
+        and callable(obj)
         and hasattr(obj, f"{hookspecs.PROJECT_NAME}_spec")
     ]
     return sorted(found, key=lambda fn: fn.__code__.co_firstlineno)
@@ -107,7 +108,7 @@ def _toml_value(value: Any) -> str:
     if hasattr(value, "value") and not isinstance(value, (int, float, str)):
         value = value.value
     try:
-        return tomli_w.dumps({"v": value}).strip()[len("v = "):]
+        return tomli_w.dumps({"v": value}).strip()[len("v = ") :]
     except TypeError:
         return repr(value)
 
@@ -204,8 +205,8 @@ def plan_reference_markdown(manager: PluginManager) -> str:
     lines.append(f"| `[[loggers]]` | {Kind.LOGGER.value} | Metrics loggers. |")
     lines += [
         "",
-        "In `[algorithm]`, `loss` and `advantage` take a name (`loss = \"dppo-tv\"`) or a table",
-        "(`loss = { name = \"dppo-tv\", delta = 0.2 }`); each `aux_losses` entry is a table with",
+        'In `[algorithm]`, `loss` and `advantage` take a name (`loss = "dppo-tv"`) or a table',
+        '(`loss = { name = "dppo-tv", delta = 0.2 }`); each `aux_losses` entry is a table with',
         "`name`, `coef` and the loss's keys.",
         "",
         "## Component keys",

@@ -211,7 +211,7 @@ class Trace(msgspec.Struct, kw_only=True, frozen=True):
 # --------------------------------------------------------------------------------------------
 
 
-class Termination(str, enum.Enum):
+class Termination(enum.StrEnum):
     """Why an episode ended. Infrastructure reasons are retried, never scored."""
 
     DONE = "done"
@@ -328,7 +328,7 @@ class Cut(msgspec.Struct, kw_only=True, frozen=True):
 # --------------------------------------------------------------------------------------------
 
 
-class NetworkPolicy(str, enum.Enum):
+class NetworkPolicy(enum.StrEnum):
     NONE = "none"
     FULL = "full"
 
@@ -411,7 +411,7 @@ class Grade(msgspec.Struct, kw_only=True, frozen=True):
 # --------------------------------------------------------------------------------------------
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     FAILED = "failed"

@@ -18,8 +18,13 @@ def docs() -> None:
 
 
 @docs.command("write")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Repository root that holds docs/.")
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Repository root that holds docs/.",
+)
 @click.option("--check", is_flag=True, help="Do not write; exit 1 if a page is out of date.")
 def write(root: Path, check: bool) -> None:
     """Write docs/plugins/hooks.md and docs/plan-reference.md."""
@@ -39,6 +44,5 @@ def write(root: Path, check: bool) -> None:
             target.write_text(text, encoding="utf-8")
             console.print(f"wrote {target}")
     if check and stale:
-        console.print("out of date: " + ", ".join(map(str, stale))
-                      + "; run `rllm-core docs write`")
+        console.print("out of date: " + ", ".join(map(str, stale)) + "; run `rllm-core docs write`")
         sys.exit(EXIT_FAILURE)

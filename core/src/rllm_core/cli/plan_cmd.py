@@ -61,6 +61,10 @@ def print_resolved(resolved: ResolvedPlan) -> None:
         if component.coef is not None:
             config = {"coef": component.coef, **config}
         shown = ", ".join(f"{k}={v!r}" for k, v in config.items()) or "-"
-        table.add_row(escape(component.where), f"{component.kind.value}:{component.name}",
-                      escape(component.provider), escape(shown))
+        table.add_row(
+            escape(component.where),
+            f"{component.kind.value}:{component.name}",
+            escape(component.provider),
+            escape(shown),
+        )
     console.print(table)

@@ -57,8 +57,9 @@ def plugins(as_json: bool, kind: str | None, verbose: bool, check: bool) -> None
 
 def _print_table(records: list[PluginRecord], kind: Kind | None, verbose: bool) -> None:
     if not records:
-        console.print("No rllm-core plugins are installed. Install one with"
-                      " `pip install rllm-<kind>-<name>`.")
+        console.print(
+            "No rllm-core plugins are installed. Install one with `pip install rllm-<kind>-<name>`."
+        )
         return
     table = Table(title="rllm-core plugins", title_justify="left")
     table.add_column("Plugin", no_wrap=True)
@@ -74,7 +75,12 @@ def _print_table(records: list[PluginRecord], kind: Kind | None, verbose: bool) 
             provides = f"[red]{escape(record.error or '')}[/]"
         elif record.status is PluginStatus.CONFLICT:
             provides += "\n" + "\n".join(f"[yellow]{escape(c)}[/]" for c in record.conflicts)
-        row = [escape(record.distribution), escape(record.version), f"[{style}]{record.status.value}[/]", provides]
+        row = [
+            escape(record.distribution),
+            escape(record.version),
+            f"[{style}]{record.status.value}[/]",
+            provides,
+        ]
         if verbose:
             row.append(escape(record.module))
         table.add_row(*row)

@@ -35,10 +35,15 @@ def missing_components(resolved: ResolvedPlan) -> list[PlanIssue]:
         key = key.lstrip(".") or None
         provider = FIRST_PARTY[kind][example]
         selector = f'{key} = "{example}"' if key else f'name = "{example}"'
-        issues.append(PlanIssue(
-            path=resolved.path, section=section, key=key,
-            message=f"a run needs a {kind.label}, and the plan selects none",
-            hint=f"add {selector} under [{section}] ({example} comes with {provider})"))
+        issues.append(
+            PlanIssue(
+                path=resolved.path,
+                section=section,
+                key=key,
+                message=f"a run needs a {kind.label}, and the plan selects none",
+                hint=f"add {selector} under [{section}] ({example} comes with {provider})",
+            )
+        )
     return issues
 
 
@@ -60,15 +65,20 @@ def run(plan_path: Path, overrides: tuple[str, ...]) -> None:
             try:
                 built.append(component.build())
             except Exception as exc:
-                fail(f"{component.where}: building {component.kind.value}:{component.name}"
-                     f" ({component.provider}) failed: {type(exc).__name__}: {exc}")
-            console.print(f"built {component.where}: {component.kind.value}:{component.name}",
-                          markup=False)
+                fail(
+                    f"{component.where}: building {component.kind.value}:{component.name}"
+                    f" ({component.provider}) failed: {type(exc).__name__}: {exc}"
+                )
+            console.print(
+                f"built {component.where}: {component.kind.value}:{component.name}", markup=False
+            )
     finally:
         for instance in reversed(built):
             close = getattr(instance, "close", None)
             if callable(close) and not asyncio.iscoroutinefunction(close):
                 close()
-    fail("every component was built, but this version of rllm-core has no training loop to"
-         " run them; use `rllm-core plan check` to validate plans", EXIT_FAILURE)
-
+    fail(
+        "every component was built, but this version of rllm-core has no training loop to"
+        " run them; use `rllm-core plan check` to validate plans",
+        EXIT_FAILURE,
+    )

@@ -24,8 +24,15 @@ def read_plan_file(path: str | Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PlanError(
-            [PlanIssue(path=label, section="", key=None, message="plan file not found",
-                       hint="check the path, or start from examples/quickstart/plan.toml")]
+            [
+                PlanIssue(
+                    path=label,
+                    section="",
+                    key=None,
+                    message="plan file not found",
+                    hint="check the path, or start from examples/quickstart/plan.toml",
+                )
+            ]
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError(
@@ -57,9 +64,16 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], *, path: str
         parts = [p.strip() for p in dotted.split(".")] if sep else []
         if not sep or len(parts) < 2 or not all(parts):
             raise PlanError(
-                [PlanIssue(path=path, section="", key=None, value=item,
-                           message=f"--set {item!r} is not of the form section.key=value",
-                           hint="for example --set run.steps=20")]
+                [
+                    PlanIssue(
+                        path=path,
+                        section="",
+                        key=None,
+                        value=item,
+                        message=f"--set {item!r} is not of the form section.key=value",
+                        hint="for example --set run.steps=20",
+                    )
+                ]
             )
         node: dict[str, Any] = data
         for depth, part in enumerate(parts[:-1]):
@@ -72,10 +86,16 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], *, path: str
                 node[part] = child
             elif not isinstance(child, dict):
                 raise PlanError(
-                    [PlanIssue(path=path, section=".".join(parts[: depth + 1]), key=None,
-                               value=item,
-                               message=f"--set {item!r}: {'.'.join(parts[: depth + 1])} is a"
-                               " value, not a table")]
+                    [
+                        PlanIssue(
+                            path=path,
+                            section=".".join(parts[: depth + 1]),
+                            key=None,
+                            value=item,
+                            message=f"--set {item!r}: {'.'.join(parts[: depth + 1])} is a"
+                            " value, not a table",
+                        )
+                    ]
                 )
             node = child
         node[parts[-1]] = _parse_value(raw.strip())
@@ -132,8 +152,13 @@ def did_you_mean(value: str, choices: Iterable[str]) -> str | None:
 
 
 def issues_from_validation(
-    exc: ValidationError, *, path: str, model: type[BaseModel] | None = None,
-    section: str | None = None, prefix: Sequence[str] = (), owner: str | None = None
+    exc: ValidationError,
+    *,
+    path: str,
+    model: type[BaseModel] | None = None,
+    section: str | None = None,
+    prefix: Sequence[str] = (),
+    owner: str | None = None,
 ) -> list[PlanIssue]:
     """Translate pydantic errors into located plan issues with valid keys and suggestions.
 
@@ -157,19 +182,28 @@ def issues_from_validation(
             if section is None and len(loc) == 1:
                 sections = sorted(Plan.model_fields)
                 guess = did_you_mean(last, sections)
-                issues.append(PlanIssue(
-                    path=path, section=last, key=None, value=last,
-                    message=f"unknown section [{last}]"
-                    + (f"; did you mean [{guess}]?" if guess else ""),
-                    hint="valid sections: " + ", ".join(f"[{s}]" for s in sections)))
+                issues.append(
+                    PlanIssue(
+                        path=path,
+                        section=last,
+                        key=None,
+                        value=last,
+                        message=f"unknown section [{last}]"
+                        + (f"; did you mean [{guess}]?" if guess else ""),
+                        hint="valid sections: " + ", ".join(f"[{s}]" for s in sections),
+                    )
+                )
                 continue
             what = f"{owner} has no key {last!r}" if owner else f"unknown key {last!r}"
             guess = did_you_mean(last, valid)
             if guess:
                 what += f"; did you mean {guess!r}?"
-            hint = ("valid keys: " + ", ".join(valid)) if valid else f"{owner or 'it'} takes no keys"
-            issues.append(PlanIssue(path=path, section=sec, key=key, value=last,
-                                    message=what, hint=hint))
+            hint = (
+                ("valid keys: " + ", ".join(valid)) if valid else f"{owner or 'it'} takes no keys"
+            )
+            issues.append(
+                PlanIssue(path=path, section=sec, key=key, value=last, message=what, hint=hint)
+            )
             continue
         shown = value if isinstance(value, (str, int, float, bool)) else None
         message = error["msg"]
@@ -177,8 +211,9 @@ def issues_from_validation(
             message = f"{message} (got {shown!r})"
         if owner:
             message = f"{owner}: {message}"
-        issues.append(PlanIssue(path=path, section=sec, key=key or None, value=shown,
-                                message=message))
+        issues.append(
+            PlanIssue(path=path, section=sec, key=key or None, value=shown, message=message)
+        )
     return issues
 
 
@@ -196,4 +231,3 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Plan, di
     data = read_plan_file(path)
     data = apply_overrides(data, overrides, path=label)
     return parse_plan(data, path=label), data
-

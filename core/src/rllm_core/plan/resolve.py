@@ -91,7 +91,11 @@ class ResolvedPlan:
 
 
 def _component_issue(
-    exc: UnknownComponentError | ComponentConflictError, *, path: str, section: str, key: str,
+    exc: UnknownComponentError | ComponentConflictError,
+    *,
+    path: str,
+    section: str,
+    key: str,
     value: str,
 ) -> PlanIssue:
     return PlanIssue(path=path, section=section, key=key, value=value, message=str(exc))
@@ -110,11 +114,13 @@ class _Resolver:
         if algorithm.loss is not None:
             self.resolve(algorithm.loss, Kind.LOSS, section="algorithm", key="loss", role="policy")
         if algorithm.advantage is not None:
-            self.resolve(algorithm.advantage, Kind.ADVANTAGE_ESTIMATOR, section="algorithm",
-                         key="advantage")
+            self.resolve(
+                algorithm.advantage, Kind.ADVANTAGE_ESTIMATOR, section="algorithm", key="advantage"
+            )
         for index, ref in enumerate(algorithm.aux_losses):
-            self.resolve(ref, Kind.LOSS, section="algorithm", key=f"aux_losses[{index}]",
-                         role="auxiliary")
+            self.resolve(
+                ref, Kind.LOSS, section="algorithm", key=f"aux_losses[{index}]", role="auxiliary"
+            )
         for section, kind in COMPONENT_SECTIONS.items():
             ref = getattr(self.plan, section)
             if ref is not None:
@@ -123,25 +129,40 @@ class _Resolver:
             self.resolve(ref, Kind.LOGGER, section=f"loggers[{index}]", key=None)
 
     def resolve(
-        self, ref: ComponentRef, kind: Kind, *, section: str, key: str | None,
+        self,
+        ref: ComponentRef,
+        kind: Kind,
+        *,
+        section: str,
+        key: str | None,
         role: str | None = None,
     ) -> None:
-        name_key = key if key is not None and not ref.options else (
-            f"{key}.name" if key is not None else "name")
+        name_key = (
+            key
+            if key is not None and not ref.options
+            else (f"{key}.name" if key is not None else "name")
+        )
         where = f"[{section}].{key}" if key is not None else f"[{section}]"
         try:
             record = self.manager.get_record(kind, ref.name)
         except (UnknownComponentError, ComponentConflictError) as exc:
-            self.issues.append(_component_issue(exc, path=self.path, section=section,
-                                                key=name_key, value=ref.name))
+            self.issues.append(
+                _component_issue(exc, path=self.path, section=section, key=name_key, value=ref.name)
+            )
             return
         spec = record.spec
         if role is not None and isinstance(spec, LossSpec) and spec.role != role:
             wanted = "aux_losses" if spec.role == "auxiliary" else "loss"
-            self.issues.append(PlanIssue(
-                path=self.path, section=section, key=name_key, value=ref.name,
-                message=f"loss {spec.name!r} is {_ROLE[spec.role]} loss, not {_ROLE[role]} one",
-                hint=f"select it with [algorithm].{wanted}"))
+            self.issues.append(
+                PlanIssue(
+                    path=self.path,
+                    section=section,
+                    key=name_key,
+                    value=ref.name,
+                    message=f"loss {spec.name!r} is {_ROLE[spec.role]} loss, not {_ROLE[role]} one",
+                    hint=f"select it with [algorithm].{wanted}",
+                )
+            )
             return
         options = ref.options
         coef: float | None = None
@@ -149,17 +170,28 @@ class _Resolver:
             takes_coef = AUX_COEF_KEY in spec.config.model_fields
             raw = options.get(AUX_COEF_KEY)
             if raw is None and not takes_coef:
-                self.issues.append(PlanIssue(
-                    path=self.path, section=section, key=f"{key}.{AUX_COEF_KEY}",
-                    message=f"auxiliary loss {spec.name!r} needs a coefficient",
-                    hint=f'write {{ name = "{spec.name}", coef = 0.05 }}'))
+                self.issues.append(
+                    PlanIssue(
+                        path=self.path,
+                        section=section,
+                        key=f"{key}.{AUX_COEF_KEY}",
+                        message=f"auxiliary loss {spec.name!r} needs a coefficient",
+                        hint=f'write {{ name = "{spec.name}", coef = 0.05 }}',
+                    )
+                )
                 return
             if not takes_coef:
                 options.pop(AUX_COEF_KEY)
                 if not isinstance(raw, (int, float)) or isinstance(raw, bool):
-                    self.issues.append(PlanIssue(
-                        path=self.path, section=section, key=f"{key}.{AUX_COEF_KEY}", value=raw,
-                        message=f"coef must be a number (got {raw!r})"))
+                    self.issues.append(
+                        PlanIssue(
+                            path=self.path,
+                            section=section,
+                            key=f"{key}.{AUX_COEF_KEY}",
+                            value=raw,
+                            message=f"coef must be a number (got {raw!r})",
+                        )
+                    )
                     return
                 coef = float(raw)
         owner = f"{kind.label} {spec.name!r}"
@@ -167,18 +199,27 @@ class _Resolver:
             config = spec.validate_config(options)
         except ValidationError as exc:
             prefix = [key] if key is not None else []
-            self.issues.extend(issues_from_validation(
-                exc, path=self.path, model=spec.config, section=section, prefix=prefix,
-                owner=owner))
+            self.issues.extend(
+                issues_from_validation(
+                    exc,
+                    path=self.path,
+                    model=spec.config,
+                    section=section,
+                    prefix=prefix,
+                    owner=owner,
+                )
+            )
             return
         if role == "auxiliary" and coef is None:
             coef = float(getattr(config, AUX_COEF_KEY))
         self.components[where] = ResolvedComponent(
-            where=where, spec=spec, config=config, provider=record.plugin.label, coef=coef)
+            where=where, spec=spec, config=config, provider=record.plugin.label, coef=coef
+        )
 
 
-def resolve_plan(plan: Plan, *, manager: PluginManager | None = None,
-                 path: str = "<plan>") -> ResolvedPlan:
+def resolve_plan(
+    plan: Plan, *, manager: PluginManager | None = None, path: str = "<plan>"
+) -> ResolvedPlan:
     """Resolve every component of ``plan``; raises :class:`PlanError` listing every problem."""
     resolver = _Resolver(plan, manager or get_plugin_manager(), path)
     resolver.run()

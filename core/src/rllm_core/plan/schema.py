@@ -57,7 +57,9 @@ class ComponentRef(BaseModel):
 
 
 class RunSection(_Section):
-    name: str = Field("run", description="Run name; the run folder is `<output_dir>/<name>-<timestamp>`.")
+    name: str = Field(
+        "run", description="Run name; the run folder is `<output_dir>/<name>-<timestamp>`."
+    )
     seed: int = Field(0, description="Seed for data order, sampling and initialization.")
     steps: int = Field(10, ge=1, description="Number of training steps.")
     output_dir: str = Field("runs", description="Folder that receives run folders.")
@@ -80,7 +82,9 @@ class AlgorithmSection(_Section):
             " the loss's keys."
         ),
     )
-    aggregation: AggregationMode = Field("token-mean", description="How per-token losses reduce to a scalar.")
+    aggregation: AggregationMode = Field(
+        "token-mean", description="How per-token losses reduce to a scalar."
+    )
     norm_length: int | None = Field(
         None,
         ge=1,

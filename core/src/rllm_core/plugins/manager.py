@@ -64,7 +64,7 @@ DISABLE_ENV = "RLLM_CORE_DISABLE_PLUGINS"
 S = TypeVar("S", bound=ComponentSpec)
 
 
-class PluginStatus(str, enum.Enum):
+class PluginStatus(enum.StrEnum):
     ACTIVE = "active"
     DISABLED = "disabled"
     ERROR = "error"
@@ -467,9 +467,7 @@ class PluginManager:
         return self._typed(Kind.LOGGER, name, LoggerSpec)
 
     def has_errors(self) -> bool:
-        return any(
-            r.status in (PluginStatus.ERROR, PluginStatus.CONFLICT) for r in self.plugins()
-        )
+        return any(r.status in (PluginStatus.ERROR, PluginStatus.CONFLICT) for r in self.plugins())
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -519,4 +517,3 @@ def reset_plugin_manager() -> None:
     """Forget the process-wide manager (tests, or after installing a plugin in-process)."""
     global _DEFAULT
     _DEFAULT = None
-

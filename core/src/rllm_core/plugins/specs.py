@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-class Kind(str, enum.Enum):
+class Kind(enum.StrEnum):
     """Component kinds. The value is what ``rllm-core plugins`` shows before ``:name``."""
 
     LOSS = "loss"

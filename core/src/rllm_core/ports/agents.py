@@ -50,4 +50,6 @@ class Harness(Protocol):
                                     sandbox)
     """
 
-    async def run(self, task: Task, llm: LLMEndpoint, sandbox: Sandbox | None) -> HarnessOutcome: ...
+    async def run(
+        self, task: Task, llm: LLMEndpoint, sandbox: Sandbox | None
+    ) -> HarnessOutcome: ...

@@ -46,7 +46,9 @@ def write_fake_distribution(
     (dist_info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8"
     )
-    lines = [f"[{PROJECT_NAME}]"] + [f"{ep} = {target}" for ep, target in (entry_points or {}).items()]
+    lines = [f"[{PROJECT_NAME}]"] + [
+        f"{ep} = {target}" for ep, target in (entry_points or {}).items()
+    ]
     (dist_info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     written = []
     for module, source in (modules or {}).items():

@@ -1,0 +1,79 @@
+"""The entry module: what it registers, its configs, and that it imports light."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+from rllm_core.plugins import Kind, PluginManager
+from rllm_core.plugins.catalog import known_provider
+from rllm_losses_dppo import plugin
+
+DISTRIBUTION = "rllm-losses-dppo"
+SPECS = list(plugin.rllm_losses())
+
+
+def test_manager_collects_both_losses():
+    manager = PluginManager(load_entry_points=False)
+    manager.register(plugin, name="dppo", distribution=DISTRIBUTION)
+    assert manager.names(Kind.LOSS) == ["dppo-kl", "dppo-tv"]
+    assert manager.get_loss("DPPO_TV").role == "policy"
+    assert manager.get_loss("dppo-kl").role == "policy"
+
+
+def test_entry_point_names_the_plugin_module():
+    (entry_point,) = [
+        ep for ep in importlib.metadata.entry_points(group="rllm_core") if ep.name == "dppo"
+    ]
+    assert entry_point.value == "rllm_losses_dppo.plugin"
+    assert entry_point.dist is not None and entry_point.dist.name == DISTRIBUTION
+
+
+def test_core_catalog_points_at_this_distribution():
+    for spec in SPECS:
+        assert known_provider(spec.kind, spec.name) == DISTRIBUTION, spec.key
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.key)
+def test_every_option_is_described(spec):
+    assert spec.config.model_config.get("extra") == "forbid"
+    for name, field in spec.config.model_fields.items():
+        assert field.description, f"{spec.key}: option {name!r} has no description"
+
+
+def test_defaults():
+    assert plugin.DPPOTVConfig().model_dump() == {"delta": 0.15, "ratio_cap": None}
+    assert plugin.DPPOKLConfig().model_dump() == {"delta": 0.05, "ratio_cap": None}
+
+
+@pytest.mark.parametrize(
+    ("config", "values"),
+    [
+        (plugin.DPPOTVConfig, {"delta": 0.0}),
+        (plugin.DPPOTVConfig, {"delta": 1.5}),
+        (plugin.DPPOKLConfig, {"delta": -0.1}),
+        (plugin.DPPOKLConfig, {"ratio_cap": 0.0}),
+        (plugin.DPPOKLConfig, {"delta": float("nan")}),
+        (plugin.DPPOTVConfig, {"clip_ratio": 0.2}),
+    ],
+)
+def test_invalid_options_are_rejected_with_the_key(config, values):
+    with pytest.raises(ValidationError) as info:
+        config(**values)
+    (key,) = values
+    assert key in str(info.value)
+
+
+def test_entry_module_does_not_import_torch():
+    code = (
+        "import sys, rllm_losses_dppo.plugin as p\n"
+        "list(p.rllm_losses())\n"
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

@@ -1,0 +1,228 @@
+"""Entry module of rllm-losses-ppo: config models and the specs the registry hooks yield.
+
+Imports only ``rllm_core``, pydantic and the standard library; every implementation is named
+with :func:`rllm_core.lazy`, so torch loads only when a plan builds a loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from rllm_core import AdvantageEstimatorSpec, LossSpec, NoConfig, hookimpl, lazy
+
+__all__ = [
+    "CISPOConfig",
+    "GRPOConfig",
+    "GSPOConfig",
+    "PPOClipConfig",
+    "PRPOConfig",
+    "ReinforceAdvantageConfig",
+    "ReinforceLossConfig",
+    "ReinforcePlusPlusBaselineConfig",
+    "rllm_advantage_estimators",
+    "rllm_losses",
+]
+
+StdKind = Literal["sample", "population"]
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# ---------------------------------------------------------------- advantage estimators
+
+
+_EPSILON_DESCRIPTION = (
+    "Added to the standard deviation before dividing, so a tiny spread cannot blow advantages up."
+)
+_STD_DESCRIPTION = (
+    "How the standard deviation is estimated: 'sample' divides the squared deviations by n-1"
+    " (unbiased, what torch.std computes and what published GRPO runs used), 'population'"
+    " divides by n."
+)
+
+
+class GRPOConfig(_Config):
+    """Group-relative advantages: reward minus the group mean, optionally over the group std."""
+
+    normalize_std: bool = Field(
+        True,
+        description=(
+            "Divide by the group's standard deviation plus epsilon. false gives the centered"
+            " advantages of Dr. GRPO (reward minus group mean), which do not up-weight groups"
+            " whose rewards barely differ."
+        ),
+    )
+    epsilon: float = Field(1e-6, ge=0.0, description=_EPSILON_DESCRIPTION)
+    std: StdKind = Field("sample", description=_STD_DESCRIPTION)
+
+
+class ReinforceAdvantageConfig(_Config):
+    """The raw reward, minus an optional constant baseline."""
+
+    baseline: float = Field(
+        0.0, description="A constant subtracted from every reward (0 keeps the raw reward)."
+    )
+
+
+class ReinforcePlusPlusBaselineConfig(_Config):
+    """Group mean baseline, then normalization by the standard deviation over the whole batch."""
+
+    epsilon: float = Field(1e-6, ge=0.0, description=_EPSILON_DESCRIPTION)
+    std: StdKind = Field("sample", description=_STD_DESCRIPTION)
+
+
+class PRPOConfig(_Config):
+    """Batch-wide normalization: reward minus the batch mean, over the batch std."""
+
+    epsilon: float = Field(1e-6, ge=0.0, description=_EPSILON_DESCRIPTION)
+    std: StdKind = Field("sample", description=_STD_DESCRIPTION)
+
+
+# ---------------------------------------------------------------- policy losses
+
+
+class PPOClipConfig(_Config):
+    """Clipped surrogate of PPO with decoupled clip ranges and optional dual clip."""
+
+    eps_low: float = Field(
+        0.2,
+        ge=0.0,
+        lt=1.0,
+        description="The ratio is clipped below at 1 - eps_low (PPO's epsilon, 0.2).",
+    )
+    eps_high: float = Field(
+        0.2,
+        ge=0.0,
+        description=(
+            "The ratio is clipped above at 1 + eps_high. 0.2 is symmetric PPO; DAPO's"
+            " 'clip-higher' uses 0.28 so that unlikely tokens can gain probability faster."
+        ),
+    )
+    dual_clip_c: float | None = Field(
+        None,
+        gt=1.0,
+        description=(
+            "Dual-clip constant c (> 1): for negative advantages the per-token loss is capped at"
+            " c * |A|, so one token with a huge ratio cannot dominate the step. Unset disables it."
+        ),
+    )
+
+
+class CISPOConfig(_Config):
+    """Clipped importance-sampling weight, detached, times the logprob (MiniMax-M1)."""
+
+    eps_low: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "The weight is clipped below at 1 - eps_low. 1.0 (a floor of 0) imposes no lower"
+            " bound, as in MiniMax-M1, which tunes only the upper bound."
+        ),
+    )
+    eps_high: float = Field(
+        0.28,
+        ge=0.0,
+        description="The weight is clipped above at 1 + eps_high.",
+    )
+
+
+class GSPOConfig(_Config):
+    """Sequence-level ratio (geometric mean of token ratios), clipped, broadcast per token."""
+
+    eps_low: float = Field(
+        3e-4,
+        ge=0.0,
+        lt=1.0,
+        description=(
+            "The sequence ratio is clipped below at 1 - eps_low. Sequence ratios stay much closer"
+            " to 1 than token ratios, hence the GSPO paper's small 3e-4."
+        ),
+    )
+    eps_high: float = Field(
+        4e-4,
+        ge=0.0,
+        description="The sequence ratio is clipped above at 1 + eps_high (GSPO paper: 4e-4).",
+    )
+
+
+class ReinforceLossConfig(_Config):
+    """Importance-sampled REINFORCE with an optional cap on the weight."""
+
+    ratio_cap: float | None = Field(
+        None,
+        gt=0.0,
+        description=(
+            "Cap on the detached importance weight (truncated importance sampling). Unset keeps"
+            " the full ratio, which is exactly 1 when training is on-policy."
+        ),
+    )
+
+
+# ---------------------------------------------------------------- hooks
+
+
+@hookimpl
+def rllm_advantage_estimators() -> Iterator[AdvantageEstimatorSpec]:
+    yield AdvantageEstimatorSpec(
+        name="grpo",
+        factory=lazy("rllm_losses_ppo.advantages:GRPO"),
+        config=GRPOConfig,
+        summary="reward minus group mean, divided by group std (std off: Dr. GRPO centering)",
+    )
+    yield AdvantageEstimatorSpec(
+        name="rloo",
+        factory=lazy("rllm_losses_ppo.advantages:RLOO"),
+        config=NoConfig,
+        summary="reward minus the mean of the other rewards of its group (leave-one-out)",
+    )
+    yield AdvantageEstimatorSpec(
+        name="reinforce",
+        factory=lazy("rllm_losses_ppo.advantages:Reinforce"),
+        config=ReinforceAdvantageConfig,
+        summary="raw reward minus an optional constant baseline",
+    )
+    yield AdvantageEstimatorSpec(
+        name="reinforce-plus-plus-baseline",
+        factory=lazy("rllm_losses_ppo.advantages:ReinforcePlusPlusBaseline"),
+        config=ReinforcePlusPlusBaselineConfig,
+        summary="reward minus group mean, divided by the std over the whole batch (REINFORCE++)",
+    )
+    yield AdvantageEstimatorSpec(
+        name="prpo",
+        factory=lazy("rllm_losses_ppo.advantages:PRPO"),
+        config=PRPOConfig,
+        summary="reward minus batch mean, divided by batch std",
+    )
+
+
+@hookimpl
+def rllm_losses() -> Iterator[LossSpec]:
+    yield LossSpec(
+        name="ppo-clip",
+        factory=lazy("rllm_losses_ppo.ppo_clip:PPOClip"),
+        config=PPOClipConfig,
+        summary="PPO clipped surrogate with decoupled clip range and optional dual clip",
+    )
+    yield LossSpec(
+        name="cispo",
+        factory=lazy("rllm_losses_ppo.cispo:CISPO"),
+        config=CISPOConfig,
+        summary="clipped, detached importance weight times advantage times logprob (MiniMax-M1)",
+    )
+    yield LossSpec(
+        name="gspo",
+        factory=lazy("rllm_losses_ppo.gspo:GSPO"),
+        config=GSPOConfig,
+        summary="clipped surrogate on the sequence-level ratio, broadcast to its tokens (Qwen)",
+    )
+    yield LossSpec(
+        name="reinforce",
+        factory=lazy("rllm_losses_ppo.reinforce:Reinforce"),
+        config=ReinforceLossConfig,
+        summary="importance-sampled REINFORCE: detached ratio times advantage times logprob",
+    )

@@ -1,0 +1,109 @@
+"""The entry module: what it registers, its configs, and that it imports light."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+from rllm_core.plugins import Kind, PluginManager
+from rllm_core.plugins.catalog import known_provider
+from rllm_losses_ppo import plugin
+
+DISTRIBUTION = "rllm-losses-ppo"
+LOSS_NAMES = ["cispo", "gspo", "ppo-clip", "reinforce"]
+ESTIMATOR_NAMES = ["grpo", "prpo", "reinforce", "reinforce-plus-plus-baseline", "rloo"]
+ALL_SPECS = [*plugin.rllm_losses(), *plugin.rllm_advantage_estimators()]
+
+
+def test_manager_collects_every_component():
+    manager = PluginManager(load_entry_points=False)
+    manager.register(plugin, name="ppo", distribution=DISTRIBUTION)
+    assert manager.names(Kind.LOSS) == LOSS_NAMES
+    assert manager.names(Kind.ADVANTAGE_ESTIMATOR) == ESTIMATOR_NAMES
+    assert all(manager.get_loss(name).role == "policy" for name in LOSS_NAMES)
+
+
+def test_entry_point_names_the_plugin_module():
+    (entry_point,) = [
+        ep for ep in importlib.metadata.entry_points(group="rllm_core") if ep.name == "ppo"
+    ]
+    assert entry_point.value == "rllm_losses_ppo.plugin"
+    assert entry_point.dist is not None and entry_point.dist.name == DISTRIBUTION
+
+
+def test_core_catalog_points_at_this_distribution():
+    for spec in ALL_SPECS:
+        assert known_provider(spec.kind, spec.name) == DISTRIBUTION, spec.key
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda spec: spec.key)
+def test_every_option_is_described_and_defaults_validate(spec):
+    assert spec.config.model_config.get("extra") == "forbid"
+    for name, field in spec.config.model_fields.items():
+        assert field.description, f"{spec.key}: option {name!r} has no description"
+    spec.validate_config({})
+
+
+def test_entry_module_imports_neither_torch_nor_numpy():
+    code = (
+        "import sys, rllm_losses_ppo.plugin as p\n"
+        "list(p.rllm_losses()); list(p.rllm_advantage_estimators())\n"
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_advantage_estimators_import_no_numpy():
+    code = (
+        "import sys, rllm_losses_ppo.advantages\n"
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_defaults():
+    assert plugin.PPOClipConfig().model_dump() == {
+        "eps_low": 0.2,
+        "eps_high": 0.2,
+        "dual_clip_c": None,
+    }
+    assert plugin.CISPOConfig().model_dump() == {"eps_low": 1.0, "eps_high": 0.28}
+    assert plugin.GSPOConfig().model_dump() == {"eps_low": 3e-4, "eps_high": 4e-4}
+    assert plugin.ReinforceLossConfig().model_dump() == {"ratio_cap": None}
+    assert plugin.GRPOConfig().model_dump() == {
+        "normalize_std": True,
+        "epsilon": 1e-6,
+        "std": "sample",
+    }
+    assert plugin.ReinforceAdvantageConfig().model_dump() == {"baseline": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("config", "values"),
+    [
+        (plugin.PPOClipConfig, {"eps_low": 1.0}),
+        (plugin.PPOClipConfig, {"eps_high": -0.1}),
+        (plugin.PPOClipConfig, {"dual_clip_c": 1.0}),
+        (plugin.PPOClipConfig, {"clip": 0.2}),
+        (plugin.CISPOConfig, {"eps_low": 1.5}),
+        (plugin.GSPOConfig, {"eps_high": float("nan")}),
+        (plugin.ReinforceLossConfig, {"ratio_cap": 0.0}),
+        (plugin.GRPOConfig, {"std": "biased"}),
+        (plugin.GRPOConfig, {"epsilon": -1e-6}),
+        (plugin.ReinforceAdvantageConfig, {"baseline": float("inf")}),
+    ],
+)
+def test_invalid_options_are_rejected_with_the_value(config, values):
+    with pytest.raises(ValidationError) as info:
+        config(**values)
+    (key,) = values
+    assert key in str(info.value)
