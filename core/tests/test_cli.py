@@ -215,7 +215,7 @@ def test_plan_check_prints_resolved_plan_with_overrides(fake_distributions, tmp_
     )
     assert result.returncode == 0, result.stderr
     assert "[run].steps" in result.stdout and "7" in result.stdout
-    assert "loss:alpha" in result.stdout and "scale=0.5" in result.stdout
+    assert "loss:alpha" in result.stdout and "scale = 0.5" in result.stdout
     data = json.loads(
         cli(
             "plan", "check", str(plan), "--json", "--set", "run.steps=7", fakes=fake_distributions

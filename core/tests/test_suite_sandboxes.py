@@ -179,6 +179,10 @@ class ReadsStdoutBeforeStderr(SubprocessSandbox):
             await asyncio.sleep(timeout + 30)
         finally:
             self._kill_tree(transport.get_pid())
+            for _ in range(200):
+                if transport.get_returncode() is not None:
+                    break
+                await asyncio.sleep(0.01)
             transport.close()
         raise AssertionError("unreachable: the sleep above is cancelled first")
 

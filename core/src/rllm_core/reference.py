@@ -34,6 +34,7 @@ __all__ = [
     "hooks_markdown",
     "plan_keys",
     "plan_reference_markdown",
+    "toml_literal",
     "write_pages",
 ]
 
@@ -104,7 +105,10 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _toml_value(value: Any) -> str:
+def toml_literal(value: Any) -> str:
+    """``value`` as it would be written in plan.toml (``unset`` for None)."""
+    if value is None:
+        return "unset"
     if hasattr(value, "value") and not isinstance(value, (int, float, str)):
         value = value.value
     try:
@@ -118,12 +122,12 @@ def _default(field: FieldInfo) -> str:
         value = field.default_factory()  # type: ignore[call-arg]
         if isinstance(value, BaseModel):
             return "(table)"
-        return f"`{_toml_value(value)}`"
+        return f"`{toml_literal(value)}`"
     if field.default is PydanticUndefined:
         return "required"
     if field.default is None:
         return "unset"
-    return f"`{_toml_value(field.default)}`"
+    return f"`{toml_literal(field.default)}`"
 
 
 def _rows(model: type[BaseModel]) -> Iterator[tuple[str, str, str, str]]:

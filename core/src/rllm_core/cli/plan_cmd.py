@@ -11,6 +11,7 @@ from rich.table import Table
 from rllm_core.cli.output import console, fail_plan, print_json
 from rllm_core.errors import PlanError
 from rllm_core.plan import ResolvedPlan, resolve_plan_file
+from rllm_core.reference import toml_literal
 
 SET_HELP = "Override a plan key: section.key=value (value parsed as TOML). Repeatable."
 
@@ -46,7 +47,7 @@ def print_resolved(resolved: ResolvedPlan) -> None:
         for key, value in values.items():
             if key in ("loss", "advantage", "aux_losses"):
                 continue
-            settings.add_row(escape(f"[{section}].{key}"), escape(repr(value)))
+            settings.add_row(escape(f"[{section}].{key}"), escape(toml_literal(value)))
     console.print(settings)
     if not resolved.components:
         console.print("no components selected")
@@ -54,13 +55,13 @@ def print_resolved(resolved: ResolvedPlan) -> None:
     table = Table(title="components", title_justify="left")
     table.add_column("Where", no_wrap=True)
     table.add_column("Component", no_wrap=True)
-    table.add_column("Provider", no_wrap=True)
-    table.add_column("Config")
+    table.add_column("Provider", overflow="fold")
+    table.add_column("Config", min_width=24, overflow="fold")
     for component in resolved:
         config = component.config.model_dump(mode="json")
         if component.coef is not None:
             config = {"coef": component.coef, **config}
-        shown = ", ".join(f"{k}={v!r}" for k, v in config.items()) or "-"
+        shown = "\n".join(f"{k} = {toml_literal(v)}" for k, v in config.items()) or "-"
         table.add_row(
             escape(component.where),
             f"{component.kind.value}:{component.name}",
