@@ -19,10 +19,12 @@ class TraceStore(Protocol):
     - ``append(record)`` stores one record; appending a record whose ``trace_id`` exists
       replaces it (a replayed request overwrites in place).
     - ``session(session_id)`` returns every trace of the session with full prompts rebuilt
-      byte-exactly, in (lineage, turn) order. Records may have landed in any order. A record
+      byte-exactly, sorted by ``lineage_id`` (as a string) then ``turn``; records sharing a
+      turn (forks) come in a stable order, the same in ``session`` and ``chain``. Records may have landed in any order. A record
       whose ancestor is missing comes back with ``chain_complete=False``; nothing is
       fabricated. Unknown sessions return ``[]``.
-    - ``chain(session_id)`` returns the stored records as they are (compact form), same order.
+    - ``chain(session_id)`` returns the stored records as they are (compact form), same order;
+      ``[]`` for an unknown session.
     - ``sessions()`` lists session ids; ``delete_session`` removes one (a no-op if absent).
     - ``close()`` flushes; what ``append`` returned for survives a restart.
 
@@ -52,15 +54,19 @@ class SampleBuffer(Protocol):
 
     Contract:
 
-    - ``append(samples)`` assigns each sample the next ``sequence`` number and returns the
-      stored samples. Once it returns, they survive a crash (kill -9) of the process.
+    - ``append(samples)`` assigns each sample the next ``sequence`` number (the first is 0)
+      and returns the stored samples. Once it returns, they survive a crash (kill -9) of the
+      process.
     - ``select(max_samples, min_weight_version)`` returns the oldest samples after the committed
       watermark, skipping (and counting as stale) those sampled by a policy older than
       ``min_weight_version``. It does not consume: calling it twice returns the same batch.
-      ``watermark`` is the sequence of the last sample considered.
+      ``watermark`` is the sequence of the last sample considered; on an empty selection it
+      equals ``committed()``.
     - ``commit(watermark)`` marks everything up to it consumed, durably. Committing backwards is
-      an error. ``committed()`` returns the current watermark (``-1`` when nothing was
-      committed).
+      a ``ValueError``; committing the current watermark again does nothing. ``committed()``
+      returns the current watermark (``-1`` when nothing was committed).
+    - ``pending()`` counts the appended samples after the committed watermark, stale ones
+      included.
     - A new instance opened on the same location sees the same samples and watermark.
 
     Example::
@@ -90,7 +96,8 @@ class ObjectStore(Protocol):
 
     Contract:
 
-    - Keys are ``/``-separated relative paths without ``..`` segments; an invalid key raises
+    - Keys are ``/``-separated relative paths of non-empty segments, none of them ``..``; an
+      invalid key (``""``, ``"/abs"``, ``"a//b"``, ``"a/"``, ``"a/../b"``) raises
       ``ValueError``.
     - ``put(key, data, if_absent=False)`` stores atomically: readers see the old or the new
       bytes, never a mix. With ``if_absent=True`` it raises ``ObjectExistsError`` when the key
