@@ -148,13 +148,13 @@ def test_unknown_first_party_component_names_its_package(plugin_manager):
 def test_missing_component_of_a_broken_first_party_plugin_shows_the_failure(
     fake_distributions, monkeypatch
 ):
-    monkeypatch.setitem(FIRST_PARTY[Kind.LOSS], "omega", "rllm-losses-omega")
-    fake(fake_distributions, "rllm-losses-omega", "fake_omega", BROKEN_IMPORT)
+    monkeypatch.setitem(FIRST_PARTY[Kind.LOSS], "omega", "rllm-loss-omega")
+    fake(fake_distributions, "rllm-loss-omega", "fake_omega", BROKEN_IMPORT)
     pm = manager()
     with pytest.raises(UnknownComponentError) as info:
         pm.get_loss("omega")
     message = str(info.value)
-    assert "rllm-losses-omega 1.0.0, which failed to load" in message
+    assert "rllm-loss-omega 1.0.0, which failed to load" in message
     assert "this plugin is broken on purpose" in message
 
 
@@ -226,8 +226,8 @@ def test_unregister_removes_components(plugin_manager, register_plugin):
 def test_missing_component_of_a_disabled_first_party_plugin_says_so(
     fake_distributions, monkeypatch
 ):
-    monkeypatch.setitem(FIRST_PARTY[Kind.LOSS], "omega", "rllm-losses-omega")
-    fake(fake_distributions, "rllm-losses-omega", "fake_omega", loss_plugin("omega"))
-    pm = manager(disabled=["rllm-losses-omega"])
+    monkeypatch.setitem(FIRST_PARTY[Kind.LOSS], "omega", "rllm-loss-omega")
+    fake(fake_distributions, "rllm-loss-omega", "fake_omega", loss_plugin("omega"))
+    pm = manager(disabled=["rllm-loss-omega"])
     with pytest.raises(UnknownComponentError, match="which is disabled by RLLM_CORE_DISABLE"):
         pm.get_loss("omega")

@@ -12,20 +12,20 @@ __all__ = ["FIRST_PARTY", "known_provider"]
 
 FIRST_PARTY: dict[Kind, dict[str, str]] = {
     Kind.LOSS: {
-        "ppo-clip": "rllm-losses-ppo",
-        "cispo": "rllm-losses-ppo",
-        "gspo": "rllm-losses-ppo",
-        "reinforce": "rllm-losses-ppo",
-        "dppo-tv": "rllm-losses-dppo",
-        "dppo-kl": "rllm-losses-dppo",
-        "echo": "rllm-losses-echo",
+        "ppo-clip": "rllm-loss-ppo",
+        "cispo": "rllm-loss-ppo",
+        "gspo": "rllm-loss-ppo",
+        "reinforce": "rllm-loss-ppo",
+        "dppo-tv": "rllm-loss-dppo",
+        "dppo-kl": "rllm-loss-dppo",
+        "echo": "rllm-loss-echo",
     },
     Kind.ADVANTAGE_ESTIMATOR: {
-        "grpo": "rllm-losses-ppo",
-        "rloo": "rllm-losses-ppo",
-        "reinforce": "rllm-losses-ppo",
-        "reinforce-plus-plus-baseline": "rllm-losses-ppo",
-        "prpo": "rllm-losses-ppo",
+        "grpo": "rllm-loss-ppo",
+        "rloo": "rllm-loss-ppo",
+        "reinforce": "rllm-loss-ppo",
+        "reinforce-plus-plus-baseline": "rllm-loss-ppo",
+        "prpo": "rllm-loss-ppo",
     },
     Kind.RENDERER: {
         "chatml": "rllm-renderer-chatml",

@@ -172,7 +172,8 @@ class PluginManager:
         if self._want_entry_points and not self._entry_points_loaded:
             self._entry_points_loaded = True
             for entry_point in sorted(
-                importlib_metadata.entry_points(group=self._group), key=lambda ep: ep.name
+                importlib_metadata.entry_points(group=self._group),
+                key=lambda ep: (_normalize_dist(ep.dist.name) if ep.dist else "", ep.name),
             ):
                 self._load_entry_point(entry_point)
 

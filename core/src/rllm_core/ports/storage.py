@@ -20,9 +20,9 @@ class TraceStore(Protocol):
       replaces it (a replayed request overwrites in place).
     - ``session(session_id)`` returns every trace of the session with full prompts rebuilt
       byte-exactly, sorted by ``lineage_id`` (as a string) then ``turn``; records sharing a
-      turn (forks) come in a stable order, the same in ``session`` and ``chain``. Records may have landed in any order. A record
-      whose ancestor is missing comes back with ``chain_complete=False``; nothing is
-      fabricated. Unknown sessions return ``[]``.
+      turn (forks) come in a stable order, the same in ``session`` and ``chain``. Records may
+      have landed in any order. A record whose ancestor is missing comes back with
+      ``chain_complete=False``; nothing is fabricated. Unknown sessions return ``[]``.
     - ``chain(session_id)`` returns the stored records as they are (compact form), same order;
       ``[]`` for an unknown session.
     - ``sessions()`` lists session ids; ``delete_session`` removes one (a no-op if absent).

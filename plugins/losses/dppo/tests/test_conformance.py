@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from rllm_core.testing.suites.losses import LossConformance
-from rllm_losses_dppo import plugin
+from rllm_loss_dppo import plugin
 
 LOSSES = {spec.name: spec for spec in plugin.rllm_losses()}
 CASES = [

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from rllm_losses_dppo.divergence import binary_kl, binary_tv
+from rllm_loss_dppo.divergence import binary_kl, binary_tv
 
 # (p, q) as logs: ln 0.8 = -0.2231435513142097, ln 0.5 = -0.6931471805599453,
 # ln 0.1 = -2.3025850929940455, ln 0.01 = -4.605170185988091

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rllm_losses_dppo.loss import DPPOKL, DPPOTV
-from rllm_losses_dppo.plugin import DPPOKLConfig, DPPOTVConfig
+from rllm_loss_dppo.loss import DPPOKL, DPPOTV
+from rllm_loss_dppo.plugin import DPPOKLConfig, DPPOTVConfig
 
 LN_0_5 = -0.6931471805599453
 LN_0_8 = -0.2231435513142097

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 from rllm_core.plugins import Kind, PluginManager
 from rllm_core.plugins.catalog import known_provider
-from rllm_losses_dppo import plugin
+from rllm_loss_dppo import plugin
 
-DISTRIBUTION = "rllm-losses-dppo"
+DISTRIBUTION = "rllm-loss-dppo"
 SPECS = list(plugin.rllm_losses())
 
 
@@ -28,7 +28,7 @@ def test_entry_point_names_the_plugin_module():
     (entry_point,) = [
         ep for ep in importlib.metadata.entry_points(group="rllm_core") if ep.name == "dppo"
     ]
-    assert entry_point.value == "rllm_losses_dppo.plugin"
+    assert entry_point.value == "rllm_loss_dppo.plugin"
     assert entry_point.dist is not None and entry_point.dist.name == DISTRIBUTION
 
 
@@ -69,7 +69,7 @@ def test_invalid_options_are_rejected_with_the_key(config, values):
 
 def test_entry_module_does_not_import_torch():
     code = (
-        "import sys, rllm_losses_dppo.plugin as p\n"
+        "import sys, rllm_loss_dppo.plugin as p\n"
         "list(p.rllm_losses())\n"
         "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from rllm_core.testing.suites.losses import LossConformance
-from rllm_losses_echo import plugin
+from rllm_loss_echo import plugin
 
 (SPEC,) = plugin.rllm_losses()
 

@@ -7,8 +7,8 @@ import torch
 from rllm_core.algorithms.aggregation import make_aggregate
 from rllm_core.ports import LossContext
 from rllm_core.testing.suites.losses import make_loss_context
-from rllm_losses_echo.loss import Echo
-from rllm_losses_echo.plugin import EchoConfig
+from rllm_loss_echo.loss import Echo
+from rllm_loss_echo.plugin import EchoConfig
 
 # Row 0: action, observation (-1.0), observation (-2.0), action.
 # Row 1: action, action, padding holding garbage, observation (-4.0).

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 from rllm_core.plugins import Kind, PluginManager
 from rllm_core.plugins.catalog import known_provider
-from rllm_losses_echo import plugin
+from rllm_loss_echo import plugin
 
-DISTRIBUTION = "rllm-losses-echo"
+DISTRIBUTION = "rllm-loss-echo"
 
 
 def test_manager_collects_an_auxiliary_loss():
@@ -28,7 +28,7 @@ def test_entry_point_names_the_plugin_module():
     (entry_point,) = [
         ep for ep in importlib.metadata.entry_points(group="rllm_core") if ep.name == "echo"
     ]
-    assert entry_point.value == "rllm_losses_echo.plugin"
+    assert entry_point.value == "rllm_loss_echo.plugin"
     assert entry_point.dist is not None and entry_point.dist.name == DISTRIBUTION
 
 
@@ -42,7 +42,7 @@ def test_config():
 
 def test_entry_module_does_not_import_torch():
     code = (
-        "import sys, rllm_losses_echo.plugin as p\n"
+        "import sys, rllm_loss_echo.plugin as p\n"
         "list(p.rllm_losses())\n"
         "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
     )

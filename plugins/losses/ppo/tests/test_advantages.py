@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rllm_core import NoConfig
-from rllm_losses_ppo.advantages import GRPO, PRPO, RLOO, Reinforce, ReinforcePlusPlusBaseline
-from rllm_losses_ppo.plugin import (
+from rllm_loss_ppo.advantages import GRPO, PRPO, RLOO, Reinforce, ReinforcePlusPlusBaseline
+from rllm_loss_ppo.plugin import (
     GRPOConfig,
     PRPOConfig,
     ReinforceAdvantageConfig,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rllm_losses_ppo.cispo import CISPO
-from rllm_losses_ppo.plugin import CISPOConfig
+from rllm_loss_ppo.cispo import CISPO
+from rllm_loss_ppo.plugin import CISPOConfig
 
 BATCH = dict(
     logprobs=[[-0.5, -2.0, -1.0, 40.0]],

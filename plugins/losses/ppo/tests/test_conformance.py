@@ -1,4 +1,4 @@
-"""Every component of rllm-losses-ppo against the core's conformance suites, with default and
+"""Every component of rllm-loss-ppo against the core's conformance suites, with default and
 non-default configs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from rllm_core.testing.suites.losses import AdvantageEstimatorConformance, LossConformance
-from rllm_losses_ppo import plugin
+from rllm_loss_ppo import plugin
 
 LOSSES = {spec.name: spec for spec in plugin.rllm_losses()}
 ESTIMATORS = {spec.name: spec for spec in plugin.rllm_advantage_estimators()}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rllm_losses_ppo.gspo import GSPO
-from rllm_losses_ppo.plugin import GSPOConfig
+from rllm_loss_ppo.gspo import GSPO
+from rllm_loss_ppo.plugin import GSPOConfig
 
 BATCH = dict(
     logprobs=[[-1.0, -2.0, -0.5], [-0.3, -0.7, 9.0], [-1.0, -1.0, -1.0]],

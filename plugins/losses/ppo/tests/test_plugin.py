@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 from rllm_core.plugins import Kind, PluginManager
 from rllm_core.plugins.catalog import known_provider
-from rllm_losses_ppo import plugin
+from rllm_loss_ppo import plugin
 
-DISTRIBUTION = "rllm-losses-ppo"
+DISTRIBUTION = "rllm-loss-ppo"
 LOSS_NAMES = ["cispo", "gspo", "ppo-clip", "reinforce"]
 ESTIMATOR_NAMES = ["grpo", "prpo", "reinforce", "reinforce-plus-plus-baseline", "rloo"]
 ALL_SPECS = [*plugin.rllm_losses(), *plugin.rllm_advantage_estimators()]
@@ -30,7 +30,7 @@ def test_entry_point_names_the_plugin_module():
     (entry_point,) = [
         ep for ep in importlib.metadata.entry_points(group="rllm_core") if ep.name == "ppo"
     ]
-    assert entry_point.value == "rllm_losses_ppo.plugin"
+    assert entry_point.value == "rllm_loss_ppo.plugin"
     assert entry_point.dist is not None and entry_point.dist.name == DISTRIBUTION
 
 
@@ -49,7 +49,7 @@ def test_every_option_is_described_and_defaults_validate(spec):
 
 def test_entry_module_imports_neither_torch_nor_numpy():
     code = (
-        "import sys, rllm_losses_ppo.plugin as p\n"
+        "import sys, rllm_loss_ppo.plugin as p\n"
         "list(p.rllm_losses()); list(p.rllm_advantage_estimators())\n"
         "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
     )
@@ -61,7 +61,7 @@ def test_entry_module_imports_neither_torch_nor_numpy():
 
 def test_advantage_estimators_import_no_numpy():
     code = (
-        "import sys, rllm_losses_ppo.advantages\n"
+        "import sys, rllm_loss_ppo.advantages\n"
         "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
     )
     done = subprocess.run(

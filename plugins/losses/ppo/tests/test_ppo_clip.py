@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rllm_losses_ppo.plugin import PPOClipConfig
-from rllm_losses_ppo.ppo_clip import PPOClip
+from rllm_loss_ppo.plugin import PPOClipConfig
+from rllm_loss_ppo.ppo_clip import PPOClip
 
 LN_1_5 = 0.4054651081081644
 LN_0_5 = -0.6931471805599453

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rllm_losses_ppo.plugin import ReinforceLossConfig
-from rllm_losses_ppo.reinforce import Reinforce
+from rllm_loss_ppo.plugin import ReinforceLossConfig
+from rllm_loss_ppo.reinforce import Reinforce
 
 BATCH = dict(
     logprobs=[[-0.5, -2.0, -9.0]],

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 from rllm_core.ports import LossContext, LossOutput
 
-from rllm_losses_dppo._ops import fraction, log_ratio, masked, masked_max, masked_mean
-from rllm_losses_dppo.divergence import binary_kl, binary_tv
-from rllm_losses_dppo.plugin import DPPOKLConfig, DPPOTVConfig
+from rllm_loss_dppo._ops import fraction, log_ratio, masked, masked_max, masked_mean
+from rllm_loss_dppo.divergence import binary_kl, binary_tv
+from rllm_loss_dppo.plugin import DPPOKLConfig, DPPOTVConfig
 
 __all__ = ["DPPOKL", "DPPOTV"]
 

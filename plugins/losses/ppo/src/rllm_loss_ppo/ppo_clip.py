@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from rllm_core.ports import LossContext, LossOutput
 
-from rllm_losses_ppo._ops import fraction, log_ratio, masked, masked_max, masked_mean
-from rllm_losses_ppo.plugin import PPOClipConfig
+from rllm_loss_ppo._ops import fraction, log_ratio, masked, masked_max, masked_mean
+from rllm_loss_ppo.plugin import PPOClipConfig
 
 __all__ = ["PPOClip"]
 

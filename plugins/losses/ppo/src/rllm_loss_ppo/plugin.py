@@ -1,4 +1,4 @@
-"""Entry module of rllm-losses-ppo: config models and the specs the registry hooks yield.
+"""Entry module of rllm-loss-ppo: config models and the specs the registry hooks yield.
 
 Imports only ``rllm_core``, pydantic and the standard library; every implementation is named
 with :func:`rllm_core.lazy`, so torch loads only when a plan builds a loss.
@@ -170,31 +170,31 @@ class ReinforceLossConfig(_Config):
 def rllm_advantage_estimators() -> Iterator[AdvantageEstimatorSpec]:
     yield AdvantageEstimatorSpec(
         name="grpo",
-        factory=lazy("rllm_losses_ppo.advantages:GRPO"),
+        factory=lazy("rllm_loss_ppo.advantages:GRPO"),
         config=GRPOConfig,
         summary="reward minus group mean, divided by group std (std off: Dr. GRPO centering)",
     )
     yield AdvantageEstimatorSpec(
         name="rloo",
-        factory=lazy("rllm_losses_ppo.advantages:RLOO"),
+        factory=lazy("rllm_loss_ppo.advantages:RLOO"),
         config=NoConfig,
         summary="reward minus the mean of the other rewards of its group (leave-one-out)",
     )
     yield AdvantageEstimatorSpec(
         name="reinforce",
-        factory=lazy("rllm_losses_ppo.advantages:Reinforce"),
+        factory=lazy("rllm_loss_ppo.advantages:Reinforce"),
         config=ReinforceAdvantageConfig,
         summary="raw reward minus an optional constant baseline",
     )
     yield AdvantageEstimatorSpec(
         name="reinforce-plus-plus-baseline",
-        factory=lazy("rllm_losses_ppo.advantages:ReinforcePlusPlusBaseline"),
+        factory=lazy("rllm_loss_ppo.advantages:ReinforcePlusPlusBaseline"),
         config=ReinforcePlusPlusBaselineConfig,
         summary="reward minus group mean, divided by the std over the whole batch (REINFORCE++)",
     )
     yield AdvantageEstimatorSpec(
         name="prpo",
-        factory=lazy("rllm_losses_ppo.advantages:PRPO"),
+        factory=lazy("rllm_loss_ppo.advantages:PRPO"),
         config=PRPOConfig,
         summary="reward minus batch mean, divided by batch std",
     )
@@ -204,25 +204,25 @@ def rllm_advantage_estimators() -> Iterator[AdvantageEstimatorSpec]:
 def rllm_losses() -> Iterator[LossSpec]:
     yield LossSpec(
         name="ppo-clip",
-        factory=lazy("rllm_losses_ppo.ppo_clip:PPOClip"),
+        factory=lazy("rllm_loss_ppo.ppo_clip:PPOClip"),
         config=PPOClipConfig,
         summary="PPO clipped surrogate with decoupled clip range and optional dual clip",
     )
     yield LossSpec(
         name="cispo",
-        factory=lazy("rllm_losses_ppo.cispo:CISPO"),
+        factory=lazy("rllm_loss_ppo.cispo:CISPO"),
         config=CISPOConfig,
         summary="clipped, detached importance weight times advantage times logprob (MiniMax-M1)",
     )
     yield LossSpec(
         name="gspo",
-        factory=lazy("rllm_losses_ppo.gspo:GSPO"),
+        factory=lazy("rllm_loss_ppo.gspo:GSPO"),
         config=GSPOConfig,
         summary="clipped surrogate on the sequence-level ratio, broadcast to its tokens (Qwen)",
     )
     yield LossSpec(
         name="reinforce",
-        factory=lazy("rllm_losses_ppo.reinforce:Reinforce"),
+        factory=lazy("rllm_loss_ppo.reinforce:Reinforce"),
         config=ReinforceLossConfig,
         summary="importance-sampled REINFORCE: detached ratio times advantage times logprob",
     )

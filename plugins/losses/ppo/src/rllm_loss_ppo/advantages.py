@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 from rllm_core.ports import AdvantageResult
 
-from rllm_losses_ppo.plugin import (
+from rllm_loss_ppo.plugin import (
     GRPOConfig,
     PRPOConfig,
     ReinforceAdvantageConfig,

@@ -1,4 +1,4 @@
-"""Entry module of rllm-losses-dppo: config models and the specs the registry hook yields.
+"""Entry module of rllm-loss-dppo: config models and the specs the registry hook yields.
 
 Imports only ``rllm_core``, pydantic and the standard library; the losses are named with
 :func:`rllm_core.lazy`, so torch loads only when a plan builds one.
@@ -61,13 +61,13 @@ class DPPOKLConfig(_Config):
 def rllm_losses() -> Iterator[LossSpec]:
     yield LossSpec(
         name="dppo-tv",
-        factory=lazy("rllm_losses_dppo.loss:DPPOTV"),
+        factory=lazy("rllm_loss_dppo.loss:DPPOTV"),
         config=DPPOTVConfig,
         summary="Divergence PPO: mask tokens moving away from the rollout policy past a TV radius",
     )
     yield LossSpec(
         name="dppo-kl",
-        factory=lazy("rllm_losses_dppo.loss:DPPOKL"),
+        factory=lazy("rllm_loss_dppo.loss:DPPOKL"),
         config=DPPOKLConfig,
         summary="Divergence PPO: mask tokens moving away from the rollout policy past a KL radius",
     )

@@ -1,4 +1,4 @@
-"""Entry module of rllm-losses-echo: the config model and the spec the registry hook yields.
+"""Entry module of rllm-loss-echo: the config model and the spec the registry hook yields.
 
 Imports only ``rllm_core``, pydantic and the standard library; the loss is named with
 :func:`rllm_core.lazy`, so torch loads only when a plan builds it.
@@ -34,7 +34,7 @@ class EchoConfig(BaseModel):
 def rllm_losses() -> Iterator[LossSpec]:
     yield LossSpec(
         name="echo",
-        factory=lazy("rllm_losses_echo.loss:Echo"),
+        factory=lazy("rllm_loss_echo.loss:Echo"),
         config=EchoConfig,
         summary="auxiliary cross-entropy on environment-observation tokens (ECHO)",
         role="auxiliary",

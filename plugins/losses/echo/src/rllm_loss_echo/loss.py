@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from rllm_core.ports import LossContext, LossOutput
 
-from rllm_losses_echo.plugin import EchoConfig
+from rllm_loss_echo.plugin import EchoConfig
 
 __all__ = ["Echo"]
 

@@ -1,5 +1,5 @@
 """PPO-family policy losses and group advantage estimators for rllm-core.
 
-The entry module is :mod:`rllm_losses_ppo.plugin`; it imports neither torch nor numpy. The
+The entry module is :mod:`rllm_loss_ppo.plugin`; it imports neither torch nor numpy. The
 implementations load when a plan selects them.
 """

@@ -1,0 +1,22 @@
+# The two commands for a fresh machine are `make quickstart` and `make test`; both set up
+# .venv first (scripts/setup.sh skips the work when nothing changed).
+
+.DEFAULT_GOAL := help
+.PHONY: help setup quickstart test
+
+# Extra pytest arguments: make test PYTEST_ARGS="-k plan -x"
+PYTEST_ARGS ?=
+
+help:
+	@echo "make quickstart   set up .venv, list the plugins and check examples/quickstart/plan.toml"
+	@echo "make test         set up .venv, then ruff, the core-alone check and the whole test suite"
+	@echo "make setup        only set up .venv (RLLM_FORCE_SETUP=1 reinstalls everything)"
+
+setup:
+	@bash scripts/setup.sh
+
+quickstart: setup
+	@bash scripts/quickstart.sh
+
+test: setup
+	@bash scripts/test.sh $(PYTEST_ARGS)

@@ -1,5 +1,0 @@
-"""Divergence PPO policy losses for rllm-core.
-
-The entry module is :mod:`rllm_losses_dppo.plugin`; it does not import torch. The losses load
-when a plan selects them.
-"""

@@ -1,5 +1,0 @@
-"""The ECHO auxiliary loss for rllm-core.
-
-The entry module is :mod:`rllm_losses_echo.plugin`; it does not import torch. The loss loads
-when a plan selects it.
-"""

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Set up the development environment in .venv: build and lint tooling, the pinned torch, and,
+# editable, the core, every first-party plugin under plugins/ and every example package under
+# examples/, each with its `test` extra when it has one.
+#
+# Idempotent: a stamp file records the last successful set-up; when it is newer than every
+# pyproject.toml, requirements file and this script, names the same packages, and all of them
+# are still installed, nothing is reinstalled and the script takes well under a second.
+#
+# Environment:
+#   PYTHON=/path/to/python3.11   interpreter used to create .venv (default: python3.11, then
+#                                python3 when it is 3.11 or newer)
+#   RLLM_FORCE_SETUP=1           reinstall even when the stamp says everything is current
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+VENV="$ROOT/.venv"
+VENV_PY="$VENV/bin/python"
+STAMP="$VENV/.rllm-setup.stamp"
+TORCH_REQ="requirements/torch.txt"
+TOOLS_REQ="requirements/tools.txt"
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# Python 3.11 or newer, as an exit status, for the interpreter given.
+is_py311_plus() {
+    "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null
+}
+
+find_python() {
+    if [[ -n "${PYTHON:-}" ]]; then
+        is_py311_plus "$PYTHON" || die "PYTHON=$PYTHON is not Python 3.11 or newer; point it at python3.11"
+        echo "$PYTHON"
+        return
+    fi
+    if command -v python3.11 >/dev/null 2>&1; then
+        echo python3.11
+        return
+    fi
+    if command -v python3 >/dev/null 2>&1; then
+        if is_py311_plus python3; then
+            echo python3
+            return
+        fi
+        die "python3 is $(python3 -c 'import platform; print(platform.python_version())'), rllm-core needs 3.11 or newer; install python3.11 or set PYTHON=/path/to/python3.11"
+    fi
+    die "no python3.11 or python3 on PATH; install Python 3.11 or set PYTHON=/path/to/python3.11"
+}
+
+# Every package installed editable, as directories relative to the root: the core first, then
+# the plugins and examples found by glob so that a new package needs no change here.
+packages=(core)
+for pyproject in plugins/*/*/pyproject.toml examples/*/pyproject.toml; do
+    [[ -f "$pyproject" ]] && packages+=("$(dirname "$pyproject")")
+done
+
+# True when the stamp is current and every package's distribution is installed.
+up_to_date() {
+    [[ -z "${RLLM_FORCE_SETUP:-}" && -f "$STAMP" && -x "$VENV_PY" ]] || return 1
+    local dir file
+    for dir in "${packages[@]}"; do
+        [[ "$dir/pyproject.toml" -nt "$STAMP" ]] && return 1
+    done
+    for file in "$TORCH_REQ" "$TOOLS_REQ" "$ROOT/scripts/setup.sh"; do
+        [[ "$file" -nt "$STAMP" ]] && return 1
+    done
+    [[ "$(cat "$STAMP")" == "$(printf '%s\n' "${packages[@]}")" ]] || return 1
+    "$VENV_PY" - "${packages[@]}" <<'PY'
+import importlib.metadata as metadata
+import sys
+import tomllib
+
+for folder in sys.argv[1:]:
+    with open(f"{folder}/pyproject.toml", "rb") as handle:
+        name = tomllib.load(handle)["project"]["name"]
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+PY
+}
+
+if up_to_date; then
+    say "environment is up to date: ${#packages[@]} package(s) installed editable (RLLM_FORCE_SETUP=1 reinstalls)"
+    exit 0
+fi
+
+if [[ -e "$VENV" ]]; then
+    [[ -x "$VENV_PY" ]] || die "$VENV exists but has no bin/python; remove it (rm -rf .venv) and rerun"
+    is_py311_plus "$VENV_PY" || die "$VENV uses $("$VENV_PY" --version 2>&1), rllm-core needs 3.11 or newer; remove it (rm -rf .venv) and rerun"
+else
+    python="$(find_python)"
+    say "creating .venv with $python ($("$python" --version 2>&1))"
+    "$python" -m venv "$VENV"
+fi
+
+pip() { "$VENV_PY" -m pip "$@"; }
+
+say "upgrading pip"
+pip install --quiet --upgrade pip
+say "installing build and lint tooling ($TOOLS_REQ)"
+pip install --quiet -r "$TOOLS_REQ"
+say "installing torch ($TORCH_REQ)"
+pip install --quiet -r "$TORCH_REQ"
+
+# Each package with a `test` extra is installed with it, so that its own tests can run.
+specs=()
+while IFS= read -r spec; do
+    specs+=("$spec")
+done < <("$VENV_PY" - "${packages[@]}" <<'PY'
+import sys
+import tomllib
+
+for folder in sys.argv[1:]:
+    with open(f"{folder}/pyproject.toml", "rb") as handle:
+        extras = tomllib.load(handle).get("project", {}).get("optional-dependencies", {})
+    print(f"{folder}[test]" if "test" in extras else folder)
+PY
+)
+[[ ${#specs[@]} -eq ${#packages[@]} ]] || die "could not read every package's pyproject.toml (see above)"
+editable_args=()
+for spec in "${specs[@]}"; do
+    editable_args+=(-e "$spec")
+done
+say "installing editable: ${specs[*]}"
+pip install --quiet --no-build-isolation -c "$TORCH_REQ" "${editable_args[@]}"
+
+printf '%s\n' "${packages[@]}" >"$STAMP"
+say "set-up complete"

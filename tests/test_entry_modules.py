@@ -1,0 +1,182 @@
+"""Every plugin's entry module imports light, and every first-party plugin has the shape the
+repository promises (``plugins/<folder>/<name>/`` is distribution ``rllm-<kind>-<name>``, import
+``rllm_<kind>_<name>``, with README.md, src/ and tests/; the folder names the kind in the plural,
+the distribution in the singular: ``plugins/losses/ppo`` is ``rllm-loss-ppo``).
+
+``rllm-core plugins`` imports every installed entry module; one that pulls in torch or an SDK
+makes every command slow, and one that fails breaks the listing for that plugin. Heavy code must
+sit behind ``rllm_core.lazy("module:Class")``.
+"""
+
+from __future__ import annotations
+
+import re
+
+HEAVY_MODULES = (
+    "torch",
+    "numpy",
+    "transformers",
+    "modal",
+    "daytona",
+    "daytona_sdk",
+    "tinker",
+    "fireworks",
+)
+
+# Runs in a fresh interpreter: import the core and pydantic (always allowed), then the entry
+# module, and report what the entry module itself added: heavy modules, and top-level modules
+# that are neither the standard library, the plugin's own package, nor rllm-core and the
+# distributions it depends on.
+_PROBE = r"""
+import importlib
+import importlib.metadata as metadata
+import json
+import re
+import sys
+
+heavy = set(sys.argv[1].split(","))
+module = sys.argv[2]
+own = module.split(".")[0]
+
+import pydantic
+import rllm_core
+
+before = set(sys.modules)
+importlib.import_module(module)
+added = {name.split(".")[0] for name in set(sys.modules) - before}
+
+
+def normalize(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def dependency_closure(root):
+    seen, todo = set(), [root]
+    while todo:
+        name = normalize(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requirements = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for requirement in requirements:
+            if re.search(r"extra\s*==", requirement):
+                continue
+            match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+            if match:
+                todo.append(match.group(1))
+    return seen
+
+
+allowed_dists = dependency_closure("rllm-core")
+providers = metadata.packages_distributions()
+foreign = {}
+for top in sorted(added - set(sys.stdlib_module_names) - {own, "rllm_core"}):
+    dists = [normalize(d) for d in providers.get(top, [])]
+    if not any(d in allowed_dists for d in dists):
+        loaded = sys.modules.get(top)
+        foreign[top] = dists or [getattr(loaded, "__file__", None) or "unknown origin"]
+
+print(json.dumps({
+    "heavy": sorted({name.split(".")[0] for name in sys.modules} & heavy),
+    "foreign": foreign,
+}))
+"""
+
+
+def _probe(run_python, module: str) -> dict:
+    result = run_python(_PROBE, ",".join(HEAVY_MODULES), module)
+    assert result.returncode == 0, (
+        f"importing entry module {module!r} failed; is its package installed"
+        f" (scripts/setup.sh installs every package)?\n{result}"
+    )
+    return result.json()
+
+
+def test_probe_reports_heavy_and_foreign_imports_exactly(run_python, tmp_path):
+    (tmp_path / "probe_light.py").write_text("import json\nimport pydantic\nimport rich\n")
+    (tmp_path / "probe_heavy.py").write_text("import numpy\nimport iniconfig\n")
+    assert _probe(run_python, "probe_light") == {"heavy": [], "foreign": {}}
+    assert _probe(run_python, "probe_heavy") == {
+        "heavy": ["numpy"],
+        "foreign": {"iniconfig": ["iniconfig"], "numpy": ["numpy"]},
+    }
+
+
+def test_entry_module_does_not_import_heavy_modules(entry_package, run_python):
+    assert entry_package.entry_modules, (
+        f"{entry_package.id}/pyproject.toml declares no [project.entry-points.rllm_core] entry;"
+        ' add `<name> = "<import_name>.plugin"` so rllm-core can discover it'
+    )
+    for module in entry_package.entry_modules:
+        heavy = _probe(run_python, module)["heavy"]
+        assert heavy == [], (
+            f"importing {module} ({entry_package.distribution}) loads {', '.join(heavy)};"
+            " import those inside the implementation module and point the spec's factory at it"
+            " with rllm_core.lazy('module:Class')"
+        )
+
+
+def test_entry_module_imports_only_core_and_stdlib(entry_package, run_python):
+    for module in entry_package.entry_modules:
+        foreign = _probe(run_python, module)["foreign"]
+        assert foreign == {}, (
+            f"importing {module} ({entry_package.distribution}) loads modules outside rllm-core,"
+            f" its dependencies and the standard library: {foreign}; an entry module may import"
+            " only rllm_core, pydantic and the standard library, so move those imports into the"
+            " implementation and reference it with rllm_core.lazy('module:Class')"
+        )
+
+
+def _requirement_name(requirement: str) -> str:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else requirement
+
+
+FOLDER_KINDS = {
+    "losses": "loss",
+    "backends": "backend",
+    "renderers": "renderer",
+    "sandboxes": "sandbox",
+    "harnesses": "harness",
+    "tasks": "tasks",
+    "storage": "storage",
+}
+"""Plugin folders and the kind word their distributions use."""
+
+
+def test_plugin_package_layout(plugin_package):
+    folder = plugin_package.folder
+    folder_kind, name = folder.parent.name, folder.name
+    assert folder_kind in FOLDER_KINDS, (
+        f"plugins/{folder_kind}/ is not a plugin folder; use one of {sorted(FOLDER_KINDS)}"
+    )
+    kind = FOLDER_KINDS[folder_kind]
+    expected_dist = f"rllm-{kind}-{name}"
+    import_name = f"rllm_{kind}_{name}".replace("-", "_")
+
+    problems = []
+    if plugin_package.distribution != expected_dist:
+        problems.append(
+            f"[project].name is {plugin_package.distribution!r}; a package in"
+            f" plugins/{folder_kind}/{name}/ must be named {expected_dist!r}"
+        )
+    if not (folder / "README.md").is_file():
+        problems.append("README.md is missing: every plugin documents itself")
+    for required in ("src", "tests"):
+        if not (folder / required).is_dir():
+            problems.append(f"{required}/ is missing: every plugin has src/ and tests/")
+    if (folder / "src").is_dir() and not (folder / "src" / import_name).is_dir():
+        problems.append(f"src/{import_name}/ is missing: the import name must be {import_name}")
+    if "rllm-core" not in {_requirement_name(r) for r in plugin_package.dependencies}:
+        problems.append("[project].dependencies must include rllm-core")
+    for module in plugin_package.entry_modules:
+        if module != import_name and not module.startswith(import_name + "."):
+            problems.append(
+                f"entry point module {module!r} is outside the package {import_name};"
+                f" use {import_name}.plugin"
+            )
+
+    assert problems == [], f"{plugin_package.id}:\n  " + "\n  ".join(problems)
