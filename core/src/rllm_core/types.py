@@ -114,7 +114,11 @@ class ParsedToolCall(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class ParsedResponse(msgspec.Struct, kw_only=True, frozen=True):
-    """What a renderer reads back from sampled completion tokens."""
+    """What a renderer reads back from sampled completion tokens.
+
+    ``stopped`` is true when the tokens closed the turn with a stop token, false for a
+    completion cut off before its close (``finish_reason="length"``).
+    """
 
     content: str
     reasoning: str | None = None

@@ -25,9 +25,10 @@ class Renderer(Protocol):
     - ``bridge_to_next_turn(prev_prompt, prev_completion, new_messages)`` returns the next
       prompt, whose first ``len(prev_prompt) + len(prev_completion)`` ids are exactly
       ``prev_prompt + prev_completion``, or ``None`` when that cannot be proven. It refuses
-      (returns ``None``) when ``new_messages`` contains an assistant message, trims the
-      completion at the turn-close token, and synthesizes the close token when the completion
-      was truncated.
+      (returns ``None``) when ``new_messages`` contains an assistant message. Tokens sampled
+      after the turn-close token stay in the prefix (they were given to the model), and the
+      appended delta is the one that follows a clean close; when the completion was truncated
+      before its close, the delta starts with the synthesized close token.
 
     Example::
 

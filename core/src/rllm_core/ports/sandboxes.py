@@ -25,8 +25,11 @@ class Sandbox(Protocol):
     - Past ``timeout`` seconds it raises ``SandboxCommandTimeout`` and the command's whole
       process tree is gone.
     - ``merges_output`` is true when the backend cannot separate stderr from stdout.
-    - ``write_file`` / ``read_file`` round-trip bytes exactly, any size; a missing path raises
-      ``SandboxFileNotFound``. ``list_files`` lists a directory.
+    - File paths are absolute, or relative to the workdir, which the backend creates.
+      ``write_file`` creates missing parent directories; ``write_file`` / ``read_file``
+      round-trip bytes exactly, any size; reading a missing path raises
+      ``SandboxFileNotFound``. ``list_files`` lists one directory, not recursively; each
+      ``FileInfo.path`` is the entry's absolute path.
     - ``is_alive()`` is cheap and never raises. ``close()`` is idempotent. After close, calls
       raise ``SandboxGone``.
     - Failures raise subclasses of ``SandboxError`` with the backend's exception as
@@ -75,7 +78,7 @@ class SandboxBackend(Protocol):
 
     ``create`` raises ``SandboxCreateError`` when the spec cannot be satisfied and
     ``SandboxAuthError`` when credentials are missing. ``close`` releases every sandbox the
-    backend still holds.
+    backend still holds and is idempotent.
     """
 
     async def create(self, spec: SandboxSpec) -> Sandbox: ...

@@ -9,6 +9,8 @@
 - ``plan_builder``: a :class:`~rllm_core.testing.plans.PlanBuilder` writing into ``tmp_path``
   and resolving against ``plugin_manager``.
 - ``fake_distributions``: write fake ``*.dist-info`` distributions onto ``sys.path`` for one test.
+- ``loss_context_from_lists``: :func:`rllm_core.testing.suites.losses.context_from_lists`, for
+  hand-computed loss tests (needs torch).
 
 The kit sets ``RLLM_CORE_STRICT_PLUGINS=1`` for the session unless it is already set, so a
 plugin that fails to load fails the tests loudly.
@@ -111,3 +113,10 @@ def fake_distributions(tmp_path: Path) -> Iterator[FakeDistributions]:
         sys.path.remove(str(root))
         for dist in fakes.written:
             forget_modules(dist.modules)
+
+
+@pytest.fixture
+def loss_context_from_lists() -> Callable[..., Any]:
+    from rllm_core.testing.suites.losses import context_from_lists
+
+    return context_from_lists

@@ -38,10 +38,10 @@ BATCH = dict(
 )
 
 
-def test_tv_masks_tokens_moving_away_past_delta(make_ctx):
+def test_tv_masks_tokens_moving_away_past_delta(loss_context_from_lists):
     # masked: (0.8, 0.5, +1) and (0.2, 0.5, -1). Others: -ratio * A = 1.6, -1.1, -0.8, -10,
     # gradient the same (d ratio / d logprob = ratio). Mean over 6 action tokens.
-    ctx, leaf = make_ctx(**BATCH)
+    ctx, leaf = loss_context_from_lists(**BATCH)
     out = DPPOTV(DPPOTVConfig())(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(-1.7166666666666668, abs=1e-12)
@@ -69,15 +69,15 @@ def test_tv_masks_tokens_moving_away_past_delta(make_ctx):
         ("seq-mean-token-sum-norm", -1.2875),  # -10.3 over 2 sequences * length 4
     ],
 )
-def test_every_aggregation_mode(make_ctx, mode, expected):
-    ctx, _ = make_ctx(**BATCH, mode=mode, norm_length=4)
+def test_every_aggregation_mode(loss_context_from_lists, mode, expected):
+    ctx, _ = loss_context_from_lists(**BATCH, mode=mode, norm_length=4)
     assert DPPOTV(DPPOTVConfig())(ctx).loss.item() == pytest.approx(expected, abs=1e-12)
 
 
-def test_kl_also_masks_the_rare_token_whose_tv_is_small(make_ctx):
+def test_kl_also_masks_the_rare_token_whose_tv_is_small(loss_context_from_lists):
     # (0.1, 0.01, +1) has TV 0.09 < 0.15 but KL 0.144 > 0.05: masked as well.
     # Remaining: 1.6 - 1.1 - 0.8 over 6 tokens.
-    ctx, leaf = make_ctx(**BATCH)
+    ctx, leaf = loss_context_from_lists(**BATCH)
     out = DPPOKL(DPPOKLConfig())(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(-0.05, abs=1e-12)
@@ -96,10 +96,10 @@ def test_kl_also_masks_the_rare_token_whose_tv_is_small(make_ctx):
 @pytest.mark.parametrize(
     ("loss_cls", "config"), [(DPPOTV, DPPOTVConfig()), (DPPOKL, DPPOKLConfig())]
 )
-def test_rare_token_with_a_huge_ratio_is_not_masked(make_ctx, loss_cls, config):
+def test_rare_token_with_a_huge_ratio_is_not_masked(loss_context_from_lists, loss_cls, config):
     # q = 1e-5 -> p = 1e-3: ratio 100 (PPO would clip it), TV 0.00099, KL 0.0036: kept.
     # ln 1e-3 = -6.907755278982137, ln 1e-5 = -11.512925464970229
-    ctx, leaf = make_ctx(
+    ctx, leaf = loss_context_from_lists(
         [[-6.907755278982137]],
         rollout_logprobs=[[-11.512925464970229]],
         advantages=[[1.0]],
@@ -115,11 +115,13 @@ def test_rare_token_with_a_huge_ratio_is_not_masked(make_ctx, loss_cls, config):
 @pytest.mark.parametrize(
     ("loss_cls", "config"), [(DPPOTV, DPPOTVConfig()), (DPPOKL, DPPOKLConfig())]
 )
-def test_likely_token_dropping_inside_the_ppo_range_is_masked(make_ctx, loss_cls, config):
+def test_likely_token_dropping_inside_the_ppo_range_is_masked(
+    loss_context_from_lists, loss_cls, config
+):
     # q = 0.98 -> p = 0.82 with A < 0: ratio 0.837 is inside PPO's [0.8, 1.2], but TV 0.16 and
     # KL 0.249 are past the defaults. ln 0.82 = -0.19845093872383832, ln 0.98 =
     # -0.020202707317519466
-    ctx, leaf = make_ctx(
+    ctx, leaf = loss_context_from_lists(
         [[-0.19845093872383832]],
         rollout_logprobs=[[-0.020202707317519466]],
         advantages=[[-1.0]],
@@ -132,27 +134,27 @@ def test_likely_token_dropping_inside_the_ppo_range_is_masked(make_ctx, loss_cls
     assert out.metrics["masked_fraction"] == 1.0
 
 
-def test_delta_is_the_radius(make_ctx):
+def test_delta_is_the_radius(loss_context_from_lists):
     # With delta 0.35 no token of the batch is past the TV radius: nothing is masked.
     # 0 masked -> per token -1.6*1, 1.6, -1.1, 0.4*-1*-1 = 0.4, -0.8, -10 -> sum -11.5 over 6
-    ctx, _ = make_ctx(**BATCH)
+    ctx, _ = loss_context_from_lists(**BATCH)
     out = DPPOTV(DPPOTVConfig(delta=0.35))(ctx)
     assert out.loss.item() == pytest.approx(-11.5 / 6, abs=1e-12)
     assert out.metrics["masked_fraction"] == 0.0
 
 
-def test_anchored_on_rollout_not_old_logprobs(make_ctx):
+def test_anchored_on_rollout_not_old_logprobs(loss_context_from_lists):
     # Same current and rollout logprobs as the first test, but a different proximal policy:
     # nothing changes.
     batch = dict(BATCH, old_logprobs=[[0.0, -1.0, -2.0, -3.0], [-4.0, -5.0, -6.0, -7.0]])
-    ctx, _ = make_ctx(**batch)
+    ctx, _ = loss_context_from_lists(**batch)
     assert DPPOTV(DPPOTVConfig())(ctx).loss.item() == pytest.approx(-1.7166666666666668)
 
 
-def test_ratio_cap_caps_value_and_scales_gradient(make_ctx):
+def test_ratio_cap_caps_value_and_scales_gradient(loss_context_from_lists):
     # (0.8, 0.5, -1) moves back toward q and is kept; ratio 1.6 capped at 1.2:
     # loss -1.2 * -1 = 1.2, gradient -A * ratio * (1.2 / 1.6) = 1.2
-    ctx, leaf = make_ctx(
+    ctx, leaf = loss_context_from_lists(
         [[LN_0_8]], rollout_logprobs=[[LN_0_5]], advantages=[[-1.0]], action_mask=[[1.0]]
     )
     out = DPPOTV(DPPOTVConfig(ratio_cap=1.2))(ctx)
@@ -162,15 +164,15 @@ def test_ratio_cap_caps_value_and_scales_gradient(make_ctx):
     assert out.metrics["ratio_max"] == pytest.approx(1.6)
 
 
-def test_ratio_cap_leaves_smaller_ratios_bit_for_bit(make_ctx):
-    ctx, _ = make_ctx(**BATCH)
+def test_ratio_cap_leaves_smaller_ratios_bit_for_bit(loss_context_from_lists):
+    ctx, _ = loss_context_from_lists(**BATCH)
     capped = DPPOTV(DPPOTVConfig(ratio_cap=100.0))(ctx).loss
     plain = DPPOTV(DPPOTVConfig())(ctx).loss
     assert torch.equal(capped, plain)
 
 
-def test_zero_advantages_mask_nothing(make_ctx):
-    ctx, leaf = make_ctx(
+def test_zero_advantages_mask_nothing(loss_context_from_lists):
+    ctx, leaf = loss_context_from_lists(
         [[LN_0_8, LN_0_2]],
         rollout_logprobs=[[LN_0_5, LN_0_5]],
         advantages=[[0.0, 0.0]],

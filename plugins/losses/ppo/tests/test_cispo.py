@@ -20,10 +20,10 @@ BATCH = dict(
 )
 
 
-def test_defaults_have_no_lower_bound(make_ctx):
+def test_defaults_have_no_lower_bound(loss_context_from_lists):
     # weights: clip(2, 0, 1.28) = 1.28, clip(0.25, 0, 1.28) = 0.25, 1.0
     # per token -w*A*logp: 0.64, -0.5, 0.5; gradient -w*A: -1.28, 0.25, -0.5; mean over 3
-    ctx, leaf = make_ctx(**BATCH)
+    ctx, leaf = loss_context_from_lists(**BATCH)
     out = CISPO(CISPOConfig())(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(0.21333333333333335, abs=1e-12)
@@ -37,9 +37,9 @@ def test_defaults_have_no_lower_bound(make_ctx):
     assert out.metrics["ratio_max"] == pytest.approx(2.0)
 
 
-def test_symmetric_clip_bounds_the_weight_from_both_sides(make_ctx):
+def test_symmetric_clip_bounds_the_weight_from_both_sides(loss_context_from_lists):
     # weights: 1.2, 0.8, 1.0 -> per token 0.6, -1.6, 0.5; gradient -1.2, 0.8, -0.5
-    ctx, leaf = make_ctx(**BATCH)
+    ctx, leaf = loss_context_from_lists(**BATCH)
     out = CISPO(CISPOConfig(eps_low=0.2, eps_high=0.2))(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(-0.16666666666666666, abs=1e-12)
@@ -50,9 +50,9 @@ def test_symmetric_clip_bounds_the_weight_from_both_sides(make_ctx):
     assert out.metrics["clip_fraction"] == pytest.approx(2 / 3)
 
 
-def test_a_clipped_token_keeps_its_gradient(make_ctx):
+def test_a_clipped_token_keeps_its_gradient(loss_context_from_lists):
     # PPO would give ratio 2 with A = +1 no gradient; CISPO keeps -1.28.
-    ctx, leaf = make_ctx(
+    ctx, leaf = loss_context_from_lists(
         [[-0.5]], old_logprobs=[[-1.1931471805599454]], advantages=[[1.0]], action_mask=[[1.0]]
     )
     CISPO(CISPOConfig())(ctx).loss.backward()

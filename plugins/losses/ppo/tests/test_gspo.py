@@ -24,8 +24,8 @@ BATCH = dict(
 WIDE = GSPOConfig(eps_low=0.2, eps_high=0.2)
 
 
-def test_token_mean(make_ctx):
-    ctx, leaf = make_ctx(**BATCH)
+def test_token_mean(loss_context_from_lists):
+    ctx, leaf = loss_context_from_lists(**BATCH)
     out = GSPO(WIDE)(ctx)
     out.loss.backward()
     # (3 * -1.1051709180756477 - 2 * 1.2 + 2 * 0.8) / 7
@@ -39,8 +39,8 @@ def test_token_mean(make_ctx):
     assert out.metrics["ratio_max"] == pytest.approx(1.6487212707001282)
 
 
-def test_seq_mean_token_mean_is_the_sequence_objective(make_ctx):
-    ctx, leaf = make_ctx(**BATCH, mode="seq-mean-token-mean")
+def test_seq_mean_token_mean_is_the_sequence_objective(loss_context_from_lists):
+    ctx, leaf = loss_context_from_lists(**BATCH, mode="seq-mean-token-mean")
     out = GSPO(WIDE)(ctx)
     out.loss.backward()
     # (-1.1051709180756477 - 1.2 + 0.8) / 3
@@ -54,9 +54,9 @@ def test_seq_mean_token_mean_is_the_sequence_objective(make_ctx):
     )
 
 
-def test_default_range_is_the_papers_narrow_one(make_ctx):
+def test_default_range_is_the_papers_narrow_one(loss_context_from_lists):
     # s = e^0.1 is far outside [1 - 3e-4, 1 + 4e-4]: row 0 is clipped at 1.0004.
-    ctx, leaf = make_ctx(
+    ctx, leaf = loss_context_from_lists(
         [[-1.0, -2.0, -0.5]],
         old_logprobs=[[-1.1, -1.9, -0.8]],
         advantages=[[1.0, 1.0, 1.0]],
@@ -69,8 +69,8 @@ def test_default_range_is_the_papers_narrow_one(make_ctx):
     assert out.metrics["clip_fraction"] == 1.0
 
 
-def test_a_row_without_action_tokens_is_ignored(make_ctx):
-    ctx, leaf = make_ctx(
+def test_a_row_without_action_tokens_is_ignored(loss_context_from_lists):
+    ctx, leaf = loss_context_from_lists(
         [[-1.0, -2.0], [-3.0, -4.0]],
         old_logprobs=[[-1.0, -2.0], [30.0, -30.0]],
         advantages=[[2.0, 2.0], [7.0, 7.0]],

@@ -31,8 +31,8 @@ BATCH = dict(
 )
 
 
-def test_token_mean_loss_gradient_and_metrics(make_ctx):
-    ctx, leaf = make_ctx(**BATCH)
+def test_token_mean_loss_gradient_and_metrics(loss_context_from_lists):
+    ctx, leaf = loss_context_from_lists(**BATCH)
     out = PPOClip(PPOClipConfig())(ctx)
     # (-1.2 - 0.5 + 1.5 + 0.8 - 2.2) / 5
     assert out.loss.item() == pytest.approx(-0.32, abs=1e-12)
@@ -46,8 +46,8 @@ def test_token_mean_loss_gradient_and_metrics(make_ctx):
     assert "dual_clip_fraction" not in out.metrics
 
 
-def test_reduces_through_the_plan_aggregation(make_ctx):
-    ctx, leaf = make_ctx(**BATCH, mode="seq-mean-token-mean")
+def test_reduces_through_the_plan_aggregation(loss_context_from_lists):
+    ctx, leaf = loss_context_from_lists(**BATCH, mode="seq-mean-token-mean")
     out = PPOClip(PPOClipConfig())(ctx)
     # row means: (-1.2 - 0.5 + 1.5) / 3 = -0.0666..., (0.8 - 2.2) / 2 = -0.7; then / 2 rows
     assert out.loss.item() == pytest.approx(-0.38333333333333336, abs=1e-12)
@@ -67,8 +67,8 @@ def test_reduces_through_the_plan_aggregation(make_ctx):
         ("seq-mean-token-sum-norm", -0.26666666666666666),  # -1.6 over 2 sequences * length 3
     ],
 )
-def test_every_aggregation_mode(make_ctx, mode, expected):
-    ctx, _ = make_ctx(**BATCH, mode=mode, norm_length=3)
+def test_every_aggregation_mode(loss_context_from_lists, mode, expected):
+    ctx, _ = loss_context_from_lists(**BATCH, mode=mode, norm_length=3)
     assert PPOClip(PPOClipConfig())(ctx).loss.item() == pytest.approx(expected, abs=1e-12)
 
 
@@ -77,24 +77,28 @@ def test_every_aggregation_mode(make_ctx, mode, expected):
     [(0.2, -1.2, 0.0), (0.28, -1.25, -1.25)],
     ids=["symmetric", "clip-higher"],
 )
-def test_clip_higher_lets_a_ratio_of_1_25_through(make_ctx, eps_high, loss, grad):
-    ctx, leaf = make_ctx([[LN_1_25]], old_logprobs=[[0.0]], advantages=[[1.0]], action_mask=[[1.0]])
+def test_clip_higher_lets_a_ratio_of_1_25_through(loss_context_from_lists, eps_high, loss, grad):
+    ctx, leaf = loss_context_from_lists(
+        [[LN_1_25]], old_logprobs=[[0.0]], advantages=[[1.0]], action_mask=[[1.0]]
+    )
     out = PPOClip(PPOClipConfig(eps_high=eps_high))(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(loss, abs=1e-12)
     assert leaf.grad.item() == pytest.approx(grad, abs=1e-12)
 
 
-def test_eps_low_sets_the_lower_clip(make_ctx):
+def test_eps_low_sets_the_lower_clip(loss_context_from_lists):
     # ratio 0.5, A = -1: clip(0.5, 0.6, 1.2) = 0.6 -> loss max(0.5, 0.6) = 0.6, no gradient
-    ctx, leaf = make_ctx([[LN_0_5]], old_logprobs=[[0.0]], advantages=[[-1.0]], action_mask=[[1.0]])
+    ctx, leaf = loss_context_from_lists(
+        [[LN_0_5]], old_logprobs=[[0.0]], advantages=[[-1.0]], action_mask=[[1.0]]
+    )
     out = PPOClip(PPOClipConfig(eps_low=0.4))(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(0.6, abs=1e-12)
     assert leaf.grad.item() == 0.0
 
 
-def test_dual_clip_caps_negative_advantage_tokens(make_ctx):
+def test_dual_clip_caps_negative_advantage_tokens(loss_context_from_lists):
     # A = -1 at ratios 4 and 2, c = 3: the first loss 4 is capped at 3 (no gradient), the
     # second (2) stays with gradient -A*ratio = 2. Mean over 2 tokens.
     batch = dict(
@@ -103,30 +107,32 @@ def test_dual_clip_caps_negative_advantage_tokens(make_ctx):
         advantages=[[-1.0, -1.0]],
         action_mask=[[1.0, 1.0]],
     )
-    ctx, leaf = make_ctx(**batch)
+    ctx, leaf = loss_context_from_lists(**batch)
     out = PPOClip(PPOClipConfig(dual_clip_c=3.0))(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(2.5, abs=1e-12)
     torch.testing.assert_close(leaf.grad, torch.tensor([[0.0, 1.0]], dtype=torch.float64))
     assert out.metrics["dual_clip_fraction"] == pytest.approx(0.5)
 
-    ctx, leaf = make_ctx(**batch)
+    ctx, leaf = loss_context_from_lists(**batch)
     plain = PPOClip(PPOClipConfig())(ctx)
     plain.loss.backward()
     assert plain.loss.item() == pytest.approx(3.0, abs=1e-12)
     torch.testing.assert_close(leaf.grad, torch.tensor([[2.0, 1.0]], dtype=torch.float64))
 
 
-def test_dual_clip_leaves_positive_advantages_alone(make_ctx):
+def test_dual_clip_leaves_positive_advantages_alone(loss_context_from_lists):
     # A = +1 at ratio 4: clipped to 1.2 -> loss -1.2; dual clip must not touch it.
-    ctx, _ = make_ctx([[LN_4]], old_logprobs=[[0.0]], advantages=[[1.0]], action_mask=[[1.0]])
+    ctx, _ = loss_context_from_lists(
+        [[LN_4]], old_logprobs=[[0.0]], advantages=[[1.0]], action_mask=[[1.0]]
+    )
     out = PPOClip(PPOClipConfig(dual_clip_c=3.0))(ctx)
     assert out.loss.item() == pytest.approx(-1.2, abs=1e-12)
     assert out.metrics["dual_clip_fraction"] == 0.0
 
 
-def test_no_action_token_gives_zero_loss_and_zero_metrics(make_ctx):
-    ctx, leaf = make_ctx(
+def test_no_action_token_gives_zero_loss_and_zero_metrics(loss_context_from_lists):
+    ctx, leaf = loss_context_from_lists(
         [[-1.0, -2.0]],
         old_logprobs=[[-3.0, 5.0]],
         advantages=[[1.0, -1.0]],

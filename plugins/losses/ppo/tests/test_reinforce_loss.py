@@ -20,9 +20,9 @@ BATCH = dict(
 )
 
 
-def test_importance_weight_scales_the_gradient(make_ctx):
+def test_importance_weight_scales_the_gradient(loss_context_from_lists):
     # per token -w*A*logp: -2*1*-0.5 = 1.0, -0.25*-1*-2 = -0.5; gradient -w*A: -2, 0.25
-    ctx, leaf = make_ctx(**BATCH)
+    ctx, leaf = loss_context_from_lists(**BATCH)
     out = Reinforce(ReinforceLossConfig())(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(0.25, abs=1e-12)
@@ -34,9 +34,9 @@ def test_importance_weight_scales_the_gradient(make_ctx):
     assert out.metrics["capped_fraction"] == 0.0
 
 
-def test_ratio_cap_truncates_the_weight(make_ctx):
+def test_ratio_cap_truncates_the_weight(loss_context_from_lists):
     # weight of the first token becomes 1.5: per token 0.75, gradient -1.5
-    ctx, leaf = make_ctx(**BATCH)
+    ctx, leaf = loss_context_from_lists(**BATCH)
     out = Reinforce(ReinforceLossConfig(ratio_cap=1.5))(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(0.125, abs=1e-12)
@@ -47,9 +47,11 @@ def test_ratio_cap_truncates_the_weight(make_ctx):
     assert out.metrics["ratio_max"] == pytest.approx(2.0)
 
 
-def test_on_policy_is_plain_reinforce(make_ctx):
+def test_on_policy_is_plain_reinforce(loss_context_from_lists):
     # ratio 1: per token -A*logp = 0.5 and -2.0; gradient -A = -1 and +1; mean over 2
-    ctx, leaf = make_ctx([[-0.5, -2.0]], advantages=[[1.0, -1.0]], action_mask=[[1.0, 1.0]])
+    ctx, leaf = loss_context_from_lists(
+        [[-0.5, -2.0]], advantages=[[1.0, -1.0]], action_mask=[[1.0, 1.0]]
+    )
     out = Reinforce(ReinforceLossConfig())(ctx)
     out.loss.backward()
     assert out.loss.item() == pytest.approx(-0.75, abs=1e-12)

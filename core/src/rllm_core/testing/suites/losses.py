@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_LENGTHS",
     "AdvantageEstimatorConformance",
     "LossConformance",
+    "context_from_lists",
     "make_loss_context",
     "split_loss_context",
     "trained_mask",
@@ -128,6 +129,48 @@ def make_loss_context(
         observation_mask=observation.to(dtype),
         aggregate=aggregate,
     )
+
+
+def context_from_lists(
+    logprobs: list[list[float]],
+    *,
+    advantages: list[list[float]],
+    action_mask: list[list[float]],
+    old_logprobs: list[list[float]] | None = None,
+    rollout_logprobs: list[list[float]] | None = None,
+    observation_mask: list[list[float]] | None = None,
+    mode: str = "token-mean",
+    norm_length: float | None = None,
+) -> tuple[LossContext, torch.Tensor]:
+    """Build a one-micro-batch context from plain nested lists, for hand-computed loss tests.
+
+    Returns the context and the ``logprobs`` leaf (float64, requires grad). ``old_logprobs``
+    and ``rollout_logprobs`` default to each other, then to the detached logprobs; the
+    aggregate is ``mode`` with this micro-batch's action mask as the whole step.
+    """
+    leaf = torch.tensor(logprobs, dtype=torch.float64, requires_grad=True)
+    old = old_logprobs if old_logprobs is not None else rollout_logprobs
+    rollout = rollout_logprobs if rollout_logprobs is not None else old_logprobs
+    mask = torch.tensor(action_mask, dtype=torch.float64)
+    tokens, sequences = step_normalizers([mask])
+    ctx = LossContext(
+        logprobs=leaf,
+        old_logprobs=torch.tensor(old, dtype=torch.float64)
+        if old is not None
+        else leaf.detach().clone(),
+        rollout_logprobs=torch.tensor(rollout, dtype=torch.float64)
+        if rollout is not None
+        else leaf.detach().clone(),
+        advantages=torch.tensor(advantages, dtype=torch.float64),
+        action_mask=mask,
+        observation_mask=torch.tensor(observation_mask, dtype=torch.float64)
+        if observation_mask is not None
+        else torch.zeros_like(mask),
+        aggregate=make_aggregate(
+            mode, total_tokens=tokens, total_sequences=sequences, norm_length=norm_length
+        ),
+    )
+    return ctx, leaf
 
 
 def split_loss_context(ctx: LossContext, sizes: Sequence[int]) -> list[LossContext]:

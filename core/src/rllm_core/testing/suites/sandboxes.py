@@ -560,6 +560,23 @@ class SandboxConformance:
 
         self.run_async(body())
 
+    def test_relative_paths_and_parent_directories(
+        self, sandbox_backend: SandboxBackend, sandbox_spec: SandboxSpec
+    ) -> None:
+        workdir = sandbox_spec.workdir
+
+        async def body() -> None:
+            async with self.open_sandbox(sandbox_backend, sandbox_spec) as sb:
+                await sb.write_file("made/on/demand.txt", b"relative")
+                absolute = posixpath.join(workdir, "made", "on", "demand.txt")
+                assert await sb.read_file(absolute) == b"relative"
+                shown = await self.exec_ok(sb, "cat made/on/demand.txt")
+                assert shown.stdout == "relative"
+                await sb.write_file(posixpath.join(workdir, "abs.txt"), b"absolute")
+                assert await sb.read_file("abs.txt") == b"absolute"
+
+        self.run_async(body())
+
     def test_list_files(self, sandbox_backend: SandboxBackend, sandbox_spec: SandboxSpec) -> None:
         workdir = sandbox_spec.workdir
 
@@ -571,6 +588,9 @@ class SandboxConformance:
                 await sb.write_file(posixpath.join(listed, "sub", "deep.txt"), b"deep")
                 entries = await sb.list_files(listed)
                 assert all(isinstance(e, FileInfo) for e in entries)
+                assert all(
+                    e.path == posixpath.join(listed, posixpath.basename(e.path)) for e in entries
+                ), f"list_files paths must be absolute: {entries}"
                 by_name = {posixpath.basename(e.path.rstrip("/")): e for e in entries}
                 assert sorted(by_name) == ["a.txt", "b.bin", "sub"], (
                     f"list_files({listed!r}) gave {sorted(by_name)}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from rllm_core.algorithms.tensors import fraction, log_ratio, masked, masked_max, masked_mean
 from rllm_core.ports import LossContext, LossOutput
 
-from rllm_loss_dppo._ops import fraction, log_ratio, masked, masked_max, masked_mean
 from rllm_loss_dppo.divergence import binary_kl, binary_tv
 from rllm_loss_dppo.plugin import DPPOKLConfig, DPPOTVConfig
 

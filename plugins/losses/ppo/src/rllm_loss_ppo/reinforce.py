@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from rllm_core.algorithms.tensors import fraction, log_ratio, masked, masked_max, masked_mean
 from rllm_core.ports import LossContext, LossOutput
 
-from rllm_loss_ppo._ops import fraction, log_ratio, masked, masked_max, masked_mean
 from rllm_loss_ppo.plugin import ReinforceLossConfig
 
 __all__ = ["Reinforce"]

@@ -1,4 +1,5 @@
-"""Tensor helpers the losses share: masked inputs, safe log-ratios and masked statistics."""
+"""Tensor helpers shared by loss implementations: masked inputs, safe log-ratios, masked
+statistics for metrics. Imports torch; only loss implementations (never entry modules) use it."""
 
 from __future__ import annotations
 
