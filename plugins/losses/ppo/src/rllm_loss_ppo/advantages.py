@@ -14,7 +14,7 @@ the order of rollouts within a group beyond the order of the output itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 from rllm_core.ports import AdvantageResult
@@ -102,6 +102,28 @@ def _centered(group: list[float]) -> list[float]:
     return [r - mean for r in group]
 
 
+def _group_relative(
+    rewards: Sequence[Sequence[float]], advantages_of: Callable[[list[float]], list[float]]
+) -> AdvantageResult:
+    """Apply ``advantages_of`` to every group that has a spread; all-equal groups (and groups of
+    one) carry no signal, get 0.0 and are counted."""
+    out: list[list[float]] = []
+    zero = 0
+    for group in _validated(rewards):
+        if _all_equal(group):
+            zero += 1
+            out.append([0.0] * len(group))
+        else:
+            out.append(advantages_of(group))
+    return _result(out, zero)
+
+
+def _leave_one_out(group: list[float]) -> list[float]:
+    n = len(group)
+    total = math.fsum(group)
+    return [r - (total - r) / (n - 1) for r in group]
+
+
 class GRPO:
     """``A_i = (r_i - mean(r)) / (std(r) + epsilon)`` within each group; with
     ``normalize_std=false``, ``A_i = r_i - mean(r)`` (Dr. GRPO).
@@ -119,20 +141,14 @@ class GRPO:
         self.config = config
 
     def compute(self, rewards: Sequence[Sequence[float]]) -> AdvantageResult:
-        groups = _validated(rewards)
-        out: list[list[float]] = []
-        zero = 0
-        for group in groups:
-            if _all_equal(group):
-                zero += 1
-                out.append([0.0] * len(group))
-                continue
-            centered = _centered(group)
-            if self.config.normalize_std:
-                std = _std(group, _mean(group), self.config.std)
-                centered = _scaled(centered, std + self.config.epsilon)
-            out.append(centered)
-        return _result(out, zero)
+        return _group_relative(rewards, self._group)
+
+    def _group(self, group: list[float]) -> list[float]:
+        centered = _centered(group)
+        if not self.config.normalize_std:
+            return centered
+        std = _std(group, _mean(group), self.config.std)
+        return _scaled(centered, std + self.config.epsilon)
 
 
 class RLOO:
@@ -148,18 +164,7 @@ class RLOO:
         self.config = config
 
     def compute(self, rewards: Sequence[Sequence[float]]) -> AdvantageResult:
-        groups = _validated(rewards)
-        out: list[list[float]] = []
-        zero = 0
-        for group in groups:
-            if _all_equal(group):
-                zero += 1
-                out.append([0.0] * len(group))
-                continue
-            n = len(group)
-            total = math.fsum(group)
-            out.append([r - (total - r) / (n - 1) for r in group])
-        return _result(out, zero)
+        return _group_relative(rewards, _leave_one_out)
 
 
 class Reinforce:

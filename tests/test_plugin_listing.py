@@ -1,0 +1,44 @@
+"""Every first-party plugin shows up in ``rllm-core plugins`` as it should, and the core's
+catalog of who provides what agrees with what the plugins really provide."""
+
+from __future__ import annotations
+
+from rllm_core.plugins.catalog import FIRST_PARTY
+
+
+def listing(run_cli) -> dict[str, dict]:
+    result = run_cli("plugins", "--json")
+    assert result.returncode == 0, result
+    return {row["distribution"]: row for row in result.json()}
+
+
+def test_plugin_is_listed_active(plugin_package, run_cli):
+    rows = listing(run_cli)
+    assert plugin_package.distribution in rows, (
+        f"{plugin_package.distribution} is not in `rllm-core plugins`; is it installed?"
+    )
+    row = rows[plugin_package.distribution]
+    assert row["status"] == "active", row
+    assert row["provides"], f"{plugin_package.distribution} provides no component"
+    assert row["version"] and row["version"] != "unknown"
+
+
+def test_catalog_matches_what_plugins_provide(plugin_package, run_cli):
+    provided = set(listing(run_cli)[plugin_package.distribution]["provides"])
+    catalogued = {
+        f"{kind.value}:{name}"
+        for kind, names in FIRST_PARTY.items()
+        for name, dist in names.items()
+        if dist == plugin_package.distribution
+    }
+    assert provided == catalogued, (
+        f"rllm_core.plugins.catalog lists {sorted(catalogued)} for"
+        f" {plugin_package.distribution}, which provides {sorted(provided)}"
+    )
+
+
+def test_table_lists_every_plugin(first_party_plugins, run_cli):
+    result = run_cli("plugins")
+    assert result.returncode == 0, result
+    for package in first_party_plugins:
+        assert package.distribution in result.stdout
