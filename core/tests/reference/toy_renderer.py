@@ -157,6 +157,12 @@ class ToyChatRenderer:
 
     # ---------------------------------------------------------------- parse
 
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids)
+
     def stop_token_ids(self) -> list[int]:
         return [IM_END, END_OF_TEXT]
 

@@ -22,6 +22,8 @@ class Renderer(Protocol):
     - ``parse_response(ids)`` reads sampled completion tokens back into content, reasoning and
       tool calls; malformed tool calls are returned with a non-``ok`` status, never dropped.
     - ``stop_token_ids()`` lists the ids that end an assistant turn.
+    - ``encode(text)`` / ``decode(ids)`` expose the underlying tokenizer for plain text (no
+      special tokens added), for completion-style requests and display.
     - ``bridge_to_next_turn(prev_prompt, prev_completion, new_messages)`` returns the next
       prompt, whose first ``len(prev_prompt) + len(prev_completion)`` ids are exactly
       ``prev_prompt + prev_completion``, or ``None`` when that cannot be proven. It refuses
@@ -49,6 +51,10 @@ class Renderer(Protocol):
     def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse: ...
 
     def stop_token_ids(self) -> list[int]: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
 
     def bridge_to_next_turn(
         self,

@@ -350,6 +350,13 @@ class RendererConformance:
                         f"token {pos} of a {messages[index].role} message is marked sampled"
                     )
 
+    def test_encode_decode_round_trip(self, renderer: Renderer) -> None:
+        for text in ("hello world", "  leading spaces\nand lines", "ünïcødé ✓ 数学", ""):
+            ids = renderer.encode(text)
+            assert all(isinstance(t, int) for t in ids), f"encode({text!r}) gave {ids}"
+            assert renderer.decode(ids) == text, f"decode(encode({text!r})) != the text"
+        assert renderer.encode("") == []
+
     def test_stop_token_ids(self, renderer: Renderer) -> None:
         stops = renderer.stop_token_ids()
         assert isinstance(stops, list), f"stop_token_ids returned {type(stops).__name__}"
