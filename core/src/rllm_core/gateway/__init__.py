@@ -1,0 +1,16 @@
+"""The OpenAI-compatible session gateway: HTTP layer, engine and token accumulator.
+
+- :mod:`~rllm_core.gateway.server`: :class:`~rllm_core.gateway.server.Gateway`, served by
+  uvicorn in this process (``rllm-core gateway serve`` runs it standalone).
+- :mod:`~rllm_core.gateway.app`: the ASGI application (routes, auth, limits, errors).
+- :mod:`~rllm_core.gateway.protocol`: the OpenAI wire format in and out.
+- :mod:`~rllm_core.gateway.metrics`: event-loop lag and request counters.
+- :mod:`~rllm_core.gateway.serving`: uvicorn in a thread or on the caller's loop.
+- :mod:`~rllm_core.gateway.engine` and :mod:`~rllm_core.gateway.accumulator`: chat requests to
+  token ids and traces, cumulative token mode.
+- :mod:`~rllm_core.gateway.upstreams`: the sampler over vLLM-style HTTP workers, on the
+  client in :mod:`~rllm_core.gateway.httpclient`.
+- :mod:`~rllm_core.gateway.fakeworker`: a stand-in worker for tests and benchmarks.
+
+Nothing is imported here, so importing one module does not load the server stack.
+"""

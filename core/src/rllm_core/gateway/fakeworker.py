@@ -1,0 +1,279 @@
+"""A stand-in for a vLLM worker: the completions API with token ids, answered at once.
+
+For tests and benchmarks of the gateway and :class:`~rllm_core.gateway.upstreams.HttpWorkerPool`
+without a model. ``POST /v1/completions`` answers like vLLM does for a token-id prompt with
+``return_token_ids`` and ``return_tokens_as_token_ids``; ``GET /health`` answers 200. The
+completion is ``reply(prompt_ids, max_tokens, stop_ids)`` (by default: the last ``echo`` prompt
+ids that are not stop tokens, then the first stop token, cut to ``max_tokens``), and each
+token's logprob is :func:`~rllm_core.testing.samplers.scripted_logprob`-like, deterministic.
+
+Faults for tests: :meth:`FakeWorker.fail_next` queues canned error answers (a status, an
+optional ``Retry-After``), :attr:`FakeWorker.healthy` turns ``/health`` into a 503, and
+``legacy=True`` leaves out ``token_ids`` (ids only in the ``token_id:<n>`` strings, as older
+vLLM versions answer). Every decoded request body is kept in :attr:`FakeWorker.requests`.
+
+Run one on its own: ``python -m rllm_core.gateway.fakeworker --port 9000`` (``--reply-ids
+1,2,3`` answers every request with those ids and the first stop id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from rllm_core.gateway.serving import AsgiServer
+
+__all__ = ["FakeWorker", "echo_reply", "fake_logprob", "fixed_reply"]
+
+Reply = Callable[[list[int], int, list[int]], list[int]]
+
+
+def echo_reply(echo: int = 16) -> Reply:
+    """The default reply: the prompt's last ``echo`` non-stop ids, then the first stop id."""
+
+    def reply(prompt: list[int], max_tokens: int, stops: list[int]) -> list[int]:
+        stop_set = set(stops)
+        tail = [t for t in prompt[-(echo + len(stops) + 8) :] if t not in stop_set][-echo:]
+        return (tail + stops[:1])[:max_tokens]
+
+    return reply
+
+
+def fixed_reply(ids: Sequence[int]) -> Reply:
+    """Always the same completion: ``ids``, then the request's first stop id."""
+    body = list(ids)
+
+    def reply(prompt: list[int], max_tokens: int, stops: list[int]) -> list[int]:
+        return (body + stops[:1])[:max_tokens]
+
+    return reply
+
+
+def fake_logprob(token_id: int, position: int) -> float:
+    return -float((token_id * 7 + position * 13) % 50 + 1) / 64.0
+
+
+class _Body(msgspec.Struct):
+    prompt: list[int] | str
+    max_tokens: int = 16
+    stop_token_ids: list[int] = []
+    return_token_ids: bool = False
+
+
+@dataclass
+class _Fault:
+    status: int
+    retry_after: str | None
+    message: str
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_raw = msgspec.json.Decoder()
+_decode_body = msgspec.json.Decoder(_Body)
+
+
+class FakeWorker:
+    """A fake vLLM worker; ``start()`` serves it in a background thread.
+
+    ``delay_s`` makes every completion take that long (for load-balancing tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        reply: Reply | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        legacy: bool = False,
+        delay_s: float = 0.0,
+        record: bool = True,
+    ) -> None:
+        self.reply = reply or echo_reply()
+        self.legacy = legacy
+        self.delay_s = delay_s
+        self.record = record
+        self.healthy = True
+        self.requests: list[dict[str, Any]] = []
+        self.served = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._faults: deque[_Fault] = deque()
+        self.server = AsgiServer(self, host=host, port=port, stop_timeout_s=2.0, name="fake-worker")
+
+    # ---------------------------------------------------------------- control
+
+    def fail_next(
+        self,
+        status: int,
+        *,
+        count: int = 1,
+        retry_after: float | str | None = None,
+        message: str = "injected failure",
+    ) -> None:
+        """Answer the next ``count`` completion requests with ``status`` (and ``Retry-After``)."""
+        header = None if retry_after is None else str(retry_after)
+        for _ in range(count):
+            self._faults.append(_Fault(status, header, message))
+
+    def start(self) -> str:
+        return self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url
+
+    def __enter__(self) -> FakeWorker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- ASGI
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        chunks = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        path = scope["path"]
+        if path == "/health":
+            status = 200 if self.healthy else 503
+            await _respond(send, status, b"" if self.healthy else b'{"error": "unhealthy"}')
+        elif path == "/v1/completions" and scope["method"] == "POST":
+            await self._complete(b"".join(chunks), send)
+        else:
+            await _respond(send, 404, _encode({"error": {"message": f"no route {path}"}}))
+
+    async def _complete(self, raw: bytes, send: Callable) -> None:
+        if self.record:
+            self.requests.append(_decode_raw.decode(raw))
+        if self._faults:
+            fault = self._faults.popleft()
+            headers = []
+            if fault.retry_after is not None:
+                headers.append((b"retry-after", fault.retry_after.encode()))
+            body = _encode({"error": {"message": fault.message, "code": fault.status}})
+            await _respond(send, fault.status, body, headers)
+            return
+        body = _decode_body.decode(raw)
+        if isinstance(body.prompt, str):
+            await _respond(send, 400, _encode({"error": {"message": "token ids only"}}))
+            return
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            ids = self.reply(body.prompt, body.max_tokens, body.stop_token_ids)
+        finally:
+            self.in_flight -= 1
+        self.served += 1
+        await _respond(send, 200, self.answer(ids, body, len(body.prompt)))
+
+    def answer(self, ids: Sequence[int], body: Any, prompt_tokens: int) -> bytes:
+        """The vLLM-shaped completion for ``ids``."""
+        stops = set(body.stop_token_ids)
+        stopped = bool(ids) and ids[-1] in stops
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": "",
+            "logprobs": {
+                "text_offset": [0] * len(ids),
+                "token_logprobs": [fake_logprob(t, i) for i, t in enumerate(ids)],
+                "tokens": [f"token_id:{t}" for t in ids],
+                "top_logprobs": None,
+            },
+            "finish_reason": "stop" if stopped else "length",
+            "stop_reason": ids[-1] if stopped else None,
+        }
+        if body.return_token_ids and not self.legacy:
+            choice["token_ids"] = list(ids)
+        return _encode(
+            {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "created": 0,
+                "model": "fake",
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": len(ids),
+                    "total_tokens": prompt_tokens + len(ids),
+                },
+            }
+        )
+
+
+async def _respond(
+    send: Callable, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A fake vLLM worker answering at once.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--echo", type=int, default=16, help="completion length before the stop")
+    parser.add_argument(
+        "--reply-ids",
+        default=None,
+        help="comma-separated ids to answer every request with (then the first stop id)",
+    )
+    args = parser.parse_args(argv)
+    reply = echo_reply(args.echo)
+    if args.reply_ids:
+        reply = fixed_reply([int(t) for t in args.reply_ids.split(",")])
+    worker = FakeWorker(reply=reply, host=args.host, port=args.port, record=False)
+
+    async def run() -> None:
+        url = await worker.server.astart()
+        print(f"fake worker on {url}", flush=True)
+        await worker.server.wait()
+
+    from rllm_core.gateway.serving import new_event_loop
+
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(run())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Running the gateway: uvicorn in-process, in a background thread or as a task.
+
+:class:`Gateway` owns one :class:`~rllm_core.gateway.engine.GatewayEngine` (given, or built from
+a renderer, a sampler and a trace store) and serves it over HTTP. ``start()`` runs uvicorn in a
+background thread with its own event loop and returns the base URL once the server accepts
+connections; ``await astart()`` runs it as a task on the caller's loop instead (use that when
+the sampler is bound to the caller's loop, as an in-process trainer's is). Port 0 picks a free
+port.
+
+Auth: a bearer token is required unless the gateway is built with ``auth=False``, which is
+refused on any host that is not a loopback address. Without an explicit ``token`` a random one
+is generated for the run.
+
+Example::
+
+    with Gateway(renderer=renderer, sampler=sampler, trace_store=store) as gateway:
+        client = openai.OpenAI(base_url=gateway.session_url("s-1"), api_key=gateway.token)
+        client.chat.completions.create(model="policy", messages=[...])
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import secrets
+from collections.abc import Callable
+
+from rllm_core.gateway.app import GatewayApp
+from rllm_core.gateway.engine import GatewayEngine
+from rllm_core.gateway.serving import AsgiServer
+from rllm_core.gateway.upstreams import HttpWorkerPool
+from rllm_core.ports import Renderer, Sampler, TraceStore
+from rllm_core.types import LLMEndpoint, SamplingParams
+
+__all__ = ["Gateway", "is_loopback", "new_token"]
+
+log = logging.getLogger("rllm_core.gateway")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def new_token() -> str:
+    """A fresh random bearer token (256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+class Gateway:
+    """The session gateway, served by uvicorn in this process.
+
+    Pass ``engine`` or the three components (``renderer``, ``sampler``, ``trace_store``) with
+    the engine options (``cumulative``, ``model``, ``max_prompt_tokens``). ``upstreams`` is the
+    :class:`~rllm_core.gateway.upstreams.HttpWorkerPool` when the sampler is one (it is then
+    reported by ``/health`` and closed on stop). The HTTP options are those of
+    :class:`~rllm_core.gateway.app.GatewayApp`.
+    """
+
+    def __init__(
+        self,
+        engine: GatewayEngine | None = None,
+        *,
+        renderer: Renderer | None = None,
+        sampler: Sampler | None = None,
+        trace_store: TraceStore | None = None,
+        cumulative: bool = True,
+        model: str = "policy",
+        max_prompt_tokens: int | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        auth: bool = True,
+        max_body_bytes: int = 8 * 1024 * 1024,
+        heartbeat_interval_s: float = 10.0,
+        request_timeout_s: float = 1800.0,
+        default_params: SamplingParams | None = None,
+        log_level: str = "warning",
+        stop_timeout_s: float = 10.0,
+    ) -> None:
+        if engine is None:
+            missing = [
+                name
+                for name, value in (
+                    ("renderer", renderer),
+                    ("sampler", sampler),
+                    ("trace_store", trace_store),
+                )
+                if value is None
+            ]
+            if missing:
+                raise ValueError(
+                    f"Gateway needs an engine or a renderer, a sampler and a trace store;"
+                    f" missing: {', '.join(missing)}"
+                )
+            engine = GatewayEngine(
+                renderer=renderer,  # type: ignore[arg-type]
+                sampler=sampler,  # type: ignore[arg-type]
+                trace_store=trace_store,  # type: ignore[arg-type]
+                cumulative=cumulative,
+                model=model,
+                max_prompt_tokens=max_prompt_tokens,
+            )
+        if not auth:
+            if not is_loopback(host):
+                raise ValueError(
+                    f"refusing to serve without auth on {host!r}, which is reachable from other"
+                    " machines; bind to 127.0.0.1 or keep auth on (a token is generated)"
+                )
+            if token is not None:
+                raise ValueError("auth=False and a token contradict each other; pass one")
+        elif token is None:
+            token = new_token()
+        elif not token.strip():
+            raise ValueError("the bearer token is empty; pass a non-empty token or none")
+        self.engine = engine
+        self.host = host
+        self.token = token
+        self.upstreams = engine.sampler if isinstance(engine.sampler, HttpWorkerPool) else None
+        self.app = GatewayApp(
+            engine,
+            token=token,
+            max_body_bytes=max_body_bytes,
+            heartbeat_interval_s=heartbeat_interval_s,
+            request_timeout_s=request_timeout_s,
+            default_params=default_params,
+            upstreams=self.upstreams,
+        )
+        self._server = AsgiServer(
+            self.app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            stop_timeout_s=stop_timeout_s,
+            on_close=self.upstreams.aclose if self.upstreams is not None else None,
+            name="rllm-gateway",
+        )
+
+    # ---------------------------------------------------------------- addresses
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the running server."""
+        return self._server.base_url
+
+    @property
+    def port(self) -> int:
+        """The bound port (known once started)."""
+        return self._server.port
+
+    def session_url(self, session_id: str) -> str:
+        """The OpenAI ``base_url`` for one session: ``{base_url}/sessions/{id}/v1``."""
+        return f"{self.base_url}/sessions/{session_id}/v1"
+
+    def endpoint(self, session_id: str) -> LLMEndpoint:
+        """What a harness needs to talk to one session."""
+        return LLMEndpoint(
+            base_url=self.session_url(session_id),
+            api_key=self.token or "none",
+            model=self.engine.model,
+        )
+
+    def configure_session(self, session_id: str, *, enforced: SamplingParams | None) -> None:
+        """Enforce (or, with ``None``, stop enforcing) sampling parameters for a session."""
+        self.engine.configure_session(session_id, enforced=enforced)
+
+    # ---------------------------------------------------------------- serving
+
+    def start(self) -> str:
+        """Serve in a background thread; returns the base URL once connections are accepted."""
+        url = self._server.start()
+        log.info("gateway serving on %s", url)
+        return url
+
+    def stop(self) -> None:
+        """Stop serving (in-flight requests get ``stop_timeout_s`` to finish). Idempotent."""
+        self._server.stop()
+
+    async def astart(self) -> str:
+        """Serve as a task on the running event loop; returns the base URL."""
+        return await self._server.astart()
+
+    async def serve(self, ready: Callable[[str], None] | None = None) -> None:
+        """Serve on the running loop until the server is told to exit (SIGINT or SIGTERM when
+        this is the main thread); ``ready`` is called with the base URL once serving."""
+        url = await self._server.astart()
+        if ready is not None:
+            ready(url)
+        await self._server.wait()
+
+    async def astop(self) -> None:
+        """Stop a gateway started with :meth:`astart`. Idempotent."""
+        await self._server.astop()
+
+    def __enter__(self) -> Gateway:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Gateway:
+        await self.astart()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.astop()

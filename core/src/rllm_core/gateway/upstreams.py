@@ -1,0 +1,571 @@
+"""Sampling from HTTP workers that speak the vLLM completions API with token ids.
+
+:class:`HttpWorkerPool` implements the :class:`~rllm_core.ports.Sampler` port over one or more
+workers (vLLM ``serve`` processes, or anything that answers the same way).
+
+The exchange, per model call (``POST {worker}/v1/completions``)::
+
+    {"prompt": [151644, 872, ...],          # token ids, sent as they are
+     "max_tokens": 256, "temperature": 1.0, "top_p": 1.0, "seed": 7,   # seed only when set
+     "stop_token_ids": [151645],
+     "n": 1, "stream": false,
+     "logprobs": 0,                         # the sampled token's logprob only
+     "return_token_ids": true,              # choices[0].token_ids (vLLM >= 0.10.2)
+     "return_tokens_as_token_ids": true,    # logprobs.tokens as "token_id:<id>" (older vLLM)
+     "skip_special_tokens": false,
+     "model": "<name>"}                     # only when the pool is given one
+
+and the answer it reads::
+
+    {"choices": [{"token_ids": [9707, 0, 151645],
+                  "logprobs": {"token_logprobs": [-0.1, -0.7, -0.01],
+                               "tokens": ["token_id:9707", "token_id:0", "token_id:151645"]},
+                  "finish_reason": "stop"}],        # or "length"
+     "weight_version": 3}                           # optional; see weight_version below
+
+Completion ids come from ``choices[0].token_ids``, or, for a server without
+``return_token_ids``, from the ``token_id:<id>`` strings. vLLM includes the stop token that
+ended a completion in its token ids, as the port requires. The port also wants logprobs after
+temperature: start vLLM with ``--logprobs-mode processed_logprobs`` (its default reports the
+raw model distribution).
+
+Routing: a request carries a routing key (the gateway session, set through
+:data:`routing_key`, else the request id). A key sticks to the worker that served it first
+while that worker is healthy, so the worker's prefix cache keeps serving the session; a new key
+goes to the healthy worker with the fewest requests in flight (then the fewest sessions).
+
+Failures: a connection error marks the worker down and the request moves to another worker; a
+``429`` or ``5xx`` answer is retried after the worker's ``Retry-After`` (seconds or an HTTP
+date) or an exponential backoff. Retries are bounded by ``max_attempts`` and by
+``retry_budget_s`` of total time. A background task checks ``GET {worker}/health`` every
+``health_interval_s`` and brings workers back. When no worker is up the request waits for one
+within the budget, then fails with :class:`UpstreamUnavailableError`, which names every
+worker and its last error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import msgspec
+
+from rllm_core.errors import RllmError
+from rllm_core.gateway.httpclient import (
+    HttpClient,
+    HttpConnectError,
+    HttpProtocolError,
+    HttpResponse,
+    Origin,
+)
+from rllm_core.types import SampleRequest, SampleResult
+
+__all__ = [
+    "HttpWorkerPool",
+    "UpstreamError",
+    "UpstreamRejectedError",
+    "UpstreamUnavailableError",
+    "WorkerStatus",
+    "routed",
+    "routing_key",
+]
+
+log = logging.getLogger(__name__)
+
+routing_key: ContextVar[str | None] = ContextVar("rllm_core_routing_key", default=None)
+"""The key the current request is routed by (the gateway sets it to the session id)."""
+
+
+@contextlib.contextmanager
+def routed(key: str) -> Iterator[None]:
+    """Route the model calls made inside the block by ``key``."""
+    token = routing_key.set(key)
+    try:
+        yield
+    finally:
+        routing_key.reset(token)
+
+
+class UpstreamError(RllmError):
+    """A worker failed to produce a completion (bad answer, or retries exhausted)."""
+
+
+class UpstreamUnavailableError(UpstreamError):
+    """No worker could be reached within the retry budget."""
+
+
+class UpstreamRejectedError(UpstreamError):
+    """A worker refused the request with a 4xx other than 429; retrying will not help.
+
+    ``status`` is the worker's status code and ``detail`` its error message.
+    """
+
+    def __init__(self, message: str, *, status: int, detail: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+
+# ------------------------------------------------------------------------------ wire format
+
+
+class _RequestBody(msgspec.Struct, omit_defaults=True, kw_only=True):
+    # Fields without a default are always sent; seed and model only when set.
+    prompt: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stop_token_ids: list[int]
+    n: int
+    stream: bool
+    logprobs: int
+    return_token_ids: bool
+    return_tokens_as_token_ids: bool
+    skip_special_tokens: bool
+    seed: int | None = None
+    model: str | None = None
+
+
+class _LogProbs(msgspec.Struct):
+    token_logprobs: list[float | None] = []
+    tokens: list[str] = []
+
+
+class _Choice(msgspec.Struct):
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None
+    logprobs: _LogProbs | None = None
+
+
+class _ResponseBody(msgspec.Struct):
+    choices: list[_Choice]
+    weight_version: int | None = None
+
+
+class _ErrorBody(msgspec.Struct):
+    error: dict | str | None = None
+    message: str | None = None
+    detail: str | list | None = None
+
+
+_encoder = msgspec.json.Encoder()
+_response_decoder = msgspec.json.Decoder(_ResponseBody)
+_error_decoder = msgspec.json.Decoder(_ErrorBody)
+
+
+def _error_detail(response: HttpResponse) -> str:
+    """The worker's own error message, whatever shape it used."""
+    try:
+        body = _error_decoder.decode(response.body)
+    except msgspec.DecodeError:
+        text = response.body[:300].decode("utf-8", "replace").strip()
+        return text or "(empty body)"
+    if isinstance(body.error, dict) and isinstance(body.error.get("message"), str):
+        return body.error["message"]
+    for value in (body.error, body.message, body.detail):
+        if value:
+            return str(value)
+    return response.body[:300].decode("utf-8", "replace")
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+# ------------------------------------------------------------------------------ the pool
+
+
+@dataclass
+class _Worker:
+    url: str
+    origin: Origin
+    healthy: bool = True
+    in_flight: int = 0
+    sessions: int = 0
+    served: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+
+class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker as the pool sees it, for ``/health`` and ``/metrics``."""
+
+    url: str
+    healthy: bool
+    in_flight: int
+    sessions: int
+    served: int
+    failures: int
+    last_error: str | None
+
+
+class HttpWorkerPool:
+    """A :class:`~rllm_core.ports.Sampler` over HTTP workers; see the module docstring.
+
+    ``model`` is sent as the request's ``model`` field (vLLM's served model name) when given;
+    ``api_key`` as a bearer token. ``weight_version`` is what results report unless a worker
+    answers with its own ``weight_version`` field; the run loop sets it when it publishes new
+    weights to the workers.
+
+    The pool belongs to the event loop it is first used in. :meth:`start` begins health
+    checks (the first :meth:`sample` starts them too); :meth:`aclose` stops them and closes
+    connections.
+
+    Example::
+
+        pool = HttpWorkerPool(["http://10.0.0.5:8000", "http://10.0.0.6:8000"])
+        with routed("session-1"):
+            result = await pool.sample(SampleRequest(prompt_token_ids=ids))
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        weight_version: int = 0,
+        max_attempts: int = 5,
+        retry_budget_s: float = 60.0,
+        backoff_s: float = 0.25,
+        max_backoff_s: float = 5.0,
+        connect_timeout_s: float = 5.0,
+        request_timeout_s: float = 900.0,
+        health_interval_s: float = 5.0,
+        health_path: str = "/health",
+        completions_path: str = "/v1/completions",
+        max_connections_per_worker: int = 512,
+        max_sticky_sessions: int = 100_000,
+    ) -> None:
+        if isinstance(urls, str):
+            urls = [urls]
+        if not urls:
+            raise ValueError("HttpWorkerPool needs at least one worker URL")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        workers = []
+        for url in urls:
+            try:
+                workers.append(_Worker(url=url.rstrip("/"), origin=Origin.parse(url)))
+            except ValueError as exc:
+                raise ValueError(f"worker URL {url!r} is invalid: {exc}") from None
+        self._workers = workers
+        self.model = model
+        self.max_attempts = max_attempts
+        self.retry_budget_s = retry_budget_s
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.request_timeout_s = request_timeout_s
+        self.health_interval_s = health_interval_s
+        self.health_path = health_path
+        self.completions_path = completions_path
+        self.max_sticky_sessions = max_sticky_sessions
+        self._weight_version = weight_version
+        self._headers = {"content-type": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._client = HttpClient(
+            max_connections=max_connections_per_worker, connect_timeout_s=connect_timeout_s
+        )
+        self._sticky: OrderedDict[str, _Worker] = OrderedDict()
+        self._health_task: asyncio.Task[None] | None = None
+        self._health_changed: asyncio.Event | None = None
+        self._closed = False
+
+    # ---------------------------------------------------------------- Sampler port
+
+    @property
+    def weight_version(self) -> int:
+        return self._weight_version
+
+    @weight_version.setter
+    def weight_version(self, value: int) -> None:
+        self._weight_version = value
+
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        if self._closed:
+            raise UpstreamError("the worker pool is closed")
+        self._ensure_health_checks()
+        loop = asyncio.get_running_loop()
+        key = routing_key.get() or request.request_id or None
+        params = request.params
+        body = _encoder.encode(
+            _RequestBody(
+                prompt=request.prompt_token_ids,
+                max_tokens=params.max_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                stop_token_ids=list(params.stop_token_ids),
+                n=1,
+                stream=False,
+                logprobs=0,
+                return_token_ids=True,
+                return_tokens_as_token_ids=True,
+                skip_special_tokens=False,
+                seed=params.seed,
+                model=self.model,
+            )
+        )
+        headers = self._headers
+        if request.request_id:
+            headers = {**headers, "x-request-id": request.request_id}
+        started = loop.time()
+        deadline = started + self.retry_budget_s
+        failures: list[str] = []
+        attempt = 0
+        while True:
+            worker = self._pick(key)
+            if worker is None:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise self._unavailable(started)
+                await self._wait_for_health(remaining)
+                continue
+            attempt += 1
+            worker.in_flight += 1
+            try:
+                response = await self._client.request(
+                    "POST",
+                    worker.origin,
+                    self.completions_path,
+                    body=body,
+                    headers=headers,
+                    timeout_s=self.request_timeout_s,
+                )
+            except (HttpConnectError, HttpProtocolError) as exc:
+                self._mark_down(worker, str(exc))
+                failures.append(f"{worker.url}: {exc}")
+                delay = 0.0 if any(w.healthy for w in self._workers) else self._backoff(attempt)
+            except TimeoutError:
+                worker.failures += 1
+                raise UpstreamError(
+                    f"worker {worker.url} did not answer within {self.request_timeout_s}s;"
+                    " raise request_timeout_s for long generations, or check the worker"
+                ) from None
+            else:
+                if response.status == 200:
+                    worker.served += 1
+                    return self._result(worker, response)
+                detail = _error_detail(response)
+                worker.failures += 1
+                worker.last_error = f"HTTP {response.status}: {detail}"
+                if response.status != 429 and response.status < 500:
+                    raise UpstreamRejectedError(
+                        f"worker {worker.url} rejected the request with HTTP {response.status}:"
+                        f" {detail}",
+                        status=response.status,
+                        detail=detail,
+                    )
+                failures.append(f"{worker.url}: HTTP {response.status}: {detail}")
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                delay = self._backoff(attempt) if retry_after is None else retry_after
+            finally:
+                worker.in_flight -= 1
+            elapsed = loop.time() - started
+            if attempt >= self.max_attempts or elapsed + delay > self.retry_budget_s:
+                raise UpstreamError(
+                    f"gave up after {attempt} attempt(s) in {elapsed:.1f}s"
+                    f" (max_attempts={self.max_attempts},"
+                    f" retry_budget_s={self.retry_budget_s}, next wait {delay:.1f}s): "
+                    + "; ".join(failures[-3:])
+                )
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    # ---------------------------------------------------------------- routing
+
+    def _pick(self, key: str | None) -> _Worker | None:
+        sticky = self._sticky
+        if key is not None:
+            worker = sticky.get(key)
+            if worker is not None:
+                if worker.healthy:
+                    sticky.move_to_end(key)
+                    return worker
+                del sticky[key]
+                worker.sessions -= 1
+        best = None
+        for worker in self._workers:
+            if worker.healthy and (
+                best is None
+                or (worker.in_flight, worker.sessions) < (best.in_flight, best.sessions)
+            ):
+                best = worker
+        if best is not None and key is not None:
+            sticky[key] = best
+            best.sessions += 1
+            if len(sticky) > self.max_sticky_sessions:
+                _, evicted = sticky.popitem(last=False)
+                evicted.sessions -= 1
+        return best
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
+
+    def _mark_down(self, worker: _Worker, error: str) -> None:
+        worker.failures += 1
+        worker.last_error = error
+        if worker.healthy:
+            worker.healthy = False
+            log.warning("upstream worker %s is down: %s", worker.url, error)
+
+    def _unavailable(self, started: float) -> UpstreamUnavailableError:
+        waited = asyncio.get_running_loop().time() - started
+        states = "; ".join(f"{w.url} ({w.last_error or 'not answering'})" for w in self._workers)
+        return UpstreamUnavailableError(
+            f"no upstream worker is reachable after {waited:.1f}s: {states};"
+            " start the workers or fix the --upstream URLs"
+        )
+
+    def _result(self, worker: _Worker, response: HttpResponse) -> SampleResult:
+        try:
+            body = _response_decoder.decode(response.body)
+        except msgspec.DecodeError as exc:
+            raise UpstreamError(
+                f"worker {worker.url} answered with an unreadable completion: {exc}"
+            ) from None
+        if len(body.choices) != 1:
+            raise UpstreamError(
+                f"worker {worker.url} answered with {len(body.choices)} choices, expected 1"
+            )
+        choice = body.choices[0]
+        logprobs = choice.logprobs
+        ids = choice.token_ids
+        if ids is None and logprobs is not None and logprobs.tokens:
+            try:
+                ids = [int(token.rpartition("token_id:")[2]) for token in logprobs.tokens]
+            except ValueError:
+                ids = None
+        if ids is None:
+            raise UpstreamError(
+                f"worker {worker.url} returned no completion token ids; it must support"
+                " return_token_ids or return_tokens_as_token_ids (vLLM does)"
+            )
+        values = logprobs.token_logprobs if logprobs is not None else []
+        if len(values) != len(ids) or any(v is None for v in values):
+            raise UpstreamError(
+                f"worker {worker.url} returned {len(ids)} token ids but {len(values)} logprobs;"
+                " it must honour logprobs=0"
+            )
+        if choice.finish_reason not in ("stop", "length"):
+            raise UpstreamError(
+                f"worker {worker.url} finished the completion with"
+                f" {choice.finish_reason!r}, expected 'stop' or 'length'"
+            )
+        version = body.weight_version
+        if version is not None and version > self._weight_version:
+            self._weight_version = version
+        return SampleResult(
+            completion_token_ids=ids,
+            logprobs=values,  # type: ignore[arg-type]
+            finish_reason=choice.finish_reason,  # type: ignore[arg-type]
+            weight_version=self._weight_version if version is None else version,
+        )
+
+    # ---------------------------------------------------------------- health
+
+    def status(self) -> list[WorkerStatus]:
+        """Every worker's health, load and last error."""
+        return [
+            WorkerStatus(
+                url=w.url,
+                healthy=w.healthy,
+                in_flight=w.in_flight,
+                sessions=w.sessions,
+                served=w.served,
+                failures=w.failures,
+                last_error=w.last_error,
+            )
+            for w in self._workers
+        ]
+
+    async def check_health(self) -> None:
+        """Probe every worker once and update its state."""
+        results = await asyncio.gather(*(self._probe(w) for w in self._workers))
+        changed = False
+        for worker, error in zip(self._workers, results, strict=True):
+            if error is None:
+                if not worker.healthy:
+                    log.warning("upstream worker %s is back", worker.url)
+                    changed = True
+                worker.healthy = True
+            elif worker.healthy:
+                self._mark_down(worker, error)
+            else:
+                worker.last_error = error
+        if changed and self._health_changed is not None:
+            self._health_changed.set()
+            self._health_changed = None
+
+    async def _probe(self, worker: _Worker) -> str | None:
+        try:
+            response = await self._client.request(
+                "GET",
+                worker.origin,
+                self.health_path,
+                headers=self._headers,
+                timeout_s=max(self.health_interval_s, 1.0),
+            )
+        except (HttpConnectError, HttpProtocolError, TimeoutError) as exc:
+            return str(exc) or type(exc).__name__
+        if response.status != 200:
+            return f"health check answered HTTP {response.status}"
+        return None
+
+    async def _wait_for_health(self, timeout: float) -> None:
+        """Wait until a health check brings a worker back, at most ``timeout`` seconds."""
+        if self._health_task is None:
+            await asyncio.sleep(min(timeout, self.backoff_s))
+            await self.check_health()
+            return
+        if self._health_changed is None:
+            self._health_changed = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(timeout, self.health_interval_s)):
+                await self._health_changed.wait()
+
+    def _ensure_health_checks(self) -> None:
+        if self._health_task is None and self.health_interval_s > 0:
+            self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
+
+    async def _health_loop(self) -> None:
+        while True:
+            try:
+                await self.check_health()
+            except Exception:  # a probe bug must not end health checking
+                log.exception("upstream health check failed")
+            await asyncio.sleep(self.health_interval_s)
+
+    async def start(self) -> None:
+        """Probe every worker now and keep checking in the background."""
+        await self.check_health()
+        self._ensure_health_checks()
+
+    async def aclose(self) -> None:
+        """Stop health checks and close connections. Idempotent."""
+        self._closed = True
+        task, self._health_task = self._health_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._client.aclose()

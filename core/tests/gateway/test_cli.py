@@ -1,0 +1,208 @@
+"""``rllm-core gateway serve`` as a real subprocess: refusals, a served session end to end, and
+a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+from rllm_core.errors import UnknownComponentError
+from rllm_core.plugins.manager import PluginManager
+
+CORE_TESTS = Path(__file__).resolve().parent.parent
+
+TOY_PLUGIN = """
+from rllm_core import RendererSpec, TraceStoreSpec, hookimpl
+
+
+def build_renderer(config):
+    from reference.toy_renderer import ToyChatRenderer
+
+    return ToyChatRenderer()
+
+
+def build_store(config):
+    from reference_stores import MemoryTraceStore
+
+    return MemoryTraceStore()
+
+
+@hookimpl
+def rllm_renderers():
+    yield RendererSpec(name="toy", factory=build_renderer, summary="toy renderer for CLI tests")
+
+
+@hookimpl
+def rllm_trace_stores():
+    yield TraceStoreSpec(name="toy-memory", factory=build_store, summary="memory store for tests")
+"""
+
+
+def environment(pythonpath: str | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["COLUMNS"] = "200"
+    # Other plugins' health is tested elsewhere; a broken one must not fail these tests.
+    env["RLLM_CORE_STRICT_PLUGINS"] = "0"
+    env.pop("RLLM_GATEWAY_TOKEN", None)
+    paths = [p for p in (pythonpath, str(CORE_TESTS), env.get("PYTHONPATH")) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def gateway_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rllm_core.cli", "gateway", "serve", *args],
+        capture_output=True,
+        text=True,
+        env=env or environment(),
+        timeout=60,
+    )
+
+
+class Served:
+    """A ``gateway serve`` process; reads its banner (URL and token) from stdout."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rllm_core.cli", "gateway", "serve", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        self.banner: list[str] = []
+        while True:
+            line = lines.get(timeout=60)
+            if line is None:
+                raise AssertionError(f"gateway exited early: {self.process.stderr.read()}")
+            self.banner.append(line.rstrip("\n"))
+            if line.strip().startswith("upstreams:"):
+                break
+        first = self.banner[0]
+        self.url = first.split(" on ", 1)[1].split(" ", 1)[0]
+        token_lines = [b for b in self.banner if b.strip().startswith("token:")]
+        self.token = token_lines[0].split(":", 1)[1].strip() if token_lines else None
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+
+def test_no_auth_is_refused_on_a_non_loopback_host():
+    result = gateway_cli(
+        "--no-auth", "--host", "0.0.0.0", "--upstream", "http://127.0.0.1:1", "--renderer", "x"
+    )
+    assert result.returncode == 2
+    assert "--no-auth is refused on '0.0.0.0'" in result.stderr
+
+
+def test_an_unknown_renderer_is_a_usage_error():
+    result = gateway_cli("--upstream", "http://127.0.0.1:1", "--renderer", "no-such-renderer")
+    assert result.returncode == 2
+    assert "no renderer named 'no-such-renderer' is installed" in result.stderr
+
+
+def test_a_served_session_records_traces_and_stops_on_sigterm(fake_distributions, workers):
+    fake_distributions.add(
+        "rllm-toy-cli",
+        entry_points={"toy_cli": "toy_cli_plugin"},
+        modules={"toy_cli_plugin": TOY_PLUGIN},
+    )
+    worker = workers()
+    served = Served(
+        [
+            "--port",
+            "0",
+            "--upstream",
+            worker.url,
+            "--renderer",
+            "toy",
+            "--trace-store",
+            "toy-memory",
+            "--cumulative",
+        ],
+        environment(fake_distributions.pythonpath),
+    )
+    try:
+        assert "(cumulative mode, renderer toy)" in served.banner[0]
+        assert served.token and len(served.token) >= 32
+        api = openai.OpenAI(
+            base_url=f"{served.url}/sessions/cli-1/v1", api_key=served.token, max_retries=0
+        )
+        reply = api.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "hello gateway"}]
+        )
+        assert reply.choices[0].finish_reason == "stop"
+        assert worker.requests[0]["prompt"] == (
+            [256, *b"user\nhello gateway", 257, *b"\n", 256, *b"assistant\n"]
+        )
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(
+                base_url=f"{served.url}/sessions/cli-1/v1", api_key="wrong", max_retries=0
+            ).models.list()
+    finally:
+        code = served.stop()
+    assert code == 0
+
+
+def test_serve_with_the_real_plugins_writes_a_trace_directory(tmp_path, workers):
+    manager = PluginManager(strict=False)
+    try:
+        manager.get_renderer("chatml")
+        manager.get_trace_store("deltachain")
+    except UnknownComponentError:
+        pytest.skip("rllm-renderer-chatml and rllm-storage-deltachain are needed")
+    from rllm_core.testing.tokenizers import smollm2_tokenizer_dir
+
+    worker = workers()
+    traces = tmp_path / "traces"
+    served = Served(
+        [
+            "--port",
+            "0",
+            "--upstream",
+            worker.url,
+            "--renderer",
+            "chatml",
+            "--tokenizer",
+            str(smollm2_tokenizer_dir()),
+            "--trace-store",
+            "deltachain",
+            "--trace-dir",
+            str(traces),
+            "--no-auth",
+        ],
+        environment(),
+    )
+    try:
+        assert "auth: none (loopback only)" in "\n".join(served.banner)
+        api = openai.OpenAI(base_url=f"{served.url}/sessions/real/v1", api_key="x")
+        api.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+    finally:
+        assert served.stop() == 0
+    store = manager.get_trace_store("deltachain").build({"path": str(traces)})
+    try:
+        [trace] = store.session("real")
+        assert trace.prompt_token_ids == worker.requests[0]["prompt"]
+    finally:
+        store.close()

@@ -1,0 +1,349 @@
+"""``HttpWorkerPool`` against real local HTTP workers (fake vLLM servers): the exchange, retries
+honouring ``Retry-After``, dead workers, health checks, stickiness and least-loaded routing."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+from rllm_core.gateway.fakeworker import FakeWorker, fake_logprob
+from rllm_core.gateway.upstreams import (
+    HttpWorkerPool,
+    UpstreamError,
+    UpstreamRejectedError,
+    UpstreamUnavailableError,
+    parse_retry_after,
+    routed,
+)
+from rllm_core.types import SampleRequest, SamplingParams
+
+PROMPT = [101, 7, 8, 9, 10]
+PARAMS = SamplingParams(max_tokens=32, temperature=0.6, top_p=0.9, stop_token_ids=(2,), seed=11)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def sample_with(pool: HttpWorkerPool, key: str | None = None, prompt=PROMPT, params=PARAMS):
+    request = SampleRequest(prompt_token_ids=list(prompt), params=params, request_id="r-1")
+    if key is None:
+        return await pool.sample(request)
+    with routed(key):
+        return await pool.sample(request)
+
+
+def test_the_request_is_the_vllm_token_id_completion_and_the_answer_is_read_back(workers):
+    worker = workers(reply=lambda prompt, max_tokens, stops: [5, 6, 2])
+
+    async def main():
+        pool = HttpWorkerPool([worker.url], model="served-name", api_key="k", weight_version=4)
+        try:
+            return await sample_with(pool)
+        finally:
+            await pool.aclose()
+
+    result = run(main())
+    assert worker.requests == [
+        {
+            "prompt": PROMPT,
+            "max_tokens": 32,
+            "temperature": 0.6,
+            "top_p": 0.9,
+            "stop_token_ids": [2],
+            "n": 1,
+            "stream": False,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            "seed": 11,
+            "model": "served-name",
+        }
+    ]
+    assert result.completion_token_ids == [5, 6, 2]
+    assert result.logprobs == [fake_logprob(5, 0), fake_logprob(6, 1), fake_logprob(2, 2)]
+    assert result.finish_reason == "stop"
+    assert result.weight_version == 4
+
+
+def test_ids_are_read_from_token_id_strings_when_token_ids_are_absent(workers):
+    worker = workers(legacy=True, reply=lambda prompt, max_tokens, stops: [40, 41, 42])
+
+    async def main():
+        pool = HttpWorkerPool([worker.url])
+        try:
+            return await sample_with(pool)
+        finally:
+            await pool.aclose()
+
+    result = run(main())
+    assert result.completion_token_ids == [40, 41, 42]
+    assert result.finish_reason == "length"
+
+
+def test_a_429_with_retry_after_is_retried_after_that_delay(workers):
+    worker = workers()
+    worker.fail_next(429, retry_after=0.4, message="queue full")
+
+    async def main():
+        pool = HttpWorkerPool([worker.url], health_interval_s=0)
+        started = time.perf_counter()
+        try:
+            result = await sample_with(pool)
+        finally:
+            await pool.aclose()
+        return result, time.perf_counter() - started
+
+    result, elapsed = run(main())
+    assert result.finish_reason == "stop"
+    assert len(worker.requests) == 2
+    assert 0.4 <= elapsed < 2.0
+
+
+def test_5xx_answers_are_retried_with_backoff_until_attempts_run_out(workers):
+    worker = workers()
+    worker.fail_next(503, count=3, message="engine restarting")
+
+    async def main():
+        pool = HttpWorkerPool([worker.url], max_attempts=3, backoff_s=0.01, health_interval_s=0)
+        try:
+            with pytest.raises(UpstreamError) as failure:
+                await sample_with(pool)
+        finally:
+            await pool.aclose()
+        return str(failure.value)
+
+    message = run(main())
+    assert len(worker.requests) == 3
+    assert message.startswith("gave up after 3 attempt(s)")
+    assert f"{worker.url}: HTTP 503: engine restarting" in message
+
+
+def test_a_retry_after_beyond_the_budget_gives_up_at_once(workers):
+    worker = workers()
+    worker.fail_next(429, retry_after=30, message="come back later")
+
+    async def main():
+        pool = HttpWorkerPool([worker.url], retry_budget_s=2.0, health_interval_s=0)
+        started = time.perf_counter()
+        try:
+            with pytest.raises(UpstreamError, match=r"next wait 30\.0s"):
+                await sample_with(pool)
+        finally:
+            await pool.aclose()
+        return time.perf_counter() - started
+
+    assert run(main()) < 1.0
+    assert len(worker.requests) == 1
+
+
+def test_a_4xx_is_not_retried(workers):
+    worker = workers()
+    worker.fail_next(400, message="This model's maximum context length is 2048 tokens")
+
+    async def main():
+        pool = HttpWorkerPool([worker.url])
+        try:
+            with pytest.raises(UpstreamRejectedError) as rejected:
+                await sample_with(pool)
+        finally:
+            await pool.aclose()
+        return rejected.value
+
+    rejected = run(main())
+    assert rejected.status == 400
+    assert rejected.detail == "This model's maximum context length is 2048 tokens"
+    assert len(worker.requests) == 1
+
+
+def test_a_dead_worker_is_skipped_and_its_sessions_move(workers):
+    live = workers()
+    dead_url = f"http://127.0.0.1:{free_port()}"
+
+    async def main():
+        pool = HttpWorkerPool([dead_url, live.url], health_interval_s=0)
+        try:
+            results = [await sample_with(pool, key=f"s{n}") for n in range(4)]
+            return results, pool.status()
+        finally:
+            await pool.aclose()
+
+    results, status = run(main())
+    assert [r.finish_reason for r in results] == ["stop"] * 4
+    assert live.served == 4
+    assert status[0].healthy is False
+    assert "could not connect" in status[0].last_error
+    assert (status[1].healthy, status[1].sessions, status[1].served) == (True, 4, 4)
+
+
+def test_every_worker_down_is_a_clear_error_within_the_budget():
+    urls = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
+
+    async def main():
+        pool = HttpWorkerPool(urls, retry_budget_s=0.5, backoff_s=0.05, health_interval_s=0.1)
+        started = time.perf_counter()
+        try:
+            with pytest.raises(UpstreamUnavailableError) as down:
+                await sample_with(pool)
+        finally:
+            await pool.aclose()
+        return str(down.value), time.perf_counter() - started
+
+    message, elapsed = run(main())
+    assert message.startswith("no upstream worker is reachable after")
+    for url in urls:
+        assert f"{url} (could not connect to {url}" in message
+    assert message.endswith("start the workers or fix the --upstream URLs")
+    assert elapsed < 2.0
+
+
+def test_a_worker_that_comes_back_is_used_again(workers):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    async def main():
+        pool = HttpWorkerPool([url], retry_budget_s=10.0, health_interval_s=0.1)
+        try:
+            await pool.start()
+            assert [w.healthy for w in pool.status()] == [False]
+            asyncio.get_running_loop().call_later(0.3, lambda: workers(port=port))
+            result = await sample_with(pool)
+            return result, pool.status()
+        finally:
+            await pool.aclose()
+
+    result, status = run(main())
+    assert result.finish_reason == "stop"
+    assert status[0].healthy is True
+
+
+def test_health_checks_mark_an_unhealthy_worker_down_and_back_up(workers):
+    worker = workers()
+
+    async def main():
+        pool = HttpWorkerPool([worker.url], health_interval_s=0)
+        try:
+            worker.healthy = False
+            await pool.check_health()
+            down = pool.status()[0]
+            worker.healthy = True
+            await pool.check_health()
+            return down, pool.status()[0]
+        finally:
+            await pool.aclose()
+
+    down, up = run(main())
+    assert (down.healthy, down.last_error) == (False, "health check answered HTTP 503")
+    assert up.healthy is True
+
+
+def test_sessions_stick_to_their_worker_and_spread_evenly(workers):
+    first, second = workers(), workers()
+
+    async def main():
+        pool = HttpWorkerPool([first.url, second.url], health_interval_s=0)
+        try:
+            for _ in range(3):
+                for n in range(8):
+                    await sample_with(pool, key=f"session-{n}", prompt=[n, 100])
+            return pool.status()
+        finally:
+            await pool.aclose()
+
+    status = run(main())
+    assert [w.sessions for w in status] == [4, 4]
+    by_session: dict[int, set[str]] = {}
+    for worker in (first, second):
+        for request in worker.requests:
+            by_session.setdefault(request["prompt"][0], set()).add(worker.url)
+    assert all(len(urls) == 1 for urls in by_session.values())
+    assert len(by_session) == 8
+
+
+def test_new_sessions_go_to_the_least_loaded_worker(workers):
+    slow, fast = workers(delay_s=0.3), workers()
+
+    async def main():
+        pool = HttpWorkerPool([slow.url, fast.url], health_interval_s=0)
+        try:
+            busy = asyncio.create_task(sample_with(pool, key="long"))
+            await asyncio.sleep(0.05)
+            # "long" is in flight on the first worker, so new sessions pick the second.
+            for n in range(3):
+                await sample_with(pool, key=f"short-{n}")
+            await busy
+            return pool.status()
+        finally:
+            await pool.aclose()
+
+    status = run(main())
+    assert slow.served == 1
+    assert fast.served == 3
+    assert [w.sessions for w in status] == [1, 3]
+
+
+def test_weight_version_follows_the_workers_when_they_report_it(workers):
+    worker = workers()
+    original = worker.answer
+
+    def with_version(ids, body, prompt_tokens):
+        payload = original(ids, body, prompt_tokens)
+        return payload[:-1] + b',"weight_version":9}'
+
+    worker.answer = with_version
+
+    async def main():
+        pool = HttpWorkerPool([worker.url], weight_version=3)
+        try:
+            result = await sample_with(pool)
+            return result.weight_version, pool.weight_version
+        finally:
+            await pool.aclose()
+
+    assert run(main()) == (9, 9)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("2", 2.0),
+        ("0.5", 0.5),
+        ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),
+        ("soon", None),
+        (None, None),
+    ],
+)
+def test_retry_after_accepts_seconds_and_http_dates(header, seconds):
+    now = 1445412480.0  # 2015-10-21 07:28:00 UTC
+    assert parse_retry_after(header, now=now) == seconds
+
+
+def test_bad_worker_urls_are_refused_up_front():
+    with pytest.raises(ValueError, match="worker URL 'localhost:8000' is invalid"):
+        HttpWorkerPool(["localhost:8000"])
+    with pytest.raises(ValueError, match="at least one worker"):
+        HttpWorkerPool([])
+
+
+def test_fake_worker_is_usable_as_a_context_manager():
+    with FakeWorker() as worker:
+        url = worker.url
+
+    async def main():
+        pool = HttpWorkerPool([url], retry_budget_s=0.2, backoff_s=0.05, health_interval_s=0)
+        try:
+            with pytest.raises(UpstreamUnavailableError):
+                await sample_with(pool)
+        finally:
+            await pool.aclose()
+
+    run(main())

@@ -1,0 +1,129 @@
+"""The ``chatml`` renderer: a ChatML template in Python over a ``tokenizer.json``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolSpec
+
+from rllm_renderer_chatml.templates import TEMPLATES, ChatTemplate, detect_template
+from rllm_renderer_chatml.tokenizer import TextTokenizer, load_chat_template
+
+if TYPE_CHECKING:
+    from rllm_renderer_chatml.plugin import ChatMLConfig
+
+__all__ = ["ChatMLRenderer"]
+
+
+class ChatMLRenderer:
+    """Renders with a :class:`~rllm_renderer_chatml.templates.ChatTemplate`, reads sampled
+    tokens back, and bridges to the next turn without re-tokenizing the past.
+
+    ``stop_token_ids()`` is ``[<|im_end|>, <|endoftext|>]``; ``<|im_end|>`` closes a turn.
+
+    ``bridge_to_next_turn(prompt, completion, new_messages)`` returns
+    ``prompt + completion + delta`` where ``delta`` is what the template writes after a closed
+    assistant turn: a newline, the new messages and the generation prompt. When the
+    completion was cut before its ``<|im_end|>`` the delta starts with a synthesized
+    ``<|im_end|>``; tokens sampled after the ``<|im_end|>`` stay where they are. It returns
+    ``None`` when a new message is an assistant message, when ``prompt`` does not end with
+    the generation prompt, or when the completion stopped on ``<|endoftext|>`` without
+    closing its turn (no template writes that). ChatML templates render every turn
+    independently of what follows, so the bridged prompt equals the full render of the
+    conversation whenever the completion is what the template renders for the parsed
+    message.
+
+    Subclasses (the ``qwen3`` renderer) refine when a bridge keeps the template's prefix by
+    overriding :meth:`_bridge_keeps_prefix`.
+    """
+
+    def __init__(self, tokenizer: TextTokenizer, template: ChatTemplate) -> None:
+        self.tokenizer = tokenizer
+        self.template = template
+        tokenizer.require_token("<|im_start|>")
+        self.im_end = tokenizer.require_token("<|im_end|>")
+        self.end_of_text = tokenizer.require_token("<|endoftext|>")
+        self._generation_ids = tokenizer.encode(template.generation_prompt())
+
+    @classmethod
+    def from_config(cls, config: ChatMLConfig) -> ChatMLRenderer:
+        tokenizer = TextTokenizer(config.tokenizer)
+        name = config.template
+        if name == "auto":
+            name = detect_template(load_chat_template(tokenizer.folder), config.tokenizer)
+        return cls(tokenizer, TEMPLATES[name](default_system=config.default_system))
+
+    # ---------------------------------------------------------------- render
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+        add_generation_prompt: bool = False,
+    ) -> RenderedTokens:
+        pieces = self.template.pieces(list(messages), tools or None, add_generation_prompt)
+        return self.tokenizer.render(pieces)
+
+    # ---------------------------------------------------------------- tokens and text
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids)
+
+    def stop_token_ids(self) -> list[int]:
+        return [self.im_end, self.end_of_text]
+
+    def _split_at_stop(self, token_ids: Sequence[int]) -> tuple[list[int], int | None]:
+        """The ids before the first stop token, and that token's position (``None``: none)."""
+        ids = list(token_ids)
+        for n, t in enumerate(ids):
+            if t == self.im_end or t == self.end_of_text:
+                return ids[:n], n
+        return ids, None
+
+    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
+        body, stop = self._split_at_stop(token_ids)
+        content, reasoning, calls = self.template.parse(self.tokenizer.decode(body))
+        return ParsedResponse(
+            content=content, reasoning=reasoning, tool_calls=tuple(calls), stopped=stop is not None
+        )
+
+    # ---------------------------------------------------------------- bridge
+
+    def _bridge_keeps_prefix(
+        self,
+        prompt: list[int],
+        body: list[int],
+        truncated: bool,
+        new_messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None,
+    ) -> bool:
+        """Whether the template's full render of the next turn keeps ``prompt + body``
+        unchanged; ``body`` is the completion before its close token."""
+        return True
+
+    def bridge_to_next_turn(
+        self,
+        prev_prompt_ids: Sequence[int],
+        prev_completion_ids: Sequence[int],
+        new_messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> list[int] | None:
+        if any(m.role == "assistant" for m in new_messages):
+            return None
+        prompt, completion = list(prev_prompt_ids), list(prev_completion_ids)
+        gen = self._generation_ids
+        if len(prompt) < len(gen) or prompt[len(prompt) - len(gen) :] != gen:
+            return None
+        body, stop = self._split_at_stop(completion)
+        if stop is not None and completion[stop] != self.im_end:
+            return None
+        truncated = stop is None
+        if not self._bridge_keeps_prefix(prompt, body, truncated, new_messages, tools or None):
+            return None
+        delta = [self.im_end] if truncated else []
+        delta += self.tokenizer.encode(self.template.continuation(new_messages, tools or None))
+        return prompt + completion + delta

@@ -1,0 +1,62 @@
+"""Entry module: the ``hf`` renderer's config and spec.
+
+Imports only rllm-core, pydantic and the standard library; transformers loads when a plan
+builds the component.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from rllm_core import RendererSpec, hookimpl, lazy
+
+__all__ = ["HFConfig"]
+
+
+class HFConfig(BaseModel):
+    """Keys of ``[renderer] name = "hf"``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokenizer: str = Field(
+        description="local folder of a Hugging Face tokenizer with a chat template (never"
+        " downloaded: the folder must hold the files)"
+    )
+    chat_template: str | None = Field(
+        default=None,
+        description="Jinja chat template text to use instead of the tokenizer's own",
+    )
+    template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra variables for the template, e.g. {enable_thinking = false}",
+    )
+    tool_arguments: Literal["object", "string"] = Field(
+        default="object",
+        description="how tool-call arguments reach the template: 'object' decodes their JSON"
+        " text (the Hugging Face convention), 'string' passes the text as it is",
+    )
+    stop_tokens: list[str] = Field(
+        default_factory=list,
+        description="tokens that end an assistant turn, besides the tokenizer's EOS and the"
+        " usual turn-close tokens it has (<|im_end|>, <|eot_id|>, <end_of_turn>, ...)",
+    )
+    history_size: int = Field(
+        default=4096,
+        ge=1,
+        description="how many recent prompts the renderer remembers the conversation of; the"
+        " bridge re-renders a remembered conversation and returns None for a prompt it"
+        " does not know",
+    )
+
+
+@hookimpl
+def rllm_renderers() -> Iterator[RendererSpec]:
+    yield RendererSpec(
+        name="hf",
+        factory=lazy("rllm_renderer_hf.renderer:HFRenderer.from_config"),
+        config=HFConfig,
+        summary="any tokenizer's chat template via transformers, with a bridge that checks the"
+        " prefix at run time",
+    )

@@ -1,0 +1,296 @@
+"""The ``hf`` renderer: a tokenizer's own chat template, run by transformers."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolCall, ToolSpec
+from rllm_renderer_chatml.toolcalls import split_tool_calls
+
+from rllm_renderer_hf.messages import template_messages, template_tools
+
+if TYPE_CHECKING:
+    from rllm_renderer_hf.plugin import HFConfig
+
+__all__ = ["HFRenderer"]
+
+# Turn-close tokens of common chat formats, used as stop tokens when the tokenizer has them.
+_CLOSE_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>")
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (slice comparisons run in C)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer(folder: str, stamp: tuple[tuple[str, int], ...]) -> Any:
+    """A tokenizer loaded once per folder and state of its files (``stamp``)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def _stamp(folder: str) -> tuple[tuple[str, int], ...]:
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"tokenizer folder {folder!r} does not exist; point `tokenizer` at a local Hugging"
+            " Face tokenizer folder"
+        )
+    return tuple(sorted((p.name, p.stat().st_mtime_ns) for p in root.iterdir() if p.is_file()))
+
+
+def _digest(ids: Sequence[int]) -> bytes:
+    return hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
+
+
+class HFRenderer:
+    """Renders with ``apply_chat_template`` and attributes tokens by rendering incrementally.
+
+    ``render`` tokenizes the template's text exactly as ``apply_chat_template(...,
+    tokenize=True)`` does. Message ``i`` owns the text up to where the render of the first
+    ``i + 1`` messages stops agreeing with the whole render, so text a template writes before
+    the first message (a default system message) belongs to message 0, and the generation
+    prompt is scaffold (``-1``). An assistant message's sampled tokens are those after the
+    part of its turn that matches the generation prompt, up to and including the first stop
+    token. For a template that rewrites earlier turns (Qwen3 dropping past reasoning) the
+    attribution of a rewritten turn is best effort: its text after the first difference goes
+    to the next message.
+
+    ``parse_response`` reads the text before the first stop token: a leading
+    ``<think>...</think>`` block becomes the reasoning, ``<tool_call>`` JSON blocks become tool
+    calls (the Hermes format Qwen and many ChatML models use), the rest is the content.
+
+    ``bridge_to_next_turn`` cannot see the conversation behind a prompt, so the renderer
+    remembers the conversation of the last ``history_size`` prompts it returned (from
+    ``render`` with the generation prompt, or from a bridge). It rebuilds the conversation
+    with the parsed completion and the new messages, renders it in full, and returns
+    ``prompt + completion + the rest of that render`` only when the render starts with
+    ``prompt`` plus the completion up to its stop token (plus one stop token when the
+    completion was cut short). Otherwise, or for a prompt it does not remember, it returns
+    ``None``.
+    """
+
+    def __init__(self, config: HFConfig) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.config = config
+        folder = str(Path(config.tokenizer).expanduser().resolve())
+        self.tokenizer = _load_tokenizer(folder, _stamp(folder))
+        self._template = config.chat_template
+        if not (self._template or getattr(self.tokenizer, "chat_template", None)):
+            raise ValueError(
+                f"the tokenizer in {config.tokenizer!r} has no chat template; give one with the"
+                " chat_template key, or use a tokenizer folder that has one"
+            )
+        self._stops = self._stop_ids(config.stop_tokens)
+        self._history: OrderedDict[bytes, tuple[tuple[Message, ...], tuple[ToolSpec, ...]]]
+        self._history = OrderedDict()
+        self._lock = threading.Lock()
+        self._generation_text = self._probe_generation_prompt()
+
+    @classmethod
+    def from_config(cls, config: HFConfig) -> HFRenderer:
+        return cls(config)
+
+    def _stop_ids(self, extra: Sequence[str]) -> list[int]:
+        added = self.tokenizer.get_added_vocab()
+        ids: list[int] = []
+        eos = self.tokenizer.eos_token_id
+        if isinstance(eos, int):
+            ids.append(eos)
+        ids += [added[t] for t in _CLOSE_TOKENS if t in added]
+        for token in extra:
+            if token not in added and self.tokenizer.convert_tokens_to_ids(token) in (
+                None,
+                self.tokenizer.unk_token_id,
+            ):
+                raise ValueError(
+                    f"stop token {token!r} is not in the vocabulary of {self.config.tokenizer!r};"
+                    " list tokens exactly as the tokenizer spells them"
+                )
+            ids.append(added.get(token, self.tokenizer.convert_tokens_to_ids(token)))
+        return list(dict.fromkeys(ids))
+
+    def _probe_generation_prompt(self) -> str:
+        probe = [Message(role="user", content="x")]
+        try:
+            plain, opened = self._text(probe, None, False), self._text(probe, None, True)
+        except Exception:  # a template that cannot render a lone user message
+            return ""
+        return opened[len(plain) :] if opened.startswith(plain) else ""
+
+    # ---------------------------------------------------------------- render
+
+    def _text(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None, generation: bool
+    ) -> str:
+        return self.tokenizer.apply_chat_template(
+            template_messages(messages, arguments=self.config.tool_arguments),
+            tools=template_tools(tools),
+            add_generation_prompt=generation,
+            tokenize=False,
+            chat_template=self._template,
+            **self.config.template_kwargs,
+        )
+
+    def _tokens(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(encoding["input_ids"]), [tuple(o) for o in encoding["offset_mapping"]]
+
+    def _remember(
+        self, ids: list[int], messages: Sequence[Message], tools: Sequence[ToolSpec] | None
+    ) -> None:
+        key = _digest(ids)
+        with self._lock:
+            self._history[key] = (tuple(messages), tuple(tools or ()))
+            self._history.move_to_end(key)
+            while len(self._history) > self.config.history_size:
+                self._history.popitem(last=False)
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+        add_generation_prompt: bool = False,
+    ) -> RenderedTokens:
+        messages = list(messages)
+        if not messages:
+            raise ValueError("render needs at least one message; got an empty list")
+        text = self._text(messages, tools, add_generation_prompt)
+        ends = []
+        for n in range(len(messages)):
+            last = n == len(messages) - 1
+            upto = (
+                text
+                if last and not add_generation_prompt
+                else self._text(messages[: n + 1], tools, False)
+            )
+            ends.append(max(_common_prefix(upto, text), ends[-1] if ends else 0))
+        ids, offsets = self._tokens(text)
+        indices: list[int] = []
+        message = 0
+        for start, _ in offsets:
+            while message < len(ends) and start >= ends[message]:
+                message += 1
+            indices.append(message if message < len(ends) else -1)
+        sampled = [False] * len(ids)
+        for n, m in enumerate(messages):
+            if m.role == "assistant":
+                self._mark_sampled(text, ids, offsets, indices, sampled, n, ends)
+        if add_generation_prompt:
+            self._remember(ids, messages, tools)
+        return RenderedTokens(token_ids=ids, message_indices=indices, sampled_mask=sampled)
+
+    def _mark_sampled(
+        self,
+        text: str,
+        ids: list[int],
+        offsets: list[tuple[int, int]],
+        indices: list[int],
+        sampled: list[bool],
+        n: int,
+        ends: list[int],
+    ) -> None:
+        begin = ends[n - 1] if n else 0
+        head = _common_prefix(
+            self._generation_text, text[begin : begin + len(self._generation_text)]
+        )
+        if not head:
+            return
+        body = begin + head
+        for pos, (start, _) in enumerate(offsets):
+            if indices[pos] != n or start < body:
+                continue
+            sampled[pos] = True
+            if ids[pos] in self._stops:
+                return
+
+    # ---------------------------------------------------------------- tokens and text
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(
+            list(token_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    def stop_token_ids(self) -> list[int]:
+        return list(self._stops)
+
+    def _first_stop(self, ids: Sequence[int]) -> int | None:
+        stops = set(self._stops)
+        return next((n for n, t in enumerate(ids) if t in stops), None)
+
+    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
+        ids = list(token_ids)
+        stop = self._first_stop(ids)
+        text = self.decode(ids if stop is None else ids[:stop])
+        reasoning: str | None = None
+        if _THINK_CLOSE in text:
+            before, _, text = text.partition(_THINK_CLOSE)
+            reasoning = before.split(_THINK_OPEN)[-1].strip("\n")
+            text = text.lstrip("\n")
+        elif text.startswith(_THINK_OPEN):
+            reasoning, text = text.removeprefix(_THINK_OPEN).lstrip("\n"), ""
+        content, calls = split_tool_calls(text)
+        return ParsedResponse(
+            content=content, reasoning=reasoning, tool_calls=tuple(calls), stopped=stop is not None
+        )
+
+    # ---------------------------------------------------------------- bridge
+
+    def bridge_to_next_turn(
+        self,
+        prev_prompt_ids: Sequence[int],
+        prev_completion_ids: Sequence[int],
+        new_messages: Sequence[Message],
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> list[int] | None:
+        if any(m.role == "assistant" for m in new_messages):
+            return None
+        prompt, completion = list(prev_prompt_ids), list(prev_completion_ids)
+        with self._lock:
+            known = self._history.get(_digest(prompt))
+        if known is None or known[1] != tuple(tools or ()):
+            return None
+        parsed = self.parse_response(completion)
+        if any(c.call is None for c in parsed.tool_calls):
+            return None
+        said = Message(
+            role="assistant",
+            content=parsed.content,
+            reasoning=parsed.reasoning,
+            tool_calls=tuple(c.call for c in parsed.tool_calls if isinstance(c.call, ToolCall)),
+        )
+        conversation = [*known[0], said, *new_messages]
+        full, _ = self._tokens(self._text(conversation, tools, True))
+        stop = self._first_stop(completion)
+        kept = prompt + (completion if stop is None else completion[: stop + 1])
+        if full[: len(kept)] != kept:
+            return None
+        if stop is None and (len(full) <= len(kept) or full[len(kept)] not in self._stops):
+            return None
+        bridged = prompt + completion + full[len(kept) :]
+        self._remember(bridged, conversation, tools)
+        return bridged

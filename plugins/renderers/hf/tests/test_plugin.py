@@ -1,0 +1,67 @@
+"""The entry module: what it registers, its config, and that it imports light."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+from rllm_core.plugins import Kind, PluginManager
+from rllm_core.plugins.catalog import known_provider
+from rllm_core.ports import Renderer
+from rllm_renderer_hf import plugin
+
+DISTRIBUTION = "rllm-renderer-hf"
+
+
+def test_manager_collects_the_renderer(qwen25_tokenizer_dir):
+    manager = PluginManager(load_entry_points=False)
+    manager.register(plugin, name="hf", distribution=DISTRIBUTION)
+    assert manager.names(Kind.RENDERER) == ["hf"]
+    spec = manager.get(Kind.RENDERER, "hf")
+    assert known_provider(spec.kind, spec.name) == DISTRIBUTION
+    renderer = spec.build({"tokenizer": str(qwen25_tokenizer_dir)})
+    assert isinstance(renderer, Renderer)
+
+
+def test_entry_point_names_the_plugin_module():
+    (entry_point,) = [
+        ep for ep in importlib.metadata.entry_points(group="rllm_core") if ep.name == "hf"
+    ]
+    assert entry_point.value == "rllm_renderer_hf.plugin"
+    assert entry_point.dist is not None and entry_point.dist.name == DISTRIBUTION
+
+
+def test_config():
+    config = plugin.HFConfig(tokenizer="/models/tok")
+    assert (config.chat_template, config.template_kwargs, config.tool_arguments) == (
+        None,
+        {},
+        "object",
+    )
+    assert (config.stop_tokens, config.history_size) == ([], 4096)
+    for name, field in plugin.HFConfig.model_fields.items():
+        assert field.description, f"{name} has no description"
+    bad = (
+        {},
+        {"tokenizer": "x", "history_size": 0},
+        {"tokenizer": "x", "tool_arguments": "dict"},
+        {"tokenizer": "x", "extra": 1},
+    )
+    for values in bad:
+        with pytest.raises(ValidationError):
+            plugin.HFConfig(**values)
+
+
+def test_entry_module_does_not_import_transformers():
+    code = (
+        "import sys, rllm_renderer_hf.plugin as p\n"
+        "list(p.rllm_renderers())\n"
+        "print(sorted(m for m in ('transformers', 'tokenizers', 'torch') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
