@@ -1,77 +1,13 @@
-"""Filesystem steps that make a write survive a crash: full writes, fsync of files and of the
-directories that name them, and atomic replacement of small files."""
+"""Crash-safe filesystem steps; they live in :mod:`rllm_core.storage.durable`."""
 
 from __future__ import annotations
 
-import errno
-import os
-import uuid
-from pathlib import Path
+from rllm_core.storage.durable import (
+    fsync_directory,
+    make_directories,
+    replace_file,
+    sync_file,
+    write_all,
+)
 
 __all__ = ["fsync_directory", "make_directories", "replace_file", "sync_file", "write_all"]
-
-
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """Write every byte of ``data`` to ``fd`` (``os.write`` may write fewer)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def sync_file(fd: int) -> None:
-    """Flush a file's data and the metadata needed to read it back to stable storage."""
-    getattr(os, "fdatasync", os.fsync)(fd)
-
-
-def fsync_directory(path: Path) -> None:
-    """Persist the entries of directory ``path`` (a new, renamed or removed name in it)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def make_directories(base: Path, parts: tuple[str, ...] | list[str], *, durable: bool) -> Path:
-    """Create ``base/parts[0]/parts[1]/...`` one level at a time and return it.
-
-    ``base`` must exist. Each directory created here is made durable in its parent when
-    ``durable`` is true, so that a file later placed inside cannot vanish with a crash. Raises
-    ``NotADirectoryError`` when a level exists as something other than a directory.
-    """
-    current = base
-    for part in parts:
-        child = current / part
-        try:
-            os.mkdir(child)
-        except FileExistsError:
-            if not child.is_dir():
-                raise NotADirectoryError(
-                    errno.ENOTDIR, "exists and is not a directory", str(child)
-                ) from None
-        else:
-            if durable:
-                fsync_directory(current)
-        current = child
-    return current
-
-
-def replace_file(path: Path, data: bytes, *, durable: bool) -> None:
-    """Replace ``path`` with ``data`` so that a reader, or a restart after a crash, sees either
-    the old or the new content in full: write a temporary file beside it, fsync it, rename it
-    over ``path``, then fsync the directory."""
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        write_all(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    if durable:
-        fsync_directory(path.parent)
