@@ -12,6 +12,11 @@ Logprobs are float32 logs of uniform probabilities in (0.001, 1]: like a sampler
 mantissas are close to random. Records carry uuid-style trace and session ids and no
 ``messages_delta``; one extra figure shows what storing each turn's text as messages adds.
 
+Where the bytes go: every record of a 200-turn session is encoded again as the store encodes it
+(same segment table, same context; the total is checked against the store's files), then
+without its token ids, without its logprobs and without both; the differences are what the ids
+and the logprobs cost, the rest is the record's own overhead.
+
 The flat store is the same ``deltachain`` store fed the same records turned into roots (full
 prompt each turn), so the codec is identical and only the delta chain differs. Read times are
 medians of ``store.session(id)`` on an open store whose files are in the page cache; "from
@@ -23,6 +28,10 @@ Run from the repository root after ``scripts/setup.sh`` (needs rllm-storage-delt
 
     .venv/bin/python benchmarks/trace_storage.py            # a table
     .venv/bin/python benchmarks/trace_storage.py --json     # one JSON object
+
+``--compression-level`` sets the stores' zstd level; ``--context-tokens`` changes how many tokens
+of context records are compressed against (a constant of the file format, changed here only to
+measure what the context buys: 0 compresses every record alone).
 
 Exits 1 when a goal is missed.
 """
@@ -50,8 +59,11 @@ import msgspec
 import zstandard
 from rllm_core.storage.framing import FRAME_HEADER
 from rllm_core.types import Message, TraceRecord
-from rllm_storage_deltachain.codec import EntryCodec, pack_floats
+from rllm_storage_deltachain import context
+from rllm_storage_deltachain.codec import EntryCodec, SegmentTable
 from rllm_storage_deltachain.memory import MemoryTraceStore
+from rllm_storage_deltachain.packing import count_ids
+from rllm_storage_deltachain.segments import MAGIC
 from rllm_storage_deltachain.store import DeltaChainTraceStore
 
 DELTA_TOKENS = 300
@@ -301,28 +313,58 @@ def measure_rebuild(
         flat_store.close()
 
 
-def logprob_bytes(sessions: list[list[TraceRecord]], level: int) -> float:
-    """Bytes per logprob when a turn's logprobs alone go through the store's compression."""
-    compressor = zstandard.ZstdCompressor(level=level, write_checksum=False, write_dict_id=False)
-    total = count = 0
-    for records in sessions:
-        for record in records:
-            packed, _ = pack_floats(record.logprobs)
-            total += len(compressor.compress(packed))
-            count += len(record.logprobs)
-    return total / count
+def byte_breakdown(root: Path, flavour: str, records: list[TraceRecord], level: int) -> dict:
+    """Bytes per turn of one session, by what they hold (see the module docstring)."""
+    directory = root / f"{flavour}-breakdown"
+    store, _ = store_sessions(directory, [records], level)
+    on_disk = store.size_on_disk() - len(MAGIC)
+    store.close()
+    codec, table, reader, tail = EntryCodec(level), SegmentTable(), SegmentTable(), None
+    total = framing = head = mantissas = ids = logprobs = with_context = 0
+    replace = msgspec.structs.replace
+    for record in records:
+        used = tail if tail is not None and count_ids(tail) >= context.MIN_CONTEXT_TOKENS else None
 
+        def body(changed: TraceRecord, used: bytes | None = used) -> int:
+            return len(
+                msgspec.msgpack.decode(codec.encode_record(changed, table, context=used).entry)[6]
+            )
 
-def record_overhead(record: TraceRecord, level: int) -> int:
-    """Bytes on disk of ``record`` with its token ids and logprobs emptied: what every turn
-    pays beyond its tokens (ids, timestamps, framing)."""
-    empty = msgspec.structs.replace(
-        record, prompt_delta_token_ids=[], completion_token_ids=[], logprobs=[]
-    )
-    return FRAME_HEADER.size + len(EntryCodec(level).encode_record(empty))
+        payload, tokens, _ = codec.encode_record(record, table, context=used)
+        entry = msgspec.msgpack.decode(payload)
+        full = len(entry[6])
+        total += FRAME_HEADER.size + len(payload)
+        framing += FRAME_HEADER.size
+        head += len(payload) - full - len(entry[7])
+        with_context += codec.decode_head(payload, reader).has_context
+        mantissas += len(entry[7])
+        ids += full - body(replace(record, prompt_delta_token_ids=[], completion_token_ids=[]))
+        logprobs += len(entry[7]) + full - body(replace(record, logprobs=[]))
+        table.note(record.session_id, record.lineage_id, record.trace_id)
+        tail = context.extend_tail(tail, tokens)
+    if total != on_disk:
+        raise AssertionError(
+            f"re-encoding the session gives {total} bytes but the store wrote {on_disk}: the"
+            " breakdown no longer encodes records as the store does; update byte_breakdown"
+        )
+    turns = len(records)
+    rest = total - ids - logprobs
+    return {
+        "turns": turns,
+        "bytes_per_turn": total / turns,
+        "records_with_context": with_context,
+        "ids_per_turn": ids / turns,
+        "bytes_per_id": ids / _stored_tokens(records),
+        "logprobs_per_turn": logprobs / turns,
+        "bytes_per_logprob": logprobs / sum(len(r.logprobs) for r in records),
+        "logprob_mantissa_planes_per_turn": mantissas / turns,
+        "record_per_turn": rest / turns,
+        "record_framing_and_head_per_turn": (framing + head) / turns,
+    }
 
 
 def run(sessions_per_size: int, seed: int, level: int) -> dict[str, Any]:
+    """Every measurement; see the module docstring."""
     rng = random.Random(seed)
     per_session_tokens = (DELTA_TOKENS + COMPLETION_TOKENS) * (sum(SIZES) + REBUILD_TURNS + 10)
     stream, decode, corpus = text_stream(per_session_tokens * sessions_per_size)
@@ -335,11 +377,10 @@ def run(sessions_per_size: int, seed: int, level: int) -> dict[str, Any]:
             for turns in SIZES:
                 sessions = [make_session(source, turns, rng) for _ in range(sessions_per_size)]
                 rows.append(measure_size(root, flavour, turns, sessions, level))
-                if turns == 50:
-                    lp_bytes = logprob_bytes(sessions, level)
-                    results.setdefault("logprob_bytes_each", {})[flavour] = lp_bytes
-                    overhead = record_overhead(sessions[0][1], level)
-                    results.setdefault("record_overhead_bytes", {})[flavour] = overhead
+                if turns == max(SIZES):
+                    results.setdefault("breakdown", {})[flavour] = byte_breakdown(
+                        root, flavour, sessions[0], level
+                    )
             results["flavours"][flavour] = rows
             rebuild_session = make_session(source, REBUILD_TURNS, rng)
             results["rebuild"][flavour] = measure_rebuild(root, flavour, rebuild_session, level)
@@ -360,7 +401,10 @@ def run(sessions_per_size: int, seed: int, level: int) -> dict[str, Any]:
         "delta_tokens_per_turn": DELTA_TOKENS,
         "completion_tokens_per_turn": COMPLETION_TOKENS,
         "seed": seed,
-        "store_config": f"deltachain: snapshot_every=0, compression_level={level}, fsync=false",
+        "store_config": (
+            f"deltachain: snapshot_every=0, compression_level={level}, fsync=false;"
+            f" {context.CONTEXT_TOKENS} tokens of context"
+        ),
         "python": platform.python_version(),
         "zstandard": zstandard.__version__,
         "cpu_count": os.cpu_count(),
@@ -496,13 +540,43 @@ def render(results: dict[str, Any]) -> str:
         )
     )
     lines.append("")
-    extra = results["text_with_messages_50"]
     lines.append(
-        "Logprobs alone through the same compression: "
-        + ", ".join(f"{k} {v:.2f} B each" for k, v in results["logprob_bytes_each"].items())
-        + "; a record without tokens or logprobs: "
-        + ", ".join(f"{k} {v} B" for k, v in results["record_overhead_bytes"].items())
+        f"Where the bytes of a {max(SIZES)}-turn session go, per turn (ids and logprobs: what"
+        " removing them saves; record: the rest)"
     )
+    lines.extend(
+        _table(
+            [
+                "ids",
+                "B/turn",
+                "ids B",
+                "B/id",
+                "logprobs B",
+                "B/logprob",
+                "of which mantissas",
+                "record B",
+                "of which framing+head",
+                "with context",
+            ],
+            [
+                [
+                    flavour,
+                    f"{b['bytes_per_turn']:,.0f}",
+                    f"{b['ids_per_turn']:,.0f}",
+                    f"{b['bytes_per_id']:.3f}",
+                    f"{b['logprobs_per_turn']:,.0f}",
+                    f"{b['bytes_per_logprob']:.2f}",
+                    f"{b['logprob_mantissa_planes_per_turn']:,.0f}",
+                    f"{b['record_per_turn']:,.0f}",
+                    f"{b['record_framing_and_head_per_turn']:,.0f}",
+                    f"{b['records_with_context']}/{b['turns']}",
+                ]
+                for flavour, b in results["breakdown"].items()
+            ],
+        )
+    )
+    lines.append("")
+    extra = results["text_with_messages_50"]
     lines.append(
         "Text with each turn's messages stored too (50 turns):"
         f" {extra['delta_bytes_per_unique_token']:.3f} B per unique token"
@@ -541,7 +615,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--compression-level", type=int, default=3, help="zstd level of the stores (default 3)"
     )
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        default=context.CONTEXT_TOKENS,
+        help=f"tokens of context per record (default {context.CONTEXT_TOKENS}; 0: none)",
+    )
     args = parser.parse_args(argv)
+    context.CONTEXT_TOKENS = args.context_tokens
     results = run(args.sessions, args.seed, args.compression_level)
     print(json.dumps(results, indent=2) if args.json else render(results))
     return 0 if all(goal["passed"] for goal in results["goals"]) else 1

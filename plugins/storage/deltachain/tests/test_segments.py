@@ -46,7 +46,7 @@ def test_segment_layout(tmp_path):
     (segment,) = _segments(tmp_path / "t")
     assert segment.name == "segment-00000000.log"
     data = segment.read_bytes()
-    assert data[:8] == b"RLLMDCT1"
+    assert data[:8] == b"RLLMDCT2"
     spans = _frame_spans(data)
     assert len(spans) == 3
     assert spans[-1][1] == len(data)
@@ -125,6 +125,31 @@ def test_a_foreign_file_is_refused(tmp_path):
     (path / "segment-00000000.log").write_bytes(b"not a trace segment")
     with pytest.raises(StorageError, match="is not a delta-chain segment"):
         DeltaChainTraceStore(path)
+
+
+def test_a_segment_of_the_first_format_is_refused_with_what_to_do(tmp_path):
+    path = tmp_path / "t"
+    path.mkdir()
+    (path / "segment-00000000.log").write_bytes(b"RLLMDCT1")
+    with pytest.raises(StorageError, match="holds traces in format 1"):
+        DeltaChainTraceStore(path)
+
+
+def test_an_empty_segment_after_a_full_one_starts_a_fresh_table(tmp_path):
+    # A crash right after a segment was created leaves it with its header only; the records
+    # appended to it must not be coded against the streams of the segment before it.
+    path = tmp_path / "t"
+    records = make_trace_chain("s", 6, seed=11)
+    _write(path, records[:3])
+    (path / "segment-00000001.log").write_bytes(MAGIC)
+    _write(path, records[3:])
+    assert [p.stat().st_size > len(MAGIC) for p in _segments(path)] == [True, True]
+    with DeltaChainTraceStore(path) as store:
+        assert store.chain("s") == records
+        truth = expected_prompts(records)
+        assert [t.prompt_token_ids for t in store.session("s")] == [
+            truth[r.trace_id] for r in records
+        ]
 
 
 def test_an_intact_frame_that_is_not_an_entry_is_refused(tmp_path):

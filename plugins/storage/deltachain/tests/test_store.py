@@ -1,12 +1,15 @@
 """The delta-chain store beyond the conformance suite: tombstones and replays across reopen,
-snapshots, single-trace reads, the round trip through any history with reopens in between,
-and 1,000-turn chains without recursion."""
+snapshots, single-trace reads, compression against the context (after reopening, across a
+replay of the parent, out of order), the round trip through any history with reopens in
+between, and 1,000-turn chains without recursion."""
 
 from __future__ import annotations
 
 import inspect
+import random
 import struct
 import sys
+import uuid
 
 import msgspec
 import pytest
@@ -16,7 +19,8 @@ from rllm_core.errors import StorageError
 from rllm_core.storage.framing import FrameReader, encode_frame
 from rllm_core.testing.suites.storage import expected_prompts, make_trace_chain
 from rllm_core.types import TraceRecord
-from rllm_storage_deltachain.codec import EntryCodec
+from rllm_storage_deltachain.codec import EntryCodec, SegmentTable
+from rllm_storage_deltachain.context import MIN_CONTEXT_TOKENS
 from rllm_storage_deltachain.memory import MemoryTraceStore
 from rllm_storage_deltachain.segments import MAGIC
 from rllm_storage_deltachain.store import DeltaChainTraceStore
@@ -24,28 +28,36 @@ from rllm_storage_deltachain.store import DeltaChainTraceStore
 _replace = msgspec.structs.replace
 
 
-def _heads(path) -> list[tuple[str, int, bool]]:
-    """``(trace_id, turn, has_snapshot)`` of every record frame on disk, in write order."""
+def _frames(path) -> list[tuple[bytes, object]]:
+    """Every frame's payload on disk with its decoded head, in write order."""
     codec = EntryCodec()
-    heads = []
+    frames = []
     for segment in sorted(path.glob("segment-*.log")):
+        table = SegmentTable()
         with open(segment, "rb") as handle:
             reader = FrameReader(handle, segment.stat().st_size, len(MAGIC), name=segment.name)
             for _, payload in reader:
-                head = codec.decode_head(payload)
-                if hasattr(head, "trace_id"):
-                    heads.append((head.trace_id, head.turn, head.has_snapshot))
-    return heads
+                frames.append((payload, codec.decode_head(payload, table)))
+    return frames
+
+
+def _heads(path) -> list[tuple[str, int, bool]]:
+    """``(trace_id, turn, has_snapshot)`` of every record frame on disk, in write order."""
+    return [
+        (head.trace_id, head.turn, head.has_snapshot)
+        for _, head in _frames(path)
+        if hasattr(head, "trace_id")
+    ]
 
 
 def _count_decodes(store: DeltaChainTraceStore, monkeypatch) -> list[str]:
     decoded: list[str] = []
     original = store._decode
 
-    def counting(location):
-        record, snapshot = original(location)
-        decoded.append(record.trace_id)
-        return record, snapshot
+    def counting(frame, context):
+        result = original(frame, context)
+        decoded.append(result.record.trace_id)
+        return result
 
     monkeypatch.setattr(store, "_decode", counting)
     return decoded
@@ -228,7 +240,8 @@ def test_without_snapshots_a_read_walks_to_the_root(tmp_path, monkeypatch):
         trace = store.trace("s", records[-1].trace_id)
         assert trace is not None
         assert trace.prompt_token_ids == expected_prompts(records)[records[-1].trace_id]
-        assert decoded == [r.trace_id for r in reversed(records)]
+        # root first: a frame's context comes from the frames before it
+        assert decoded == [r.trace_id for r in records]
     assert not any(snap for _, _, snap in _heads(tmp_path / "t"))
 
 
@@ -269,14 +282,18 @@ def test_a_snapshot_completes_what_a_lost_ancestor_would_break(tmp_path):
     with DeltaChainTraceStore(path, snapshot_every=3) as store:
         for record in records:
             store.append(record)
-    # drop the frame of turn 1 by rewriting the segment without it
+    # Write the segment again without the frame of turn 1, as if it had been lost. Heads are
+    # coded against the frames before them, so the others are encoded afresh, snapshots kept.
     (segment,) = sorted(path.glob("segment-*.log"))
-    codec = EntryCodec()
+    codec, table = EntryCodec(), SegmentTable()
     kept = []
-    with open(segment, "rb") as handle:
-        for _, payload in FrameReader(handle, segment.stat().st_size, len(MAGIC), name="s"):
-            if codec.decode_head(payload).trace_id != records[1].trace_id:
-                kept.append(encode_frame(payload))
+    for payload, head in _frames(path):
+        if head.trace_id == records[1].trace_id:
+            continue
+        snapshot = codec.decode_record(payload, head).snapshot if head.has_snapshot else None
+        record = next(r for r in records if r.trace_id == head.trace_id)
+        kept.append(encode_frame(codec.encode_record(record, table, snapshot=snapshot).entry))
+        table.note(head.session_id, head.lineage_id, head.trace_id)
     segment.write_bytes(MAGIC + b"".join(kept))
     truth = expected_prompts(records)
     with DeltaChainTraceStore(path, snapshot_every=3) as store:
@@ -312,6 +329,167 @@ def test_no_snapshot_for_an_incomplete_chain(tmp_path):
         (5, False),
         (1, False),
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Compression against the context
+# --------------------------------------------------------------------------------------------
+
+
+def _text_chain(session_id: str, turns: int, seed: int, parent: TraceRecord | None = None):
+    """A chain whose ids repeat like text: turns draw phrases from one small set (the same
+    for every seed)."""
+    vocabulary = random.Random(0)
+    phrases = [
+        [vocabulary.randrange(49_152) for _ in range(vocabulary.randint(2, 8))] for _ in range(30)
+    ]
+    rng = random.Random(seed)
+
+    def take(count: int) -> list[int]:
+        ids: list[int] = []
+        while len(ids) < count:
+            ids.extend(rng.choice(phrases))
+        return ids[:count]
+
+    records = []
+    for _ in range(turns):
+        completion = take(40)
+        record = TraceRecord(
+            trace_id=uuid.UUID(int=rng.getrandbits(128)).hex,
+            session_id=session_id,
+            turn=parent.turn + 1 if parent else 0,
+            parent_trace_id=parent.trace_id if parent else None,
+            prompt_delta_token_ids=take(120),
+            completion_token_ids=completion,
+            logprobs=[-rng.random() for _ in completion],
+            created_at=rng.random(),
+        )
+        records.append(record)
+        parent = record
+    return records
+
+
+def _with_context(path) -> list[bool]:
+    return [head.has_context for _, head in _frames(path) if hasattr(head, "trace_id")]
+
+
+def test_text_is_compressed_against_its_context_also_after_reopening(tmp_path):
+    path = tmp_path / "t"
+    records = _text_chain("s", 12, seed=1)
+    with DeltaChainTraceStore(path, segment_bytes=4096) as store:
+        for record in records[:8]:
+            store.append(record)
+    # after reopening, the first append finds its parent's tail by decoding the chain
+    with DeltaChainTraceStore(path, segment_bytes=4096) as store:
+        for record in records[8:]:
+            store.append(record)
+    assert len(list(path.glob("segment-*.log"))) > 1
+    assert _with_context(path) == [False] + [True] * 11
+    truth = expected_prompts(records)
+    with DeltaChainTraceStore(path) as store:
+        assert store.chain("s") == records
+        assert [t.prompt_token_ids for t in store.session("s")] == [
+            truth[r.trace_id] for r in records
+        ]
+        assert (
+            store.trace("s", records[-1].trace_id).prompt_token_ids == truth[records[-1].trace_id]
+        )
+
+
+def test_context_saves_space_on_text(tmp_path):
+    records = _text_chain("s", 12, seed=2)
+    # the same ids as roots: no context, each frame is compressed alone
+    roots = [_replace(record, parent_trace_id=None) for record in records]
+    sizes = {}
+    for name, batch in (("chain", records), ("roots", roots)):
+        with DeltaChainTraceStore(tmp_path / name) as store:
+            for record in batch:
+                store.append(record)
+            sizes[name] = store.size_on_disk()
+    assert sizes["chain"] < 0.8 * sizes["roots"]
+
+
+def test_children_decode_against_the_parent_frame_they_were_written_with(tmp_path):
+    path = tmp_path / "t"
+    records = _text_chain("s", 5, seed=3)
+    replayed = _replace(records[1], completion_token_ids=[7] * 40, logprobs=[-1.0] * 40)
+    later = _text_chain("s", 1, seed=4, parent=records[4])
+    current = [records[0], replayed, *records[2:], *later]
+    truth = expected_prompts(current)
+    with DeltaChainTraceStore(path) as store:
+        for record in [*records, replayed, *later]:
+            store.append(record)
+        # records[2] was compressed against the first frame of records[1], which the replay
+        # replaced: reading it decodes that frame too
+        assert store.chain("s") == current
+        assert [t.prompt_token_ids for t in store.session("s")] == [
+            truth[r.trace_id] for r in current
+        ]
+    assert _with_context(path) == [False, True, True, True, True, True, True]
+    with DeltaChainTraceStore(path) as store:
+        assert store.chain("s") == current
+        assert [t.prompt_token_ids for t in store.session("s")] == [
+            truth[r.trace_id] for r in current
+        ]
+        single = store.trace("s", records[3].trace_id)
+        assert single is not None and single.prompt_token_ids == truth[records[3].trace_id]
+
+
+def test_the_index_says_what_the_files_say(tmp_path):
+    # text-like ids (compressed against their context) and random ones (compressed alone,
+    # though a context was offered), forks, a replay and a snapshot
+    path = tmp_path / "t"
+    text = _text_chain("s", 6, seed=6)
+    noise = make_trace_chain("s", 4, parent=text[2], seed=7)
+    replayed = _replace(text[4], completion_token_ids=text[5].completion_token_ids)
+    with DeltaChainTraceStore(path, snapshot_every=4) as store:
+        for record in [*text, *noise, replayed]:
+            store.append(record)
+        index = {frame.head.trace_id: frame.head for frame in store._sessions["s"].entries.values()}
+    on_disk = {head.trace_id: head for _, head in _frames(path)}  # the last frame of each id wins
+    assert index == on_disk
+    flags = {(head.has_context, head.has_snapshot) for head in on_disk.values()}
+    assert {(True, False), (False, False), (False, True)} <= flags
+
+
+def test_a_context_shorter_than_the_minimum_is_not_used(tmp_path):
+    rng = random.Random(8)
+    short = [rng.randrange(49_152) for _ in range(MIN_CONTEXT_TOKENS - 1)]
+    ids = [rng.randrange(49_152) for _ in range(40)]
+    root = TraceRecord(
+        trace_id="r",
+        session_id="s",
+        prompt_delta_token_ids=short,
+        completion_token_ids=[],
+        logprobs=[],
+    )
+    # the child repeats what is before it: with that context it would compress smaller
+    child = _replace(
+        root, trace_id="c", turn=1, parent_trace_id="r", prompt_delta_token_ids=short + ids
+    )
+    grandchild = _replace(
+        child, trace_id="g", turn=2, parent_trace_id="c", prompt_delta_token_ids=short + ids
+    )
+    with DeltaChainTraceStore(tmp_path / "t") as store:
+        for record in (root, child, grandchild):
+            store.append(record)
+        assert store.chain("s") == [root, child, grandchild]
+    assert _with_context(tmp_path / "t") == [False, False, True]
+
+
+def test_a_child_appended_before_its_parent_is_compressed_alone(tmp_path):
+    path = tmp_path / "t"
+    records = _text_chain("s", 4, seed=5)
+    order = [records[0], records[2], records[3], records[1]]
+    with DeltaChainTraceStore(path) as store:
+        for record in order:
+            store.append(record)
+        truth = expected_prompts(records)
+        assert [t.prompt_token_ids for t in store.session("s")] == [
+            truth[r.trace_id] for r in records
+        ]
+    # records[2] had no parent when written, so neither it nor its child have a context
+    assert _with_context(path) == [False, False, False, True]
 
 
 # --------------------------------------------------------------------------------------------
@@ -365,13 +543,20 @@ def test_thousand_turns_rebuild_with_a_small_recursion_limit(tmp_path, snapshot_
 # --------------------------------------------------------------------------------------------
 
 _floats = st.floats(allow_nan=False, width=64) | st.floats(allow_nan=False, width=32)
+_PHRASES = [[(7919 * i + 13 * j) % 49_152 for j in range(3 + i % 5)] for i in range(8)]
+_phrases = st.lists(st.integers(0, len(_PHRASES) - 1), min_size=2, max_size=10).map(
+    lambda picks: [token for pick in picks for token in _PHRASES[pick]]
+)
 
 
 @st.composite
 def _histories(draw):
     """Appends (continuations, resets, forks, replays across lineages and two sessions) with
-    reopens between them; logprobs and timings are any finite floats, float32 or not."""
-    ids = st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=8)
+    reopens between them; logprobs and timings are any finite floats, float32 or not. Ids are
+    any int32 values, or phrases that repeat like text, so that records are also compressed
+    against their context (and replays change the frames later children were written
+    against)."""
+    ids = st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=8) | _phrases
     steps: list[object] = []
     chains: dict[tuple[str, str], list[TraceRecord]] = {}
     for index in range(draw(st.integers(min_value=1, max_value=25))):

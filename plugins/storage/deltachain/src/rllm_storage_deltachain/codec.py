@@ -2,48 +2,51 @@
 
 An entry is a msgpack array whose first element names its kind:
 
-- ``["r", session_id, trace_id, parent_trace_id, lineage_id, turn, has_snapshot, body]``: a
-  record. The head stays uncompressed so that opening a store indexes it without decompressing
-  anything; ``body`` is a zstd frame holding the msgpack array :class:`_Body`.
-- ``["d", session_id]``: a tombstone; the session's earlier records are deleted.
+- ``[0, stream, trace_id, parent, turn, flags, body, logprob_low]``: a record.
+- ``[1, session_id]``: a tombstone; the session's earlier records are deleted.
 
-An id made of lowercase hex digit pairs (a ``uuid4().hex`` trace id) is stored as the msgpack
-binary of its bytes, half the size of the text; any other id is stored as text.
+The head of a record (everything before ``body``) is plain msgpack, so opening a store indexes
+it without decompressing anything. It is coded against the :class:`SegmentTable` of its segment,
+which the heads before it in the same segment build up:
 
-Token id arrays are little-endian int32 and logprobs little-endian float32 when every value
-survives the round trip through float32 exactly (a sampler's float32 logprobs always do), else
-float64, so reads are bit-exact. Before compression each array is byte-transposed: all first
-bytes, then all second bytes, and so on. Token ids below 2**24 have a zero top byte, and ids of
-one vocabulary share their high bytes, so the transposed planes compress far better than the
-interleaved array.
+- ``stream`` names the record's session and lineage: ``[session_id, lineage_id]`` the first
+  time that pair appears in the segment, afterwards the pair's number (0, 1, ... in order of
+  first appearance), one byte for the first 128 pairs.
+- ``parent`` is ``None`` for a root, ``true`` when the parent is the last record written before
+  it in the same stream and segment (the usual next turn), else the parent's id.
+- ``flags``: bit 0 set when ``body`` holds a snapshot (the full prompt), bit 1 when the token
+  ids were compressed against the conversation before them (:mod:`rllm_storage_deltachain.context`).
+
+An id made of lowercase hex digit pairs (a ``uuid4().hex`` id) is stored as the msgpack binary
+of its bytes, half the size of the text; any other id is stored as text.
+
+``body`` is one zstd frame without the magic number (zstd's ``magicless`` format) holding the
+msgpack array :class:`_Body`: the prompt delta and completion as one packed id array
+(:func:`~rllm_storage_deltachain.packing.pack_ids`), the plane of logprob signs and exponents,
+and the remaining fields. With flag bit 1 the frame was compressed with the record's context,
+packed the same way, as a raw-content dictionary. ``logprob_low`` holds the other logprob
+planes (mantissa bits) as they are: they do not compress, and outside the frame they do not
+spoil zstd's statistics for the rest.
 """
 
 from __future__ import annotations
 
-import array
 import re
-import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import zstandard
-from rllm_core.errors import StorageError
 from rllm_core.types import Message, TraceRecord
 
-__all__ = [
-    "EntryCodec",
-    "RecordHead",
-    "Tombstone",
-    "pack_floats",
-    "pack_ids",
-    "unpack_floats",
-    "unpack_ids",
-]
+from rllm_storage_deltachain.packing import pack_floats, pack_ids, unpack_floats, unpack_ids
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_SWAP = sys.byteorder == "big"
+__all__ = ["Decoded", "Encoded", "EntryCodec", "RecordHead", "SegmentTable", "Tombstone"]
 
-
+_RECORD, _TOMBSTONE = 0, 1
+_SNAPSHOT, _CONTEXT = 1, 2
+_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_MAX_BLOCK = 128 * 1024
 _HEX_PAIRS = re.compile(r"(?:[0-9a-f]{2})+")
 
 
@@ -56,6 +59,7 @@ class RecordHead(msgspec.Struct, frozen=True):
     lineage_id: str
     turn: int
     has_snapshot: bool
+    has_context: bool
 
 
 class Tombstone(msgspec.Struct, frozen=True):
@@ -64,29 +68,101 @@ class Tombstone(msgspec.Struct, frozen=True):
     session_id: str
 
 
-# Ids are ``Any`` on the wire: text, or the bytes of a hex id (see the module docstring).
-class _StoredHead(msgspec.Struct, array_like=True, tag="r"):
-    session_id: Any
+class Encoded(NamedTuple):
+    """An encoded record: the entry, the record's ids packed (its prompt delta, then its
+    completion), and whether they were compressed against the context."""
+
+    entry: bytes
+    tokens: bytes
+    has_context: bool
+
+
+class Decoded(msgspec.Struct, frozen=True):
+    """A decoded record, with its token ids also as they were packed (the prompt delta, then
+    the completion) and its snapshot still packed (``None`` when it has none), since most reads
+    never need it; :func:`~rllm_storage_deltachain.packing.unpack_ids` unpacks both."""
+
+    record: TraceRecord
+    tokens: bytes
+    snapshot: bytes | None
+
+
+class SegmentTable:
+    """What the record heads of one segment are coded against: the streams (session and lineage
+    pairs) opened so far in the segment, and the last trace id written to each.
+
+    The writer and every reader build the same table by going through the segment's heads in
+    order; a new segment starts with an empty one (:meth:`reset`).
+    """
+
+    def __init__(self) -> None:
+        self._numbers: dict[tuple[str, str], int] = {}
+        self._streams: list[tuple[str, str]] = []
+        self._last: list[str] = []
+
+    def reset(self) -> None:
+        self._numbers.clear()
+        self._streams.clear()
+        self._last.clear()
+
+    def code(self, session_id: str, lineage_id: str, parent: str | None) -> tuple[Any, Any]:
+        """The ``stream`` and ``parent`` fields of a record's head; changes nothing."""
+        number = self._numbers.get((session_id, lineage_id))
+        if number is None:
+            return [_compact_id(session_id), lineage_id], _compact_id(parent)
+        if parent is not None and parent == self._last[number]:
+            return number, True
+        return number, _compact_id(parent)
+
+    def resolve(self, stream: Any, parent: Any) -> tuple[str, str, str | None]:
+        """Session id, lineage id and parent id from the fields :meth:`code` made; raises
+        ``ValueError`` for fields this table cannot have made."""
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            if not 0 <= stream < len(self._streams):
+                raise ValueError(f"stream {stream} was never opened in this segment")
+            session_id, lineage_id = self._streams[stream]
+            if parent is True:
+                return session_id, lineage_id, self._last[stream]
+        elif isinstance(stream, list) and len(stream) == 2 and isinstance(stream[1], str):
+            session_id, lineage_id = _expand_id(stream[0]), stream[1]
+        else:
+            raise ValueError(f"a stream is a number or [session, lineage], found {stream!r}")
+        return session_id, lineage_id, _expand_id(parent, optional=True)
+
+    def note(self, session_id: str, lineage_id: str, trace_id: str) -> None:
+        """Record that ``trace_id`` was written to the stream; opens the stream when new."""
+        key = (session_id, lineage_id)
+        number = self._numbers.get(key)
+        if number is None:
+            self._numbers[key] = len(self._streams)
+            self._streams.append(key)
+            self._last.append(trace_id)
+        else:
+            self._last[number] = trace_id
+
+
+class _StoredHead(msgspec.Struct, array_like=True, tag=_RECORD):
+    stream: Any
     trace_id: Any
-    parent_trace_id: Any
-    lineage_id: str
+    parent: Any
     turn: int
-    has_snapshot: bool
+    flags: int
 
 
-class _StoredRecord(_StoredHead, tag="r"):
+class _StoredRecord(_StoredHead, tag=_RECORD):
     body: bytes
+    logprob_low: bytes
 
 
-class _StoredTombstone(msgspec.Struct, array_like=True, tag="d"):
+class _StoredTombstone(msgspec.Struct, array_like=True, tag=_TOMBSTONE):
     session_id: Any
 
 
 class _Body(msgspec.Struct, array_like=True):
-    prompt_delta: bytes
-    completion: bytes
-    logprobs: bytes
-    logprob_bytes: int
+    tokens: bytes
+    delta_count: int
+    logprob_high: bytes
+    logprob_width: int
     finish_reason: str
     weight_version: int
     model: str
@@ -111,87 +187,56 @@ def _expand_id(value: Any, *, optional: bool = False) -> Any:
     raise ValueError(f"an id must be text or bytes, found {type(value).__name__}")
 
 
-def _transpose(data: bytes, width: int) -> bytes:
-    return b"".join(data[i::width] for i in range(width))
-
-
-def _untranspose(data: bytes, width: int) -> bytes:
-    count = len(data) // width
-    out = bytearray(len(data))
-    for i in range(width):
-        out[i::width] = data[i * count : (i + 1) * count]
-    return bytes(out)
-
-
-def pack_ids(ids: list[int]) -> bytes:
-    """Token ids as transposed little-endian int32 bytes; a value outside int32 is an error."""
-    try:
-        packed = array.array("i", ids)
-    except OverflowError:
-        bad = next(v for v in ids if not _INT32_MIN <= v <= _INT32_MAX)
-        raise ValueError(
-            f"token id {bad} does not fit in 32 bits; the delta-chain store keeps token ids as"
-            " int32"
-        ) from None
-    if packed.itemsize != 4:
-        raise StorageError(f"this platform's C int is {packed.itemsize} bytes, not 4")
-    if _SWAP:
-        packed.byteswap()
-    return _transpose(packed.tobytes(), 4)
-
-
-def unpack_ids(data: bytes) -> list[int]:
-    """The inverse of :func:`pack_ids`."""
-    values = array.array("i")
-    values.frombytes(_untranspose(data, 4))
-    if _SWAP:
-        values.byteswap()
-    return values.tolist()
-
-
-def pack_floats(values: list[float]) -> tuple[bytes, int]:
-    """Floats as transposed little-endian float32 when that keeps every bit, else float64;
-    returns the bytes and the width (4 or 8)."""
-    narrow = array.array("f", values)
-    if narrow.tolist() == values:
-        packed, width = narrow, 4
-    else:
-        packed, width = array.array("d", values), 8
-    if _SWAP:
-        packed.byteswap()
-    return _transpose(packed.tobytes(), width), width
-
-
-def unpack_floats(data: bytes, width: int) -> list[float]:
-    """The inverse of :func:`pack_floats`."""
-    values = array.array("f" if width == 4 else "d")
-    values.frombytes(_untranspose(data, width))
-    if _SWAP:
-        values.byteswap()
-    return values.tolist()
+def _raw_frame(content: bytes) -> bytes:
+    """A zstd frame (RFC 8878) that stores ``content`` as it is, in raw blocks."""
+    # Frame header: single segment, 4-byte content size, no checksum, no dictionary id.
+    parts = [_ZSTD_MAGIC, b"\xa0", len(content).to_bytes(4, "little")]
+    blocks = [content[i : i + _MAX_BLOCK] for i in range(0, len(content), _MAX_BLOCK)] or [b""]
+    for index, block in enumerate(blocks):
+        # Block header: size, then type 0 (raw), then whether it is the last block.
+        last = index == len(blocks) - 1
+        parts.append(((len(block) << 3) | last).to_bytes(3, "little"))
+        parts.append(block)
+    return b"".join(parts)
 
 
 class EntryCodec:
     """Encodes and decodes entries. Not thread-safe: the stores use it under their lock."""
 
     def __init__(self, compression_level: int = 3) -> None:
+        self.compression_level = compression_level
         self._compressor = zstandard.ZstdCompressor(
             level=compression_level, write_checksum=False, write_dict_id=False
         )
-        self._decompressor = zstandard.ZstdDecompressor()
+        self._decompressor = zstandard.ZstdDecompressor(format=_FORMAT)
+        self._chain_decompressor = zstandard.ZstdDecompressor()
         self._encoder = msgspec.msgpack.Encoder()
         self._head_decoder = msgspec.msgpack.Decoder(_StoredHead | _StoredTombstone)
         self._record_decoder = msgspec.msgpack.Decoder(_StoredRecord)
         self._body_decoder = msgspec.msgpack.Decoder(_Body)
 
-    def encode_record(self, record: TraceRecord, snapshot: list[int] | None = None) -> bytes:
-        """The entry for ``record``; ``snapshot`` is its full prompt, when one is kept."""
-        logprobs, logprob_bytes = pack_floats(record.logprobs)
+    # ---------------------------------------------------------------- writing
+
+    def encode_record(
+        self,
+        record: TraceRecord,
+        table: SegmentTable,
+        *,
+        snapshot: bytes | None = None,
+        context: bytes | None = None,
+    ) -> Encoded:
+        """``record`` encoded as the next entry of the segment ``table`` describes (the table
+        is not changed: call :meth:`SegmentTable.note` once the entry is written).
+        ``snapshot`` is its full prompt, packed, when one is kept; ``context`` the packed ids
+        to compress against when that comes out smaller."""
+        logprobs, width = pack_floats(record.logprobs)
+        split = len(logprobs) - len(record.logprobs)
+        tokens = pack_ids(record.prompt_delta_token_ids + record.completion_token_ids)
         body = _Body(
-            prompt_delta=pack_ids(record.prompt_delta_token_ids),
-            completion=pack_ids(record.completion_token_ids),
-            logprobs=logprobs,
-            logprob_bytes=logprob_bytes,
+            tokens=tokens,
+            delta_count=len(record.prompt_delta_token_ids),
+            logprob_high=logprobs[split:],
+            logprob_width=width,
             finish_reason=record.finish_reason,
             weight_version=record.weight_version,
             model=record.model,
@@ -199,53 +244,105 @@ class EntryCodec:
             reset_reason=record.reset_reason,
             created_at=record.created_at,
             latency_s=record.latency_s,
-            snapshot=None if snapshot is None else pack_ids(snapshot),
+            snapshot=snapshot,
         )
-        return self._encoder.encode(
+        stream, parent = table.code(record.session_id, record.lineage_id, record.parent_trace_id)
+        compressed, used_context = self._compress(self._encoder.encode(body), context)
+        flags = (_SNAPSHOT if snapshot is not None else 0) | (_CONTEXT if used_context else 0)
+        entry = self._encoder.encode(
             _StoredRecord(
-                session_id=_compact_id(record.session_id),
+                stream=stream,
                 trace_id=_compact_id(record.trace_id),
-                parent_trace_id=_compact_id(record.parent_trace_id),
-                lineage_id=record.lineage_id,
+                parent=parent,
                 turn=record.turn,
-                has_snapshot=snapshot is not None,
-                body=self._compressor.compress(self._encoder.encode(body)),
+                flags=flags,
+                body=compressed,
+                logprob_low=logprobs[:split],
             )
         )
+        return Encoded(entry, tokens, used_context)
 
     def encode_tombstone(self, session_id: str) -> bytes:
         return self._encoder.encode(_StoredTombstone(session_id=_compact_id(session_id)))
 
-    def decode_head(self, payload: bytes) -> RecordHead | Tombstone:
-        """The kind and index fields of an entry, without decompressing its body. Raises
+    def _compress(self, data: bytes, context: bytes | None) -> tuple[bytes, bool]:
+        """``data`` compressed alone, or against ``context`` when that comes out smaller; the
+        frame and whether it used the context."""
+        # The magicless format is the standard frame without its first 4 bytes; compressing
+        # with a level (not explicit parameters) lets zstd size its parameters to the input.
+        alone = self._compressor.compress(data)[len(_ZSTD_MAGIC) :]
+        if not context:
+            return alone, False
+        dictionary = zstandard.ZstdCompressionDict(
+            context, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+        )
+        compressor = zstandard.ZstdCompressor(
+            level=self.compression_level,
+            dict_data=dictionary,
+            write_checksum=False,
+            write_dict_id=False,
+        )
+        against = compressor.compress(data)[len(_ZSTD_MAGIC) :]
+        if len(against) < len(alone):
+            return against, True
+        return alone, False
+
+    # ---------------------------------------------------------------- reading
+
+    def decode_head(self, payload: bytes, table: SegmentTable) -> RecordHead | Tombstone:
+        """The kind and index fields of the next entry of the segment ``table`` describes,
+        without decompressing its body; notes a record in ``table``. Raises
         ``msgspec.DecodeError`` or ``ValueError`` for bytes that are not an entry."""
         stored = self._head_decoder.decode(payload)
         if isinstance(stored, _StoredTombstone):
             return Tombstone(session_id=_expand_id(stored.session_id))
+        session_id, lineage_id, parent = table.resolve(stored.stream, stored.parent)
+        trace_id = _expand_id(stored.trace_id)
+        table.note(session_id, lineage_id, trace_id)
         return RecordHead(
-            session_id=_expand_id(stored.session_id),
-            trace_id=_expand_id(stored.trace_id),
-            parent_trace_id=_expand_id(stored.parent_trace_id, optional=True),
-            lineage_id=stored.lineage_id,
+            session_id=session_id,
+            trace_id=trace_id,
+            parent_trace_id=parent,
+            lineage_id=lineage_id,
             turn=stored.turn,
-            has_snapshot=stored.has_snapshot,
+            has_snapshot=bool(stored.flags & _SNAPSHOT),
+            has_context=bool(stored.flags & _CONTEXT),
         )
 
-    def decode_record(self, payload: bytes) -> tuple[TraceRecord, bytes | None]:
-        """The record an entry holds, and its snapshot still packed (``None`` when it has
-        none; :func:`unpack_ids` unpacks it), since most reads never need it. Raises
+    def decode_record(
+        self, payload: bytes, head: RecordHead, context: bytes | None = None
+    ) -> Decoded:
+        """The record an entry holds, given its decoded ``head`` and, when
+        ``head.has_context``, the same packed context it was written with. Raises
         ``msgspec.DecodeError``, ``zstandard.ZstdError`` or ``ValueError`` for damaged bytes."""
         stored = self._record_decoder.decode(payload)
-        body = self._body_decoder.decode(self._decompressor.decompress(stored.body))
+        if head.has_context:
+            if context is None:
+                raise ValueError(
+                    f"trace {head.trace_id} was compressed against the tokens before it, which"
+                    " are not available"
+                )
+            # A content-dictionary chain decodes its second frame with the first frame's
+            # content as a raw-content dictionary, on a decompressor built once; a decompressor
+            # built per record with a dictionary costs several times more.
+            data = self._chain_decompressor.decompress_content_dict_chain(
+                [_raw_frame(context), _ZSTD_MAGIC + stored.body]
+            )
+        else:
+            data = self._decompressor.decompress(stored.body)
+        body = self._body_decoder.decode(data)
+        tokens = unpack_ids(body.tokens)
+        if not 0 <= body.delta_count <= len(tokens):
+            raise ValueError(f"a prompt delta of {body.delta_count} of {len(tokens)} tokens")
         record = TraceRecord(
-            trace_id=_expand_id(stored.trace_id),
-            session_id=_expand_id(stored.session_id),
-            lineage_id=stored.lineage_id,
-            turn=stored.turn,
-            parent_trace_id=_expand_id(stored.parent_trace_id, optional=True),
-            prompt_delta_token_ids=unpack_ids(body.prompt_delta),
-            completion_token_ids=unpack_ids(body.completion),
-            logprobs=unpack_floats(body.logprobs, body.logprob_bytes),
+            trace_id=head.trace_id,
+            session_id=head.session_id,
+            lineage_id=head.lineage_id,
+            turn=head.turn,
+            parent_trace_id=head.parent_trace_id,
+            prompt_delta_token_ids=tokens[: body.delta_count],
+            completion_token_ids=tokens[body.delta_count :],
+            logprobs=unpack_floats(stored.logprob_low + body.logprob_high, body.logprob_width),
             finish_reason=body.finish_reason,
             weight_version=body.weight_version,
             model=body.model,
@@ -254,4 +351,4 @@ class EntryCodec:
             created_at=body.created_at,
             latency_s=body.latency_s,
         )
-        return record, body.snapshot
+        return Decoded(record=record, tokens=body.tokens, snapshot=body.snapshot)

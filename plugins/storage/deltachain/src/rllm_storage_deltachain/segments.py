@@ -2,9 +2,11 @@
 
 Files: ``segment-00000000.log``, ``segment-00000001.log``, ... Each starts with the 8 bytes
 :data:`MAGIC` and holds frames in the format of :mod:`rllm_core.storage.framing` (length, CRC-32,
-payload). Appends go to the newest segment; a new one starts when the next frame would take the
-current one past ``segment_bytes``. ``lock`` is held with ``flock`` while the log is open, so two
-processes never append to the same files.
+payload). Appends go to the newest segment; the caller starts a new one
+(:meth:`SegmentLog.start_segment`) when :meth:`SegmentLog.needs_new_segment` says the next frame
+would take the current one past ``segment_bytes``, because what it writes depends on the segment
+(see :class:`~rllm_storage_deltachain.codec.SegmentTable`). ``lock`` is held with ``flock`` while
+the log is open, so two processes never append to the same files.
 
 Opening reads every segment through once. A frame cut short by a crash is always the last thing
 in its file: it is cut off with a warning, and every complete frame survives. A frame that fails
@@ -36,7 +38,8 @@ __all__ = ["MAGIC", "Location", "SegmentLog"]
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"RLLMDCT1"
+MAGIC = b"RLLMDCT2"
+_FORMAT_1 = b"RLLMDCT1"
 LOCK_NAME = "lock"
 _SEGMENT = re.compile(r"^segment-(\d{8})\.log$")
 _OPEN_READERS = 32
@@ -113,6 +116,12 @@ class SegmentLog:
         with open(file, "rb+") as handle:
             size = os.fstat(handle.fileno()).st_size
             head = handle.read(len(MAGIC))
+            if head == _FORMAT_1:
+                raise StorageError(
+                    f"{file} holds traces in format 1 (it starts with {_FORMAT_1!r}), which"
+                    " this rllm-storage-deltachain no longer reads: read it with the version"
+                    " that wrote it, or point the store at another directory"
+                )
             if head != MAGIC[: len(head)]:
                 raise StorageError(
                     f"{file} is not a delta-chain segment (it does not start with {MAGIC!r});"
@@ -157,13 +166,36 @@ class SegmentLog:
 
     # ---------------------------------------------------------------- writing and reading
 
+    @property
+    def active_segment(self) -> int:
+        """The number of the segment appends go to."""
+        return self._active
+
+    def needs_new_segment(self, payload_length: int) -> bool:
+        """Whether a frame of ``payload_length`` bytes would take the active segment past
+        ``segment_bytes``; an empty segment takes any frame."""
+        self.require_open()
+        frame_length = FRAME_HEADER.size + payload_length
+        return (
+            self._active_size > len(MAGIC) and self._active_size + frame_length > self.segment_bytes
+        )
+
+    def start_segment(self) -> None:
+        """Make a new, empty segment the one appends go to."""
+        self.require_open()
+        fd = self._open_segment(self._active + 1)
+        old = self._active_fd
+        self._active_fd = fd
+        self._active += 1
+        self._active_size = os.fstat(fd).st_size
+        if old is not None:
+            os.close(old)
+
     def append(self, payload: bytes) -> Location:
-        """Append one frame; it has reached the operating system (and, with ``fsync``, the
-        disk) when this returns."""
+        """Append one frame to the active segment; it has reached the operating system (and,
+        with ``fsync``, the disk) when this returns."""
         fd = self.require_open()
         frame = encode_frame(payload)
-        if self._active_size > len(MAGIC) and self._active_size + len(frame) > self.segment_bytes:
-            fd = self._rotate()
         try:
             write_all(fd, frame)
             if self.fsync:
@@ -177,16 +209,6 @@ class SegmentLog:
         location = Location(self._active, self._active_size + FRAME_HEADER.size, len(payload))
         self._active_size += len(frame)
         return location
-
-    def _rotate(self) -> int:
-        fd = self._open_segment(self._active + 1)
-        old = self._active_fd
-        self._active_fd = fd
-        self._active += 1
-        self._active_size = os.fstat(fd).st_size
-        if old is not None:
-            os.close(old)
-        return fd
 
     def _undo_partial_append(self, fd: int) -> None:
         """Cut what a failed append left, so the next frame does not follow a torn one; when

@@ -6,17 +6,19 @@ for the bytes); nothing is ever rewritten. A replay (a record whose ``trace_id``
 already has) is a new frame that wins over the old one; :meth:`~DeltaChainTraceStore.delete_session`
 writes a tombstone, so a deletion survives reopening.
 
-In memory the store keeps only an index, rebuilt by reading every frame's uncompressed head on
-open: for each session, each trace's location, parent, write order and whether it holds a
-snapshot. Reads decode the session's frames and rebuild prompts with
+In memory the store keeps an index, rebuilt by reading every frame's uncompressed head on open:
+for each session, each trace's location, head, write order and *base* (the frame its parent had
+when it was written), and a bounded cache of the tails recently written records leave for their
+children (:mod:`rllm_storage_deltachain.context`). Reads decode the session's frames, each with
+the context it was written with, and rebuild prompts with
 :func:`~rllm_storage_deltachain.rebuild.rebuild_prompts`.
 
 Snapshots (``snapshot_every=K`` > 0): a record whose chain reaches ``K`` records below its root
-or the last snapshot is stored with its full prompt, so that :meth:`~DeltaChainTraceStore.trace`
-decodes at most ``K`` records. A snapshot is a cache of what its ancestors said when it was
-written, so it is used only while no record of the session has been replaced since; a replay
-makes the session's older snapshots fall back to their chains (never to stale tokens) until new
-snapshots are written.
+or the last snapshot is stored with its full prompt and compressed alone, so that
+:meth:`~DeltaChainTraceStore.trace` decodes at most ``K`` records. A snapshot is a cache of what
+its ancestors said when it was written, so it is used only while no record of the session has
+been replaced since; a replay makes the session's older snapshots fall back to their chains
+(never to stale tokens) until new snapshots are written.
 
 Limits: space held by replaced records and deleted sessions is not reclaimed; one process opens
 a directory at a time.
@@ -36,7 +38,16 @@ import zstandard
 from rllm_core.errors import StorageError
 from rllm_core.types import Trace, TraceRecord
 
-from rllm_storage_deltachain.codec import EntryCodec, RecordHead, Tombstone, unpack_ids
+from rllm_storage_deltachain.codec import (
+    Decoded,
+    Encoded,
+    EntryCodec,
+    RecordHead,
+    SegmentTable,
+    Tombstone,
+)
+from rllm_storage_deltachain.context import MIN_CONTEXT_TOKENS, TailCache, extend_tail
+from rllm_storage_deltachain.packing import count_ids, join_ids, pack_ids, unpack_ids
 from rllm_storage_deltachain.rebuild import order_key, rebuild_prompts, to_traces
 from rllm_storage_deltachain.segments import Location, SegmentLog
 
@@ -47,23 +58,34 @@ __all__ = ["DeltaChainTraceStore"]
 
 log = logging.getLogger(__name__)
 
+TAIL_CACHE_TOKENS = 1 << 22
+"""Tokens of written tails kept for the next appends (4 bytes each: 16 MiB at most), enough for
+the next turn of 2,048 sessions with full tails."""
 
-@dataclass(slots=True)
-class _Entry:
+
+@dataclass(slots=True, eq=False)
+class _Frame:
     location: Location
     order: int
-    parent_trace_id: str | None
-    has_snapshot: bool
+    head: RecordHead
+    base: _Frame | None
+    """The frame of this record's parent when it was written; ``None`` for a root or when the
+    parent had not been written yet."""
+
+    @property
+    def starts_tail(self) -> bool:
+        """Whether this frame's tail needs no other frame (a root, or a snapshot)."""
+        return self.head.has_snapshot or self.head.parent_trace_id is None
 
 
 @dataclass(slots=True)
 class _Session:
-    entries: dict[str, _Entry] = field(default_factory=dict)
+    entries: dict[str, _Frame] = field(default_factory=dict)
     last_replaced: int = -1
     """Write order of the latest entry that replaced another; older snapshots are stale."""
 
-    def snapshot_is_current(self, entry: _Entry) -> bool:
-        return entry.has_snapshot and entry.order >= self.last_replaced
+    def snapshot_is_current(self, frame: _Frame) -> bool:
+        return frame.head.has_snapshot and frame.order >= self.last_replaced
 
 
 class DeltaChainTraceStore:
@@ -95,11 +117,15 @@ class DeltaChainTraceStore:
         self.snapshot_every = snapshot_every
         self.fsync = fsync
         self._codec = EntryCodec(compression_level)
+        self._table = SegmentTable()
+        self._table_segment = -1
+        self._tails = TailCache(TAIL_CACHE_TOKENS)
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
         self._writes = 0
         self._log = SegmentLog(self.path, segment_bytes=segment_bytes, fsync=fsync)
         self._log.open(self._index)
+        self._follow_segment(self._log.active_segment)
 
     @classmethod
     def from_config(cls, config: DeltaChainConfig) -> DeltaChainTraceStore:
@@ -114,9 +140,16 @@ class DeltaChainTraceStore:
 
     # ---------------------------------------------------------------- the index
 
+    def _follow_segment(self, segment: int) -> None:
+        """Code heads against ``segment``'s table from now on (a new segment's is empty)."""
+        if segment != self._table_segment:
+            self._table.reset()
+            self._table_segment = segment
+
     def _index(self, location: Location, payload: bytes) -> None:
+        self._follow_segment(location.segment)
         try:
-            head = self._codec.decode_head(payload)
+            head = self._codec.decode_head(payload, self._table)
         except (msgspec.DecodeError, ValueError) as exc:
             raise StorageError(
                 f"{self.path}: segment {location.segment}, byte {location.offset}: the record is"
@@ -128,14 +161,17 @@ class DeltaChainTraceStore:
         else:
             self._remember(head, location)
 
-    def _remember(self, head: RecordHead, location: Location) -> None:
+    def _remember(self, head: RecordHead, location: Location) -> _Frame:
         session = self._sessions.setdefault(head.session_id, _Session())
+        base = None
+        if head.parent_trace_id is not None:
+            base = session.entries.get(head.parent_trace_id)
         if head.trace_id in session.entries:
             session.last_replaced = self._writes
-        session.entries[head.trace_id] = _Entry(
-            location, self._writes, head.parent_trace_id, head.has_snapshot
-        )
+        frame = _Frame(location, self._writes, head, base)
+        session.entries[head.trace_id] = frame
         self._writes += 1
+        return frame
 
     def _forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
@@ -150,9 +186,29 @@ class DeltaChainTraceStore:
             raise TypeError(f"append takes a TraceRecord, got {type(record).__name__}")
         with self._lock:
             self._log.require_open()
-            snapshot = self._snapshot_for(record) if self.snapshot_every else None
-            payload = self._codec.encode_record(record, snapshot)
-            location = self._log.append(payload)
+            session = self._sessions.get(record.session_id)
+            base = None
+            if session is not None and record.parent_trace_id is not None:
+                base = session.entries.get(record.parent_trace_id)
+            reader = _ChainReader(self)
+            snapshot = None
+            if self.snapshot_every and session is not None:
+                snapshot = self._snapshot_for(record, session, reader)
+            base_tail = self._base_tail(base, reader) if base is not None else None
+            context = None
+            if (
+                snapshot is None
+                and base_tail is not None
+                and count_ids(base_tail) >= MIN_CONTEXT_TOKENS
+            ):
+                context = base_tail
+            encoded = self._encode(record, snapshot, context)
+            if self._log.needs_new_segment(len(encoded.entry)):
+                self._log.start_segment()
+                self._follow_segment(self._log.active_segment)
+                encoded = self._encode(record, snapshot, context)
+            location = self._log.append(encoded.entry)
+            self._table.note(record.session_id, record.lineage_id, record.trace_id)
             self._remember(
                 RecordHead(
                     session_id=record.session_id,
@@ -161,9 +217,18 @@ class DeltaChainTraceStore:
                     lineage_id=record.lineage_id,
                     turn=record.turn,
                     has_snapshot=snapshot is not None,
+                    has_context=encoded.has_context,
                 ),
                 location,
             )
+            if snapshot is not None:
+                completion = join_ids([encoded.tokens], last=len(record.completion_token_ids))
+                tail = extend_tail(None, snapshot, completion)
+            elif record.parent_trace_id is None or base_tail is not None:
+                tail = extend_tail(base_tail, encoded.tokens)
+            else:
+                return
+            self._tails.put(location, tail)
 
     def session(self, session_id: str) -> list[Trace]:
         """Every trace of the session with its full prompt, in lineage and turn order."""
@@ -194,14 +259,7 @@ class DeltaChainTraceStore:
             session = self._sessions.get(session_id)
             if session is None or trace_id not in session.entries:
                 return None
-            path = self._ancestry(session, trace_id)
-            records: dict[str, TraceRecord] = {}
-            snapshots: dict[str, list[int]] = {}
-            for ancestor in path:
-                record, snapshot = self._decode(session.entries[ancestor].location)
-                records[ancestor] = record
-                if snapshot is not None and session.snapshot_is_current(session.entries[ancestor]):
-                    snapshots[ancestor] = unpack_ids(snapshot)
+            records, snapshots = self._read_ancestry(session, trace_id, _ChainReader(self))
         prompt, complete = rebuild_prompts(records, snapshots)[trace_id]
         return Trace(record=records[trace_id], prompt_token_ids=prompt, chain_complete=complete)
 
@@ -217,7 +275,11 @@ class DeltaChainTraceStore:
             self._log.require_open()
             if session_id not in self._sessions:
                 return
-            self._log.append(self._codec.encode_tombstone(session_id))
+            payload = self._codec.encode_tombstone(session_id)
+            if self._log.needs_new_segment(len(payload)):
+                self._log.start_segment()
+                self._follow_segment(self._log.active_segment)
+            self._log.append(payload)
             self._forget(session_id)
 
     def close(self) -> None:
@@ -225,6 +287,7 @@ class DeltaChainTraceStore:
         already."""
         with self._lock:
             self._log.close()
+            self._tails.clear()
 
     # ---------------------------------------------------------------- beyond the port
 
@@ -247,10 +310,16 @@ class DeltaChainTraceStore:
 
     # ---------------------------------------------------------------- helpers
 
-    def _decode(self, location: Location) -> tuple[TraceRecord, bytes | None]:
+    def _encode(
+        self, record: TraceRecord, snapshot: bytes | None, context: bytes | None
+    ) -> Encoded:
+        return self._codec.encode_record(record, self._table, snapshot=snapshot, context=context)
+
+    def _decode(self, frame: _Frame, context: bytes | None) -> Decoded:
+        location = frame.location
         payload = self._log.read(location)
         try:
-            return self._codec.decode_record(payload)
+            return self._codec.decode_record(payload, frame.head, context)
         except (msgspec.DecodeError, zstandard.ZstdError, ValueError) as exc:
             raise StorageError(
                 f"{self.path}: segment {location.segment}, byte {location.offset}: the record"
@@ -263,54 +332,140 @@ class DeltaChainTraceStore:
         session = self._sessions.get(session_id)
         if session is None:
             return {}, {}
+        reader = _ChainReader(self)
         records: dict[str, TraceRecord] = {}
         snapshots: dict[str, bytes] = {}
-        for trace_id, entry in session.entries.items():
-            records[trace_id], snapshot = self._decode(entry.location)
-            if snapshot is not None and session.snapshot_is_current(entry):
-                snapshots[trace_id] = snapshot
+        # Write order decodes every base before the frames compressed against it.
+        for frame in sorted(session.entries.values(), key=lambda f: f.order):
+            trace_id = frame.head.trace_id
+            decoded = reader.decode(frame)
+            records[trace_id] = decoded.record
+            if decoded.snapshot is not None and session.snapshot_is_current(frame):
+                snapshots[trace_id] = decoded.snapshot
         return records, snapshots
 
-    def _ancestry(self, session: _Session, trace_id: str) -> list[str]:
-        """``trace_id`` and its ancestors up to the first that needs no parent (a root or a
-        current snapshot), a missing one or a loop."""
-        path: list[str] = []
+    def _read_ancestry(
+        self, session: _Session, trace_id: str, reader: _ChainReader
+    ) -> tuple[dict[str, TraceRecord], dict[str, list[int]]]:
+        """The records of ``trace_id`` and its ancestors up to the first that needs no parent
+        (a root or a current snapshot), a missing one or a loop, with the current snapshots
+        among them."""
+        path: list[_Frame] = []
         seen: set[str] = set()
         cursor: str | None = trace_id
         while cursor is not None and cursor not in seen:
-            entry = session.entries.get(cursor)
-            if entry is None:
+            frame = session.entries.get(cursor)
+            if frame is None:
                 break
-            path.append(cursor)
+            path.append(frame)
             seen.add(cursor)
-            if session.snapshot_is_current(entry):
+            if session.snapshot_is_current(frame):
                 break
-            cursor = entry.parent_trace_id
-        return path
-
-    def _snapshot_for(self, record: TraceRecord) -> list[int] | None:
-        """The full prompt of ``record`` when it is ``snapshot_every`` or more records below its
-        base and its chain is complete; else ``None``."""
-        if record.parent_trace_id is None:
-            return None
-        session = self._sessions.get(record.session_id)
-        if session is None or record.parent_trace_id not in session.entries:
-            return None
-        path = self._ancestry(session, record.parent_trace_id)
-        if len(path) < self.snapshot_every or record.trace_id in path:
-            return None
+            cursor = frame.head.parent_trace_id
         records: dict[str, TraceRecord] = {}
         snapshots: dict[str, list[int]] = {}
+        for frame in reversed(path):
+            decoded = reader.decode(frame)
+            records[frame.head.trace_id] = decoded.record
+            if decoded.snapshot is not None and session.snapshot_is_current(frame):
+                snapshots[frame.head.trace_id] = unpack_ids(decoded.snapshot)
+        return records, snapshots
+
+    def _snapshot_for(
+        self, record: TraceRecord, session: _Session, reader: _ChainReader
+    ) -> bytes | None:
+        """The full prompt of ``record``, packed, when it is ``snapshot_every`` or more records
+        below its base and its chain is complete; else ``None``."""
+        if record.parent_trace_id is None or record.parent_trace_id not in session.entries:
+            return None
+        depth, seen = 0, set()
+        cursor: str | None = record.parent_trace_id
+        while cursor is not None and cursor not in seen and depth < self.snapshot_every:
+            frame = session.entries.get(cursor)
+            if frame is None:
+                break
+            depth += 1
+            seen.add(cursor)
+            if session.snapshot_is_current(frame):
+                break
+            cursor = frame.head.parent_trace_id
+        if depth < self.snapshot_every or record.trace_id in seen:
+            return None
         try:
-            for ancestor in path:
-                entry = session.entries[ancestor]
-                records[ancestor], snapshot = self._decode(entry.location)
-                if snapshot is not None and session.snapshot_is_current(entry):
-                    snapshots[ancestor] = unpack_ids(snapshot)
+            records, snapshots = self._read_ancestry(session, record.parent_trace_id, reader)
         except StorageError as exc:
             # A damaged ancestor costs this record its snapshot, not the append.
             log.warning("no snapshot for trace %s: %s", record.trace_id, exc)
             return None
+        if record.trace_id in records:
+            return None
         records[record.trace_id] = record
         prompt, complete = rebuild_prompts(records, snapshots)[record.trace_id]
-        return prompt if complete else None
+        return pack_ids(prompt) if complete else None
+
+    def _base_tail(self, base: _Frame, reader: _ChainReader) -> bytes | None:
+        """The tail ``base`` leaves for its children: from the cache of recent appends, else
+        decoded from disk (once per chain after reopening); ``None`` when it is unknown."""
+        tail = self._tails.get(base.location)
+        if tail is not None:
+            return tail
+        try:
+            tail = reader.tail(base)
+        except StorageError as exc:
+            log.warning("trace %s is compressed without its context: %s", base.head.trace_id, exc)
+            return None
+        if tail is not None:
+            self._tails.put(base.location, tail)
+        return tail
+
+
+class _ChainReader:
+    """Decodes frames of one store, each with the context it was written with, for the length of
+    one call. Memoizes decoded frames and tails, so that every frame is decoded at most once."""
+
+    def __init__(self, store: DeltaChainTraceStore) -> None:
+        self._store = store
+        self._decoded: dict[Location, Decoded] = {}
+        self._tails: dict[Location, bytes | None] = {}
+
+    def decode(self, frame: _Frame) -> Decoded:
+        """The record in ``frame``."""
+        decoded = self._decoded.get(frame.location)
+        if decoded is None:
+            context = None
+            if frame.head.has_context and frame.base is not None:
+                context = self.tail(frame.base)
+            decoded = self._store._decode(frame, context)
+            self._decoded[frame.location] = decoded
+        return decoded
+
+    def tail(self, frame: _Frame) -> bytes | None:
+        """The tail ``frame`` leaves for its children, ``None`` when it is unknown."""
+        path: list[_Frame] = []
+        cursor: _Frame | None = frame
+        while cursor is not None and cursor.location not in self._tails:
+            cached = self._store._tails.get(cursor.location)
+            if cached is not None:
+                self._tails[cursor.location] = cached
+                break
+            path.append(cursor)
+            if cursor.starts_tail:
+                break
+            cursor = cursor.base
+        # Oldest first: each frame's base tail is known by the time the frame needs it.
+        for item in reversed(path):
+            decoded = self.decode(item)
+            base_tail = None
+            if not item.starts_tail and item.base is not None:
+                base_tail = self._tails.get(item.base.location)
+            if item.head.has_snapshot and decoded.snapshot is not None:
+                completion = len(decoded.record.completion_token_ids)
+                tail = extend_tail(
+                    None, decoded.snapshot, join_ids([decoded.tokens], last=completion)
+                )
+            elif item.head.parent_trace_id is None or base_tail is not None:
+                tail = extend_tail(base_tail, decoded.tokens)
+            else:
+                tail = None
+            self._tails[item.location] = tail
+        return self._tails[frame.location]
