@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -87,11 +87,12 @@ def _call_key(call: ToolCall) -> tuple[str, str]:
 
 def message_key(message: Message, *, keep_reasoning: bool) -> MessageKey:
     """The normalized form two messages are compared in (see the module docstring)."""
+    calls = message.tool_calls
     return (
         message.role,
         message.content or "",
         message.name,
-        tuple(_call_key(c) for c in message.tool_calls),
+        tuple(map(_call_key, calls)) if calls else (),
         message.tool_call_id,
         message.reasoning if keep_reasoning else None,
     )
@@ -127,6 +128,9 @@ def _first_divergence(recorded: Sequence[MessageKey], incoming: Sequence[Message
     """Index of the first incoming message that differs from the recorded one, the length of
     the shorter when one is a prefix of the other, or ``None`` when ``incoming`` extends
     (or equals) ``recorded``."""
+    if tuple(incoming[: len(recorded)]) == tuple(recorded):
+        # Equal keys are the same messages; only the reasoning rule of _same needs the loop.
+        return None
     for index, (old, new) in enumerate(zip(recorded, incoming, strict=False)):
         if not _same(old, new):
             return index
@@ -192,8 +196,15 @@ class TurnPlan:
         return self.lineage.lineage_id
 
 
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
 def new_trace_id() -> str:
-    return uuid.uuid4().hex
+    """A random version-4 UUID as 32 hex digits (``uuid.uuid4().hex``, without building the
+    ``UUID`` object)."""
+    value = int.from_bytes(os.urandom(16), "big") & _UUID4_CLEAR | _UUID4_SET
+    return f"{value:032x}"
 
 
 class TokenAccumulator:
@@ -253,7 +264,8 @@ class TokenAccumulator:
         """Classify a request in ``lineage`` and build its prompt. Changes no state."""
         params = params if params is not None else SamplingParams()
         tools = tuple(tools)
-        keys = tuple(message_key(m, keep_reasoning=self.keep_reasoning) for m in messages)
+        keep = self.keep_reasoning
+        keys = tuple([message_key(m, keep_reasoning=keep) for m in messages])
         head = lineage.head
         if head is None:
             return self._root(lineage, messages, keys, tools, params, turn=0)

@@ -238,30 +238,32 @@ def _messages(raw: list[_Message]) -> tuple[Message, ...]:
         raise _invalid("messages must hold at least one message", "messages")
     out = []
     for n, m in enumerate(raw):
-        where = f"messages[{n}]"
         role = _ROLES.get(m.role)
         if role is None:
             raise _invalid(
-                f"{where}.role is {m.role!r}; use system, developer, user, assistant or tool",
-                f"{where}.role",
+                f"messages[{n}].role is {m.role!r}; use system, developer, user, assistant or tool",
+                f"messages[{n}].role",
             )
         calls: tuple[ToolCall, ...] = ()
         if m.tool_calls:
             if role != "assistant":
                 raise _invalid(
-                    f"{where} has tool_calls but role {m.role!r}; only assistant messages"
+                    f"messages[{n}] has tool_calls but role {m.role!r}; only assistant messages"
                     " carry tool calls",
-                    f"{where}.tool_calls",
+                    f"messages[{n}].tool_calls",
                 )
             calls = tuple(
                 ToolCall(id=c.id, name=c.function.name, arguments=_arguments(c.function.arguments))
                 for c in m.tool_calls
             )
+        content = m.content
+        if not isinstance(content, str):
+            content = _text(content, f"messages[{n}]")
         reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
         out.append(
             Message(
                 role=role,  # type: ignore[arg-type]
-                content=_text(m.content, where),
+                content=content,
                 reasoning=reasoning if role == "assistant" else None,
                 tool_calls=calls,
                 tool_call_id=m.tool_call_id if role == "tool" else None,

@@ -461,7 +461,7 @@ class HttpWorkerPool:
                 " return_token_ids or return_tokens_as_token_ids (vLLM does)"
             )
         values = logprobs.token_logprobs if logprobs is not None else []
-        if len(values) != len(ids) or any(v is None for v in values):
+        if len(values) != len(ids) or None in values:
             raise UpstreamError(
                 f"worker {worker.url} returned {len(ids)} token ids but {len(values)} logprobs;"
                 " it must honour logprobs=0"

@@ -79,10 +79,11 @@ class ChatMLRenderer:
     def _split_at_stop(self, token_ids: Sequence[int]) -> tuple[list[int], int | None]:
         """The ids before the first stop token, and that token's position (``None``: none)."""
         ids = list(token_ids)
-        for n, t in enumerate(ids):
-            if t == self.im_end or t == self.end_of_text:
-                return ids[:n], n
-        return ids, None
+        end = len(ids)
+        for stop in (self.im_end, self.end_of_text):
+            if stop in ids:
+                end = min(end, ids.index(stop))
+        return (ids[:end], end) if end < len(ids) else (ids, None)
 
     def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
         body, stop = self._split_at_stop(token_ids)
@@ -114,7 +115,9 @@ class ChatMLRenderer:
     ) -> list[int] | None:
         if any(m.role == "assistant" for m in new_messages):
             return None
-        prompt, completion = list(prev_prompt_ids), list(prev_completion_ids)
+        # The gateway passes lists: copying a long prompt would cost more than the rest.
+        prompt = prev_prompt_ids if isinstance(prev_prompt_ids, list) else list(prev_prompt_ids)
+        completion = list(prev_completion_ids)
         gen = self._generation_ids
         if len(prompt) < len(gen) or prompt[len(prompt) - len(gen) :] != gen:
             return None

@@ -2,11 +2,18 @@
 template text pieces into attributed token ids.
 
 A template produces its output as :class:`Piece` objects, each a run of text that belongs to
-one message (or to the scaffold) and is or is not sampled by the model. The pieces are joined
-and encoded in one call, so the ids are exactly those of encoding the whole rendered string
-(what ``apply_chat_template(..., tokenize=True)`` does); each token is then attributed to the
-piece its first character comes from. A token that straddles two pieces (rare: only where the
-tokenizer merges text across a piece boundary) belongs to the earlier piece.
+one message (or to the scaffold) and is or is not sampled by the model. The ids are exactly
+those of encoding the joined text in one call (what ``apply_chat_template(..., tokenize=True)``
+does); each token is attributed to the piece its first character comes from. A token that
+straddles two pieces (rare: only where the tokenizer merges text across a piece boundary)
+belongs to the earlier piece.
+
+Rendering a conversation again with one more message encodes only the new text: a run of
+pieces that starts with an added token (a ChatML turn) is rendered once and then taken from a
+cache; within a new run, the text between two added tokens is looked up in a cache of segment
+encodings (:mod:`rllm_renderer_chatml.segments`); and new plain-ASCII text is encoded through a
+cache of word ids (:mod:`rllm_renderer_chatml.words`). Every path gives exactly the ids and
+attribution of the single encode.
 """
 
 from __future__ import annotations
@@ -14,12 +21,25 @@ from __future__ import annotations
 import functools
 import json
 import os
+from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import NamedTuple
 
 from rllm_core.types import RenderedTokens
 from tokenizers import Tokenizer
+
+from rllm_renderer_chatml.segments import (
+    DEFAULT_CACHE_TOKENS,
+    Encoded,
+    SegmentEncoder,
+    TokenCache,
+    Unit,
+    segment_cache,
+    segmentation_blocker,
+    trims_offsets,
+)
 
 __all__ = ["Piece", "TextTokenizer", "load_chat_template"]
 
@@ -59,9 +79,16 @@ class TextTokenizer:
     Special-token text inside the input (``<|im_end|>``) becomes its single id, as in
     ``apply_chat_template``; no BOS/EOS is ever added. Loaded tokenizers are shared between
     instances that name the same unchanged file.
+
+    Two caches, each holding up to ``cache_tokens`` token ids (0 keeps nothing): :attr:`cache`
+    the encodings of text segments, :attr:`blocks` the rendered runs of pieces (``None`` when
+    the tokenizer does not allow it). :attr:`segmented` is false for a tokenizer whose
+    pipeline does not allow encoding segment by segment; its texts are encoded whole.
     """
 
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, folder: str | os.PathLike[str], *, cache_tokens: int = DEFAULT_CACHE_TOKENS
+    ) -> None:
         self.folder = Path(folder).expanduser()
         path = self.folder / "tokenizer.json"
         if not path.is_file():
@@ -70,10 +97,24 @@ class TextTokenizer:
                 " at a Hugging Face tokenizer folder (one saved with save_pretrained)"
             )
         self._tokenizer = _load(str(path.resolve()), path.stat().st_mtime_ns)
+        self.cache = segment_cache(cache_tokens)
+        blocked = segmentation_blocker(self._tokenizer)
+        self._segments = None if blocked else SegmentEncoder(self._tokenizer, self.cache)
+        self._trims = trims_offsets(self._tokenizer)
+        self.blocks: TokenCache[tuple[Piece, ...], RenderedTokens] | None = None
+        if self._segments is not None and self._segments.clean_boundaries and not self._trims:
+            self.blocks = TokenCache(cache_tokens, size=_rendered_size)
+
+    @property
+    def segmented(self) -> bool:
+        """Whether text is encoded segment by segment through the caches."""
+        return self._segments is not None
 
     def encode(self, text: str) -> list[int]:
         if not text:
             return []
+        if self._segments is not None:
+            return self._segments.encode(text)
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, token_ids: Sequence[int]) -> str:
@@ -93,17 +134,98 @@ class TextTokenizer:
             )
         return found
 
+    def _units(self, text: str) -> list[Unit]:
+        if self._segments is not None:
+            return self._segments.units(text)
+        if not text:
+            return []
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        starts, last = [], 0
+        for start, _ in encoding.offsets:
+            last = max(last, start)
+            starts.append(last)
+        return [(0, text, Encoded(encoding.ids, starts))]
+
     def render(self, pieces: Sequence[Piece]) -> RenderedTokens:
-        """Encode the joined text of ``pieces`` and attribute every token to its piece."""
+        """Encode the joined text of ``pieces`` and attribute every token to its piece.
+
+        Runs of pieces that start with an added token (a ChatML turn and what follows it up
+        to the next turn) encode on their own, so each run's result is cached whole (in
+        :attr:`blocks`, keyed by its pieces) when the tokenizer allows it.
+        """
         pieces = [p for p in pieces if p.text]
-        encoding = self._tokenizer.encode("".join(p.text for p in pieces), add_special_tokens=False)
+        blocks = self.blocks
+        if blocks is None or not pieces:
+            return self._render(pieces)
+        starts_with_added = self._segments.starts_with_added  # type: ignore[union-attr]
+        firsts = self._segments.firsts  # type: ignore[union-attr]
+        ids: list[int] = []
         indices: list[int] = []
         sampled: list[bool] = []
-        piece, piece_end = -1, 0
-        for start, _ in encoding.offsets:
-            while start >= piece_end and piece + 1 < len(pieces):
+        first = 0
+        for n in range(1, len(pieces) + 1):
+            if n < len(pieces) and (
+                pieces[n].text[0] not in firsts or not starts_with_added(pieces[n].text)
+            ):
+                continue
+            key = tuple(pieces[first:n])
+            block = blocks.get(key)
+            if block is None:
+                block = self._render(key)
+                blocks.put(key, block)
+            ids += block.token_ids
+            indices += block.message_indices
+            sampled += block.sampled_mask
+            first = n
+        return RenderedTokens(token_ids=ids, message_indices=indices, sampled_mask=sampled)
+
+    def _render(self, pieces: Sequence[Piece]) -> RenderedTokens:
+        """:meth:`render` of non-empty pieces, unit by unit."""
+        ends = list(accumulate(len(p.text) for p in pieces))
+        ids: list[int] = []
+        indices: list[int] = []
+        sampled: list[bool] = []
+        last = len(pieces) - 1
+        piece = count = 0
+        trims = self._trims
+        # Tokens are counted per piece and the attribution lists written a piece at a time.
+        # A token belongs to the piece its start falls in, so only a unit that crosses a
+        # piece end needs its tokens' start offsets.
+        for base, text, encoded in self._units("".join(p.text for p in pieces)):
+            while piece < last and base >= ends[piece]:
+                owner = pieces[piece]
+                indices += [owner.message] * count
+                sampled += [owner.sampled] * count
                 piece += 1
-                piece_end += len(pieces[piece].text)
-            indices.append(pieces[piece].message)
-            sampled.append(pieces[piece].sampled)
-        return RenderedTokens(token_ids=encoding.ids, message_indices=indices, sampled_mask=sampled)
+                count = 0
+            unit_ids = encoded.ids
+            ids += unit_ids
+            n = len(unit_ids)
+            unit_end = base + len(text)
+            if piece == last or unit_end < ends[piece] or (unit_end == ends[piece] and not trims):
+                count += n
+                continue
+            starts = encoded.starts
+            if starts is None:
+                assert self._segments is not None
+                starts = self._segments.starts(text, encoded)
+            done = 0
+            while done < n:
+                upto = n if piece == last else bisect_left(starts, ends[piece] - base, done)
+                count += upto - done
+                done = upto
+                if done < n:
+                    owner = pieces[piece]
+                    indices += [owner.message] * count
+                    sampled += [owner.sampled] * count
+                    piece += 1
+                    count = 0
+        if count:
+            owner = pieces[piece]
+            indices += [owner.message] * count
+            sampled += [owner.sampled] * count
+        return RenderedTokens(token_ids=ids, message_indices=indices, sampled_mask=sampled)
+
+
+def _rendered_size(rendered: RenderedTokens) -> int:
+    return len(rendered.token_ids)
