@@ -1,7 +1,7 @@
 """Gateway overhead: what the session gateway costs per model call, on top of the model server.
 
 Three processes: a fake vLLM worker that answers every completion at once with the same token
-ids (``python -m rllm_core.gateway.fakeworker``), the gateway (``rllm-core gateway serve``
+ids (``python -m rllm_core.testing.fakeworker``), the gateway (``rllm-core gateway serve``
 with the chatml renderer over the SmolLM2 tokenizer and the memory trace store), and this
 script, a light asyncio HTTP/1.1 client (the gateway's own upstream client, ~0.05 ms per
 request).
@@ -790,7 +790,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "rllm_core.gateway.fakeworker",
+            "rllm_core.testing.fakeworker",
             "--port",
             str(worker_port),
             "--reply-ids",

@@ -15,8 +15,8 @@ import openai
 import pytest
 from reference.toy_renderer import ToyChatRenderer
 from reference_stores import MemoryTraceStore
-from rllm_core.gateway.fakeworker import FakeWorker
 from rllm_core.gateway.server import Gateway
+from rllm_core.testing.fakeworker import FakeWorker
 
 _DEFAULT = object()
 

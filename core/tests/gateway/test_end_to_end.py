@@ -6,8 +6,8 @@ from __future__ import annotations
 import openai
 import pytest
 from reference.toy_renderer import IM_END
-from rllm_core.gateway.fakeworker import fake_logprob, fixed_reply
 from rllm_core.gateway.upstreams import HttpWorkerPool
+from rllm_core.testing.fakeworker import fake_logprob, fixed_reply
 
 HI = [{"role": "user", "content": "hi"}]
 

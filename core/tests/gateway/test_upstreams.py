@@ -8,7 +8,6 @@ import socket
 import time
 
 import pytest
-from rllm_core.gateway.fakeworker import FakeWorker, fake_logprob
 from rllm_core.gateway.upstreams import (
     HttpWorkerPool,
     UpstreamError,
@@ -17,6 +16,7 @@ from rllm_core.gateway.upstreams import (
     parse_retry_after,
     routed,
 )
+from rllm_core.testing.fakeworker import FakeWorker, fake_logprob
 from rllm_core.types import SampleRequest, SamplingParams
 
 PROMPT = [101, 7, 8, 9, 10]

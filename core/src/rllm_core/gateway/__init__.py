@@ -10,7 +10,6 @@
   token ids and traces, cumulative token mode.
 - :mod:`~rllm_core.gateway.upstreams`: the sampler over vLLM-style HTTP workers, on the
   client in :mod:`~rllm_core.gateway.httpclient`.
-- :mod:`~rllm_core.gateway.fakeworker`: a stand-in worker for tests and benchmarks.
 
 Nothing is imported here, so importing one module does not load the server stack.
 """

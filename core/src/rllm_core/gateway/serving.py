@@ -1,7 +1,7 @@
 """Serving an ASGI app with uvicorn inside this process: in a background thread with its own
 event loop, or as a task on the caller's loop.
 
-Both the gateway and the test worker (:mod:`rllm_core.gateway.fakeworker`) use it. The socket is
+Both the gateway and the test worker (:mod:`rllm_core.testing.fakeworker`) use it. The socket is
 bound before uvicorn starts, so port 0 picks a free port and :attr:`AsgiServer.port` is known at
 once. uvicorn runs with httptools and without an access log, server or date header: on a 2-core
 machine that is the cheapest configuration per request.

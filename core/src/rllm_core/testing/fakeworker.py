@@ -12,7 +12,7 @@ optional ``Retry-After``), :attr:`FakeWorker.healthy` turns ``/health`` into a 5
 ``legacy=True`` leaves out ``token_ids`` (ids only in the ``token_id:<n>`` strings, as older
 vLLM versions answer). Every decoded request body is kept in :attr:`FakeWorker.requests`.
 
-Run one on its own: ``python -m rllm_core.gateway.fakeworker --port 9000`` (``--reply-ids
+Run one on its own: ``python -m rllm_core.testing.fakeworker --port 9000`` (``--reply-ids
 1,2,3`` answers every request with those ids and the first stop id).
 """
 
