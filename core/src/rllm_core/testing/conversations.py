@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from rllm_core.chat_dicts import message_dicts, tool_dicts
 from rllm_core.ports import Renderer
 from rllm_core.testing.suites.renderers import Conversation, check_bridge_contract, sampled_span
 from rllm_core.types import Message, ToolCall, ToolSpec
@@ -551,62 +552,8 @@ def corpus(*, exclude: Iterable[str] = (), require: Iterable[str] = ()) -> list[
 # ---------------------------------------------------------------- Hugging Face format
 
 
-def hf_tools(tools: Sequence[ToolSpec] | None) -> list[dict[str, Any]] | None:
-    """Tool specs in the OpenAI function-tool shape chat templates expect."""
-    if not tools:
-        return None
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t.name,
-                "description": t.description,
-                "parameters": t.parameters,
-            },
-        }
-        for t in tools
-    ]
-
-
-def _arguments(text: str, mode: Literal["object", "string"]) -> Any:
-    if mode == "string":
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def hf_messages(
-    messages: Sequence[Message], *, arguments: Literal["object", "string"] = "object"
-) -> list[dict[str, Any]]:
-    """Messages as chat-template dictionaries.
-
-    ``reasoning`` becomes ``reasoning_content`` (only when set), tool calls the OpenAI shape
-    ``{"id", "type": "function", "function": {"name", "arguments"}}`` with the arguments
-    decoded from JSON (``arguments="object"``, the Hugging Face convention; text that is not
-    JSON stays a string) or left as the JSON text (``"string"``).
-    """
-    out = []
-    for m in messages:
-        d: dict[str, Any] = {"role": m.role, "content": m.content}
-        if m.reasoning is not None:
-            d["reasoning_content"] = m.reasoning
-        if m.tool_calls:
-            d["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": _arguments(c.arguments, arguments)},
-                }
-                for c in m.tool_calls
-            ]
-        if m.tool_call_id is not None:
-            d["tool_call_id"] = m.tool_call_id
-        if m.name is not None:
-            d["name"] = m.name
-        out.append(d)
-    return out
+hf_tools = tool_dicts
+hf_messages = message_dicts
 
 
 # ---------------------------------------------------------------- multi-turn sampling

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rllm_core.chat_dicts import message_dicts, tool_dicts
 from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolCall, ToolSpec
 from rllm_renderer_chatml.toolcalls import split_tool_calls
-
-from rllm_renderer_hf.messages import template_messages, template_tools
 
 if TYPE_CHECKING:
     from rllm_renderer_hf.plugin import HFConfig
@@ -145,8 +144,8 @@ class HFRenderer:
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None, generation: bool
     ) -> str:
         return self.tokenizer.apply_chat_template(
-            template_messages(messages, arguments=self.config.tool_arguments),
-            tools=template_tools(tools),
+            message_dicts(messages, arguments=self.config.tool_arguments),
+            tools=tool_dicts(tools),
             add_generation_prompt=generation,
             tokenize=False,
             chat_template=self._template,

@@ -1,4 +1,5 @@
-"""rllm-core records as the dictionaries Hugging Face chat templates read."""
+"""rllm-core records as plain dictionaries in the OpenAI chat shape, which Hugging Face chat
+templates also read."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from typing import Any, Literal
 
 from rllm_core.types import Message, ToolSpec
 
-__all__ = ["template_messages", "template_tools"]
+__all__ = ["message_dicts", "tool_dicts"]
 
 
-def template_tools(tools: Sequence[ToolSpec] | None) -> list[dict[str, Any]] | None:
+def tool_dicts(tools: Sequence[ToolSpec] | None) -> list[dict[str, Any]] | None:
     """Tools in the OpenAI function-tool shape: ``{"type": "function", "function": {name,
     description, parameters}}``; ``None`` for no tools."""
     if not tools:
@@ -34,7 +35,7 @@ def _arguments(text: str, mode: Literal["object", "string"]) -> Any:
         return text
 
 
-def template_messages(
+def message_dicts(
     messages: Sequence[Message], *, arguments: Literal["object", "string"] = "object"
 ) -> list[dict[str, Any]]:
     """One dictionary per message: ``role`` and ``content`` always; ``reasoning_content`` when
