@@ -8,7 +8,40 @@ import os
 import uuid
 from pathlib import Path
 
-__all__ = ["fsync_directory", "make_directories", "replace_file", "sync_file", "write_all"]
+try:
+    import fcntl
+except ImportError:  # not on Windows: locking is then advisory only by convention
+    fcntl = None  # type: ignore[assignment]
+
+from rllm_core.errors import StorageError
+
+__all__ = [
+    "acquire_directory_lock",
+    "fsync_directory",
+    "make_directories",
+    "replace_file",
+    "sync_file",
+    "write_all",
+]
+
+LOCK_NAME = "lock"
+
+
+def acquire_directory_lock(path: Path, what: str) -> int:
+    """Take an exclusive, non-blocking lock on ``path/lock`` and return its descriptor (close it
+    to release). A second opener gets a :class:`StorageError` naming ``what`` and ``path``."""
+    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    if fcntl is None:
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(
+            f"the {what} at {path} is already open in another process or instance; close that"
+            " one first, or give this one another path"
+        ) from None
+    return fd
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

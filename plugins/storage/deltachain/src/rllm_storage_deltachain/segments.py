@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rllm_core.errors import StorageError
-from rllm_core.storage.durable import fsync_directory, sync_file, write_all
+from rllm_core.storage.durable import (
+    acquire_directory_lock,
+    fsync_directory,
+    sync_file,
+    write_all,
+)
 from rllm_core.storage.framing import FRAME_HEADER, CorruptLogError, FrameReader, encode_frame
-
-try:
-    import fcntl
-except ImportError:  # not on Windows; there the single-process rule is not enforced
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["MAGIC", "Location", "SegmentLog"]
 
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"RLLMDCT2"
 _FORMAT_1 = b"RLLMDCT1"
-LOCK_NAME = "lock"
 _SEGMENT = re.compile(r"^segment-(\d{8})\.log$")
 _OPEN_READERS = 32
 
@@ -76,7 +75,7 @@ class SegmentLog:
         """Lock the directory and call ``visit`` with every intact frame, oldest first, cutting
         torn tails; then accept appends. On failure everything is closed again."""
         self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._acquire_lock()
+        self._lock_fd = acquire_directory_lock(self.path, "trace store")
         try:
             numbers = self._segment_numbers()
             for number in numbers:
@@ -88,20 +87,6 @@ class SegmentLog:
         except BaseException:
             self.close()
             raise
-
-    def _acquire_lock(self) -> int:
-        fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        if fcntl is None:
-            return fd
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StorageError(
-                f"the trace store at {self.path} is already open in another process or"
-                " instance; close that one first, or give this one another path"
-            ) from None
-        return fd
 
     def _segment_numbers(self) -> list[int]:
         numbers = []

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 from rllm_core.errors import StorageError
+from rllm_core.storage.durable import acquire_directory_lock
 from rllm_core.types import Sample, SampleBatch
 
 from rllm_storage_file.durable import (
@@ -47,10 +48,6 @@ from rllm_storage_file.framing import MAGIC, FrameReader, encode_frame
 if TYPE_CHECKING:
     from rllm_storage_file.plugin import FileSampleBufferConfig
 
-try:
-    import fcntl
-except ImportError:  # not on Windows; there the single-process rule is not enforced
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["FileSampleBuffer"]
 
@@ -58,7 +55,6 @@ log = logging.getLogger(__name__)
 
 LOG_NAME = "samples.log"
 WATERMARK_NAME = "committed"
-LOCK_NAME = "lock"
 
 
 class _Batch(msgspec.Struct, kw_only=True):
@@ -122,7 +118,7 @@ class FileSampleBuffer:
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         make_directories(self.path.parent, [self.path.name], durable=self.fsync)
-        self._lock_fd = self._acquire_lock()
+        self._lock_fd = acquire_directory_lock(self.path, "sample buffer")
         try:
             self._log_fd = os.open(
                 self.path / LOG_NAME, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644
@@ -133,20 +129,6 @@ class FileSampleBuffer:
             self._close_files()
             raise
         self._frames = [f for f in self._frames if f.last_sequence > self._committed]
-
-    def _acquire_lock(self) -> int:
-        fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        if fcntl is None:
-            return fd
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StorageError(
-                f"the sample buffer at {self.path} is already open in another process or"
-                " instance; close that one first, or give this run another path"
-            ) from None
-        return fd
 
     def _load_log(self) -> None:
         assert self._log_fd is not None
