@@ -1,5 +1,26 @@
-"""Algorithm building blocks shared by trainer backends and loss plugins.
+"""Algorithm building blocks shared by the run loop, trainer backends and loss plugins.
 
-Submodules are imported explicitly (``from rllm_core.algorithms.aggregation import
-make_aggregate``); this package imports none of them, so ``import rllm_core`` stays light.
+The pure-Python pieces that turn rollouts into training data are exported here:
+:func:`merge_trajectory`, :func:`trajectories_from_traces` and :class:`DatumBuilder` (see
+``docs/algorithms/datums.md``). Importing this package never imports torch; modules that need
+it (:mod:`rllm_core.algorithms.tensors`) and the aggregation helpers are imported explicitly
+(``from rllm_core.algorithms.aggregation import make_aggregate``).
 """
+
+from rllm_core.algorithms.datums import (
+    INCOMPLETE_CHAINS_KEY,
+    count_incomplete_chains,
+    merge_trajectory,
+    trajectories_from_traces,
+)
+from rllm_core.algorithms.groups import DatumBatch, DatumBuilder, DatumReport
+
+__all__ = [
+    "INCOMPLETE_CHAINS_KEY",
+    "DatumBatch",
+    "DatumBuilder",
+    "DatumReport",
+    "count_incomplete_chains",
+    "merge_trajectory",
+    "trajectories_from_traces",
+]
