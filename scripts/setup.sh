@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Set up the development environment in .venv: build and lint tooling, the pinned torch, and,
 # editable, the core, every first-party plugin under plugins/ and every example package under
-# examples/, each with its `test` extra when it has one.
+# examples/, each with its `test` extra when it has one. Then the default model is pulled into
+# the user cache (`rllm-core models pull smollm2-135m-instruct`, see docs/models.md).
 #
-# Idempotent: a stamp file records the last successful set-up; when it is newer than every
+# Idempotent: a stamp file records the last successful install; when it is newer than every
 # pyproject.toml, requirements file and this script, names the same packages, and all of them
-# are still installed, nothing is reinstalled and the script takes well under a second.
+# are still installed, nothing is reinstalled. The pull converts the model only when it is not
+# cached yet, so a set-up with nothing to do takes about a second.
 #
 # Environment:
 #   PYTHON=/path/to/python3.11   interpreter used to create .venv (default: python3.11, then
@@ -21,6 +23,7 @@ VENV_PY="$VENV/bin/python"
 STAMP="$VENV/.rllm-setup.stamp"
 TORCH_REQ="requirements/torch.txt"
 TOOLS_REQ="requirements/tools.txt"
+DEFAULT_MODEL="smollm2-135m-instruct"
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
@@ -83,8 +86,16 @@ for folder in sys.argv[1:]:
 PY
 }
 
+# The default model, converted once into the user cache; fast when it is cached already.
+pull_default_model() {
+    say "pulling the default model: rllm-core models pull $DEFAULT_MODEL"
+    "$VENV/bin/rllm-core" models pull "$DEFAULT_MODEL" >/dev/null \
+        || die "could not pull $DEFAULT_MODEL (see the error above); fix the cause and rerun make setup"
+}
+
 if up_to_date; then
     say "environment is up to date: ${#packages[@]} package(s) installed editable (RLLM_FORCE_SETUP=1 reinstalls)"
+    pull_default_model
     exit 0
 fi
 
@@ -129,4 +140,5 @@ say "installing editable: ${specs[*]}"
 pip install --quiet --no-build-isolation -c "$TORCH_REQ" "${editable_args[@]}"
 
 printf '%s\n' "${packages[@]}" >"$STAMP"
+pull_default_model
 say "set-up complete"

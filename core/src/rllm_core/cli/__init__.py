@@ -13,6 +13,7 @@ import click
 from rllm_core import __version__
 from rllm_core.cli.docs_cmd import docs
 from rllm_core.cli.gateway_cmd import gateway
+from rllm_core.cli.models_cmd import models
 from rllm_core.cli.plan_cmd import plan
 from rllm_core.cli.plugins_cmd import plugins
 from rllm_core.cli.run_cmd import run
@@ -32,6 +33,7 @@ main.add_command(plan)
 main.add_command(run)
 main.add_command(docs)
 main.add_command(gateway)
+main.add_command(models)
 
 
 if __name__ == "__main__":

