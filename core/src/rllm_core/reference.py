@@ -111,6 +111,8 @@ def toml_literal(value: Any) -> str:
         return "unset"
     if hasattr(value, "value") and not isinstance(value, (int, float, str)):
         value = value.value
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_literal(item) for item in value) + "]"
     try:
         return tomli_w.dumps({"v": value}).strip()[len("v = ") :]
     except TypeError:

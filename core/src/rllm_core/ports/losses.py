@@ -23,7 +23,10 @@ Aggregate = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 with the plan's aggregation mode (``token-mean``, ``seq-mean-token-mean``, ``seq-mean-token-sum``,
 ``seq-mean-token-sum-norm``). The trainer supplies it with normalizers computed over the whole
 optimizer step, so a loss that reduces through it is invariant to how the step is split into
-micro-batches."""
+micro-batches. The normalizers are those of the mask passed: called with the context's
+``observation_mask`` (or any mask selecting exactly the same tokens) it counts observation
+tokens and sequences; called with any other mask (``action_mask``, or a mask derived from it)
+it counts action tokens and sequences."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,9 +48,16 @@ class TrainerBackend(Protocol):
 
     - ``forward_backward(datums, loss, aux_losses)`` recomputes per-token logprobs under the
       current weights, calls ``loss`` (and each auxiliary loss, scaled by its coefficient) with
-      a :class:`~rllm_core.ports.losses.LossContext`, and accumulates gradients. Several calls
-      before one ``optim_step`` accumulate; normalization spans the whole optimizer step, so how
-      datums are split across calls does not change the gradient. Returns float metrics.
+      a :class:`~rllm_core.ports.losses.LossContext`, and accumulates gradients. One call takes
+      a whole optimizer step's datums: the backend splits them into micro-batches itself and
+      counts the aggregation normalizers over all of them first, so how the step is split into
+      micro-batches does not change the gradient. Further calls before ``optim_step`` add their
+      gradients, each normalized over its own datums. An auxiliary loss with coefficient 0 is
+      not computed, so the result equals the policy loss alone bitwise. ``aggregation`` and
+      ``norm_length`` are the plan's ``[algorithm]`` keys (see
+      :func:`~rllm_core.algorithms.aggregation.make_aggregate`). Returns float metrics, each
+      loss's own prefixed with its name (``dppo-tv/clip_frac``): a loss's ``name`` attribute
+      when it has one, else the installed component that builds its class.
     - ``optim_step()`` applies and clears the gradients, increments ``weight_version`` and
       makes the new weights visible to ``sampler()``. Returns float metrics (grad norm, lr).
     - ``save_state(path)`` / ``load_state(path)`` cover weights, optimizer, scheduler, RNG and
@@ -68,7 +75,13 @@ class TrainerBackend(Protocol):
     def sampler(self) -> Sampler: ...
 
     def forward_backward(
-        self, datums: Sequence[Datum], loss: Loss, aux_losses: Sequence[WeightedLoss] = ()
+        self,
+        datums: Sequence[Datum],
+        loss: Loss,
+        aux_losses: Sequence[WeightedLoss] = (),
+        *,
+        aggregation: str = "token-mean",
+        norm_length: float | None = None,
     ) -> Mapping[str, float]: ...
 
     def optim_step(self) -> Mapping[str, float]: ...

@@ -1,0 +1,118 @@
+"""Datums to right-padded ``[B, T]`` tensors, and their split into micro-batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from rllm_core.types import Datum
+
+__all__ = ["Collated", "collate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Collated:
+    """A batch of datums as CPU tensors, right-padded to the longest one.
+
+    ``token_ids`` is int64; the rest are float32. Padding holds token 0, logprob 0, advantage 0
+    and mask 0. ``lengths[b]`` is the unpadded length of row ``b``.
+    """
+
+    token_ids: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    action_mask: torch.Tensor
+    observation_mask: torch.Tensor
+    lengths: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    def micro_batches(self, size: int) -> Iterator[Collated]:
+        """Consecutive slices of ``size`` rows (the last may be shorter), each trimmed to its own
+        longest row so a short micro-batch does not pay for a long one's padding."""
+        for start in range(0, self.size, size):
+            rows = slice(start, start + size)
+            width = int(self.lengths[rows].max())
+            yield Collated(
+                token_ids=self.token_ids[rows, :width],
+                rollout_logprobs=self.rollout_logprobs[rows, :width],
+                advantages=self.advantages[rows, :width],
+                action_mask=self.action_mask[rows, :width],
+                observation_mask=self.observation_mask[rows, :width],
+                lengths=self.lengths[rows],
+            )
+
+
+def collate(datums: Sequence[Datum], *, vocab_size: int, max_length: int | None) -> Collated:
+    """Pack ``datums`` into a :class:`Collated` batch.
+
+    Raises ``ValueError``, naming the datum's index, for an empty batch or datum, a token id
+    outside ``[0, vocab_size)``, a datum longer than ``max_length``, a mask set on position 0
+    (no logprob exists for a token without a predecessor), or a non-finite value where a mask
+    is set.
+    """
+    if not datums:
+        raise ValueError("forward_backward got no datums; pass the optimizer step's datums")
+    width = max(len(datum.token_ids) for datum in datums)
+    shape = (len(datums), width)
+    token_ids = torch.zeros(shape, dtype=torch.int64)
+    floats = {name: torch.zeros(shape, dtype=torch.float32) for name in _FLOAT_FIELDS}
+    lengths = torch.zeros(len(datums), dtype=torch.int64)
+    for index, datum in enumerate(datums):
+        length = len(datum.token_ids)
+        _check(index, datum, vocab_size=vocab_size, max_length=max_length)
+        lengths[index] = length
+        token_ids[index, :length] = torch.tensor(datum.token_ids, dtype=torch.int64)
+        for name, source in _FLOAT_FIELDS.items():
+            floats[name][index, :length] = torch.tensor(getattr(datum, source), dtype=torch.float32)
+    _check_finite(floats)
+    return Collated(token_ids=token_ids, lengths=lengths, **floats)
+
+
+_FLOAT_FIELDS = {
+    "rollout_logprobs": "logprobs",
+    "advantages": "advantages",
+    "action_mask": "action_mask",
+    "observation_mask": "observation_mask",
+}
+
+
+def _check(index: int, datum: Datum, *, vocab_size: int, max_length: int | None) -> None:
+    length = len(datum.token_ids)
+    if length == 0:
+        raise ValueError(f"datum {index} has no tokens; leave it out of the batch")
+    if max_length is not None and length > max_length:
+        raise ValueError(
+            f"datum {index} has {length} tokens but the model's context holds {max_length};"
+            " truncate or drop it before training"
+        )
+    low, high = min(datum.token_ids), max(datum.token_ids)
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"datum {index} holds token id {bad}, outside the model's vocabulary [0, {vocab_size});"
+            " was it tokenized for another model?"
+        )
+    for mask in ("action_mask", "observation_mask"):
+        if getattr(datum, mask)[0]:
+            raise ValueError(
+                f"datum {index} has {mask}[0] set, but the first token has no logprob (nothing"
+                " precedes it); start the sequence with its prompt"
+            )
+
+
+def _check_finite(floats: dict[str, torch.Tensor]) -> None:
+    trained = (floats["action_mask"] != 0) | (floats["observation_mask"] != 0)
+    for name in ("rollout_logprobs", "advantages"):
+        bad = (trained & ~torch.isfinite(floats[name])).nonzero()
+        if len(bad):
+            row, position = (int(i) for i in bad[0])
+            value = float(floats[name][row, position])
+            field = _FLOAT_FIELDS[name]
+            raise ValueError(
+                f"datum {row} has {field}[{position}] = {value} on a masked-in token; every"
+                " trained token needs finite values"
+            )

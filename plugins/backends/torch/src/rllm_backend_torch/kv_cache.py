@@ -1,0 +1,145 @@
+"""A preallocated key/value cache with one slot per decoding sequence.
+
+Hugging Face's ``DynamicCache`` concatenates every new key and value onto the whole past at
+each step, which copies the cache once per token; its ``StaticCache`` writes in place but
+gives every row the same position. Continuous batching needs both: rows at different
+positions, written in place. :class:`SlotKVCache` keeps, per layer, one buffer of shape
+``(slots, kv_heads, capacity, head_dim)``. Active sequences occupy slots ``0..n-1`` (the
+sampler keeps them packed with :meth:`move`), so a decode step attends over a view of the
+buffer, never a copy of it.
+
+It plugs into the model's own forward as a ``transformers`` ``Cache`` whose ``update`` does
+one of two things, chosen before each forward:
+
+- :meth:`begin_prefill`: a batch-1 prompt forward. Keys and values go into one slot and are
+  returned unchanged, so the model attends over the prompt alone with its usual causal mask
+  (the cache reports no past, so the model builds that mask itself).
+- :meth:`begin_decode`: one new token for each of the first ``n`` slots at per-row positions.
+  Each row's key and value are written at its position, and the first ``kv_len`` positions of
+  all ``n`` slots are returned; the caller passes a 4-D mask hiding each row's positions past
+  its own.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache
+
+__all__ = ["SlotKVCache"]
+
+_CAPACITY_STEP = 256
+"""Positions are allocated in multiples of this, so growth is rare."""
+
+
+class SlotKVCache(Cache):
+    """Per-layer ``(slots, kv_heads, capacity, head_dim)`` buffers, grown on demand.
+
+    Buffers are created by the first prefill (which reveals heads, head size, dtype and device)
+    and grow, never shrink, up to ``max_slots`` slots and ``max_positions`` positions. Memory:
+    ``2 * layers * slots * kv_heads * capacity * head_dim`` elements.
+    """
+
+    def __init__(self, max_slots: int, max_positions: int) -> None:
+        super().__init__(layers=[])
+        self.max_slots = max_slots
+        self.max_positions = max_positions
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self._slots = 0
+        self._capacity = 0
+        self._mode = ""
+        self._slot = 0
+        self._rows = 0
+        self._row_index: torch.Tensor | None = None
+        self._positions: torch.Tensor | None = None
+        self._kv_len = 0
+
+    @property
+    def capacity(self) -> int:
+        """Positions currently allocated per slot."""
+        return self._capacity
+
+    def reserve(self, slots: int, positions: int) -> None:
+        """Make room for ``slots`` slots of ``positions`` positions, keeping what is stored."""
+        if slots > self.max_slots or positions > self.max_positions:
+            raise ValueError(
+                f"cache request of {slots} slots x {positions} positions exceeds the limit of"
+                f" {self.max_slots} x {self.max_positions}"
+            )
+        want_slots = max(self._slots, slots)
+        want_capacity = self._capacity
+        if positions > self._capacity:
+            rounded = -(-positions // _CAPACITY_STEP) * _CAPACITY_STEP
+            want_capacity = min(self.max_positions, max(rounded, 2 * self._capacity))
+        if want_slots > self._slots and self.keys:
+            want_slots = min(self.max_slots, max(want_slots, 2 * self._slots))
+        if (want_slots, want_capacity) == (self._slots, self._capacity):
+            return
+        if self.keys:
+            self.keys = [self._grown(t, want_slots, want_capacity) for t in self.keys]
+            self.values = [self._grown(t, want_slots, want_capacity) for t in self.values]
+        self._slots, self._capacity = want_slots, want_capacity
+
+    def _grown(self, buffer: torch.Tensor, slots: int, capacity: int) -> torch.Tensor:
+        # Zeros, not empty: masked positions are still multiplied by a zero weight, and
+        # uninitialized memory may hold NaN, which would poison the row.
+        bigger = buffer.new_zeros((slots, buffer.shape[1], capacity, buffer.shape[3]))
+        bigger[: buffer.shape[0], :, : buffer.shape[2]] = buffer
+        return bigger
+
+    def begin_prefill(self, slot: int, length: int) -> None:
+        """The next forward is one prompt of ``length`` tokens to store in ``slot``."""
+        self.reserve(slot + 1, length)
+        self._mode, self._slot = "prefill", slot
+
+    def begin_decode(self, rows: int, positions: torch.Tensor, kv_len: int) -> None:
+        """The next forward feeds one token to each of slots ``0..rows-1``.
+
+        ``positions`` (``rows`` long integers on the cache's device) is where each row's token
+        goes; ``kv_len`` is one more than the largest of them.
+        """
+        if kv_len > self._capacity or rows > self._slots:
+            raise ValueError(
+                f"decode of {rows} rows up to position {kv_len} does not fit the reserved"
+                f" {self._slots} slots x {self._capacity} positions; call reserve() first"
+            )
+        self._mode, self._rows, self._kv_len = "decode", rows, kv_len
+        self._positions = positions
+        if self._row_index is None or self._row_index.shape[0] < rows:
+            self._row_index = torch.arange(self._slots, device=positions.device)
+
+    def end(self) -> None:
+        """Forget the pending forward (a failed forward must not leak into the next one)."""
+        self._mode = ""
+        self._positions = None
+
+    def move(self, source: int, target: int, length: int) -> None:
+        """Copy the first ``length`` positions of slot ``source`` into slot ``target``."""
+        for buffer in (*self.keys, *self.values):
+            buffer[target, :, :length] = buffer[source, :, :length]
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._mode == "prefill":
+            if layer_idx == len(self.keys):
+                self._allocate(key_states, value_states)
+            length = key_states.shape[2]
+            self.keys[layer_idx][self._slot, :, :length] = key_states[0]
+            self.values[layer_idx][self._slot, :, :length] = value_states[0]
+            return key_states, value_states
+        if self._mode == "decode":
+            rows, kv_len = self._rows, self._kv_len
+            index = self._row_index[:rows]
+            keys, values = self.keys[layer_idx], self.values[layer_idx]
+            keys[index, :, self._positions] = key_states[:, :, 0]
+            values[index, :, self._positions] = value_states[:, :, 0]
+            return keys[:rows, :, :kv_len], values[:rows, :, :kv_len]
+        raise RuntimeError("SlotKVCache.update() outside begin_prefill()/begin_decode()")
+
+    def _allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        _, heads, _, key_dim = key_states.shape
+        value_dim = value_states.shape[3]
+        shape = (self._slots, heads, self._capacity)
+        self.keys.append(key_states.new_zeros((*shape, key_dim)))
+        self.values.append(value_states.new_zeros((*shape, value_dim)))

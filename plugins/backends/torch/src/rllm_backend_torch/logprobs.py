@@ -1,0 +1,61 @@
+"""Per-token logprobs of a batch of sequences under a causal language model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["target_logprobs", "token_logprobs"]
+
+
+def token_logprobs(
+    model: torch.nn.Module, token_ids: torch.Tensor, *, temperature: float = 1.0
+) -> torch.Tensor:
+    """``[B, T]`` float32 logprobs: position ``t`` holds ``log p(token_ids[:, t] | tokens < t)``
+    under ``softmax(logits / temperature)``; position 0 holds 0.
+
+    ``token_ids`` must be right-padded. No attention mask is passed: with causal attention a
+    real token never attends to the padding after it, and without a mask the model keeps its
+    fastest attention path. Values at padded positions are meaningless; mask them.
+    """
+    logits = model(input_ids=token_ids, use_cache=False).logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    # Position t of the logits predicts token t + 1; the last position predicts nothing and
+    # is given any valid target, then dropped.
+    targets = torch.nn.functional.pad(token_ids[:, 1:], (0, 1))
+    predicted = target_logprobs(logits, targets)
+    return torch.nn.functional.pad(predicted[:, :-1], (1, 0))
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits, -1)`` at ``targets``: ``[..., V]`` logits and ``[...]`` int64
+    targets give ``[...]`` logprobs.
+
+    Same values as ``log_softmax(logits).gather(targets)``, computed as ``logit[target] -
+    logsumexp(logits)``; the backward pass writes the gradient of the logits,
+    ``grad * (onehot(target) - softmax(logits))``, into a single new ``[..., V]`` tensor. Only
+    the logits (which the model produced anyway) and ``[...]``-sized tensors are kept for it.
+    """
+    return _TargetLogprob.apply(logits, targets)
+
+
+class _TargetLogprob(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        index = targets.unsqueeze(-1)
+        normalizer = torch.logsumexp(logits, dim=-1)
+        ctx.save_for_backward(logits, index, normalizer)
+        return logits.gather(-1, index).squeeze(-1) - normalizer
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
+        logits, index, normalizer = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        weight = grad.unsqueeze(-1)
+        grad_logits = (logits - normalizer.unsqueeze(-1)).exp_()
+        grad_logits.mul_(weight.neg())
+        grad_logits.scatter_add_(-1, index, weight)
+        return grad_logits, None
