@@ -30,7 +30,15 @@ __all__ = [
     "SandboxGone",
     "SandboxTransientError",
     "StorageError",
+    "TaskFormatError",
+    "TaskProblem",
+    "TaskSetupError",
     "UnknownComponentError",
+    "VerifierCrashed",
+    "VerifierError",
+    "VerifierTimeout",
+    "RewardFileInvalid",
+    "RewardFileMissing",
 ]
 
 
@@ -198,6 +206,105 @@ class SandboxTransientError(SandboxError):
 
 class SandboxAuthError(SandboxError):
     """Credentials are missing or rejected; fix them, retrying will not help."""
+
+
+# ---------------------------------------------------------------- tasks and verifiers
+
+
+class TaskProblem:
+    """One problem in a task directory, located by task and field (``[agent].timeout_sec``,
+    ``tests/test.sh``, ``environment/Dockerfile:12``)."""
+
+    __slots__ = ("field", "message", "task")
+
+    def __init__(self, *, task: str, field: str, message: str) -> None:
+        self.task = task
+        self.field = field
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.task}: {self.field}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"TaskProblem({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TaskProblem):
+            return NotImplemented
+        return (self.task, self.field, self.message) == (other.task, other.field, other.message)
+
+    def __hash__(self) -> int:
+        return hash((self.task, self.field, self.message))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"task": self.task, "field": self.field, "message": self.message}
+
+
+class TaskFormatError(RllmError):
+    """A task or dataset directory does not follow the task format. ``problems`` holds every
+    problem found, each naming the task and the field."""
+
+    def __init__(self, problems: Sequence[TaskProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(problem) for problem in self.problems))
+
+
+class TaskSetupError(RllmError):
+    """Preparing a sandbox for a task failed: a replayed ``RUN`` step exited non-zero or ran
+    past the build timeout. ``output`` is the tail of what the step printed."""
+
+    def __init__(
+        self, message: str, *, task_id: str, command: str, exit_code: int | None, output: str
+    ) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.command = command
+        self.exit_code = exit_code
+        self.output = output
+
+
+class VerifierError(RllmError):
+    """A task's verifier could not produce a reward. This is an infrastructure failure: the
+    episode is retried or dropped, never scored 0."""
+
+    def __init__(self, message: str, *, task_id: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+class RewardFileMissing(VerifierError):
+    """The verifier exited 0 but wrote none of the reward files; ``searched`` lists them."""
+
+    def __init__(self, message: str, *, task_id: str, searched: Sequence[str]) -> None:
+        super().__init__(message, task_id=task_id)
+        self.searched = list(searched)
+
+
+class RewardFileInvalid(VerifierError):
+    """A reward file exists but is empty, unparseable or holds a non-finite number."""
+
+    def __init__(self, message: str, *, task_id: str, path: str, content: str) -> None:
+        super().__init__(message, task_id=task_id)
+        self.path = path
+        self.content = content
+
+
+class VerifierTimeout(VerifierError):
+    """The verifier ran past the task's verifier timeout and was killed."""
+
+    def __init__(self, message: str, *, task_id: str, timeout_s: float) -> None:
+        super().__init__(message, task_id=task_id)
+        self.timeout_s = timeout_s
+
+
+class VerifierCrashed(VerifierError):
+    """The verifier exited non-zero without writing a reward file. ``output`` is the tail of
+    its stdout and stderr."""
+
+    def __init__(self, message: str, *, task_id: str, exit_code: int, output: str) -> None:
+        super().__init__(message, task_id=task_id)
+        self.exit_code = exit_code
+        self.output = output
 
 
 # ---------------------------------------------------------------- storage

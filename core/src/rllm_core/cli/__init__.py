@@ -17,6 +17,7 @@ from rllm_core.cli.models_cmd import models
 from rllm_core.cli.plan_cmd import plan
 from rllm_core.cli.plugins_cmd import plugins
 from rllm_core.cli.run_cmd import run
+from rllm_core.cli.tasks_cmd import tasks
 
 __all__ = ["main"]
 
@@ -34,6 +35,7 @@ main.add_command(run)
 main.add_command(docs)
 main.add_command(gateway)
 main.add_command(models)
+main.add_command(tasks)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,176 @@
+"""Running a task's verifier in its sandbox and reading the reward it writes.
+
+Contract: ``tests/`` is uploaded to ``/tests`` (after removing whatever the agent left there
+and any stale reward file), ``bash /tests/test.sh`` runs as the verifier user, in the workdir,
+with ``[verifier].env`` and the verifier timeout; the reward is read from the first existing
+of :data:`REWARD_FILES`. Anything that keeps a reward from being read is a ``VerifierError``,
+never a reward of 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rllm_core.errors import (
+    RewardFileInvalid,
+    RewardFileMissing,
+    SandboxCommandTimeout,
+    SandboxError,
+    SandboxFileNotFound,
+    VerifierCrashed,
+    VerifierTimeout,
+)
+from rllm_core.ports.sandboxes import Sandbox
+from rllm_core.tasks.output import output_tail
+from rllm_core.tasks.upload import upload_dir
+from rllm_core.types import Grade, Task
+
+__all__ = ["REWARD_FILES", "TESTS_DIR", "parse_reward", "run_verifier"]
+
+TESTS_DIR = "/tests"
+REWARD_FILES = (
+    "/logs/verifier/reward.json",
+    "/logs/verifier/reward.txt",
+    "/tmp/rllm/logs/verifier/reward.json",
+    "/tmp/rllm/logs/verifier/reward.txt",
+)
+_RESET = (
+    "rm -rf /tests /logs/verifier /tmp/rllm/logs/verifier"
+    " && mkdir -p /tests /logs/verifier && chmod 0777 /logs/verifier"
+)
+_RESET_TIMEOUT_S = 60.0
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _signals(data: dict[str, Any], prefix: str, out: dict[str, float]) -> list[str]:
+    """Collect numeric fields (nested tables as ``outer.inner``); return non-finite names."""
+    bad = []
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            bad.extend(_signals(value, f"{name}.", out))
+            continue
+        number = _number(value)
+        if number is None:
+            continue
+        if not math.isfinite(number):
+            bad.append(name)
+        else:
+            out[name] = number
+    return bad
+
+
+def parse_reward(path: str, content: str, *, task_id: str) -> Grade:
+    """Read one reward file's text into a :class:`~rllm_core.types.Grade`.
+
+    ``reward.txt`` holds one finite number. ``reward.json`` holds an object with a numeric
+    ``"reward"``; every other numeric field becomes a signal (nested objects flattened to
+    ``outer.inner``; strings, lists and booleans are ignored). Raises ``RewardFileInvalid``
+    for an empty file, text that does not parse, a missing or non-numeric reward, or a
+    non-finite number.
+    """
+
+    def invalid(reason: str) -> RewardFileInvalid:
+        return RewardFileInvalid(
+            f"task {task_id}: reward file {path} {reason}; make tests/test.sh write one"
+            ' finite number to reward.txt or {"reward": <number>} to reward.json',
+            task_id=task_id,
+            path=path,
+            content=content[:500],
+        )
+
+    text = content.strip()
+    if not text:
+        raise invalid("is empty")
+    if path.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise invalid(f"is not valid JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise invalid(f"must hold a JSON object, got {text[:80]!r}")
+        if "reward" not in data:
+            raise invalid('has no "reward" field')
+        reward = _number(data["reward"])
+        if reward is None:
+            raise invalid(f"has a non-numeric reward {data['reward']!r}")
+        signals: dict[str, float] = {}
+        bad = _signals({k: v for k, v in data.items() if k != "reward"}, "", signals)
+        if not math.isfinite(reward):
+            raise invalid(f"holds a non-finite reward {data['reward']!r}")
+        if bad:
+            raise invalid("holds non-finite values in " + ", ".join(bad))
+        return Grade(reward=reward, signals=signals)
+    try:
+        reward = float(text)
+    except ValueError as exc:
+        raise invalid(f"must hold one number, got {text[:80]!r}") from exc
+    if not math.isfinite(reward):
+        raise invalid(f"holds a non-finite reward {text[:80]!r}")
+    return Grade(reward=reward)
+
+
+async def run_verifier(task: Task, sandbox: Sandbox) -> Grade:
+    """Run the task's verifier in ``sandbox`` and return its grade.
+
+    Raises ``VerifierTimeout`` when ``test.sh`` runs past ``task.verifier_timeout_s``,
+    ``VerifierCrashed`` (with the tail of its output) when it exits non-zero without writing a
+    reward file, ``RewardFileMissing`` when it exits 0 without one, and ``RewardFileInvalid``
+    when the first reward file found cannot be read as a reward. A test.sh that exits
+    non-zero after writing a reward (failing tests) yields that reward. Sandbox failures raise
+    ``SandboxError``.
+    """
+    task_dir = Path(task.data["task_dir"])
+    reset = await sandbox.exec(_RESET, timeout=_RESET_TIMEOUT_S, cwd="/")
+    if reset.exit_code != 0:
+        raise SandboxError(
+            f"task {task.task_id}: could not prepare /tests and /logs/verifier"
+            f" (exit {reset.exit_code}): {output_tail(reset.stdout, reset.stderr)}"
+        )
+    await upload_dir(sandbox, task_dir / "tests", TESTS_DIR)
+    spec = task.environment
+    try:
+        result = await sandbox.exec(
+            f"bash {TESTS_DIR}/test.sh",
+            timeout=task.verifier_timeout_s,
+            user=task.data.get("verifier_user"),
+            env=task.data.get("verifier_env") or None,
+            cwd=spec.workdir if spec else None,
+        )
+    except SandboxCommandTimeout as exc:
+        raise VerifierTimeout(
+            f"task {task.task_id}: tests/test.sh ran past the {task.verifier_timeout_s:g} s"
+            " verifier timeout and was killed; raise [verifier].timeout_sec or speed it up",
+            task_id=task.task_id,
+            timeout_s=task.verifier_timeout_s,
+        ) from exc
+    for path in REWARD_FILES:
+        try:
+            raw = await sandbox.read_file(path)
+        except SandboxFileNotFound:
+            continue
+        return parse_reward(path, raw.decode("utf-8", errors="replace"), task_id=task.task_id)
+    if result.exit_code != 0:
+        tail = output_tail(result.stdout, result.stderr)
+        raise VerifierCrashed(
+            f"task {task.task_id}: tests/test.sh exited {result.exit_code} without writing a"
+            f" reward file. Output tail:\n{tail}",
+            task_id=task.task_id,
+            exit_code=result.exit_code,
+            output=tail,
+        )
+    raise RewardFileMissing(
+        f"task {task.task_id}: tests/test.sh exited 0 but wrote none of "
+        + ", ".join(REWARD_FILES)
+        + "; make it write the reward to /logs/verifier/reward.txt",
+        task_id=task.task_id,
+        searched=REWARD_FILES,
+    )

@@ -1,0 +1,1 @@
+"""The ``harbor`` task source: Harbor-format task directories graded by their verifiers."""
