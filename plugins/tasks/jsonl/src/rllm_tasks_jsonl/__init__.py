@@ -1,0 +1,1 @@
+"""The ``jsonl`` task source for rllm-core: question/answer tasks from JSON-lines files."""
