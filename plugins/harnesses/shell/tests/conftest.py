@@ -1,0 +1,136 @@
+"""Fixtures for the shell harness tests: a real gateway on an ephemeral port backed by a
+scripted sampler, the toy renderer and an in-memory trace store; a scripted fake sandbox; and a
+fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from reference.toy_renderer import ToyChatRenderer
+from reference_stores import MemoryTraceStore
+from rllm_core.errors import SandboxCommandTimeout, SandboxGone
+from rllm_core.gateway.server import Gateway
+from rllm_core.testing.samplers import ScriptedSampler
+from rllm_core.types import ExecResult
+
+
+@pytest.fixture
+def toy() -> ToyChatRenderer:
+    return ToyChatRenderer()
+
+
+@pytest.fixture
+def store() -> MemoryTraceStore:
+    return MemoryTraceStore()
+
+
+@pytest.fixture
+def gateway(toy, store) -> Iterator[Callable[..., tuple[Gateway, ScriptedSampler]]]:
+    """``gateway(script, **options)`` serves a gateway whose sampler answers from ``script``;
+    returns it with the sampler. Every gateway is stopped after the test."""
+    started: list[Gateway] = []
+
+    def start(script: Any, *, delay_s: float = 0.0, **options: Any):
+        sampler = ScriptedSampler(script, renderer=toy, delay_s=delay_s)
+        server = Gateway(renderer=toy, sampler=sampler, trace_store=store, **options)
+        server.start()
+        started.append(server)
+        return server, sampler
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Call:
+    command: str
+    timeout: float
+    user: str | None
+    env: Mapping[str, str] | None
+    cwd: str | None
+
+
+class FakeSandbox:
+    """Answers ``exec`` with ``handler(call)``: an ExecResult, or an exception to raise.
+
+    When ``clock`` and ``takes_s`` are set, each command takes ``takes_s`` seconds of fake time;
+    one that needs more than its timeout advances the clock by the timeout and raises
+    ``SandboxCommandTimeout``, as a real backend would.
+    """
+
+    merges_output = False
+
+    def __init__(
+        self,
+        handler: Callable[[Call], Any] | None = None,
+        *,
+        clock: FakeClock | None = None,
+        takes_s: float = 0.0,
+    ) -> None:
+        self.handler = handler or (lambda call: ExecResult(exit_code=0, stdout="", stderr=""))
+        self.clock = clock
+        self.takes_s = takes_s
+        self.calls: list[Call] = []
+
+    async def exec(self, command, timeout, user=None, env=None, cwd=None) -> ExecResult:
+        call = Call(command, timeout, user, env, cwd)
+        self.calls.append(call)
+        if self.clock is not None:
+            if self.takes_s > timeout:
+                self.clock.advance(timeout)
+                raise SandboxCommandTimeout(
+                    f"{command!r} ran past {timeout} s", command=command, timeout_s=timeout
+                )
+            self.clock.advance(self.takes_s)
+        answer = self.handler(call)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        raise SandboxGone("the fake sandbox has no files")
+
+    async def read_file(self, path: str) -> bytes:
+        raise SandboxGone("the fake sandbox has no files")
+
+    async def list_files(self, path: str):
+        raise SandboxGone("the fake sandbox has no files")
+
+    async def is_alive(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        return None
+
+    async def __aenter__(self) -> FakeSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+@pytest.fixture
+def fake_sandbox() -> type[FakeSandbox]:
+    return FakeSandbox
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
