@@ -274,3 +274,14 @@ def test_a_session_deleted_during_a_call_is_not_recreated_in_the_store(
     assert result.message.content == "late"
     assert store.chain("s") == []
     assert engine.session_ids() == []
+
+
+def test_a_released_session_keeps_its_traces_and_restarts_fresh(toy, store, scripted) -> None:
+    engine = GatewayEngine(renderer=toy, sampler=scripted(["One.", "Two."]), trace_store=store)
+    first = chat(engine, "s", [user("a")])
+    engine.release_session("s")
+    engine.release_session("never-seen")
+    assert [r.trace_id for r in store.chain("s")] == [first.trace_id]
+    assert engine.session_ids() == ["s"]
+    second = chat(engine, "s", [user("a"), first.message, user("b")])
+    assert (second.mode, second.turn) == ("root", 0)

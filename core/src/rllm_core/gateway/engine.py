@@ -278,6 +278,12 @@ class GatewayEngine:
             live=False,
         )
 
+    def release_session(self, session_id: str) -> None:
+        """Forget a finished session's live state (token accumulator, lineages) while its
+        traces stay in the trace store. A later call on the same id starts a fresh session.
+        Unknown ids are ignored."""
+        self._sessions.pop(session_id, None)
+
     def delete_session(self, session_id: str) -> None:
         """Forget a session's state and delete its traces. A call still in flight completes
         but is not recorded. Raises :class:`UnknownSessionError` for an unknown session."""

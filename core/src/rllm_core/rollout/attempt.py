@@ -1,0 +1,170 @@
+"""One attempt at one rollout: sandbox, harness, grade, traces -> an :class:`Episode`."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Any
+
+from rllm_core.algorithms import (
+    INCOMPLETE_CHAINS_KEY,
+    count_incomplete_chains,
+    trajectories_from_traces,
+)
+from rllm_core.ports.agents import Harness, TaskSource
+from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
+from rllm_core.ports.storage import TraceStore
+from rllm_core.rollout.classify import InfraError, classify_exception, infra_outcome
+from rllm_core.rollout.sessions import release_session
+from rllm_core.rollout.settings import RolloutSettings
+from rllm_core.tasks import prepare_sandbox
+from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination
+
+__all__ = ["AttemptRunner", "close_sandbox"]
+
+log = logging.getLogger("rllm_core.rollout")
+
+
+async def close_sandbox(sandbox: Sandbox, timeout_s: float, session_id: str) -> None:
+    """Close ``sandbox`` within ``timeout_s``; a failure is logged, never raised, so it cannot
+    hide what ended the attempt."""
+    try:
+        await asyncio.wait_for(sandbox.close(), timeout_s)
+    except TimeoutError:
+        log.warning(
+            "closing the sandbox of session %s took over %g s; abandoned it (the backend"
+            " reclaims it at the end of its lifetime)",
+            session_id,
+            timeout_s,
+        )
+    except Exception as exc:
+        log.warning("closing the sandbox of session %s failed: %s", session_id, exc)
+
+
+class AttemptRunner:
+    """Runs single attempts for :class:`~rllm_core.rollout.RolloutRunner`.
+
+    :meth:`run` returns the scored episode or raises :class:`InfraError` for an
+    infrastructure failure (see :mod:`rllm_core.rollout.classify`); any other exception (a
+    bug in a harness or task source, ``SandboxAuthError``) propagates unchanged. Whatever
+    happens, including cancellation, the sandbox is closed and the gateway forgets the
+    session's live state; its traces stay in the trace store.
+    """
+
+    def __init__(
+        self,
+        *,
+        task_source: TaskSource,
+        harness: Harness,
+        sandbox_backend: SandboxBackend | None,
+        gateway: Any,
+        trace_store: TraceStore,
+        settings: RolloutSettings,
+    ) -> None:
+        self.task_source = task_source
+        self.harness = harness
+        self.sandbox_backend = sandbox_backend
+        self.gateway = gateway
+        self.trace_store = trace_store
+        self.settings = settings
+
+    async def run(
+        self, task: Task, *, step: int, index: int, attempt: int, session_id: str
+    ) -> Episode:
+        began = time.monotonic()
+        self.gateway.configure_session(session_id, enforced=self.settings.enforced)
+        sandbox: Sandbox | None = None
+        try:
+            try:
+                sandbox = await self._create(task)
+                await self._prepare(task, sandbox)
+                outcome = await self._play(task, session_id, sandbox)
+                failure = infra_outcome(outcome)
+                if failure is not None:
+                    raise failure
+                grade = await self._grade(task, outcome, sandbox)
+            except InfraError:
+                raise
+            except Exception as exc:
+                termination = classify_exception(exc)
+                if termination is None:
+                    raise
+                raise InfraError(f"{type(exc).__name__}: {exc}", termination=termination) from exc
+            traces = self.trace_store.session(session_id)
+            return Episode(
+                episode_id=session_id,
+                task_id=task.task_id,
+                group_id=f"{step}-{task.task_id}",
+                session_id=session_id,
+                trajectories=trajectories_from_traces(traces),
+                reward=float(grade.reward),
+                termination=outcome.termination,
+                signals=dict(grade.signals),
+                metadata={
+                    INCOMPLETE_CHAINS_KEY: count_incomplete_chains(traces),
+                    "harness": dict(outcome.metadata),
+                    "turns": outcome.turns,
+                    "answer": outcome.answer,
+                    "step": step,
+                    "index": index,
+                    "attempt": attempt,
+                    "duration_s": time.monotonic() - began,
+                },
+            )
+        finally:
+            if sandbox is not None:
+                await close_sandbox(sandbox, self.settings.close_timeout_s, session_id)
+            release_session(self.gateway, session_id)
+
+    async def _create(self, task: Task) -> Sandbox | None:
+        if task.environment is None:
+            return None
+        if self.sandbox_backend is None:
+            raise ValueError(
+                f"task {task.task_id!r} needs a sandbox (it has an environment) but no sandbox"
+                " backend is configured; add a [sandbox] section to the plan"
+            )
+        return await self.sandbox_backend.create(task.environment)
+
+    async def _prepare(self, task: Task, sandbox: Sandbox | None) -> None:
+        """The source's own ``prepare(task, sandbox)`` coroutine when it has one, else the
+        Harbor preparation for tasks read from a Harbor directory (``data["task_dir"]``)."""
+        prepare = getattr(self.task_source, "prepare", None)
+        if prepare is not None and inspect.iscoroutinefunction(prepare):
+            await prepare(task, sandbox)
+        elif sandbox is not None and "task_dir" in task.data:
+            await prepare_sandbox(task, sandbox)
+
+    async def _play(self, task: Task, session_id: str, sandbox: Sandbox | None) -> HarnessOutcome:
+        deadline_s = task.agent_timeout_s + self.settings.deadline_margin_s
+        llm = self.gateway.endpoint(session_id)
+        try:
+            async with asyncio.timeout(deadline_s) as scope:
+                return await self.harness.run(task, llm, sandbox)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+        return HarnessOutcome(
+            termination=Termination.TIMEOUT,
+            metadata={
+                "error": f"the harness ran past its {deadline_s:g} s deadline (the task's"
+                f" agent timeout plus {self.settings.deadline_margin_s:g} s) and was"
+                " cancelled"
+            },
+        )
+
+    async def _grade(self, task: Task, outcome: HarnessOutcome, sandbox: Sandbox | None) -> Grade:
+        deadline_s = task.verifier_timeout_s + self.settings.deadline_margin_s
+        try:
+            async with asyncio.timeout(deadline_s) as scope:
+                return await self.task_source.grade(task, outcome, sandbox)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+        raise InfraError(
+            f"grading task {task.task_id!r} ran past its {deadline_s:g} s deadline (the task's"
+            f" verifier timeout plus {self.settings.deadline_margin_s:g} s)",
+            termination=Termination.VERIFIER_ERROR,
+        )

@@ -1,0 +1,90 @@
+"""A shipped Harbor task end to end through the rollout runner: the shell harness in the
+``local`` sandbox, a scripted model, the real gateway and the task's own verifier."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reference.toy_renderer import IM_END, ToyChatRenderer
+from rllm_core.gateway.server import Gateway
+from rllm_core.plugins import PluginManager
+from rllm_core.rollout import RolloutRunner, RolloutSettings
+from rllm_core.tasks import load_task
+from rllm_core.testing.samplers import ScriptedSampler
+from rllm_core.types import Termination
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COUNT_LINES = REPO_ROOT / "examples" / "tasks" / "shell" / "count-lines"
+TOY = ToyChatRenderer()
+SCRIPTS = {
+    "right": ["```bash\nwc -l < /app/access.log > /app/count.txt\n```", "DONE"],
+    "wrong": ["```bash\necho 0 > /app/count.txt\n```", "DONE"],
+}
+
+
+@functools.cache
+def _bubblewrap_problem() -> str | None:
+    bwrap = pytest.importorskip("rllm_sandbox_local.bwrap")
+    return bwrap.probe("bwrap")
+
+
+def require_bubblewrap() -> None:
+    """Harbor tasks write to /app, which only the bubblewrap sandbox makes private; skip
+    without it, except in CI, which installs it and must run this."""
+    problem = _bubblewrap_problem()
+    if problem is None:
+        return
+    message = f"{problem}; install bubblewrap (apt-get install bubblewrap) to run Harbor tasks"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def test_the_shell_harness_solves_a_harbor_task_in_several_turns():
+    require_bubblewrap()
+    plugins = PluginManager()
+    task = load_task(COUNT_LINES)
+    # Concurrency 1: rollout 0 makes its two calls, then rollout 1. Rollout 0 solves the
+    # task, rollout 1 writes a wrong count.
+    sampler = ScriptedSampler([*SCRIPTS["right"], *SCRIPTS["wrong"]], renderer=TOY)
+    backend = plugins.get_sandbox_backend("local").build({"isolation": "bwrap"})
+    harness = plugins.get_harness("shell").build({"max_turns": 4, "max_retries": 0})
+    source = plugins.get_task_source("harbor").build({"path": str(COUNT_LINES.parent)})
+    store = plugins.get_trace_store("memory").build({})
+
+    async def main() -> Any:
+        try:
+            async with Gateway(renderer=TOY, sampler=sampler, trace_store=store) as gateway:
+                runner = RolloutRunner(
+                    task_source=source,
+                    harness=harness,
+                    sandbox_backend=backend,
+                    gateway=gateway,
+                    trace_store=store,
+                    settings=RolloutSettings(group_size=2, max_concurrency=1, max_infra_retries=0),
+                    run_id="harbor",
+                )
+                return await runner.run([task], step=0)
+        finally:
+            await backend.close()
+
+    batch = asyncio.run(main())
+    assert batch.infra_failures == []
+    right, wrong = batch.groups[0]
+    assert (right.reward, wrong.reward) == (1.0, 0.0)
+    for episode, script in ((right, "right"), (wrong, "wrong")):
+        assert episode.termination is Termination.DONE
+        assert episode.metadata["turns"] == 2
+        (trajectory,) = episode.trajectories
+        first, second = trajectory.steps
+        assert first.completion_token_ids == [*TOY.tokenizer.encode(SCRIPTS[script][0]), IM_END]
+        assert second.completion_token_ids == [*TOY.tokenizer.encode("DONE"), IM_END]
+        # The second prompt extends the first turn with the command's output.
+        head = first.prompt_token_ids + first.completion_token_ids
+        assert second.prompt_token_ids[: len(head)] == head
+        assert len(second.prompt_token_ids) > len(head)
