@@ -1,0 +1,1 @@
+"""rllm-backend-fireworks: train on the Fireworks training API, sample from its deployment."""

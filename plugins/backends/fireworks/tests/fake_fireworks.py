@@ -1,0 +1,131 @@
+"""A fake of the Fireworks training service that answers with the SDK's own types.
+
+The trainer's "model" gives target token ``t`` the logprob ``-0.1 * t``. ``forward_backward_custom``
+does what the SDK does: hands the loss one logprob tensor per datum, backpropagates, and keeps
+the surrogate weights (``-dloss/dlogprob``) it would send to the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from fireworks.training.sdk import types as fw
+
+
+def logprob_of(token: int) -> float:
+    return -0.1 * token
+
+
+class Done:
+    """An already-finished SDK future."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.timeouts: list[float | None] = []
+
+    def result(self, timeout: float | None = None) -> Any:
+        self.timeouts.append(timeout)
+        return self.value
+
+
+@dataclass
+class FakeSampling:
+    path: str
+    replies: list[fw.SampleResponse]
+    requests: list[tuple[list[int], int, fw.SamplingParams]] = field(default_factory=list)
+    closed: bool = False
+
+    async def sample_async(
+        self, prompt: fw.ModelInput, num_samples: int, sampling_params: fw.SamplingParams
+    ) -> fw.SampleResponse:
+        self.requests.append((prompt.to_ints(), num_samples, sampling_params))
+        return self.replies.pop(0)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeTraining:
+    replies: list[fw.SampleResponse] = field(default_factory=list)
+    sent_weights: list[list[list[float]]] = field(default_factory=list)
+    sent_inputs: list[list[tuple[list[int], list[int]]]] = field(default_factory=list)
+    adam: list[fw.AdamParams] = field(default_factory=list)
+    saved_for_sampler: list[str] = field(default_factory=list)
+    samplers: list[FakeSampling] = field(default_factory=list)
+    states: dict[str, int] = field(default_factory=dict)
+    loaded: list[str] = field(default_factory=list)
+    steps: int = 0
+
+    def forward_backward_custom(self, data: list[fw.Datum], loss_fn: Any) -> Done:
+        inputs = [
+            (d.model_input.to_ints(), d.loss_fn_inputs["target_tokens"].tolist()) for d in data
+        ]
+        logprobs = [
+            torch.tensor([logprob_of(t) for t in targets], requires_grad=True)
+            for _, targets in inputs
+        ]
+        loss, metrics = loss_fn(data, logprobs)
+        loss.backward()
+        self.sent_inputs.append(inputs)
+        self.sent_weights.append([(-lp.grad).tolist() for lp in logprobs])
+        outputs = [
+            {"logprobs": fw.TensorData(data=lp.detach().tolist(), dtype="float32")}
+            for lp in logprobs
+        ]
+        return Done(
+            fw.ForwardBackwardOutput(
+                loss_fn_output_type="ArrayRecord",
+                loss_fn_outputs=outputs,
+                metrics={**metrics, "loss:sum": 1.5},
+            )
+        )
+
+    def optim_step(self, adam_params: fw.AdamParams) -> Done:
+        self.adam.append(adam_params)
+        self.steps += 1
+        return Done(fw.OptimStepResponse(metrics={"grad_norm": 0.25}))
+
+    def save_weights_for_sampler(self, name: str) -> Done:
+        self.saved_for_sampler.append(name)
+        return Done(fw.SaveWeightsForSamplerResponse(path=f"snapshots/{name}"))
+
+    def create_sampling_client(self, model_path: str) -> FakeSampling:
+        sampling = FakeSampling(path=model_path, replies=self.replies)
+        self.samplers.append(sampling)
+        return sampling
+
+    def save_state(self, name: str) -> Done:
+        self.states[f"dcp/{name}"] = self.steps
+        return Done(fw.SaveWeightsResponse(path=f"dcp/{name}"))
+
+    def load_state_with_optimizer(self, path: str) -> Done:
+        self.loaded.append(path)
+        self.steps = self.states[path]
+        return Done(None)
+
+
+@dataclass
+class FakeService:
+    training: FakeTraining = field(default_factory=FakeTraining)
+    created: list[dict[str, Any]] = field(default_factory=list)
+    closed: bool = False
+
+    def create_training_client(self, **kwargs: Any) -> FakeTraining:
+        self.created.append(kwargs)
+        return self.training
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def reply(tokens: list[int], logprobs: list[float] | None, stop: str = "stop") -> fw.SampleResponse:
+    return fw.SampleResponse(
+        sequences=[
+            fw.SampledSequence(
+                stop_reason=stop, tokens_np=None, _tokens_list=tokens, _logprobs_list=logprobs
+            )
+        ],
+    )
