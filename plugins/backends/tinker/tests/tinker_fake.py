@@ -1,0 +1,162 @@
+"""An in-process stand-in for Tinker's service, training and sampling clients.
+
+The "model" is a bigram table: the logit of token ``b`` after token ``a`` is ``table[a, b]``.
+Responses are the SDK's own types (``ForwardBackwardOutput``, ``TensorData``,
+``SampleResponse``, ``SampledSequence``, ``OptimStepResponse``, ``SaveWeightsResponse``), and
+``forward_backward_custom`` turns the client-side loss into per-token weights with the SDK's
+own conversion, then back-propagates Tinker's linear surrogate ``sum(-logprobs * weights)``
+into the table, as the service does with the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tinker
+import torch
+
+VOCAB = 8
+
+
+class Done:
+    """A finished future with both of ``APIFuture``'s ways to read it."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.value
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        return self.value
+
+
+def chain_table(step: int = 1, peak: float = 2.0) -> torch.Tensor:
+    """Logit ``peak`` for ``(a + step) % VOCAB`` after ``a``, 0 elsewhere: greedy decoding
+    walks ``a, a + step, a + 2 * step, ...``."""
+    table = torch.zeros(VOCAB, VOCAB)
+    for a in range(VOCAB):
+        table[a, (a + step) % VOCAB] = peak
+    return table
+
+
+def bigram_logprobs(table: torch.Tensor, inputs: list[int], targets: list[int]) -> torch.Tensor:
+    logits = table[torch.tensor(inputs)]
+    return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(targets)[:, None])[:, 0]
+
+
+class FakeSamplingClient:
+    """Greedy decoding on a frozen copy of the table."""
+
+    def __init__(self, table: torch.Tensor, generation: int) -> None:
+        self.table = table.detach().clone()
+        self.generation = generation
+        self.requests: list[tuple[list[int], int, tinker.types.SamplingParams]] = []
+
+    def sample(
+        self,
+        prompt: tinker.types.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.types.SamplingParams,
+    ) -> Done:
+        ids = prompt.to_ints()
+        self.requests.append((ids, num_samples, sampling_params))
+        stop = set(sampling_params.stop or [])
+        previous, tokens, logprobs = ids[-1], [], []
+        reason = "length"
+        for _ in range(sampling_params.max_tokens):
+            row = torch.log_softmax(self.table[previous], dim=-1)
+            token = int(row.argmax())
+            tokens.append(token)
+            logprobs.append(float(row[token]))
+            previous = token
+            if token in stop:
+                reason = "stop"
+                break
+        sequence = tinker.types.SampledSequence(
+            stop_reason=reason,
+            sequence_id=f"seq-{self.generation}-{len(self.requests)}",
+            tokens_np=np.array(tokens, dtype=np.int32),
+            logprobs_np=np.array(logprobs, dtype=np.float32),
+        )
+        return Done(tinker.types.SampleResponse(sequences=[sequence]))
+
+
+class FakeTrainingClient:
+    def __init__(self, service: FakeService, table: torch.Tensor) -> None:
+        self.service = service
+        self.table = table.detach().clone().requires_grad_(True)
+        self.optim_params: list[tinker.types.AdamParams] = []
+        self.saved_names: list[tuple[str, int | None, bool]] = []
+
+    def _logprobs(self, datum: tinker.types.Datum) -> torch.Tensor:
+        targets = datum.loss_fn_inputs["target_tokens"].to_torch().tolist()
+        return bigram_logprobs(self.table, datum.model_input.to_ints(), targets)
+
+    def forward_backward_custom(self, data: list[tinker.types.Datum], loss_fn: Any) -> Done:
+        outputs = [
+            {"logprobs": tinker.types.TensorData.from_torch(self._logprobs(d).detach())}
+            for d in data
+        ]
+        forward = tinker.types.ForwardBackwardOutput(
+            loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs
+        )
+        custom = tinker.TrainingClient._compute_custom_loss(data, loss_fn, forward)
+        for datum in custom.data:
+            weights = datum.loss_fn_inputs["weights"].to_torch()
+            (-(self._logprobs(datum) * weights)).sum().backward()
+        metrics = {**custom.metrics, "loss:sum": custom.loss_sum}
+        return Done(
+            tinker.types.ForwardBackwardOutput(
+                loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics=metrics
+            )
+        )
+
+    def optim_step(self, params: tinker.types.AdamParams) -> Done:
+        """Plain SGD with the given learning rate, so tests can predict the new table."""
+        self.optim_params.append(params)
+        grad = self.table.grad
+        norm = float(grad.norm())
+        with torch.no_grad():
+            self.table -= params.learning_rate * grad
+        self.table.grad = None
+        return Done(tinker.types.OptimStepResponse(metrics={"grad_norm": norm}))
+
+    def save_weights_and_get_sampling_client(self) -> Done:
+        self.service.generation += 1
+        return Done(FakeSamplingClient(self.table, self.service.generation))
+
+    def save_state(
+        self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
+    ) -> Done:
+        self.saved_names.append((name, ttl_seconds, overwrite))
+        path = f"tinker://fake-run/weights/{name}"
+        self.service.store[path] = self.table.detach().clone()
+        return Done(tinker.types.SaveWeightsResponse(path=path))
+
+
+class FakeService:
+    """Stands in for ``tinker.ServiceClient``."""
+
+    def __init__(self, table: torch.Tensor | None = None) -> None:
+        self.initial = chain_table() if table is None else table
+        self.created: list[dict[str, Any]] = []
+        self.loaded: list[str] = []
+        self.store: dict[str, torch.Tensor] = {}
+        self.generation = 0
+        self.closed = False
+        self.training: FakeTrainingClient | None = None
+
+    def create_lora_training_client(self, **kwargs: Any) -> Done:
+        self.created.append(kwargs)
+        self.training = FakeTrainingClient(self, self.initial)
+        return Done(self.training)
+
+    def create_training_client_from_state_with_optimizer(self, path: str) -> Done:
+        self.loaded.append(path)
+        self.training = FakeTrainingClient(self, self.store[path])
+        return Done(self.training)
+
+    def close(self) -> None:
+        self.closed = True
