@@ -8,7 +8,7 @@
 PYTEST_ARGS ?=
 
 help:
-	@echo "make quickstart   set up .venv, list the plugins and check examples/quickstart/plan.toml"
+	@echo "make quickstart   set up .venv, check and run examples/quickstart/plan.toml (a few minutes)"
 	@echo "make test         set up .venv, then ruff, the core-alone check and the whole test suite"
 	@echo "make setup        only set up .venv (RLLM_FORCE_SETUP=1 reinstalls everything)"
 

@@ -86,8 +86,8 @@ print(json.dumps({
 """
 
 
-def _probe(run_python, module: str) -> dict:
-    result = run_python(_PROBE, ",".join(HEAVY_MODULES), module)
+def _probe(run_python, module: str, heavy: tuple[str, ...] = HEAVY_MODULES) -> dict:
+    result = run_python(_PROBE, ",".join(heavy), module)
     assert result.returncode == 0, (
         f"importing entry module {module!r} failed; is its package installed"
         f" (scripts/setup.sh installs every package)?\n{result}"
@@ -97,15 +97,17 @@ def _probe(run_python, module: str) -> dict:
 
 def test_probe_reports_heavy_and_foreign_imports_exactly(run_python, tmp_path):
     (tmp_path / "probe_light.py").write_text("import json\nimport pydantic\nimport rich\n")
-    # a stand-in for an SDK, so the check does not depend on what this machine has installed
-    (tmp_path / "tinker.py").write_text("")
-    (tmp_path / "probe_heavy.py").write_text("import tinker\nimport iniconfig\n")
-    assert _probe(run_python, "probe_light") == {"heavy": [], "foreign": {}}
-    probed = _probe(run_python, "probe_heavy")
-    assert probed["heavy"] == ["tinker"]
-    assert sorted(probed["foreign"]) == ["iniconfig", "tinker"]
+    # a stand-in SDK under a name no real package has, so the check does not depend on what
+    # this machine has installed
+    (tmp_path / "probe_fake_sdk.py").write_text("")
+    (tmp_path / "probe_heavy.py").write_text("import probe_fake_sdk\nimport iniconfig\n")
+    heavy = (*HEAVY_MODULES, "probe_fake_sdk")
+    assert _probe(run_python, "probe_light", heavy) == {"heavy": [], "foreign": {}}
+    probed = _probe(run_python, "probe_heavy", heavy)
+    assert probed["heavy"] == ["probe_fake_sdk"]
+    assert sorted(probed["foreign"]) == ["iniconfig", "probe_fake_sdk"]
     assert probed["foreign"]["iniconfig"] == ["iniconfig"]
-    assert probed["foreign"]["tinker"][0].endswith("tinker.py")
+    assert probed["foreign"]["probe_fake_sdk"][0].endswith("probe_fake_sdk.py")
 
 
 def test_entry_module_does_not_import_heavy_modules(entry_package, run_python):

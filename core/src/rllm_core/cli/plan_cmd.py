@@ -8,10 +8,11 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from rllm_core.cli.output import console, fail_plan, print_json
-from rllm_core.errors import PlanError
-from rllm_core.plan import ResolvedPlan, resolve_plan_file
+from rllm_core.cli.output import EXIT_USAGE, console, fail, fail_plan, print_json
+from rllm_core.errors import ModelError, PlanError
+from rllm_core.plan import ResolvedPlan
 from rllm_core.reference import toml_literal
+from rllm_core.training.components import prepare_plan
 
 SET_HELP = "Override a plan key: section.key=value (value parsed as TOML). Repeatable."
 
@@ -26,11 +27,17 @@ def plan() -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved plan as JSON.")
 def check(plan_path: Path, overrides: tuple[str, ...], as_json: bool) -> None:
-    """Validate PLAN, resolve every component and print the resolved plan."""
+    """Validate PLAN, resolve every component and print the resolved plan.
+
+    Keys a run fills in itself (a store's path inside the run folder, the renderer's tokenizer
+    from the trainer's model) are filled the same way, with ``<run folder>`` standing for the
+    folder a run would create."""
     try:
-        resolved = resolve_plan_file(plan_path, overrides)
+        resolved = prepare_plan(plan_path, overrides, run_dir=Path("<run folder>"))
     except PlanError as exc:
         fail_plan(exc, as_json=as_json)
+    except ModelError as exc:
+        fail(f"{plan_path}: [trainer].model: {exc}", EXIT_USAGE)
     if as_json:
         print_json({"ok": True, **resolved.to_dict()})
         return

@@ -1,0 +1,305 @@
+"""The training loop of ``rllm-core run``: rollouts -> datums -> one optimizer step, repeated.
+
+Each step takes ``batch_size`` train tasks in the seeded data order, runs ``group_size``
+rollouts of each through the in-process gateway, builds datums (advantages, prefix merging),
+calls ``forward_backward`` once with every datum and ``optim_step``, then writes the step's
+metrics line, episode records and plots; checkpoints follow ``save_every`` and the end.
+A step without datums (every group zero-variance and dropped, or no scored episode) trains
+nothing, says why and still counts as a step.
+
+On SIGINT/SIGTERM the rollout phase in flight is cancelled (the runner cleans up within its
+``cancel_timeout_s``); a train phase in flight finishes and its step is recorded. The last
+completed step is checkpointed and :attr:`RunResult.exit_code` is 130 or 143.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rllm_core.algorithms import DatumBuilder
+from rllm_core.gateway.server import Gateway
+from rllm_core.plan import ResolvedPlan
+from rllm_core.rollout import RolloutRunner, RolloutSettings
+from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from rllm_core.training.components import Components
+from rllm_core.training.folder import RunFolder, write_json
+from rllm_core.training.metrics import episode_record, step_metrics, summarize
+from rllm_core.training.plots import write_plots
+from rllm_core.training.sessions import SeededGateway
+from rllm_core.training.signals import StopSignals
+from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
+from rllm_core.types import SamplingParams
+
+__all__ = ["ResumeError", "RunResult", "TrainingLoop"]
+
+
+class ResumeError(Exception):
+    """The run cannot start or resume as asked; the message says why and what to do."""
+
+
+@dataclass
+class RunResult:
+    """How a run ended: ``status`` is ``finished``, ``interrupted`` or ``failed``."""
+
+    status: str
+    exit_code: int
+    step: int
+    summary: dict[str, Any]
+
+
+class TrainingLoop:
+    """One run of a resolved plan with built components, writing into ``folder``.
+
+    ``record_datums`` also writes ``datums.jsonl`` (every trained datum's token ids, masks and
+    provenance), for checking what the trainer saw against the traces.
+    """
+
+    def __init__(
+        self,
+        *,
+        resolved: ResolvedPlan,
+        components: Components,
+        folder: RunFolder,
+        display: Any,
+        resume: bool = False,
+        record_datums: bool = False,
+        run_id: str | None = None,
+    ) -> None:
+        self.plan = resolved.plan
+        self.c = components
+        self.folder = folder
+        self.display = display
+        self.resume = resume
+        self.record_datums = record_datums
+        self.run_id = run_id or folder.path.name
+        self._phase = "idle"
+        self._rollout_task: asyncio.Task[Any] | None = None
+        self._stop = False
+
+    # ------------------------------------------------------------------ state
+
+    def _initial_state(self) -> LoopState:
+        tasks = self.c.tasks.tasks("train")
+        self.tasks = list(tasks)
+        seed_rngs(self.plan.run.seed)
+        if not self.resume:
+            if self.plan.algorithm.batch_size > len(self.tasks):
+                raise ResumeError(
+                    f"batch_size {self.plan.algorithm.batch_size} is larger than the"
+                    f" {len(self.tasks)} train tasks; lower [algorithm].batch_size or add tasks"
+                )
+            return LoopState(step=0, data=DataOrder(size=len(self.tasks), seed=self.plan.run.seed))
+        checkpoint = latest_checkpoint(self.folder.checkpoints)
+        if checkpoint is None:
+            raise ResumeError(
+                f"{self.folder.path} has no complete checkpoint to resume from; start a new run"
+                " (without --resume)"
+            )
+        state = load_checkpoint(checkpoint, self.c.trainer)
+        if state.data.size != len(self.tasks):
+            raise ResumeError(
+                f"the train split has {len(self.tasks)} tasks but the run was started with"
+                f" {state.data.size}; resume with the same [tasks] as the run"
+            )
+        restore_rngs(state.rngs)
+        self.folder.truncate_after(state.step)
+        self._forget_sessions_after(state.step)
+        self.display.info(f"resumed from {checkpoint} (step {state.step})")
+        return state
+
+    def _forget_sessions_after(self, step: int) -> None:
+        """Delete traces of steps after ``step`` (the interrupted step reruns with the same
+        session ids)."""
+        store = self.c.trace_store
+        for later in range(step + 1, self.plan.run.steps + 1):
+            prefix = f"{self.run_id}-s{later}-"
+            for session in store.sessions():
+                if session.startswith(prefix):
+                    store.delete_session(session)
+
+    # ------------------------------------------------------------------ signals
+
+    def _on_stop(self) -> None:
+        self._stop = True
+        self.display.warn("stopping: finishing the current step's cleanup")
+        if self._phase == "rollout" and self._rollout_task is not None:
+            self._rollout_task.cancel()
+
+    def _on_force(self) -> None:
+        self.display.warn("second signal: stopping as soon as the cleanup allows")
+        if self._rollout_task is not None:
+            self._rollout_task.cancel()
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> RunResult:
+        """Run the steps left; see the module docstring."""
+        state = self._initial_state()
+        algorithm = self.plan.algorithm
+        gateway = Gateway(
+            renderer=self.c.renderer,
+            sampler=self.c.trainer.sampler(),
+            trace_store=self.c.trace_store,
+            host="127.0.0.1",
+            port=0,
+        )
+        await gateway.astart()
+        sampling = self.plan.sampling
+        settings = RolloutSettings(
+            group_size=algorithm.group_size,
+            max_concurrency=self.plan.rollout.max_concurrency,
+            max_infra_retries=self.plan.rollout.max_infra_retries,
+            enforced=SamplingParams(
+                max_tokens=sampling.max_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+            ),
+        )
+        runner = RolloutRunner(
+            task_source=self.c.tasks,
+            harness=self.c.harness,
+            sandbox_backend=self.c.sandbox,
+            gateway=SeededGateway(gateway, seed=self.plan.run.seed, run_id=self.run_id),
+            trace_store=self.c.trace_store,
+            settings=settings,
+            run_id=self.run_id,
+            on_event=self.display.on_event,
+        )
+        builder = DatumBuilder(
+            self.c.advantage, drop_zero_variance_groups=algorithm.drop_zero_variance_groups
+        )
+        saved_step = state.step if self.resume else -1
+        status, exit_code = "finished", 0
+        started = time.monotonic()
+        try:
+            with StopSignals(self._on_stop, self._on_force) as signals:
+                while state.step < self.plan.run.steps and not self._stop:
+                    done = await self._step(state, runner, builder)
+                    if not done:
+                        break
+                    every = self.plan.run.save_every
+                    if every and state.step % every == 0:
+                        save_checkpoint(self.folder.checkpoints, self.c.trainer, state)
+                        saved_step = state.step
+                if signals.received is not None:
+                    status, exit_code = "interrupted", signals.exit_code
+        finally:
+            await gateway.astop()
+        if state.step > 0 and saved_step != state.step:
+            path = save_checkpoint(self.folder.checkpoints, self.c.trainer, state)
+            self.display.info(f"checkpoint: {path}")
+        rows = RunFolder.read_jsonl(self.folder.metrics)
+        summary = summarize(rows) | {
+            "status": status,
+            "run_dir": str(self.folder.path),
+            "wall_s": time.monotonic() - started,
+            "last_step": state.step,
+            "weight_version": self.c.trainer.weight_version,
+        }
+        write_json(self.folder.summary, summary)
+        self.display.finish(summary)
+        return RunResult(status=status, exit_code=exit_code, step=state.step, summary=summary)
+
+    async def _step(self, state: LoopState, runner: RolloutRunner, builder: DatumBuilder) -> bool:
+        """Run step ``state.step + 1``; False when a signal cancelled its rollouts."""
+        step = state.step + 1
+        algorithm = self.plan.algorithm
+        data = DataOrder.from_dict(state.data.to_dict())
+        batch_tasks = [self.tasks[i] for i in data.take(algorithm.batch_size)]
+        self.display.step_started(step, len(batch_tasks) * algorithm.group_size)
+        step_start = time.monotonic()
+        self._phase = "rollout"
+        self._rollout_task = asyncio.ensure_future(runner.run(batch_tasks, step=step))
+        try:
+            batch = await self._rollout_task
+        except asyncio.CancelledError:
+            if not self._stop:
+                raise
+            return False
+        finally:
+            self._phase = "train"
+            self._rollout_task = None
+        rollout_s = time.monotonic() - step_start
+        built = builder.build(batch.groups)
+        datums = built.datums
+        train: dict[str, float] = {}
+        train_start = time.monotonic()
+        if datums:
+            aux = [(loss, coef) for loss, coef in self.c.aux_losses]
+            fb = await asyncio.to_thread(
+                self.c.trainer.forward_backward,
+                datums,
+                self.c.loss,
+                aux,
+                aggregation=algorithm.aggregation,
+                norm_length=algorithm.norm_length,
+            )
+            opt = await asyncio.to_thread(self.c.trainer.optim_step)
+            train = dict(fb) | dict(opt)
+        else:
+            self.display.warn(
+                f"step {step}: no datum to train on ({built.report.episodes} scored episodes,"
+                f" {built.report.dropped_groups} zero-variance groups dropped); the optimizer"
+                " did not step"
+            )
+        train_s = time.monotonic() - train_start
+        episodes = [e for group in batch.groups for e in group]
+        line = step_metrics(
+            step=step,
+            episodes=episodes,
+            infra_failures=len(batch.infra_failures),
+            retries=batch.retries,
+            report=built.report.metrics(),
+            datums=datums,
+            train=train,
+            rollout_s=rollout_s,
+            train_s=train_s,
+            step_s=time.monotonic() - step_start,
+            weight_version=self.c.trainer.weight_version,
+        )
+        self._warn_about(line)
+        self.folder.append(self.folder.metrics, line)
+        self.folder.append(self.folder.episodes, [episode_record(step, e) for e in episodes])
+        if self.record_datums:
+            self.folder.append(self.folder.path / "datums.jsonl", _datum_rows(step, datums))
+        state.step = step
+        state.data = data
+        state.rngs = capture_rngs()
+        problem = write_plots(RunFolder.read_jsonl(self.folder.metrics), self.folder.path)
+        if problem is not None and step == 1:
+            self.display.warn(problem)
+        self.display.step_finished(line)
+        return True
+
+    def _warn_about(self, line: Mapping[str, Any]) -> None:
+        step = line["step"]
+        if line["infra_retries"] or line["infra_failures"]:
+            self.display.warn(
+                f"step {step}: {line['infra_retries']:.0f} infrastructure retries,"
+                f" {line['infra_failures']:.0f} rollouts excluded"
+            )
+        if line["resets"]:
+            self.display.warn(f"step {step}: {line['resets']:.0f} cumulative-session resets")
+        if line["zero_variance_groups"]:
+            self.display.warn(
+                f"step {step}: {line['zero_variance_groups']:.0f} of {line['groups']:.0f} groups"
+                " had equal rewards (no learning signal)"
+            )
+
+
+def _datum_rows(step: int, datums: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "step": step,
+            "session_id": d.metadata.get("session_id"),
+            "episode_id": d.metadata.get("episode_id"),
+            "token_ids": list(d.token_ids),
+            "action_mask": list(d.action_mask),
+            "logprobs": list(d.logprobs),
+        }
+        for d in datums
+    ]

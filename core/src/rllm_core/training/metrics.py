@@ -1,0 +1,144 @@
+"""What each step writes: the ``metrics.jsonl`` line and the ``episodes.jsonl`` records.
+
+Every value in a metrics line is a number except ``step`` (an int). Keys:
+
+- ``reward/mean|std|min|max`` over the step's scored episodes (population std), and
+  ``accuracy``: the share of them with reward >= 1. All 0.0 when no episode was scored.
+- ``episodes``, ``infra_failures``, ``infra_retries``: scored episodes, rollouts excluded after
+  their last retry, and retries taken.
+- ``datums``, ``groups``, ``zero_variance_groups``, ``dropped_groups``, ``steps_per_datum``,
+  ``incomplete_chains`` and ``advantage/*`` from the datum builder's report.
+- ``resets``: lineages beyond the first per episode (each reset of a cumulative session starts
+  a new lineage, so a new trajectory).
+- ``tokens/sampled`` (completion tokens of scored episodes), ``tokens/trained`` (tokens of the
+  datums), ``tokens/sampled_per_s`` (over the rollout phase), ``tokens/trained_per_s`` (over
+  the train phase).
+- every metric ``forward_backward`` and ``optim_step`` returned, prefixed ``train/`` (loss
+  metrics keep their own ``<loss>/`` prefix inside it), and ``trained`` (1 when the optimizer
+  stepped, 0 when the step had no datum).
+- ``time/rollout_s``, ``time/train_s``, ``time/step_s`` and ``weight_version``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rllm_core.types import Datum, Episode
+
+__all__ = ["completion_tokens", "episode_record", "reward_stats", "step_metrics", "summarize"]
+
+
+def reward_stats(rewards: Sequence[float]) -> dict[str, float]:
+    """Mean, population std, min, max and accuracy (share >= 1) of ``rewards``."""
+    if not rewards:
+        return {f"reward/{k}": 0.0 for k in ("mean", "std", "min", "max")} | {"accuracy": 0.0}
+    mean = math.fsum(rewards) / len(rewards)
+    var = math.fsum((r - mean) ** 2 for r in rewards) / len(rewards)
+    return {
+        "reward/mean": mean,
+        "reward/std": math.sqrt(var),
+        "reward/min": float(min(rewards)),
+        "reward/max": float(max(rewards)),
+        "accuracy": sum(1 for r in rewards if r >= 1.0) / len(rewards),
+    }
+
+
+def completion_tokens(episode: Episode) -> int:
+    """Tokens the sampler produced for ``episode`` (every step of every trajectory)."""
+    return sum(len(s.completion_token_ids) for t in episode.trajectories for s in t.steps)
+
+
+def _resets(episode: Episode) -> int:
+    return max(0, len({t.lineage_id for t in episode.trajectories}) - 1)
+
+
+def step_metrics(
+    *,
+    step: int,
+    episodes: Sequence[Episode],
+    infra_failures: int,
+    retries: int,
+    report: Mapping[str, float],
+    datums: Sequence[Datum],
+    train: Mapping[str, float],
+    rollout_s: float,
+    train_s: float,
+    step_s: float,
+    weight_version: int,
+) -> dict[str, Any]:
+    """The ``metrics.jsonl`` line of one step; see the module docstring for the keys.
+    ``report`` is :meth:`~rllm_core.algorithms.DatumReport.metrics`."""
+    sampled = sum(completion_tokens(e) for e in episodes)
+    trained = sum(len(d.token_ids) for d in datums)
+    line: dict[str, Any] = {"step": step}
+    line |= reward_stats([e.reward for e in episodes])
+    line |= {
+        "episodes": float(len(episodes)),
+        "infra_failures": float(infra_failures),
+        "infra_retries": float(retries),
+        "resets": float(sum(_resets(e) for e in episodes)),
+        "tokens/sampled": float(sampled),
+        "tokens/trained": float(trained),
+        "tokens/sampled_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
+        "tokens/trained_per_s": trained / train_s if train_s > 0 and trained else 0.0,
+        "time/rollout_s": rollout_s,
+        "time/train_s": train_s,
+        "time/step_s": step_s,
+        "weight_version": float(weight_version),
+        "trained": 1.0 if train else 0.0,
+    }
+    for key in (
+        "datums",
+        "groups",
+        "zero_variance_groups",
+        "dropped_groups",
+        "steps_per_datum",
+        "incomplete_chains",
+    ):
+        line[key] = float(report.get(key, 0.0))
+    line |= {k: float(v) for k, v in report.items() if k.startswith("advantage/")}
+    line |= {f"train/{k}": float(v) for k, v in train.items()}
+    return line
+
+
+def episode_record(step: int, episode: Episode) -> dict[str, Any]:
+    """The ``episodes.jsonl`` record of one scored episode: its task, reward, termination,
+    signals and the trace ids of each trajectory (its lineage, in order)."""
+    return {
+        "step": step,
+        "episode_id": episode.episode_id,
+        "task_id": episode.task_id,
+        "group_id": episode.group_id,
+        "session_id": episode.session_id,
+        "reward": episode.reward,
+        "termination": str(episode.termination),
+        "signals": dict(episode.signals),
+        "completion_tokens": completion_tokens(episode),
+        "trajectories": [
+            {"lineage_id": t.lineage_id, "trace_ids": [s.trace_id for s in t.steps]}
+            for t in episode.trajectories
+        ],
+    }
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str, Any]:
+    """Totals and first/last-``window`` reward means over a run's metrics lines."""
+
+    def mean(values: list[float]) -> float | None:
+        return math.fsum(values) / len(values) if values else None
+
+    rewards = [float(r["reward/mean"]) for r in rows]
+    return {
+        "steps": len(rows),
+        "reward_first": mean(rewards[:window]),
+        "reward_last": mean(rewards[-window:]),
+        "accuracy_last": float(rows[-1]["accuracy"]) if rows else None,
+        "episodes": math.fsum(float(r["episodes"]) for r in rows),
+        "infra_failures": math.fsum(float(r["infra_failures"]) for r in rows),
+        "tokens_sampled": math.fsum(float(r["tokens/sampled"]) for r in rows),
+        "tokens_trained": math.fsum(float(r["tokens/trained"]) for r in rows),
+        "rollout_s": math.fsum(float(r["time/rollout_s"]) for r in rows),
+        "train_s": math.fsum(float(r["time/train_s"]) for r in rows),
+    }

@@ -1,0 +1,60 @@
+"""``reward.png`` and ``loss.png`` from the metrics lines, drawn headless with matplotlib.
+
+matplotlib is optional: without it :func:`write_plots` returns a message saying how to get
+the plots and the run goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_plots"]
+
+
+def _series(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    points = [(int(r["step"]), float(r[key])) for r in rows if key in r]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def write_plots(rows: Sequence[Mapping[str, Any]], folder: Path) -> str | None:
+    """Rewrite ``folder/reward.png`` (reward mean with min-max band, accuracy) and
+    ``folder/loss.png`` (every ``train/*loss`` metric). Returns None, or why nothing was drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "plots are off: matplotlib is not installed (pip install matplotlib)"
+    if not rows:
+        return None
+    steps, mean = _series(rows, "reward/mean")
+    _, low = _series(rows, "reward/min")
+    _, high = _series(rows, "reward/max")
+    acc_steps, accuracy = _series(rows, "accuracy")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.fill_between(steps, low, high, alpha=0.2, label="reward min-max")
+    ax.plot(steps, mean, marker="o", label="reward mean")
+    ax.plot(acc_steps, accuracy, marker=".", linestyle="--", label="accuracy")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(folder / "reward.png")
+    plt.close(fig)
+
+    loss_keys = sorted({k for r in rows for k in r if k.startswith("train/") and "loss" in k})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key in loss_keys:
+        xs, ys = _series(rows, key)
+        ax.plot(xs, ys, marker="o", label=key.removeprefix("train/"))
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    if loss_keys:
+        ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(folder / "loss.png")
+    plt.close(fig)
+    return None

@@ -1,0 +1,87 @@
+"""Run folder, data order, loop state and metrics lines of rllm_core.training."""
+
+from __future__ import annotations
+
+import random
+
+from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from rllm_core.training.folder import RunFolder, folder_name
+from rllm_core.training.metrics import reward_stats, summarize
+from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs
+
+
+def test_folder_name_is_safe_and_unique(tmp_path):
+    assert folder_name("fast run/1", 0.0).startswith("fast-run-1-")
+    a = RunFolder.create(tmp_path, "x", when=0.0)
+    b = RunFolder.create(tmp_path, "x", when=0.0)
+    assert b.path.name == a.path.name + "-2"
+
+
+def test_truncate_after_drops_later_steps_and_torn_lines(tmp_path):
+    folder = RunFolder.create(tmp_path, "r")
+    folder.append(folder.metrics, [{"step": 1}, {"step": 2}, {"step": 3}])
+    with folder.metrics.open("a") as out:
+        out.write('{"step": 4')
+    folder.truncate_after(2)
+    assert RunFolder.read_jsonl(folder.metrics) == [{"step": 1}, {"step": 2}]
+
+
+def test_data_order_never_repeats_a_task_within_a_batch_and_reshuffles():
+    order = DataOrder(size=5, seed=3)
+    first = order.take(2) + order.take(2)
+    assert len(set(first)) == 4
+    third = order.take(2)
+    assert order.epoch == 1 and order.cursor == 2
+    assert sorted(order.order) == [0, 1, 2, 3, 4]
+    assert third == order.order[:2]
+    again = DataOrder(size=5, seed=3)
+    assert again.take(2) + again.take(2) == first
+
+
+def test_loop_state_round_trips_data_and_rngs(tmp_path):
+    random.seed(11)
+    state = LoopState(step=4, data=DataOrder(size=3, seed=1), rngs=capture_rngs())
+    state.data.take(2)
+    expected = random.random()
+
+    class Trainer:
+        saved = loaded = ""
+
+        def save_state(self, path):
+            self.saved = path
+
+        def load_state(self, path):
+            self.loaded = path
+
+    trainer = Trainer()
+    path = save_checkpoint(tmp_path / "checkpoints", trainer, state)
+    assert path.name == "step-4" and trainer.saved.endswith("step-4.partial/trainer")
+    assert latest_checkpoint(tmp_path / "checkpoints") == path
+    restored = load_checkpoint(path, trainer)
+    assert trainer.loaded == str(path / "trainer")
+    assert restored.step == 4 and restored.data.to_dict() == state.data.to_dict()
+    restore_rngs(restored.rngs)
+    assert random.random() == expected
+
+
+def test_reward_stats_and_summary():
+    stats = reward_stats([0.0, 0.5, 1.0, 1.0])
+    assert stats == {
+        "reward/mean": 0.625,
+        "reward/std": (((0.625**2) + 0.125**2 + 2 * 0.375**2) / 4) ** 0.5,
+        "reward/min": 0.0,
+        "reward/max": 1.0,
+        "accuracy": 0.5,
+    }
+    row = {
+        "reward/mean": 0.5,
+        "accuracy": 0.25,
+        "episodes": 4.0,
+        "infra_failures": 1.0,
+        "tokens/sampled": 10.0,
+        "tokens/trained": 30.0,
+        "time/rollout_s": 2.0,
+        "time/train_s": 1.0,
+    }
+    summary = summarize([row | {"reward/mean": 0.0}, row])
+    assert summary["reward_first"] == 0.25 and summary["episodes"] == 8.0

@@ -1,0 +1,120 @@
+"""`rllm-core run` end to end on SmolLM2: 2 steps, 2 tasks x 2 rollouts, 4 new tokens."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
+TASKS = [
+    {"id": f"easy-{a}-{b}", "question": f"What is {a} + {b}?", "answer": str(a + b)}
+    for a, b in ((2, 0), (5, 0), (3, 0), (7, 0))
+]
+
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "rllm_core.cli", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def trainable_weights(checkpoint: Path) -> dict[str, list[float]]:
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for file in sorted((checkpoint / "trainer").glob("*.safetensors")):
+        tensors.update({k: v.flatten().tolist() for k, v in load_file(file).items()})
+    return tensors
+
+
+def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir, tmp_path):
+    tasks = tmp_path / "easy.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
+    held_out = tmp_path / "held-out.jsonl"
+    held_out.write_text(json.dumps({"id": "h-1", "question": "What is 4 + 4?", "answer": "8"}))
+    result = run_cli(
+        tmp_path,
+        "run",
+        str(PLAN),
+        "--plain",
+        "--record-datums",
+        "--set",
+        "run.steps=2",
+        "--set",
+        "run.save_every=1",
+        "--set",
+        "algorithm.batch_size=2",
+        "--set",
+        "algorithm.group_size=2",
+        "--set",
+        "sampling.max_tokens=4",
+        "--set",
+        f'tasks.path="{tasks}"',
+        "--set",
+        f'tasks.eval_path="{held_out}"',
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("run folder: runs/quickstart-")
+    run_dir = tmp_path / first.removeprefix("run folder: ")
+
+    for name in ("plan.toml", "plan.resolved.json", "summary.json", "reward.png", "loss.png"):
+        assert (run_dir / name).is_file(), name
+    resolved = json.loads((run_dir / "plan.resolved.json").read_text())
+    configs = {c["where"]: c["config"] for c in resolved["components"]}
+    assert configs["[trace_store]"]["path"] == str(Path("runs") / run_dir.name / "traces")
+    assert configs["[renderer]"]["tokenizer"] == str(smollm2_model_dir)
+    assert configs["[trainer]"]["logprob_temperature"] == 1.0
+
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for line in metrics:
+        assert line["episodes"] == 4.0
+        assert line["infra_failures"] == 0.0
+        assert 0.0 <= line["reward/min"] <= line["reward/mean"] <= line["reward/max"] <= 1.0
+        assert line["weight_version"] == float(line["step"])
+        assert line["tokens/sampled"] <= 4 * 4
+        assert "train/loss" in line and "train/grad_norm" in line
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == 8
+    assert {e["task_id"] for e in episodes} <= {t["id"] for t in TASKS}
+
+    assert (run_dir / "checkpoints" / "step-1" / "loop.json").is_file()
+    assert (run_dir / "checkpoints" / "step-2" / "loop.json").is_file()
+    before = trainable_weights(run_dir / "checkpoints" / "step-1")
+    after = trainable_weights(run_dir / "checkpoints" / "step-2")
+    assert before.keys() == after.keys() and before
+    assert any(before[k] != after[k] for k in before)
+
+    from rllm_storage_deltachain.store import DeltaChainTraceStore
+
+    store = DeltaChainTraceStore(run_dir / "traces")
+    try:
+        datums = [json.loads(line) for line in (run_dir / "datums.jsonl").read_text().splitlines()]
+        assert len(datums) == sum(int(m["datums"]) for m in metrics)
+        for datum in datums:
+            traces = store.session(datum["session_id"])
+            assert len(traces) == 1
+            trace = traces[0]
+            sampled = trace.record.completion_token_ids
+            assert datum["token_ids"] == trace.prompt_token_ids + sampled
+            assert datum["action_mask"] == [False] * len(trace.prompt_token_ids) + [True] * len(
+                sampled
+            )
+            assert datum["logprobs"][len(trace.prompt_token_ids) :] == pytest.approx(
+                trace.record.logprobs, abs=0
+            )
+    finally:
+        store.close()
