@@ -12,6 +12,7 @@ import click
 
 from rllm_core import __version__
 from rllm_core.cli.docs_cmd import docs
+from rllm_core.cli.eval_cmd import eval_
 from rllm_core.cli.gateway_cmd import gateway
 from rllm_core.cli.models_cmd import models
 from rllm_core.cli.plan_cmd import plan
@@ -32,6 +33,7 @@ def main() -> None:
 main.add_command(plugins)
 main.add_command(plan)
 main.add_command(run)
+main.add_command(eval_)
 main.add_command(docs)
 main.add_command(gateway)
 main.add_command(models)

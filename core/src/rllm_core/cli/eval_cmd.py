@@ -1,0 +1,149 @@
+"""``rllm-core eval``: pass@k of a plan's model (base or checkpoint) on a task split."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, fail, fail_plan
+from rllm_core.cli.plan_cmd import SET_HELP
+from rllm_core.cli.run_cmd import _resolve
+from rllm_core.errors import PlanError
+
+
+@click.command(name="eval")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="PATH",
+    help="A run's checkpoints/step-N folder to load before sampling (default: the base model).",
+)
+@click.option(
+    "--attempts",
+    "-k",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Rollouts per task; a task passes when any attempt has reward >= 1 (pass@k).",
+)
+@click.option("--split", default="eval", show_default=True, help="The task split to evaluate.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, help="Evaluate only the first N tasks."
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="Sampling temperature (default: the plan's [sampling].temperature).",
+)
+@click.option("--plain", is_flag=True, help="One line per task instead of the progress bar.")
+def eval_(
+    plan_path: Path,
+    overrides: tuple[str, ...],
+    checkpoint: Path | None,
+    attempts: int,
+    split: str,
+    limit: int | None,
+    temperature: float | None,
+    plain: bool,
+) -> None:
+    """Evaluate the model of PLAN on its evaluation tasks; see docs/running.md."""
+    from rllm_core.evaluation import CheckpointNotFound, EvalFolder, checkpoint_state_dir
+    from rllm_core.plan.load import load_plan
+    from rllm_core.training.components import BuildError, build_components
+
+    if temperature is not None:
+        overrides = (*overrides, f"sampling.temperature={temperature!r}")
+    state_dir = None
+    if checkpoint is not None:
+        try:
+            state_dir = checkpoint_state_dir(checkpoint)
+        except CheckpointNotFound as exc:
+            fail(str(exc), EXIT_USAGE)
+    try:
+        plan, _ = load_plan(plan_path, overrides)
+    except PlanError as exc:
+        fail_plan(exc)
+    _resolve(plan_path, overrides, Path(plan.run.output_dir) / "<eval folder>")
+    folder = EvalFolder.create(plan.run.output_dir, plan.run.name)
+    resolved = _resolve(plan_path, overrides, folder.path)
+    folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
+    console = Console(highlight=False)
+    console.print(f"eval folder: {folder.path}", markup=False, soft_wrap=True)
+    try:
+        components = build_components(resolved)
+    except BuildError as exc:
+        fail(str(exc), EXIT_FAILURE)
+    try:
+        _evaluate(
+            console, resolved.plan, components, folder, state_dir, split, limit, attempts, plain
+        )
+    finally:
+        asyncio.run(components.aclose())
+    console.print(json.dumps({"summary": str(folder.summary)}), markup=False)
+
+
+def _evaluate(
+    console: Console,
+    plan: Any,
+    components: Any,
+    folder: Any,
+    state_dir: Path | None,
+    split: str,
+    limit: int | None,
+    attempts: int,
+    plain: bool,
+) -> dict[str, Any]:
+    from rllm_core.evaluation import Evaluation
+    from rllm_core.evaluation.display import make_display
+
+    if state_dir is not None:
+        try:
+            components.trainer.load_state(str(state_dir))
+        except Exception as exc:
+            fail(
+                f"cannot load checkpoint {str(state_dir.parent)!r}: {type(exc).__name__}: {exc}",
+                EXIT_USAGE,
+            )
+    try:
+        tasks = list(components.tasks.tasks(split))
+    except KeyError as exc:
+        fail(str(exc.args[0]) if exc.args else f"no split {split!r}", EXIT_USAGE)
+    if limit is not None:
+        tasks = tasks[:limit]
+    if not tasks:
+        fail(f"the task split {split!r} has no tasks; choose another with --split", EXIT_USAGE)
+    display = make_display(console, len(tasks), attempts, plain=plain)
+    evaluation = Evaluation(
+        plan=plan,
+        components=components,
+        tasks=tasks,
+        attempts=attempts,
+        run_id=folder.path.name,
+        on_event=display.on_event,
+    )
+    try:
+        outcome = asyncio.run(evaluation.run())
+    except KeyboardInterrupt:
+        display.close()
+        fail("evaluation interrupted; no results written", 130)
+    except Exception as exc:
+        display.close()
+        fail(f"the evaluation failed: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+    display.close()
+    summary = outcome.summary | {
+        "split": split,
+        "checkpoint": str(state_dir.parent) if state_dir is not None else None,
+        "eval_dir": str(folder.path),
+    }
+    folder.write_results(outcome.results, summary)
+    display.finish(summary)
+    return summary

@@ -1,0 +1,130 @@
+"""Run an evaluation: ``k`` attempts of every task through the in-process gateway.
+
+:class:`Evaluation` reuses the training path: the trainer's sampler behind a loopback
+:class:`~rllm_core.gateway.server.Gateway`, the plan's ``[sampling]`` enforced on every
+session (with a per-attempt seed from ``run.seed``), and a
+:class:`~rllm_core.rollout.RolloutRunner` with ``group_size = attempts`` and the plan's
+``[rollout]`` concurrency and infrastructure retries. Every task runs as one batch (step 0).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rllm_core.evaluation.scoring import TaskResult, summarize, task_results
+from rllm_core.gateway.server import Gateway
+from rllm_core.plan.schema import Plan
+from rllm_core.rollout import RolloutEvent, RolloutRunner, RolloutSettings
+from rllm_core.training.checkpoints import TRAINER_DIR
+from rllm_core.training.components import Components
+from rllm_core.training.sessions import SeededGateway
+from rllm_core.types import SamplingParams, Task
+
+__all__ = ["CheckpointNotFound", "EvalResult", "Evaluation", "checkpoint_state_dir"]
+
+
+class CheckpointNotFound(Exception):
+    """The ``--checkpoint`` path is not a checkpoint folder; the message names it."""
+
+
+def checkpoint_state_dir(path: str | Path) -> Path:
+    """The trainer state inside a run's checkpoint ``path`` (``checkpoints/step-N/``).
+
+    Raises :class:`CheckpointNotFound` when ``path`` does not exist or holds no ``trainer/``.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CheckpointNotFound(
+            f"checkpoint folder {str(folder)!r} does not exist; pass a run's"
+            " checkpoints/step-N folder"
+        )
+    state = folder / TRAINER_DIR
+    if not state.is_dir():
+        raise CheckpointNotFound(
+            f"{str(folder)!r} is not a checkpoint (it has no {TRAINER_DIR}/ folder); pass a"
+            " run's checkpoints/step-N folder"
+        )
+    return state
+
+
+@dataclass
+class EvalResult:
+    """Per-task results in task order and the summary (see :mod:`.scoring`)."""
+
+    results: list[TaskResult]
+    summary: dict[str, Any]
+
+
+class Evaluation:
+    """``attempts`` rollouts of each of ``tasks`` with the built ``components`` of ``plan``.
+
+    ``run_id`` prefixes every gateway session id; ``on_event`` gets every
+    :class:`~rllm_core.rollout.RolloutEvent` (for progress displays).
+    """
+
+    def __init__(
+        self,
+        *,
+        plan: Plan,
+        components: Components,
+        tasks: Sequence[Task],
+        attempts: int,
+        run_id: str,
+        on_event: Callable[[RolloutEvent], None] | None = None,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {attempts}")
+        self.plan = plan
+        self.c = components
+        self.tasks = list(tasks)
+        self.attempts = attempts
+        self.run_id = run_id
+        self.on_event = on_event
+
+    def settings(self) -> RolloutSettings:
+        """The rollout settings: the plan's ``[rollout]`` and ``[sampling]``, ``attempts``
+        rollouts per task."""
+        sampling = self.plan.sampling
+        return RolloutSettings(
+            group_size=self.attempts,
+            max_concurrency=self.plan.rollout.max_concurrency,
+            max_infra_retries=self.plan.rollout.max_infra_retries,
+            enforced=SamplingParams(
+                max_tokens=sampling.max_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+            ),
+        )
+
+    async def run(self) -> EvalResult:
+        """Run every attempt and score them."""
+        began = time.monotonic()
+        gateway = Gateway(
+            renderer=self.c.renderer,
+            sampler=self.c.trainer.sampler(),
+            trace_store=self.c.trace_store,
+            host="127.0.0.1",
+            port=0,
+        )
+        await gateway.astart()
+        try:
+            runner = RolloutRunner(
+                task_source=self.c.tasks,
+                harness=self.c.harness,
+                sandbox_backend=self.c.sandbox,
+                gateway=SeededGateway(gateway, seed=self.plan.run.seed, run_id=self.run_id),
+                trace_store=self.c.trace_store,
+                settings=self.settings(),
+                run_id=self.run_id,
+                on_event=self.on_event,
+            )
+            batch = await runner.run(self.tasks, step=0)
+        finally:
+            await gateway.astop()
+        results = task_results(self.tasks, batch)
+        summary = summarize(results, attempts=self.attempts, wall_s=time.monotonic() - began)
+        return EvalResult(results=results, summary=summary)

@@ -1,0 +1,122 @@
+"""`rllm-core eval` end to end on SmolLM2: a 1-step run's checkpoint and the base model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
+TASKS = [
+    {"id": f"easy-{a}-{b}", "question": f"What is {a} + {b}?", "answer": str(a + b)}
+    for a, b in ((2, 0), (5, 0), (3, 0), (7, 0))
+]
+EVAL_TASKS = [
+    {"id": f"held-{a}-{b}", "question": f"What is {a} + {b}?", "answer": str(a + b)}
+    for a, b in ((4, 0), (6, 0), (1, 0))
+]
+SMALL = ("--set", "sampling.max_tokens=3", "--set", "rollout.max_concurrency=8")
+
+
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rllm_core.cli", *args],
+        cwd=cwd,
+        env=dict(os.environ, COLUMNS="200"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def eval_folder(result: subprocess.CompletedProcess[str], cwd: Path) -> Path:
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("eval folder: runs/quickstart-eval-")
+    return cwd / first.removeprefix("eval folder: ")
+
+
+def check_results(folder: Path, task_ids: list[str], attempts: int) -> dict:
+    lines = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
+    assert [line["task_id"] for line in lines] == task_ids
+    for line in lines:
+        assert len(line["rewards"]) == attempts
+        assert len(line["terminations"]) == attempts
+        assert line["infra_failures"] == []
+        assert line["passed"] == any(r >= 1 for r in line["rewards"])
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["tasks"] == len(task_ids)
+    assert summary["attempts"] == attempts
+    assert summary["infra_failures"] == 0
+    passed = sum(line["passed"] for line in lines)
+    assert summary[f"pass@{attempts}"] == passed / len(task_ids)
+    rewards = [r for line in lines for r in line["rewards"]]
+    assert abs(summary["mean_reward"] - sum(rewards) / len(rewards)) < 1e-12
+    return summary
+
+
+def test_eval_on_a_checkpoint_and_on_the_base_model(smollm2_model_dir, tmp_path):
+    tasks = tmp_path / "easy.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
+    held_out = tmp_path / "held-out.jsonl"
+    held_out.write_text("".join(json.dumps(t) + "\n" for t in EVAL_TASKS))
+    paths = ("--set", f'tasks.path="{tasks}"', "--set", f'tasks.eval_path="{held_out}"')
+    trained = run_cli(
+        tmp_path,
+        "run",
+        str(PLAN),
+        "--plain",
+        "--set",
+        "run.steps=1",
+        "--set",
+        "algorithm.batch_size=1",
+        "--set",
+        "algorithm.group_size=2",
+        *SMALL,
+        *paths,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    run_dir = tmp_path / trained.stdout.splitlines()[0].removeprefix("run folder: ")
+    checkpoint = run_dir / "checkpoints" / "step-1"
+    assert (checkpoint / "trainer").is_dir()
+
+    ids = [t["id"] for t in EVAL_TASKS]
+    on_checkpoint = run_cli(
+        tmp_path,
+        "eval",
+        str(PLAN),
+        "--plain",
+        "--checkpoint",
+        str(checkpoint),
+        "--attempts",
+        "2",
+        "--limit",
+        "3",
+        *SMALL,
+        *paths,
+    )
+    folder = eval_folder(on_checkpoint, tmp_path)
+    summary = check_results(folder, ids, 2)
+    assert summary["checkpoint"] == str(checkpoint)
+    assert "pass@2" in summary and "pass@1" in summary
+    assert "pass@2" in on_checkpoint.stdout
+
+    base = run_cli(
+        tmp_path, "eval", str(PLAN), "--plain", "--limit", "2", "--temperature", "0", *SMALL, *paths
+    )
+    base_folder = eval_folder(base, tmp_path)
+    summary = check_results(base_folder, ids[:2], 1)
+    assert summary["checkpoint"] is None
+    resolved = json.loads((base_folder / "plan.resolved.json").read_text())
+    assert resolved["plan"]["sampling"]["temperature"] == 0.0
+
+
+def test_eval_with_a_missing_checkpoint_exits_2_naming_it(tmp_path):
+    missing = tmp_path / "runs" / "nowhere" / "checkpoints" / "step-3"
+    result = run_cli(tmp_path, "eval", str(PLAN), "--checkpoint", str(missing))
+    assert result.returncode == 2
+    assert str(missing) in " ".join(result.stderr.split())
+    assert not (tmp_path / "runs").exists()
