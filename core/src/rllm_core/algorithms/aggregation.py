@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AGGREGATION_MODES", "StepAggregate", "make_aggregate", "step_normalizers"]
+__all__ = [
+    "AGGREGATION_MODES",
+    "MaskAwareAggregate",
+    "StepAggregate",
+    "make_aggregate",
+    "step_normalizers",
+]
 
 AGGREGATION_MODES: tuple[str, ...] = (
     "token-mean",
@@ -156,3 +162,37 @@ def make_aggregate(
 def _nonzero(normalizer: float) -> float:
     """A zero normalizer means the step selected no token, so the numerator is 0 too."""
     return normalizer if normalizer > 0 else 1.0
+
+
+class MaskAwareAggregate:
+    """The :data:`~rllm_core.ports.Aggregate` a trainer puts in a loss context: it reduces with
+    the observation-mask normalizers when given the context's ``observation_mask`` (that
+    tensor, or one selecting exactly the same tokens and not exactly the action tokens), and
+    with the action-mask normalizers otherwise.
+    """
+
+    def __init__(
+        self,
+        *,
+        action: StepAggregate,
+        observation: StepAggregate,
+        action_mask: torch.Tensor,
+        observation_mask: torch.Tensor,
+    ) -> None:
+        self.action = action
+        self.observation = observation
+        self._action_mask = action_mask
+        self._observation_mask = observation_mask
+
+    def __call__(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return (self.observation if self.is_observation(mask) else self.action)(values, mask)
+
+    def is_observation(self, mask: torch.Tensor) -> bool:
+        if mask is self._observation_mask:
+            return True
+        if mask is self._action_mask or mask.shape != self._observation_mask.shape:
+            return False
+        selects = mask != 0
+        return bool(
+            selects.equal(self._observation_mask != 0) and not selects.equal(self._action_mask != 0)
+        )

@@ -9,19 +9,22 @@ losses, so every loss rllm-core ships runs unchanged.
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from fireworks.training.sdk import types as fw
-from rllm_core.algorithms.aggregation import StepAggregate, make_aggregate, step_normalizers
+from rllm_core.algorithms.aggregation import (
+    MaskAwareAggregate,
+    make_aggregate,
+    step_normalizers,
+)
+from rllm_core.algorithms.naming import loss_name, unique_names
 from rllm_core.ports import Loss, LossContext
 from rllm_core.types import Datum
 
-__all__ = ["StepLoss", "loss_name", "named_losses", "to_sdk_datum"]
+__all__ = ["StepLoss", "named_losses", "to_sdk_datum"]
 
 
 def to_sdk_datum(datum: Datum) -> fw.Datum:
@@ -42,64 +45,6 @@ def to_sdk_datum(datum: Datum) -> fw.Datum:
             "weights": [1.0 if a else 0.0 for a in datum.action_mask[1:]],
         },
     )
-
-
-def loss_name(loss: Any) -> str:
-    """The name a loss's metrics are prefixed with: its ``name`` attribute when it has one,
-    else the installed loss component whose factory builds its class, else its class name in
-    kebab case."""
-    name = getattr(loss, "name", None)
-    if isinstance(name, str) and name:
-        return name
-    return _name_of_class(type(loss))
-
-
-@functools.cache
-def _name_of_class(cls: type) -> str:
-    target = f"{cls.__module__}:{cls.__qualname__}"
-    try:
-        from rllm_core.plugins.manager import get_plugin_manager
-        from rllm_core.plugins.specs import Kind
-
-        for record in get_plugin_manager().components(Kind.LOSS):
-            factory = record.spec.factory
-            if factory is cls or getattr(factory, "target", None) == target:
-                return record.spec.name
-    except Exception:  # naming must never fail a training step
-        pass
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", cls.__name__).lower()
-
-
-class _Aggregate:
-    """The context's ``aggregate``: observation-mask normalizers for the context's
-    observation mask (or a mask selecting exactly its tokens), action-mask ones otherwise."""
-
-    def __init__(
-        self,
-        *,
-        action: StepAggregate,
-        observation: StepAggregate,
-        action_mask: torch.Tensor,
-        observation_mask: torch.Tensor,
-    ) -> None:
-        self._action = action
-        self._observation = observation
-        self._action_mask = action_mask
-        self._observation_mask = observation_mask
-
-    def __call__(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return (self._observation if self._is_observation(mask) else self._action)(values, mask)
-
-    def _is_observation(self, mask: torch.Tensor) -> bool:
-        if mask is self._observation_mask:
-            return True
-        if mask is self._action_mask or mask.shape != self._observation_mask.shape:
-            return False
-        selects = mask != 0
-        return bool(
-            torch.equal(selects, self._observation_mask != 0)
-            and not torch.equal(selects, self._action_mask != 0)
-        )
 
 
 class StepLoss:
@@ -129,7 +74,7 @@ class StepLoss:
         self.observation_mask = _padded([d.observation_mask for d in self._datums], width, 0.0)
         action_tokens, action_sequences = step_normalizers([self.action_mask])
         observation_tokens, observation_sequences = step_normalizers([self.observation_mask])
-        self._aggregate = _Aggregate(
+        self._aggregate = MaskAwareAggregate(
             action=make_aggregate(
                 aggregation,
                 total_tokens=action_tokens,
@@ -217,10 +162,5 @@ def named_losses(
     """The policy loss with coefficient 1 and each auxiliary loss with a nonzero coefficient,
     each with a distinct metric name (``echo``, ``echo-2``)."""
     active = [(loss, 1.0)] + [(aux, float(coef)) for aux, coef in aux_losses if coef != 0.0]
-    seen: dict[str, int] = {}
-    out = []
-    for component, coef in active:
-        name = loss_name(component)
-        seen[name] = seen.get(name, 0) + 1
-        out.append((component, coef, name if seen[name] == 1 else f"{name}-{seen[name]}"))
-    return out
+    names = unique_names(loss_name(component) for component, _ in active)
+    return [(component, coef, name) for (component, coef), name in zip(active, names, strict=True)]

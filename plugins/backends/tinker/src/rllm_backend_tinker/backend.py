@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import tinker
+from rllm_core.algorithms.naming import loss_name, unique_names
 from rllm_core.ports import Loss
 from rllm_core.ports.training import WeightedLoss
 from rllm_core.types import Datum
 
 from rllm_backend_tinker.batch import build_batch
 from rllm_backend_tinker.checkpoint import read_state, write_state
-from rllm_backend_tinker.loss import CustomLoss, active_aux_losses, loss_name, unique_names
+from rllm_backend_tinker.loss import CustomLoss, active_aux_losses
 from rllm_backend_tinker.plugin import TinkerBackendConfig
 from rllm_backend_tinker.sampler import TinkerSampler
 

@@ -10,45 +10,16 @@ the policy loss and the weighted auxiliary losses, and records their metrics.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import torch
-from rllm_core.algorithms.aggregation import StepAggregate, make_aggregate, step_normalizers
+from rllm_core.algorithms.aggregation import MaskAwareAggregate, make_aggregate, step_normalizers
 from rllm_core.ports import Loss, LossContext, LossOutput
 
 from rllm_backend_tinker.batch import Batch, logprobs_matrix
 
-__all__ = ["CustomLoss", "active_aux_losses", "loss_name", "unique_names"]
-
-
-class _MaskAggregate:
-    """The context's ``aggregate``: the observation-mask normalizers when given a mask that
-    selects exactly the observation tokens (and not exactly the action tokens), the
-    action-mask normalizers otherwise."""
-
-    def __init__(
-        self,
-        *,
-        action: StepAggregate,
-        observation: StepAggregate,
-        action_mask: torch.Tensor,
-        observation_mask: torch.Tensor,
-    ) -> None:
-        self._action = action
-        self._observation = observation
-        self._action_selects = action_mask != 0
-        self._observation_selects = observation_mask != 0
-
-    def __call__(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        selects = mask != 0
-        observation = (
-            selects.shape == self._observation_selects.shape
-            and torch.equal(selects, self._observation_selects)
-            and not torch.equal(selects, self._action_selects)
-        )
-        return (self._observation if observation else self._action)(values, mask)
+__all__ = ["CustomLoss", "active_aux_losses"]
 
 
 class CustomLoss:
@@ -82,7 +53,7 @@ class CustomLoss:
         batch = self.batch
         action_tokens, action_sequences = step_normalizers([batch.action_mask])
         observation_tokens, observation_sequences = step_normalizers([batch.observation_mask])
-        aggregate = _MaskAggregate(
+        aggregate = MaskAwareAggregate(
             action=make_aggregate(
                 self.aggregation,
                 total_tokens=action_tokens,
@@ -140,38 +111,6 @@ def active_aux_losses(aux_losses: Sequence[tuple[Loss, float]]) -> list[tuple[Lo
         if coef != 0:
             active.append((aux, float(coef)))
     return active
-
-
-def loss_name(loss: Any) -> str:
-    """The metric prefix of a loss: its ``name`` attribute when it has one, else the name of
-    the installed loss component whose factory builds its class, else its class name in kebab
-    case."""
-    name = getattr(loss, "name", None)
-    if isinstance(name, str) and name:
-        return name
-    cls = type(loss)
-    target = f"{cls.__module__}:{cls.__qualname__}"
-    try:
-        from rllm_core.plugins.manager import get_plugin_manager
-        from rllm_core.plugins.specs import Kind
-
-        for record in get_plugin_manager().components(Kind.LOSS):
-            factory = record.spec.factory
-            if factory is cls or getattr(factory, "target", None) == target:
-                return record.spec.name
-    except Exception:  # naming must never fail a training step
-        pass
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", cls.__name__).lower()
-
-
-def unique_names(names: Sequence[str]) -> list[str]:
-    """Suffix repeated names (``echo``, ``echo-2``) so their metrics stay apart."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
-    return out
 
 
 def _checked_loss(output: LossOutput, name: str) -> torch.Tensor:

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from rllm_core.algorithms.aggregation import make_aggregate, step_normalizers
+from rllm_core.algorithms.naming import loss_name, unique_names
 from rllm_core.ports import Loss, LossOutput
 from rllm_core.ports.training import WeightedLoss
 from rllm_core.types import Datum
@@ -19,7 +20,7 @@ from rllm_backend_torch.context import StepNormalizers, build_context
 from rllm_backend_torch.gate import WeightGate
 from rllm_backend_torch.loading import load_policy, resolve_device, seed_everything
 from rllm_backend_torch.logprobs import token_logprobs
-from rllm_backend_torch.metrics import MetricAccumulator, loss_name
+from rllm_backend_torch.metrics import MetricAccumulator
 from rllm_backend_torch.plugin import TorchBackendConfig
 from rllm_backend_torch.schedule import build_scheduler
 
@@ -151,7 +152,7 @@ class TorchBackend:
                 norm_length=norm_length,
             ),
         )
-        names = _unique([loss_name(loss)] + [loss_name(aux) for aux, _ in active])
+        names = unique_names([loss_name(loss)] + [loss_name(aux) for aux, _ in active])
         metrics = MetricAccumulator()
         with self.gate.exclusive():
             self.model.train()
@@ -334,16 +335,6 @@ def _active_aux_losses(aux_losses: Sequence[WeightedLoss]) -> list[tuple[Loss, f
         if coef != 0:
             active.append((aux, float(coef)))
     return active
-
-
-def _unique(names: list[str]) -> list[str]:
-    """Suffix repeated names (``echo``, ``echo-2``) so their metrics stay apart."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
-    return out
 
 
 def _checked_loss(output: LossOutput, name: str) -> torch.Tensor:

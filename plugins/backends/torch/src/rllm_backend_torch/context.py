@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from rllm_core.algorithms.aggregation import MaskAwareAggregate as CoreMaskAwareAggregate
 from rllm_core.algorithms.aggregation import StepAggregate
 from rllm_core.ports import LossContext
 
@@ -20,13 +21,10 @@ class StepNormalizers:
     observation: StepAggregate
 
 
-class MaskAwareAggregate:
-    """The context's ``aggregate``: reduces with the observation-mask normalizers when it is
-    given the context's ``observation_mask`` (the same tensor, or one selecting exactly the
-    same tokens), and with the action-mask normalizers otherwise.
-
-    ``selected`` counts the tokens the masks it was given selected since the last
-    :meth:`reset`; the backend weighs a loss's metrics across micro-batches by it.
+class MaskAwareAggregate(CoreMaskAwareAggregate):
+    """The core's mask-aware aggregate, counting the tokens it reduced over: ``selected``
+    counts the tokens the masks it was given selected since the last :meth:`reset`; the
+    backend weighs a loss's metrics across micro-batches by it.
     """
 
     def __init__(
@@ -38,9 +36,12 @@ class MaskAwareAggregate:
         action_tokens: int,
         observation_tokens: int,
     ) -> None:
-        self._normalizers = normalizers
-        self._action_mask = action_mask
-        self._observation_mask = observation_mask
+        super().__init__(
+            action=normalizers.action,
+            observation=normalizers.observation,
+            action_mask=action_mask,
+            observation_mask=observation_mask,
+        )
         self._counts = {id(action_mask): action_tokens, id(observation_mask): observation_tokens}
         self.selected = 0
 
@@ -48,22 +49,9 @@ class MaskAwareAggregate:
         self.selected = 0
 
     def __call__(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        observation = self._is_observation(mask)
-        aggregate = self._normalizers.observation if observation else self._normalizers.action
         count = self._counts.get(id(mask))
         self.selected += int((mask != 0).sum()) if count is None else count
-        return aggregate(values, mask)
-
-    def _is_observation(self, mask: torch.Tensor) -> bool:
-        if mask is self._observation_mask:
-            return True
-        if mask is self._action_mask or mask.shape != self._observation_mask.shape:
-            return False
-        selects = mask != 0
-        return bool(
-            torch.equal(selects, self._observation_mask != 0)
-            and not torch.equal(selects, self._action_mask != 0)
-        )
+        return super().__call__(values, mask)
 
 
 def build_context(

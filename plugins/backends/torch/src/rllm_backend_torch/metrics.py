@@ -1,41 +1,11 @@
-"""Name losses and combine their per-micro-batch metrics into per-call figures."""
+"""Combine per-micro-batch loss metrics into per-call figures."""
 
 from __future__ import annotations
 
-import functools
-import re
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
 
-__all__ = ["MetricAccumulator", "loss_name"]
-
-
-def loss_name(loss: Any) -> str:
-    """The name metrics are prefixed with: the loss's ``name`` attribute when it has one, else
-    the name of the installed component whose factory builds its class (``dppo-tv``), else its
-    class name in kebab case."""
-    name = getattr(loss, "name", None)
-    if isinstance(name, str) and name:
-        return name
-    return _name_of_class(type(loss))
-
-
-@functools.cache
-def _name_of_class(cls: type) -> str:
-    target = f"{cls.__module__}:{cls.__qualname__}"
-    try:
-        from rllm_core.plugins.manager import get_plugin_manager
-        from rllm_core.plugins.specs import Kind
-
-        for record in get_plugin_manager().components(Kind.LOSS):
-            factory = record.spec.factory
-            if factory is cls or getattr(factory, "target", None) == target:
-                return record.spec.name
-    except Exception:  # naming must never fail a training step
-        pass
-    kebab = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", cls.__name__)
-    return kebab.lower()
+__all__ = ["MetricAccumulator"]
 
 
 class MetricAccumulator:
