@@ -119,6 +119,23 @@ class RolloutSection(_Section):
     )
 
 
+class GatewaySection(_Section):
+    host: str = Field(
+        "127.0.0.1", description="Address the run's gateway binds (loopback unless changed)."
+    )
+    port: int = Field(
+        0, ge=0, le=65535, description="Port the run's gateway binds (0: a free port)."
+    )
+    token_mode: Literal["cumulative", "plain"] = Field(
+        "cumulative",
+        description=(
+            "`cumulative`: each turn's prompt extends the tokens sampled before it (one datum"
+            " per episode when the chain holds); `plain`: every turn renders the whole"
+            " conversation again."
+        ),
+    )
+
+
 COMPONENT_SECTIONS: dict[str, Kind] = {
     "trainer": Kind.TRAINER_BACKEND,
     "renderer": Kind.RENDERER,
@@ -145,6 +162,9 @@ class Plan(_Section):
     )
     rollout: RolloutSection = Field(
         default_factory=RolloutSection, description="Concurrency and retries of rollouts."
+    )
+    gateway: GatewaySection = Field(
+        default_factory=GatewaySection, description="The gateway a run serves its model through."
     )
     trainer: ComponentRef | None = Field(None, description="Trainer backend.")
     renderer: ComponentRef | None = Field(None, description="Chat renderer.")

@@ -144,8 +144,9 @@ class TrainingLoop:
             renderer=self.c.renderer,
             sampler=self.c.trainer.sampler(),
             trace_store=self.c.trace_store,
-            host="127.0.0.1",
-            port=0,
+            cumulative=self.plan.gateway.token_mode == "cumulative",
+            host=self.plan.gateway.host,
+            port=self.plan.gateway.port,
         )
         await gateway.astart()
         sampling = self.plan.sampling
