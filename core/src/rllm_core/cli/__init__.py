@@ -18,7 +18,9 @@ from rllm_core.cli.models_cmd import models
 from rllm_core.cli.plan_cmd import plan
 from rllm_core.cli.plugins_cmd import plugins
 from rllm_core.cli.run_cmd import run
+from rllm_core.cli.runs_cmd import runs
 from rllm_core.cli.tasks_cmd import tasks
+from rllm_core.cli.traces_cmd import traces
 
 __all__ = ["main"]
 
@@ -38,6 +40,8 @@ main.add_command(docs)
 main.add_command(gateway)
 main.add_command(models)
 main.add_command(tasks)
+main.add_command(runs)
+main.add_command(traces)
 
 
 if __name__ == "__main__":
