@@ -8,7 +8,7 @@ is not one or ``plain`` is set.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -112,17 +112,33 @@ class PlainDisplay:
 
 
 class BarDisplay(PlainDisplay):
-    """A progress bar over attempts, with the running accuracy and mean reward."""
+    """A progress bar over attempts (finished or failed), with the running accuracy, mean
+    reward and infrastructure failures (:meth:`Tally.text`) and the elapsed time.
 
-    def __init__(self, console: Console, tasks: int, attempts: int) -> None:
+    ``clock`` gives the elapsed time (monotonic seconds). With ``auto_refresh`` the bar is
+    redrawn a few times per second from a background thread; without it, after every event.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        tasks: int,
+        attempts: int,
+        *,
+        clock: Callable[[], float] | None = None,
+        auto_refresh: bool = True,
+    ) -> None:
         super().__init__(console, tasks, attempts)
+        self.auto_refresh = auto_refresh
         self.progress = Progress(
             TextColumn("eval"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
+            TextColumn("{task.fields[stats]}", markup=False),
             TimeElapsedColumn(),
             console=console,
+            auto_refresh=auto_refresh,
+            get_time=clock,
             transient=False,
         )
         self.bar = self.progress.add_task("eval", total=tasks * attempts, stats=self.tally.text())
@@ -131,12 +147,15 @@ class BarDisplay(PlainDisplay):
     def on_event(self, event: RolloutEvent) -> None:
         self.tally.add(event)
         self.progress.update(self.bar, completed=event.done, stats=self.tally.text())
+        if not self.auto_refresh:
+            self.progress.refresh()
 
     def close(self) -> None:
         self.progress.stop()
 
 
 def make_display(console: Console, tasks: int, attempts: int, *, plain: bool) -> PlainDisplay:
+    """The bar on a terminal; plain lines with ``plain`` or when the console is not one."""
     if plain or not console.is_terminal:
         return PlainDisplay(console, tasks, attempts)
     return BarDisplay(console, tasks, attempts)

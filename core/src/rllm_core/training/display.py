@@ -1,22 +1,27 @@
-"""What a run shows while it runs: a rich live panel, one plain line per step, or nothing.
+"""What a run shows while it runs: a rich live panel, one plain line per step, or warnings only.
 
 Every display takes the same calls from the loop: ``step_started``, ``on_event`` (each
 :class:`~rllm_core.rollout.RolloutEvent`), ``step_finished`` (the metrics line), ``warn``,
-``info`` and ``finish`` (the summary). :func:`make_display` picks one: ``quiet`` prints only
-messages and warnings, ``plain`` (or stdout not being a terminal) one line per step for logs,
-otherwise the live panel.
+``info`` and ``finish`` (the summary), then ``close`` (safe to repeat). :func:`make_display`
+picks one: ``quiet`` prints only warnings, ``plain`` (or a console that is not a terminal, as
+when stdout is piped to a CI log) one line per step, messages, warnings and the summary table,
+otherwise the live panel with the same lines scrolling above it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
+
+from rllm_core.rollout import RolloutEvent
+from rllm_core.training.metrics import reward_stats
 
 __all__ = ["LiveDisplay", "PlainDisplay", "QuietDisplay", "make_display", "step_line"]
 
@@ -61,22 +66,25 @@ def summary_table(summary: Mapping[str, Any]) -> Table:
 
 
 class QuietDisplay:
-    """Messages and warnings only (``--quiet``)."""
+    """Warnings only (``--quiet``): the command itself prints the run folder and errors."""
 
     def __init__(self, console: Console, total_steps: int) -> None:
         self.console = console
         self.total_steps = total_steps
 
+    def _print(self, message: str, style: str | None = None) -> None:
+        self.console.print(message, style=style, markup=False, highlight=False, soft_wrap=True)
+
     def info(self, message: str) -> None:
-        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+        pass
 
     def warn(self, message: str) -> None:
-        self.console.print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
+        self._print(f"warning: {message}", style="yellow")
 
     def step_started(self, step: int, rollouts: int) -> None:
         pass
 
-    def on_event(self, event: Any) -> None:
+    def on_event(self, event: RolloutEvent) -> None:
         pass
 
     def step_finished(self, line: Mapping[str, Any]) -> None:
@@ -90,7 +98,11 @@ class QuietDisplay:
 
 
 class PlainDisplay(QuietDisplay):
-    """One line per step and the summary table: for CI logs and pipes (``--plain``)."""
+    """Messages, warnings, one line per step and the summary table: for CI logs and pipes
+    (``--plain``)."""
+
+    def info(self, message: str) -> None:
+        self._print(message)
 
     def step_finished(self, line: Mapping[str, Any]) -> None:
         self.info(step_line(line, self.total_steps))
@@ -100,86 +112,148 @@ class PlainDisplay(QuietDisplay):
 
 
 class LiveDisplay(PlainDisplay):
-    """A live panel: the step, rollouts done / total, running reward and accuracy of the step
-    in flight, the last step's throughput and time split, and recent warnings; finished steps
-    scroll above it as plain lines."""
+    """A live panel under the scrolling output.
 
-    def __init__(self, console: Console, total_steps: int) -> None:
+    The panel shows the step in flight (``step k/N``, a bar of rollouts done / total, the
+    running mean reward and accuracy over the step's scored rollouts, infrastructure retries
+    and failures, seconds spent in rollout and then in training), the last finished step's
+    throughput (completion tokens per rollout second, datum tokens per train second) and time
+    split, and the warning count with the latest one. Messages, warnings and finished step
+    lines print above it and stay in the scrollback; the panel itself is removed on
+    :meth:`close`, and :meth:`finish` prints the summary table.
+
+    ``clock`` gives the elapsed times (monotonic seconds). With ``auto_refresh`` the panel is
+    redrawn a few times per second from a background thread; without it, after every call.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        total_steps: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        auto_refresh: bool = True,
+    ) -> None:
         super().__init__(console, total_steps)
+        self.clock = clock
+        self.auto_refresh = auto_refresh
         self.step = 0
         self.done = 0
         self.total = 0
         self.rewards: list[float] = []
         self.retries = 0
-        self.started_at = time.monotonic()
+        self.failures = 0
+        self.step_start = clock()
+        self.rollout_end: float | None = None
         self.last: Mapping[str, Any] | None = None
         self.warnings: list[str] = []
-        self.live = Live(self._render(), console=console, auto_refresh=True, transient=True)
-        self.live.start()
+        self.live = Live(
+            console=console,
+            get_renderable=self.render,
+            auto_refresh=auto_refresh,
+            transient=True,
+        )
+        self.live.start(refresh=True)
 
-    def _render(self) -> Group:
-        head = Text(f"step {self.step}/{self.total_steps}  ", style="bold")
-        head.append(f"rollouts {self.done}/{self.total}")
-        if self.rewards:
-            mean = sum(self.rewards) / len(self.rewards)
-            acc = sum(1 for r in self.rewards if r >= 1.0) / len(self.rewards)
-            head.append(f"  reward {mean:.3f}  acc {acc:.3f}")
-        if self.retries:
-            head.append(f"  infra retries {self.retries}", style="yellow")
-        head.append(f"  {time.monotonic() - self.started_at:.0f}s")
-        parts: list[Any] = [head]
+    def render(self) -> Group:
+        """The panel as it stands now."""
+        now = self.clock()
+        head = Table.grid(padding=(0, 1))
+        if self.step == 0:
+            head.add_row(
+                Text(f"step 0/{self.total_steps}", style="bold"),
+                Text(f"starting, {now - self.step_start:.0f}s"),
+            )
+        else:
+            head.add_row(
+                Text(f"step {self.step}/{self.total_steps}", style="bold"),
+                ProgressBar(total=max(self.total, 1), completed=self.done, width=30),
+                Text(f"rollouts {self.done}/{self.total}"),
+            )
+            rewards = list(self.rewards)
+            if rewards:
+                running = reward_stats(rewards)
+                stats = Text(f"reward {running['reward/mean']:.3f}  acc {running['accuracy']:.3f}")
+            else:
+                stats = Text("reward -  acc -")
+            if self.retries:
+                stats.append(f"  infra retries {self.retries}", style="yellow")
+            if self.failures:
+                stats.append(f"  infra failures {self.failures}", style="yellow")
+            if self.rollout_end is None:
+                stats.append(f"  rollout {now - self.step_start:.0f}s")
+            else:
+                stats.append(
+                    f"  rollout {self.rollout_end - self.step_start:.0f}s"
+                    f"  train {now - self.rollout_end:.0f}s"
+                )
+        parts: list[Any] = [head] if self.step == 0 else [head, stats]
         if self.last is not None:
             last = self.last
             parts.append(
                 Text(
-                    f"last step: sampled {last['tokens/sampled_per_s']:.0f} tok/s,"
-                    f" trained {last['tokens/trained_per_s']:.0f} tok/s,"
+                    f"last step {last['step']}: sampled {last['tokens/sampled_per_s']:.0f} tok/s,"
+                    f" trained {last['tokens/trained_per_s']:.0f} tok/s;"
                     f" rollout {last['time/rollout_s']:.1f}s / train {last['time/train_s']:.1f}s"
                 )
             )
-        parts.extend(Text(f"warning: {w}", style="yellow") for w in self.warnings[-3:])
+        if self.warnings:
+            parts.append(
+                Text(
+                    f"warnings {len(self.warnings)}, latest: {self.warnings[-1]}",
+                    style="yellow",
+                    overflow="ellipsis",
+                    no_wrap=True,
+                )
+            )
         return Group(*parts)
 
-    def _refresh(self) -> None:
-        self.live.update(self._render())
+    def _changed(self) -> None:
+        if not self.auto_refresh:
+            self.live.refresh()
 
     def info(self, message: str) -> None:
-        self.live.console.print(message, markup=False, highlight=False, soft_wrap=True)
+        super().info(message)
+        self._changed()
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
-        self._refresh()
+        super().warn(message)
+        self._changed()
 
     def step_started(self, step: int, rollouts: int) -> None:
         self.step, self.done, self.total = step, 0, rollouts
-        self.rewards, self.retries = [], 0
-        self.warnings = []
-        self._refresh()
+        self.rewards, self.retries, self.failures = [], 0, 0
+        self.step_start, self.rollout_end = self.clock(), None
+        self._changed()
 
-    def on_event(self, event: Any) -> None:
-        self.done = event.done
-        self.total = event.total
+    def on_event(self, event: RolloutEvent) -> None:
+        self.done, self.total = event.done, event.total
         if event.kind == "finished" and event.reward is not None:
             self.rewards.append(float(event.reward))
         elif event.kind == "retried":
             self.retries += 1
-        self._refresh()
+        elif event.kind == "failed":
+            self.failures += 1
+        if self.total and self.done >= self.total and self.rollout_end is None:
+            self.rollout_end = self.clock()
+        self._changed()
 
     def step_finished(self, line: Mapping[str, Any]) -> None:
         self.last = line
-        self.info(step_line(line, self.total_steps))
-        self._refresh()
+        super().step_finished(line)
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         self.close()
-        self.console.print(summary_table(summary))
+        super().finish(summary)
 
     def close(self) -> None:
         self.live.stop()
 
 
 def make_display(console: Console, total_steps: int, *, quiet: bool, plain: bool) -> QuietDisplay:
-    """The display for these flags and this console (plain when it is not a terminal)."""
+    """The display for these flags and this console: quiet wins over plain, and a console that
+    is not a terminal gets the plain display even without ``plain``."""
     if quiet:
         return QuietDisplay(console, total_steps)
     if plain or not console.is_terminal:
