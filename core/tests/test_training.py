@@ -6,7 +6,7 @@ import random
 
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from rllm_core.training.folder import RunFolder, folder_name
-from rllm_core.training.metrics import reward_stats, summarize
+from rllm_core.training.metrics import reward_stats, step_metrics, summarize
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs
 
 
@@ -85,3 +85,26 @@ def test_reward_stats_and_summary():
     }
     summary = summarize([row | {"reward/mean": 0.0}, row])
     assert summary["reward_first"] == 0.25 and summary["episodes"] == 8.0
+
+
+def test_sampler_utilization_is_busy_time_over_rollout_time_of_the_clocked_steps():
+    common = dict(
+        episodes=[],
+        infra_failures=0,
+        retries=0,
+        report={},
+        datums=[],
+        train={},
+        train_s=1.0,
+        step_s=5.0,
+        weight_version=1,
+    )
+    unclocked = step_metrics(step=1, rollout_s=4.0, **common)
+    assert "sampler_utilization" not in unclocked and "time/sampler_busy_s" not in unclocked
+    first = step_metrics(step=2, rollout_s=4.0, sampler_busy_s=3.0, **common)
+    second = step_metrics(step=3, rollout_s=6.0, sampler_busy_s=3.0, **common)
+    assert first["sampler_utilization"] == 0.75 and second["sampler_utilization"] == 0.5
+    assert first["time/sampler_busy_s"] == 3.0
+    # 6 busy seconds over the 10 rollout seconds of the clocked steps; step 1 is left out.
+    assert summarize([unclocked, first, second])["sampler_utilization"] == 0.6
+    assert summarize([unclocked])["sampler_utilization"] is None

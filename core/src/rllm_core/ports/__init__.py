@@ -17,12 +17,13 @@ from rllm_core.ports.losses import (
 from rllm_core.ports.rendering import Renderer
 from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
 from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
-from rllm_core.ports.training import Sampler, TrainerBackend, WeightedLoss
+from rllm_core.ports.training import BusyClock, Sampler, TrainerBackend, WeightedLoss
 
 __all__ = [
     "AdvantageEstimator",
     "AdvantageResult",
     "Aggregate",
+    "BusyClock",
     "Harness",
     "Logger",
     "Loss",

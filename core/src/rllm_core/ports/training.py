@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 from rllm_core.ports.losses import Loss
 from rllm_core.types import Datum, SampleRequest, SampleResult
 
-__all__ = ["Sampler", "TrainerBackend", "WeightedLoss"]
+__all__ = ["BusyClock", "Sampler", "TrainerBackend", "WeightedLoss"]
 
 
 @runtime_checkable
@@ -34,6 +34,21 @@ class Sampler(Protocol):
     def weight_version(self) -> int: ...
 
     async def sample(self, request: SampleRequest) -> SampleResult: ...
+
+
+@runtime_checkable
+class BusyClock(Protocol):
+    """What a sampler may also offer: how long it has been working.
+
+    ``busy_seconds`` is the wall time, summed since the sampler started, during which it was
+    running the model for requests (prompt processing, decoding, choosing tokens); it never
+    decreases. Time spent waiting for requests or for the trainer to release the weights does
+    not count. ``rllm-core run`` reports ``sampler_utilization``, the busy seconds of a rollout
+    phase over its wall time, for samplers that offer it.
+    """
+
+    @property
+    def busy_seconds(self) -> float: ...
 
 
 WeightedLoss = tuple[Loss, float]

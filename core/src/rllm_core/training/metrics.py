@@ -17,6 +17,9 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
   metrics keep their own ``<loss>/`` prefix inside it), and ``trained`` (1 when the optimizer
   stepped, 0 when the step had no datum).
 - ``time/rollout_s``, ``time/train_s``, ``time/step_s`` and ``weight_version``.
+- ``time/sampler_busy_s`` and ``sampler_utilization`` (busy seconds over ``time/rollout_s``):
+  how long the sampler ran the model during the rollout phase, when it reports that
+  (:class:`~rllm_core.ports.training.BusyClock`); absent otherwise.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def step_metrics(
     train_s: float,
     step_s: float,
     weight_version: int,
+    sampler_busy_s: float | None = None,
 ) -> dict[str, Any]:
     """The ``metrics.jsonl`` line of one step; see the module docstring for the keys.
     ``report`` is :meth:`~rllm_core.algorithms.DatumReport.metrics`."""
@@ -98,6 +102,9 @@ def step_metrics(
         "incomplete_chains",
     ):
         line[key] = float(report.get(key, 0.0))
+    if sampler_busy_s is not None:
+        line["time/sampler_busy_s"] = sampler_busy_s
+        line["sampler_utilization"] = sampler_busy_s / rollout_s if rollout_s > 0 else 0.0
     line |= {k: float(v) for k, v in report.items() if k.startswith("advantage/")}
     line |= {f"train/{k}": float(v) for k, v in train.items()}
     return line
@@ -124,12 +131,18 @@ def episode_record(step: int, episode: Episode) -> dict[str, Any]:
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str, Any]:
-    """Totals and first/last-``window`` reward means over a run's metrics lines."""
+    """Totals and first/last-``window`` reward means over a run's metrics lines.
+
+    ``sampler_utilization`` is the sampler's busy seconds over the rollout seconds of the steps
+    that report them (``None`` when none does)."""
 
     def mean(values: list[float]) -> float | None:
         return math.fsum(values) / len(values) if values else None
 
     rewards = [float(r["reward/mean"]) for r in rows]
+    clocked = [r for r in rows if "time/sampler_busy_s" in r]
+    clocked_rollout_s = math.fsum(float(r["time/rollout_s"]) for r in clocked)
+    busy_s = math.fsum(float(r["time/sampler_busy_s"]) for r in clocked)
     return {
         "steps": len(rows),
         "reward_first": mean(rewards[:window]),
@@ -141,4 +154,5 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str
         "tokens_trained": math.fsum(float(r["tokens/trained"]) for r in rows),
         "rollout_s": math.fsum(float(r["time/rollout_s"]) for r in rows),
         "train_s": math.fsum(float(r["time/train_s"]) for r in rows),
+        "sampler_utilization": busy_s / clocked_rollout_s if clocked_rollout_s > 0 else None,
     }

@@ -3,9 +3,10 @@
 One decode thread owns the model. Callers (any number of asyncio tasks, on any loops, or
 threads through :meth:`TorchSampler.sample_many`) enqueue requests and wait on futures the
 thread settles. Between decode steps the thread admits queued requests into free slots:
-each newcomer's prompt runs through the model alone (so its prompt states are exactly those
-of a lone forward pass, with logits for the last position only), and from then on it decodes
-in the shared batch, one token per row per step. A row that finishes frees its slot at once.
+newcomers that arrived together are prefilled in one forward (left-padded, with a mask that
+keeps each prompt to itself; a lone newcomer runs alone), with logits for the last position
+only, and from then on each decodes in the shared batch, one token per row per step. A row
+that finishes frees its slot at once.
 
 Weights: a sequence takes the gate's shared access when it is admitted and gives it back when
 it finishes, so every token of a completion comes from the version read at admission, which
@@ -21,6 +22,7 @@ import contextlib
 import math
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +38,9 @@ __all__ = ["TorchSampler"]
 
 _IDLE_GATE_WAIT_S = 0.05
 """How often an idle decode thread blocked by the trainer rechecks for close()."""
+
+_PREFILL_TOKENS = 4096
+"""Most padded prompt tokens prefilled in one forward (bounds its activations and mask)."""
 
 
 @dataclass(eq=False)
@@ -91,8 +96,12 @@ class TorchSampler:
       below 1, a negative temperature, ``top_p`` outside ``(0, 1]``) raise ``ValueError`` in
       the caller before anything is queued.
     - An exception while decoding fails exactly the requests it touched (a prefill: that
-      request; a batched step: every row in it) with that exception; the sampler goes on
-      serving the rest of the queue.
+      request, a joint prefill being redone one request at a time first; a batched step:
+      every row in it) with that exception; the sampler goes on serving the rest of the
+      queue.
+
+    ``busy_seconds`` (the :class:`~rllm_core.ports.training.BusyClock` extension) sums the wall
+    time of every prefill and decode step, token choice included.
 
     The model is called under ``torch.inference_mode()`` with its train/eval mode untouched;
     the trainer keeps it in eval mode outside ``gate.exclusive()``. Memory for the KV cache
@@ -134,6 +143,7 @@ class TorchSampler:
         self._pending: deque[_Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._busy_s = 0.0
         self._thread = threading.Thread(target=self._run, name="rllm-torch-sampler", daemon=True)
         self._thread.start()
 
@@ -145,6 +155,11 @@ class TorchSampler:
     def weight_version(self) -> int:
         """The newest published weight version (a new request samples from it)."""
         return self._gate.version
+
+    @property
+    def busy_seconds(self) -> float:
+        """Wall seconds spent on prefill and decode steps since the sampler started."""
+        return self._busy_s
 
     @property
     def vocab_size(self) -> int:
@@ -253,7 +268,9 @@ class TorchSampler:
                     if not self._admit():
                         break
                     if self._rows:
+                        started = time.perf_counter()
                         self._step()
+                        self._busy_s += time.perf_counter() - started
                 except Exception as exc:
                     # Forwards fail their own rows; this is a fault in the bookkeeping around
                     # them. Failing what is in flight keeps callers from waiting forever.
@@ -280,28 +297,69 @@ class TorchSampler:
                     return False
                 if not self._pending or len(self._rows) >= self._max_batch:
                     return True
+            claimed = self._claim()
+            if claimed:
+                started = time.perf_counter()
+                self._start(claimed)
+                self._busy_s += time.perf_counter() - started
+            elif self._rows:
+                return True
+
+    def _claim(self) -> list[tuple[_Job, int]]:
+        """Take the queued jobs of one prefill, each with shared access to the weights.
+
+        As many as free slots and ``_PREFILL_TOKENS`` (prompts padded to the longest) allow,
+        at least one; fewer, possibly none, when the trainer holds or wants the weights (with
+        nothing decoding, waits ``_IDLE_GATE_WAIT_S`` for it first).
+        """
+        claimed: list[tuple[_Job, int]] = []
+        longest = 0
+        while len(self._rows) + len(claimed) < self._max_batch:
+            with self._cond:
+                if not self._pending:
+                    break
                 job = self._pending[0]
             if job.abandoned():
                 self._pop(job)
                 continue
+            width = max(longest, len(job.prompt))
+            if claimed and width * (len(claimed) + 1) > _PREFILL_TOKENS:
+                break
             version = self._gate.try_acquire_shared()
             if version is None:
-                if self._rows:
-                    return True
+                if claimed or self._rows:
+                    break
                 try:
                     version = self._gate.acquire_shared(timeout=_IDLE_GATE_WAIT_S)
                 except TimeoutError:
-                    continue
+                    break
             self._pop(job)
-            self._start(job, version)
+            claimed.append((job, version))
+            longest = width
+        return claimed
 
     def _pop(self, job: _Job) -> None:
         with self._cond:
             if self._pending and self._pending[0] is job:
                 self._pending.popleft()
 
-    def _start(self, job: _Job, version: int) -> None:
-        """Prefill ``job``'s prompt into the next free slot and choose its first token."""
+    def _start(self, claimed: list[tuple[_Job, int]]) -> None:
+        """Prefill the claimed jobs into the next free slots and choose their first tokens:
+        together in one forward when there are several, alone otherwise.
+
+        A failed joint prefill is redone one job at a time, so only the job that fails alone
+        gets the exception.
+        """
+        if len(claimed) > 1:
+            try:
+                self._prefill_together(claimed)
+                return
+            except Exception:
+                self._cache.end()
+        for job, version in claimed:
+            self._prefill_alone(job, version)
+
+    def _prefill_alone(self, job: _Job, version: int) -> None:
         row = _Row(job=job, version=version, random=random.Random(job.seed), length=len(job.prompt))
         slot = len(self._rows)
         try:
@@ -320,6 +378,49 @@ class TorchSampler:
             return
         self._rows.append(row)
         self._retire([slot] if self._finished(row) else [])
+
+    def _prefill_together(self, claimed: list[tuple[_Job, int]]) -> None:
+        """One forward over every claimed prompt, left-padded to the longest so that each
+        row's last prompt token sits in the last column; a 4-D mask keeps each row to its
+        own tokens and positions start at 0 after the padding."""
+        jobs = [job for job, _ in claimed]
+        width = max(len(job.prompt) for job in jobs)
+        pads = [width - len(job.prompt) for job in jobs]
+        first = len(self._rows)
+        device = self._device
+        ids = torch.tensor(
+            [[0] * pad + job.prompt for job, pad in zip(jobs, pads, strict=True)],
+            dtype=torch.long,
+            device=device,
+        )
+        pad = torch.tensor(pads, dtype=torch.long, device=device)
+        columns = torch.arange(width, device=device)
+        positions = (columns[None, :] - pad[:, None]).clamp(min=0)
+        query, key = columns[:, None], columns[None, :]
+        # A padding query sees only itself, so its softmax stays finite; nobody else sees it.
+        visible = ((key <= query)[None] & (key >= pad[:, None, None])) | (key == query)[None]
+        mask = torch.zeros(visible.shape, dtype=self._dtype, device=device)
+        mask.masked_fill_(~visible, torch.finfo(self._dtype).min)
+        self._cache.begin_prefill_batch(
+            list(range(first, first + len(jobs))),
+            pads,
+            max(len(job.prompt) + job.max_tokens for job in jobs),
+        )
+        output = self._model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=mask[:, None],
+            cache=self._cache,
+            logits_to_keep=1,
+        )
+        self._cache.end()
+        rows = [
+            _Row(job=job, version=version, random=random.Random(job.seed), length=len(job.prompt))
+            for job, version in claimed
+        ]
+        self._accept(rows, output.logits[:, -1])
+        self._rows.extend(rows)
+        self._retire([first + i for i, row in enumerate(rows) if self._finished(row)])
 
     def _step(self) -> None:
         """Feed every row its last token and choose the next one."""
