@@ -12,7 +12,7 @@ from rich.console import Console
 
 from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
-from rllm_core.cli.run_cmd import _resolve
+from rllm_core.cli.preflight import check_gateway, resolve_or_exit
 from rllm_core.errors import PlanError
 
 
@@ -72,28 +72,34 @@ def eval_(
         plan, _ = load_plan(plan_path, overrides)
     except PlanError as exc:
         fail_plan(exc)
-    _resolve(plan_path, overrides, Path(plan.run.output_dir) / "<eval folder>")
+    placeholder = Path(plan.run.output_dir) / "<eval folder>"
+    check_gateway(resolve_or_exit(plan_path, overrides, placeholder, training=False))
     folder = EvalFolder.create(plan.run.output_dir, plan.run.name)
-    resolved = _resolve(plan_path, overrides, folder.path)
+    resolved = resolve_or_exit(plan_path, overrides, folder.path, training=False)
     folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
     console = Console(highlight=False)
     console.print(f"eval folder: {folder.path}", markup=False, soft_wrap=True)
     try:
-        components = build_components(resolved)
+        components = build_components(resolved, training=False)
     except BuildError as exc:
         fail(str(exc), EXIT_FAILURE)
     try:
-        _evaluate(
-            console, resolved.plan, components, folder, state_dir, split, limit, attempts, plain
+        failure = _evaluate(
+            console, resolved, components, folder, state_dir, split, limit, attempts, plain
         )
     finally:
         asyncio.run(components.aclose())
+    if failure is not None:
+        fail(
+            f"{failure}\nResults of every attempt: {folder.results}, summary: {folder.summary}",
+            EXIT_FAILURE,
+        )
     console.print(json.dumps({"summary": str(folder.summary)}), markup=False)
 
 
 def _evaluate(
     console: Console,
-    plan: Any,
+    resolved: Any,
     components: Any,
     folder: Any,
     state_dir: Path | None,
@@ -101,9 +107,13 @@ def _evaluate(
     limit: int | None,
     attempts: int,
     plain: bool,
-) -> dict[str, Any]:
+) -> Any:
+    """Run the evaluation and write its results; returns the failure when every attempt failed
+    on infrastructure (a ``TooManyFailedRollouts``), else None. Exits on anything that stops
+    it earlier."""
     from rllm_core.evaluation import Evaluation
     from rllm_core.evaluation.display import make_display
+    from rllm_core.training.gateway_address import GatewayBindError
 
     if state_dir is not None:
         try:
@@ -123,18 +133,22 @@ def _evaluate(
         fail(f"the task split {split!r} has no tasks; choose another with --split", EXIT_USAGE)
     display = make_display(console, len(tasks), attempts, plain=plain)
     evaluation = Evaluation(
-        plan=plan,
+        plan=resolved.plan,
         components=components,
         tasks=tasks,
         attempts=attempts,
         run_id=folder.path.name,
         on_event=display.on_event,
+        plan_path=resolved.path,
     )
     try:
         outcome = asyncio.run(evaluation.run())
     except KeyboardInterrupt:
         display.close()
         fail("evaluation interrupted; no results written", 130)
+    except GatewayBindError as exc:
+        display.close()
+        fail(str(exc), EXIT_USAGE)
     except Exception as exc:
         display.close()
         fail(f"the evaluation failed: {type(exc).__name__}: {exc}", EXIT_FAILURE)
@@ -146,4 +160,4 @@ def _evaluate(
     }
     folder.write_results(outcome.results, summary)
     display.finish(summary)
-    return summary
+    return outcome.failure

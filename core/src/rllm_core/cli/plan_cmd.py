@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from rllm_core.cli.output import EXIT_USAGE, console, fail, fail_plan, print_json
+from rllm_core.cli.output import EXIT_USAGE, console, err_console, fail, fail_plan, print_json
 from rllm_core.errors import ModelError, PlanError
 from rllm_core.plan import ResolvedPlan
 from rllm_core.reference import toml_literal
@@ -39,8 +39,10 @@ def check(plan_path: Path, overrides: tuple[str, ...], as_json: bool) -> None:
     except ModelError as exc:
         fail(f"{plan_path}: [trainer].model: {exc}", EXIT_USAGE)
     if as_json:
-        print_json({"ok": True, **resolved.to_dict()})
+        print_json({"ok": True, "notes": list(resolved.notes), **resolved.to_dict()})
         return
+    for note in resolved.notes:
+        err_console.print(f"[yellow]warning:[/] {escape(note)}")
     print_resolved(resolved)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,64 +12,26 @@ from typing import Any
 import click
 from rich.console import Console
 
-from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, fail, fail_plan
+from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, err_console, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
-from rllm_core.errors import ModelError, PlanError, PlanIssue
-from rllm_core.plan import ResolvedPlan
-from rllm_core.plugins.catalog import FIRST_PARTY
-from rllm_core.plugins.specs import Kind
-
-REQUIRED: list[tuple[str, Kind, str]] = [
-    ("[trainer]", Kind.TRAINER_BACKEND, "torch"),
-    ("[renderer]", Kind.RENDERER, "chatml"),
-    ("[harness]", Kind.HARNESS, "single-turn"),
-    ("[tasks]", Kind.TASK_SOURCE, "jsonl"),
-    ("[trace_store]", Kind.TRACE_STORE, "deltachain"),
-    ("[algorithm].loss", Kind.LOSS, "dppo-tv"),
-    ("[algorithm].advantage", Kind.ADVANTAGE_ESTIMATOR, "grpo"),
-]
-"""What a training run needs, with the first-party component to suggest for each."""
+from rllm_core.cli.preflight import check_gateway, resolve_or_exit
+from rllm_core.errors import PlanError
 
 
-def missing_components(resolved: ResolvedPlan) -> list[PlanIssue]:
-    issues = []
-    for where, kind, example in REQUIRED:
-        if resolved.get(where) is not None:
-            continue
-        section, _, key = where.strip("[").partition("]")
-        key = key.lstrip(".") or None
-        provider = FIRST_PARTY[kind][example]
-        selector = f'{key} = "{example}"' if key else f'name = "{example}"'
-        issues.append(
-            PlanIssue(
-                path=resolved.path,
-                section=section,
-                key=key,
-                message=f"a run needs a {kind.label}, and the plan selects none",
-                hint=f"add {selector} under [{section}] ({example} comes with {provider})",
-            )
-        )
-    return issues
+def _comparable(data: dict, folder_name: str) -> dict:
+    """The resolved plan of ``data`` as far as a resume must match it: ``run.steps`` may
+    differ, and store paths the run put in its folder may spell that folder differently (a
+    relative path at the start, an absolute one to ``--resume``)."""
+    from rllm_core.training.components import STORE_SECTIONS
 
-
-def _resolve(plan_path: Path, overrides: tuple[str, ...], run_dir: Path) -> ResolvedPlan:
-    from rllm_core.training.components import prepare_plan
-
-    try:
-        resolved = prepare_plan(plan_path, overrides, run_dir=run_dir)
-    except PlanError as exc:
-        fail_plan(exc)
-    except ModelError as exc:
-        fail(str(exc), EXIT_USAGE)
-    missing = missing_components(resolved)
-    if missing:
-        fail_plan(PlanError(missing))
-    return resolved
-
-
-def _comparable(data: dict) -> dict:
     plan = dict(data["plan"])
     plan["run"] = {k: v for k, v in plan.get("run", {}).items() if k != "steps"}
+    for section in STORE_SECTIONS:
+        ref = plan.get(section)
+        if isinstance(ref, dict) and isinstance(ref.get("path"), str):
+            path = Path(os.path.abspath(ref["path"]))
+            if path.parent.name == folder_name:
+                plan[section] = ref | {"path": f"<run folder>/{path.name}"}
     return plan
 
 
@@ -102,6 +65,7 @@ def run(
     from rllm_core.training.components import BuildError, build_components
     from rllm_core.training.display import make_display
     from rllm_core.training.folder import RunFolder
+    from rllm_core.training.gateway_address import GatewayBindError
     from rllm_core.training.loop import ResumeError, TrainingLoop
 
     console = Console(highlight=False)
@@ -110,13 +74,15 @@ def run(
             folder = RunFolder.existing(resume)
         except FileNotFoundError as exc:
             fail(str(exc), EXIT_USAGE)
-        resolved = _resolve(plan_path, overrides, folder.path)
-        if _comparable(resolved.to_dict()) != _comparable(folder.read_resolved()):
+        resolved = resolve_or_exit(plan_path, overrides, folder.path)
+        name = Path(os.path.abspath(folder.path)).name
+        if _comparable(resolved.to_dict(), name) != _comparable(folder.read_resolved(), name):
             fail(
                 f"{plan_path} (with these --set values) differs from the plan {folder.path} was"
                 f" started with (beyond run.steps); resume with that plan: {folder.plan_file}",
                 EXIT_USAGE,
             )
+        check_gateway(resolved)
     else:
         try:
             from rllm_core.plan.load import load_plan
@@ -124,12 +90,15 @@ def run(
             plan, _ = load_plan(plan_path, overrides)
         except PlanError as exc:
             fail_plan(exc)
+        # Everything that can fail on the plan fails here, before the folder exists.
         placeholder = Path(plan.run.output_dir) / "<run folder>"
-        _resolve(plan_path, overrides, placeholder)
+        check_gateway(resolve_or_exit(plan_path, overrides, placeholder))
         folder = RunFolder.create(plan.run.output_dir, plan.run.name)
-        resolved = _resolve(plan_path, overrides, folder.path)
+        resolved = resolve_or_exit(plan_path, overrides, folder.path)
         folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
     console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
+    for note in resolved.notes:
+        err_console.print(f"warning: {note}", markup=False)
     display = make_display(console, resolved.plan.run.steps, quiet=quiet, plain=plain)
     try:
         try:
@@ -149,7 +118,7 @@ def run(
         )
         try:
             result = asyncio.run(_run(loop, components))
-        except ResumeError as exc:
+        except (ResumeError, GatewayBindError) as exc:
             fail(str(exc), EXIT_USAGE)
         except Exception as exc:
             fail(
@@ -159,6 +128,12 @@ def run(
             )
     finally:
         display.close()
+    if result.status == "failed":
+        fail(
+            f"{result.reason}\nThe run stopped at step {result.step + 1} without training it;"
+            f" finished checkpoints in {folder.checkpoints} are intact, summary: {folder.summary}",
+            EXIT_FAILURE,
+        )
     if result.status == "interrupted":
         command = f"rllm-core run {plan_path} --resume {folder.path}"
         if overrides:

@@ -5,6 +5,8 @@
 session (with a per-attempt seed from ``run.seed``), and a
 :class:`~rllm_core.rollout.RolloutRunner` with ``group_size = attempts`` and the plan's
 ``[rollout]`` concurrency and infrastructure retries. Every task runs as one batch (step 0).
+When every attempt failed on infrastructure, :attr:`EvalResult.failure` says why (the results
+are still complete: every attempt excluded).
 """
 
 from __future__ import annotations
@@ -18,9 +20,16 @@ from typing import Any
 from rllm_core.evaluation.scoring import TaskResult, summarize, task_results
 from rllm_core.gateway.server import Gateway
 from rllm_core.plan.schema import Plan
-from rllm_core.rollout import RolloutEvent, RolloutRunner, RolloutSettings
+from rllm_core.rollout import (
+    RolloutEvent,
+    RolloutRunner,
+    RolloutSettings,
+    TooManyFailedRollouts,
+    failure_report,
+)
 from rllm_core.training.checkpoints import TRAINER_DIR
 from rllm_core.training.components import Components
+from rllm_core.training.gateway_address import gateway_bind_error
 from rllm_core.training.sessions import SeededGateway
 from rllm_core.types import SamplingParams, Task
 
@@ -53,17 +62,20 @@ def checkpoint_state_dir(path: str | Path) -> Path:
 
 @dataclass
 class EvalResult:
-    """Per-task results in task order and the summary (see :mod:`.scoring`)."""
+    """Per-task results in task order and the summary (see :mod:`.scoring`); ``failure`` is
+    set when every attempt failed on infrastructure."""
 
     results: list[TaskResult]
     summary: dict[str, Any]
+    failure: TooManyFailedRollouts | None = None
 
 
 class Evaluation:
     """``attempts`` rollouts of each of ``tasks`` with the built ``components`` of ``plan``.
 
     ``run_id`` prefixes every gateway session id; ``on_event`` gets every
-    :class:`~rllm_core.rollout.RolloutEvent` (for progress displays).
+    :class:`~rllm_core.rollout.RolloutEvent` (for progress displays); ``plan_path`` is named
+    in error messages.
     """
 
     def __init__(
@@ -75,6 +87,7 @@ class Evaluation:
         attempts: int,
         run_id: str,
         on_event: Callable[[RolloutEvent], None] | None = None,
+        plan_path: str = "plan.toml",
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
@@ -84,6 +97,7 @@ class Evaluation:
         self.attempts = attempts
         self.run_id = run_id
         self.on_event = on_event
+        self.plan_path = plan_path
 
     def settings(self) -> RolloutSettings:
         """The rollout settings: the plan's ``[rollout]`` and ``[sampling]``, ``attempts``
@@ -101,7 +115,9 @@ class Evaluation:
         )
 
     async def run(self) -> EvalResult:
-        """Run every attempt and score them."""
+        """Run every attempt and score them. Raises
+        :class:`~rllm_core.training.gateway_address.GatewayBindError` when the gateway cannot
+        bind the plan's ``[gateway]`` address."""
         began = time.monotonic()
         gateway = Gateway(
             renderer=self.c.renderer,
@@ -111,7 +127,12 @@ class Evaluation:
             host=self.plan.gateway.host,
             port=self.plan.gateway.port,
         )
-        await gateway.astart()
+        try:
+            await gateway.astart()
+        except OSError as exc:
+            raise gateway_bind_error(
+                exc, host=gateway.host, port=self.plan.gateway.port, plan_path=self.plan_path
+            ) from None
         try:
             runner = RolloutRunner(
                 task_source=self.c.tasks,
@@ -128,4 +149,9 @@ class Evaluation:
             await gateway.astop()
         results = task_results(self.tasks, batch)
         summary = summarize(results, attempts=self.attempts, wall_s=time.monotonic() - began)
-        return EvalResult(results=results, summary=summary)
+        failure = None
+        if batch.infra_failures and not batch.episodes_done:
+            failure = failure_report(
+                batch, context="evaluation", rule="so no attempt was scored", tasks=self.tasks
+            )
+        return EvalResult(results=results, summary=summary, failure=failure)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -42,7 +43,15 @@ def read_plan_file(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PlanError(
-            [PlanIssue(path=label, section="", key=None, message=f"invalid TOML: {exc}")]
+            [
+                PlanIssue(
+                    path=label,
+                    section="",
+                    key=None,
+                    message=f"invalid TOML: {exc}",
+                    hint="fix the syntax at that line (strings need quotes, tables [brackets])",
+                )
+            ]
         ) from exc
 
 
@@ -108,7 +117,7 @@ def _split_location(loc: Sequence[int | str]) -> tuple[str, str | None]:
     if not parts:
         return "", None
     if len(parts) == 1:
-        return "", parts[0]
+        return parts[0], None  # every top-level key of a plan is a section
     section, rest = parts[0], parts[1:]
     key = ""
     for part in rest:
@@ -206,15 +215,44 @@ def issues_from_validation(
             )
             continue
         shown = value if isinstance(value, (str, int, float, bool)) else None
+        owner_model = model if model is not None else _model_at(loc)
+        field_loc = [str(p) for p in error["loc"]] if model is not None else loc
+        hint = _value_hint(owner_model, field_loc, kind)
         message = error["msg"]
         if shown is not None and kind != "missing":
             message = f"{message} (got {shown!r})"
         if owner:
             message = f"{owner}: {message}"
         issues.append(
-            PlanIssue(path=path, section=sec, key=key or None, value=shown, message=message)
+            PlanIssue(
+                path=path, section=sec, key=key or None, value=shown, message=message, hint=hint
+            )
         )
     return issues
+
+
+def _value_hint(owner: type[BaseModel] | None, loc: Sequence[str], kind: str) -> str | None:
+    """What to do about a bad or missing value of a known field: its default, if it has one."""
+    if owner is None or not loc or (model_field := owner.model_fields.get(loc[-1])) is None:
+        return None
+    if _first_model(model_field.annotation) is not None:
+        return None  # a whole section: its own message says which keys clash
+    if kind == "missing":
+        return "add it"
+    if model_field.is_required():
+        return "fix the value"
+    default = model_field.get_default(call_default_factory=True)
+    if default is None:
+        return "fix the value, or remove the key to leave it unset"
+    if isinstance(default, bool):
+        shown = "true" if default else "false"
+    elif isinstance(default, str):
+        shown = json.dumps(default)
+    elif isinstance(default, (int, float)):
+        shown = repr(default)
+    else:
+        return "fix the value, or remove the key for its default"
+    return f"fix the value, or remove the key for the default {shown}"
 
 
 def parse_plan(data: Mapping[str, Any], *, path: str = "<plan>") -> Plan:

@@ -66,11 +66,16 @@ class ResolvedComponent:
 
 @dataclass(frozen=True)
 class ResolvedPlan:
-    """A plan whose every component resolved to an installed plugin with a valid config."""
+    """A plan whose every component resolved to an installed plugin with a valid config.
+
+    ``notes`` are warnings about the plan that do not stop it (a key the run overrides), each
+    naming the file, the key and what to do.
+    """
 
     path: str
     plan: Plan
     components: Mapping[str, ResolvedComponent] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def get(self, where: str) -> ResolvedComponent | None:
         return self.components.get(where)

@@ -117,6 +117,15 @@ class RolloutSection(_Section):
     max_infra_retries: int = Field(
         2, ge=0, description="Retries of a rollout that failed for infrastructure reasons."
     )
+    max_failed_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Stop the run (exit 1, the step untrained) when more than this fraction of a"
+            " step's rollouts failed on infrastructure after their retries (1: never stop)."
+        ),
+    )
 
 
 class GatewaySection(_Section):

@@ -9,6 +9,7 @@
         max_infra_retries=2), run_id="run-1",
     )
     batch = await runner.run(source.tasks("train")[:8], step=0)
+    check_failures(batch, max_fraction=0.5, context="step 0")  # too many excluded: stop
     datums = builder.build(batch.groups)
 """
 
@@ -18,6 +19,12 @@ from rllm_core.rollout.classify import (
     classify_exception,
     infra_outcome,
     model_server_failed,
+)
+from rllm_core.rollout.failures import (
+    TooManyFailedRollouts,
+    check_failures,
+    failure_hint,
+    failure_report,
 )
 from rllm_core.rollout.records import EventKind, InfraFailure, RolloutBatch, RolloutEvent
 from rllm_core.rollout.runner import RolloutRunner
@@ -33,7 +40,11 @@ __all__ = [
     "RolloutEvent",
     "RolloutRunner",
     "RolloutSettings",
+    "TooManyFailedRollouts",
+    "check_failures",
     "classify_exception",
+    "failure_hint",
+    "failure_report",
     "infra_outcome",
     "model_server_failed",
     "release_session",

@@ -16,7 +16,7 @@ from typing import Any
 from rllm_core.training.folder import write_json
 from rllm_core.training.state import LoopState
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = ["TRAINER_DIR", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
 LOOP_FILE = "loop.json"
 TRAINER_DIR = "trainer"

@@ -4,14 +4,18 @@
 itself: a trace store's (or sample buffer's, object store's) ``path`` goes inside the run
 folder, a renderer's ``tokenizer`` is the trainer's model folder, and the trainer's
 ``logprob_temperature`` is ``[sampling].temperature`` (recomputed logprobs must match the
-sampler's). :func:`build_components` builds them; :meth:`Components.aclose` closes them.
+sampler's; a different value written in the plan is replaced, with a note in
+``ResolvedPlan.notes``). The trainer's ``model`` is resolved while preparing, so an uncached
+model fails before anything is built. :func:`build_components` builds the components
+(``training=False`` for sampling only: no loss or advantage needed);
+:meth:`Components.aclose` closes them.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,20 @@ from rllm_core.plan.resolve import resolve_plan
 from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 
-__all__ = ["BuildError", "Components", "build_components", "prepare_plan"]
+__all__ = [
+    "SAMPLING_COMPONENTS",
+    "TRAINING_COMPONENTS",
+    "BuildError",
+    "Components",
+    "build_components",
+    "prepare_plan",
+]
+
+SAMPLING_COMPONENTS = ("[trainer]", "[renderer]", "[harness]", "[tasks]", "[trace_store]")
+"""What sampling rollouts needs (``rllm-core eval``)."""
+
+TRAINING_COMPONENTS = (*SAMPLING_COMPONENTS, "[algorithm].loss", "[algorithm].advantage")
+"""What a training run needs."""
 
 STORE_SECTIONS = ("trace_store", "sample_buffer", "object_store")
 """Sections whose ``path`` defaults to a folder of the same name inside the run folder."""
@@ -65,12 +82,14 @@ def prepare_plan(
 ) -> ResolvedPlan:
     """Load, fill (see the module docstring) and resolve a plan for a run in ``run_dir``.
 
-    Raises :class:`~rllm_core.errors.PlanError` and, when the trainer's model is not cached,
-    :class:`~rllm_core.errors.ModelNotCachedError`.
+    Raises :class:`~rllm_core.errors.PlanError` and, when the trainer's ``model`` is not
+    cached, :class:`~rllm_core.errors.ModelNotCachedError` (naming ``rllm-core models pull``);
+    :class:`~rllm_core.errors.ModelNotFoundError` when it names no model at all.
     """
     manager = manager or get_plugin_manager()
     plan, _ = load_plan(plan_path, overrides)
     updates: dict[str, Any] = {}
+    notes: list[str] = []
     for section in STORE_SECTIONS:
         ref = getattr(plan, section)
         if ref is None or "path" in ref.options:
@@ -78,10 +97,18 @@ def prepare_plan(
         if "path" in _config_fields(manager, section, ref.name):
             updates[section] = _ref(ref, path=str(run_dir / section.replace("_store", "s")))
     trainer = plan.trainer
+    model_folder = _trainer_model_dir(manager, trainer) if trainer is not None else None
     if trainer is not None:
         fields = _config_fields(manager, "trainer", trainer.name)
         if "logprob_temperature" in fields and plan.sampling.temperature > 0:
             updates["trainer"] = _ref(trainer, logprob_temperature=plan.sampling.temperature)
+            written = trainer.options.get("logprob_temperature")
+            if written is not None and written != plan.sampling.temperature:
+                notes.append(
+                    f"{plan_path}: [trainer].logprob_temperature: {written!r} is replaced by"
+                    f" [sampling].temperature = {plan.sampling.temperature!r} (recomputed"
+                    " logprobs must match the sampler's); remove the key"
+                )
         if "seed" in fields and "seed" not in trainer.options:
             updates["trainer"] = _ref(updates.get("trainer", trainer), seed=plan.run.seed)
     renderer = plan.renderer
@@ -90,26 +117,27 @@ def prepare_plan(
         and trainer is not None
         and "tokenizer" not in renderer.options
         and "tokenizer" in _config_fields(manager, "renderer", renderer.name)
+        and model_folder is not None
     ):
-        folder = _trainer_model_dir(manager, trainer)
-        if folder is not None:
-            updates["renderer"] = _ref(renderer, tokenizer=str(folder))
+        updates["renderer"] = _ref(renderer, tokenizer=str(model_folder))
     if updates:
         plan = plan.model_copy(update=updates)
-    return resolve_plan(plan, manager=manager, path=str(plan_path))
+    resolved = resolve_plan(plan, manager=manager, path=str(plan_path))
+    return replace(resolved, notes=(*resolved.notes, *notes)) if notes else resolved
 
 
 @dataclass
 class Components:
-    """The built components of a run (``sandbox`` is None when the plan selects none)."""
+    """The built components of a run. ``sandbox`` is None when the plan selects none;
+    ``loss`` and ``advantage`` when it selects none and they were not required."""
 
     trainer: Any
     renderer: Any
     harness: Any
     tasks: Any
     trace_store: Any
-    loss: Any
-    advantage: Any
+    loss: Any = None
+    advantage: Any = None
     sandbox: Any = None
     aux_losses: list[tuple[Any, float]] = field(default_factory=list)
     built: list[Any] = field(default_factory=list)
@@ -125,9 +153,24 @@ class Components:
                 await result
 
 
-def build_components(resolved: ResolvedPlan, *, on_built: Any = None) -> Components:
+def build_components(
+    resolved: ResolvedPlan, *, training: bool = True, on_built: Any = None
+) -> Components:
     """Build every component of ``resolved``; a failing factory raises :class:`BuildError`
-    after closing what was already built."""
+    after closing what was already built.
+
+    ``training`` says which components are required: :data:`TRAINING_COMPONENTS`, or with
+    ``False`` :data:`SAMPLING_COMPONENTS`. A required one the plan does not select raises
+    :class:`BuildError` before anything is built. ``on_built`` is called with each resolved
+    component once built.
+    """
+    required = TRAINING_COMPONENTS if training else SAMPLING_COMPONENTS
+    missing = [where for where in required if resolved.get(where) is None]
+    if missing:
+        raise BuildError(
+            f"{resolved.path}: the plan selects no {', '.join(missing)}; a"
+            f" {'training run' if training else 'sampling run'} needs each of them"
+        )
     built: dict[str, Any] = {}
     order: list[Any] = []
     try:
@@ -160,8 +203,8 @@ def build_components(resolved: ResolvedPlan, *, on_built: Any = None) -> Compone
         harness=built["[harness]"],
         tasks=built["[tasks]"],
         trace_store=built["[trace_store]"],
-        loss=built["[algorithm].loss"],
-        advantage=built["[algorithm].advantage"],
+        loss=built.get("[algorithm].loss"),
+        advantage=built.get("[algorithm].advantage"),
         sandbox=built.get("[sandbox]"),
         aux_losses=aux,
         built=order,

@@ -7,6 +7,16 @@ metrics line, episode records and plots; checkpoints follow ``save_every`` and t
 A step without datums (every group zero-variance and dropped, or no scored episode) trains
 nothing, says why and still counts as a step.
 
+A step whose excluded rollouts (infrastructure failures after their retries) exceed
+``[rollout].max_failed_fraction`` of its rollouts is not trained: the run ends ``failed``
+(exit code 1) with the reason in ``summary.json``, and the last completed step is
+checkpointed as on a signal (the failed step never is).
+
+The gateway binds ``[gateway].host`` and ``[gateway].port``; when it cannot,
+:class:`~rllm_core.training.gateway_address.GatewayBindError` says which key to change
+(:func:`~rllm_core.training.gateway_address.check_gateway_address` runs the same test before
+anything is built).
+
 On SIGINT/SIGTERM the rollout phase in flight is cancelled (the runner cleans up within its
 ``cancel_timeout_s``); a train phase in flight finishes and its step is recorded. The last
 completed step is checkpointed and :attr:`RunResult.exit_code` is 130 or 143.
@@ -23,10 +33,12 @@ from typing import Any
 from rllm_core.algorithms import DatumBuilder
 from rllm_core.gateway.server import Gateway
 from rllm_core.plan import ResolvedPlan
-from rllm_core.rollout import RolloutRunner, RolloutSettings
+from rllm_core.ports.training import BusyClock
+from rllm_core.rollout import RolloutRunner, RolloutSettings, TooManyFailedRollouts, check_failures
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from rllm_core.training.components import Components
 from rllm_core.training.folder import RunFolder, write_json
+from rllm_core.training.gateway_address import gateway_bind_error
 from rllm_core.training.metrics import episode_record, step_metrics, summarize
 from rllm_core.training.plots import write_plots
 from rllm_core.training.sessions import SeededGateway
@@ -43,12 +55,14 @@ class ResumeError(Exception):
 
 @dataclass
 class RunResult:
-    """How a run ended: ``status`` is ``finished``, ``interrupted`` or ``failed``."""
+    """How a run ended: ``status`` is ``finished``, ``interrupted`` or ``failed`` (then
+    ``reason`` is the message to show, also in ``summary["reason"]``)."""
 
     status: str
     exit_code: int
     step: int
     summary: dict[str, Any]
+    reason: str | None = None
 
 
 class TrainingLoop:
@@ -70,6 +84,7 @@ class TrainingLoop:
         run_id: str | None = None,
     ) -> None:
         self.plan = resolved.plan
+        self.plan_path = resolved.path
         self.c = components
         self.folder = folder
         self.display = display
@@ -148,7 +163,12 @@ class TrainingLoop:
             host=self.plan.gateway.host,
             port=self.plan.gateway.port,
         )
-        await gateway.astart()
+        try:
+            await gateway.astart()
+        except OSError as exc:
+            raise gateway_bind_error(
+                exc, host=gateway.host, port=self.plan.gateway.port, plan_path=self.plan_path
+            ) from None
         sampling = self.plan.sampling
         settings = RolloutSettings(
             group_size=algorithm.group_size,
@@ -175,11 +195,16 @@ class TrainingLoop:
         )
         saved_step = state.step if self.resume else -1
         status, exit_code = "finished", 0
+        failure: TooManyFailedRollouts | None = None
         started = time.monotonic()
         try:
             with StopSignals(self._on_stop, self._on_force) as signals:
                 while state.step < self.plan.run.steps and not self._stop:
-                    done = await self._step(state, runner, builder)
+                    try:
+                        done = await self._step(state, runner, builder)
+                    except TooManyFailedRollouts as exc:
+                        failure = exc
+                        break
                     if not done:
                         break
                     every = self.plan.run.save_every
@@ -188,6 +213,8 @@ class TrainingLoop:
                         saved_step = state.step
                 if signals.received is not None:
                     status, exit_code = "interrupted", signals.exit_code
+                elif failure is not None:
+                    status, exit_code = "failed", 1
         finally:
             await gateway.astop()
         if state.step > 0 and saved_step != state.step:
@@ -201,12 +228,22 @@ class TrainingLoop:
             "last_step": state.step,
             "weight_version": self.c.trainer.weight_version,
         }
+        if failure is not None:
+            summary["reason"] = str(failure)
+            summary["failure"] = failure.to_dict()
         write_json(self.folder.summary, summary)
         self.display.finish(summary)
-        return RunResult(status=status, exit_code=exit_code, step=state.step, summary=summary)
+        return RunResult(
+            status=status,
+            exit_code=exit_code,
+            step=state.step,
+            summary=summary,
+            reason=str(failure) if failure is not None else None,
+        )
 
     async def _step(self, state: LoopState, runner: RolloutRunner, builder: DatumBuilder) -> bool:
-        """Run step ``state.step + 1``; False when a signal cancelled its rollouts."""
+        """Run step ``state.step + 1``; False when a signal cancelled its rollouts. Raises
+        :class:`TooManyFailedRollouts` (before training) when too many rollouts were excluded."""
         step = state.step + 1
         algorithm = self.plan.algorithm
         data = DataOrder.from_dict(state.data.to_dict())
@@ -214,6 +251,7 @@ class TrainingLoop:
         self.display.step_started(step, len(batch_tasks) * algorithm.group_size)
         step_start = time.monotonic()
         self._phase = "rollout"
+        busy_before = self._sampler_busy()
         self._rollout_task = asyncio.ensure_future(runner.run(batch_tasks, step=step))
         try:
             batch = await self._rollout_task
@@ -225,6 +263,16 @@ class TrainingLoop:
             self._phase = "train"
             self._rollout_task = None
         rollout_s = time.monotonic() - step_start
+        busy_after = self._sampler_busy()
+        sampler_busy_s = (
+            busy_after - busy_before if busy_before is not None and busy_after is not None else None
+        )
+        check_failures(
+            batch,
+            max_fraction=self.plan.rollout.max_failed_fraction,
+            context=f"step {step}",
+            tasks=batch_tasks,
+        )
         built = builder.build(batch.groups)
         datums = built.datums
         train: dict[str, float] = {}
@@ -261,6 +309,7 @@ class TrainingLoop:
             train_s=train_s,
             step_s=time.monotonic() - step_start,
             weight_version=self.c.trainer.weight_version,
+            sampler_busy_s=sampler_busy_s,
         )
         self._warn_about(line)
         self.folder.append(self.folder.metrics, line)
@@ -275,6 +324,10 @@ class TrainingLoop:
             self.display.warn(problem)
         self.display.step_finished(line)
         return True
+
+    def _sampler_busy(self) -> float | None:
+        sampler = self.c.trainer.sampler()
+        return sampler.busy_seconds if isinstance(sampler, BusyClock) else None
 
     def _warn_about(self, line: Mapping[str, Any]) -> None:
         step = line["step"]

@@ -1,0 +1,371 @@
+"""How runs and evaluations fail: too many excluded rollouts, a gateway port in use, and the
+components a sampling-only build needs. The loop runs for real over the gateway, a scripted
+sampler, the toy renderer and the single-turn harness; only the trainer is a fake."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reference.toy_renderer import ToyChatRenderer
+from rich.console import Console
+from rllm_core.cache import CACHE_ENV
+from rllm_core.errors import ModelNotCachedError, PlanError, VerifierCrashed
+from rllm_core.evaluation import Evaluation
+from rllm_core.plan import ResolvedPlan
+from rllm_core.plan.load import parse_plan
+from rllm_core.plan.resolve import ResolvedComponent
+from rllm_core.plugins import PluginManager
+from rllm_core.plugins.specs import Kind
+from rllm_core.rollout import (
+    InfraFailure,
+    RolloutBatch,
+    TooManyFailedRollouts,
+    check_failures,
+)
+from rllm_core.testing.samplers import ScriptedSampler
+from rllm_core.training.components import (
+    BuildError,
+    Components,
+    build_components,
+    prepare_plan,
+)
+from rllm_core.training.display import QuietDisplay
+from rllm_core.training.folder import RunFolder
+from rllm_core.training.gateway_address import GatewayBindError, check_gateway_address
+from rllm_core.training.loop import TrainingLoop
+from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination
+
+PLUGINS = PluginManager()
+TOY = ToyChatRenderer()
+PLAN_PATH = "/plans/plan.toml"
+
+
+# ------------------------------------------------------------------ the policy by itself
+
+
+def scored(task_id: str, index: int) -> Episode:
+    return Episode(
+        episode_id=f"e{index}",
+        task_id=task_id,
+        group_id=f"1-{task_id}",
+        session_id=f"e{index}",
+        trajectories=[],
+        reward=0.0,
+        termination=Termination.DONE,
+    )
+
+
+def crash(task_id: str, index: int, error: str = "VerifierCrashed: exit 3\nboom") -> InfraFailure:
+    return InfraFailure(task_id, index, 1, Termination.VERIFIER_ERROR, error)
+
+
+def test_excluded_rollouts_up_to_the_fraction_pass_and_beyond_it_stop():
+    half = RolloutBatch(groups=[[scored("a", 0)]], infra_failures=[crash("a", 1)])
+    check_failures(half, max_fraction=0.5, context="step 1")
+    with pytest.raises(TooManyFailedRollouts):
+        check_failures(half, max_fraction=0.49, context="step 1")
+    every = RolloutBatch(groups=[[]], infra_failures=[crash("a", 0), crash("a", 1)])
+    check_failures(every, max_fraction=1.0, context="step 1")
+    check_failures(RolloutBatch(groups=[[scored("a", 0)]]), max_fraction=0.0, context="step 1")
+
+
+def test_the_message_names_the_kind_the_task_its_error_and_what_to_do(tmp_path):
+    task = Task(task_id="hello", instruction="x", data={"task_dir": str(tmp_path / "hello")})
+    batch = RolloutBatch(
+        groups=[[]],
+        infra_failures=[
+            InfraFailure("hello", 0, 0, Termination.SANDBOX_ERROR, "SandboxGone: gone"),
+            crash("hello", 1),
+            crash("hello", 2),
+        ],
+    )
+    with pytest.raises(TooManyFailedRollouts) as caught:
+        check_failures(batch, max_fraction=0.5, context="step 4", tasks=[task])
+    message = str(caught.value)
+    assert message.startswith("step 4: 3 of 3 rollouts failed on infrastructure")
+    assert "(2 verifier_error, 1 sandbox_error)" in message
+    assert "max_failed_fraction = 0.5" in message
+    assert "Task 'hello' (rollout 1, verifier_error, after 2 attempts)" in message
+    assert "VerifierCrashed: exit 3\nboom" in message
+    assert f"{tmp_path / 'hello'}/tests/test.sh" in message
+    assert f"rllm-core tasks check {tmp_path} --solve" in message
+    assert "raise [rollout].max_failed_fraction" in message
+    assert caught.value.to_dict() == {
+        "kind": "verifier_error",
+        "task_id": "hello",
+        "error": "VerifierCrashed: exit 3\nboom",
+        "failed": 3,
+        "rollouts": 3,
+    }
+
+
+# ------------------------------------------------------------------ the loop, for real
+
+
+class FakeTrainer:
+    """Counts training calls; its state is a file holding the weight version."""
+
+    def __init__(self) -> None:
+        self.weight_version = 0
+        self.trained = 0
+        self.saved: list[str] = []
+
+    def sampler(self) -> ScriptedSampler:
+        return ScriptedSampler(lambda request: "4", renderer=TOY)
+
+    def forward_backward(self, datums: Any, loss: Any, aux: Any, **kwargs: Any) -> dict:
+        self.trained += 1
+        return {"loss": 0.0}
+
+    def optim_step(self) -> dict:
+        self.weight_version += 1
+        return {"grad_norm": 0.0}
+
+    def save_state(self, path: str) -> None:
+        self.saved.append(path)
+        Path(path).mkdir(parents=True)
+        (Path(path) / "version").write_text(str(self.weight_version))
+
+    def load_state(self, path: str) -> None:
+        self.weight_version = int((Path(path) / "version").read_text())
+
+
+class CrashingSource:
+    """Two train tasks; gradings after the first ``good`` ones raise ``VerifierCrashed``.
+    Rewards alternate so that every group has a learning signal."""
+
+    def __init__(self, good: int) -> None:
+        self.good = good
+        self.graded = 0
+
+    def tasks(self, split: str = "train") -> list[Task]:
+        return [Task(task_id=f"t{i}", instruction=f"What is {i} + 2?") for i in range(2)]
+
+    async def grade(self, task: Task, outcome: HarnessOutcome, sandbox: Any) -> Grade:
+        self.graded += 1
+        if self.graded > self.good:
+            raise VerifierCrashed(
+                f"task {task.task_id}: tests/test.sh exited 3 without writing a reward file."
+                " Output tail:\nchecker exploded",
+                task_id=task.task_id,
+                exit_code=3,
+                output="checker exploded",
+            )
+        return Grade(reward=float(self.graded % 2))
+
+
+def plan(**sections: dict[str, Any]) -> Any:
+    data: dict[str, Any] = {
+        "run": {"steps": 2, "save_every": 1, "seed": 3},
+        "algorithm": {"batch_size": 1, "group_size": 2},
+        "sampling": {"max_tokens": 4},
+        "rollout": {"max_infra_retries": 0},
+    }
+    for name, values in sections.items():
+        data[name] = data.get(name, {}) | values
+    return parse_plan(data, path=PLAN_PATH)
+
+
+def components(source: Any, trainer: FakeTrainer) -> Components:
+    return Components(
+        trainer=trainer,
+        renderer=TOY,
+        harness=PLUGINS.get_harness("single-turn").build({"max_retries": 0}),
+        tasks=source,
+        trace_store=PLUGINS.get_trace_store("memory").build({}),
+        loss=object(),
+        advantage=PLUGINS.get_advantage_estimator("grpo").build({}),
+    )
+
+
+def make_loop(tmp_path: Path, source: Any, trainer: FakeTrainer, **sections: Any) -> TrainingLoop:
+    return TrainingLoop(
+        resolved=ResolvedPlan(path=PLAN_PATH, plan=plan(**sections)),
+        components=components(source, trainer),
+        folder=RunFolder.create(tmp_path / "runs", "r"),
+        display=QuietDisplay(Console(file=io.StringIO()), 2),
+    )
+
+
+def test_a_step_with_too_many_excluded_rollouts_fails_the_run_untrained(tmp_path):
+    trainer = FakeTrainer()
+    loop = make_loop(tmp_path, CrashingSource(good=2), trainer)
+    result = asyncio.run(loop.run())
+
+    assert (result.status, result.exit_code, result.step) == ("failed", 1, 1)
+    assert trainer.trained == 1, "step 1 trained; step 2 never reached the trainer"
+    assert [Path(p).parent.name for p in trainer.saved] == ["step-1.partial"]
+    assert sorted(p.name for p in loop.folder.checkpoints.iterdir()) == ["step-1"]
+    assert [row["step"] for row in RunFolder.read_jsonl(loop.folder.metrics)] == [1]
+    summary = json.loads(loop.folder.summary.read_text())
+    assert summary["status"] == "failed" and summary["last_step"] == 1
+    assert summary["reason"] == result.reason
+    assert result.reason.startswith("step 2: 2 of 2 rollouts failed on infrastructure")
+    assert "checker exploded" in result.reason
+    assert summary["failure"]["kind"] == "verifier_error"
+
+
+def test_a_raised_max_failed_fraction_lets_the_run_go_on(tmp_path):
+    trainer = FakeTrainer()
+    loop = make_loop(tmp_path, CrashingSource(good=2), trainer, rollout={"max_failed_fraction": 1})
+    result = asyncio.run(loop.run())
+    assert (result.status, result.exit_code, result.step) == ("finished", 0, 2)
+    assert json.loads(loop.folder.summary.read_text())["infra_failures"] == 2.0
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield listener.getsockname()[1]
+
+
+def test_a_port_taken_before_the_gateway_binds_fails_naming_the_key(tmp_path, taken_port):
+    with pytest.raises(GatewayBindError) as early:
+        check_gateway_address("127.0.0.1", taken_port, plan_path=PLAN_PATH)
+    trainer = FakeTrainer()
+    loop = make_loop(tmp_path, CrashingSource(good=9), trainer, gateway={"port": taken_port})
+    with pytest.raises(GatewayBindError) as late:
+        asyncio.run(loop.run())
+    assert str(late.value) == str(early.value)
+    message = str(early.value)
+    assert message.startswith(f"{PLAN_PATH}: [gateway].port: port {taken_port} on 127.0.0.1")
+    assert "already in use" in message and "set port = 0 under [gateway]" in message
+    assert trainer.saved == [] and trainer.trained == 0
+    check_gateway_address("127.0.0.1", 0, plan_path=PLAN_PATH)
+
+
+def test_an_evaluation_where_every_attempt_failed_reports_it_with_complete_results(tmp_path):
+    source = CrashingSource(good=0)
+    evaluation = Evaluation(
+        plan=plan(),
+        components=components(source, FakeTrainer()),
+        tasks=source.tasks(),
+        attempts=2,
+        run_id="eval-1",
+        plan_path=PLAN_PATH,
+    )
+    outcome = asyncio.run(evaluation.run())
+    assert outcome.failure is not None
+    message = str(outcome.failure)
+    assert message.startswith("evaluation: 4 of 4 rollouts failed on infrastructure")
+    assert "so no attempt was scored" in message and "checker exploded" in message
+    assert "max_failed_fraction" not in message
+    assert [len(r.infra_failures) for r in outcome.results] == [2, 2]
+    assert outcome.summary["tasks_unscored"] == 2
+
+    good = CrashingSource(good=3)
+    partial = Evaluation(
+        plan=plan(),
+        components=components(good, FakeTrainer()),
+        tasks=good.tasks(),
+        attempts=2,
+        run_id="eval-2",
+    )
+    assert asyncio.run(partial.run()).failure is None
+
+
+# ------------------------------------------------------------------ what a build needs
+
+
+class Spec:
+    """The least a resolved component needs to build: a kind, a name and a factory."""
+
+    def __init__(self, kind: Kind, name: str) -> None:
+        self.kind = kind
+        self.name = name
+
+    def build(self, config: Any) -> Any:
+        return f"{self.kind.value}:{self.name}"
+
+
+def resolved_with(*wheres: str) -> ResolvedPlan:
+    kinds = {
+        "[trainer]": Kind.TRAINER_BACKEND,
+        "[renderer]": Kind.RENDERER,
+        "[harness]": Kind.HARNESS,
+        "[tasks]": Kind.TASK_SOURCE,
+        "[trace_store]": Kind.TRACE_STORE,
+        "[algorithm].loss": Kind.LOSS,
+        "[algorithm].advantage": Kind.ADVANTAGE_ESTIMATOR,
+    }
+    found = {
+        where: ResolvedComponent(
+            where=where, spec=Spec(kinds[where], "x"), config=None, provider="test"
+        )
+        for where in wheres
+    }
+    return ResolvedPlan(path=PLAN_PATH, plan=plan(), components=found)
+
+
+def test_sampling_builds_need_no_loss_or_advantage():
+    sampling = resolved_with("[trainer]", "[renderer]", "[harness]", "[tasks]", "[trace_store]")
+    built = build_components(sampling, training=False)
+    assert built.trainer == "trainer_backend:x"
+    assert built.loss is None and built.advantage is None
+    with pytest.raises(BuildError) as caught:
+        build_components(sampling)
+    assert str(caught.value) == (
+        f"{PLAN_PATH}: the plan selects no [algorithm].loss, [algorithm].advantage; a training"
+        " run needs each of them"
+    )
+
+
+def test_bad_values_say_what_to_do():
+    with pytest.raises(PlanError) as caught:
+        parse_plan({"rollout": {"max_failed_fraction": 1.5}}, path=PLAN_PATH)
+    (issue,) = caught.value.issues
+    assert str(issue) == (
+        f"{PLAN_PATH}: [rollout].max_failed_fraction: Input should be less than or equal to 1"
+        " (got 1.5); fix the value, or remove the key for the default 0.5"
+    )
+
+
+# ------------------------------------------------------------------ preparing a plan
+
+
+def write_plan(folder: Path, text: str) -> Path:
+    path = folder / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+TORCH_TRAINER = '[trainer]\nname = "torch"\nmodel = "smollm2-135m-instruct"\n'
+
+
+def test_an_uncached_model_fails_while_preparing_even_with_a_tokenizer_given(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "empty"))
+    text = TORCH_TRAINER + f'[renderer]\nname = "chatml"\ntokenizer = "{tmp_path}"\n'
+    with pytest.raises(ModelNotCachedError, match="rllm-core models pull smollm2-135m-instruct"):
+        prepare_plan(write_plan(tmp_path, text), (), run_dir=tmp_path / "run")
+
+
+def test_a_logprob_temperature_the_run_replaces_is_noted(smollm2_model_dir, tmp_path):
+    text = "[sampling]\ntemperature = 0.5\n" + TORCH_TRAINER + "logprob_temperature = 1.0\n"
+    path = write_plan(tmp_path, text)
+    resolved = prepare_plan(path, (), run_dir=tmp_path / "run")
+    assert resolved.get("[trainer]").config.logprob_temperature == 0.5
+    assert resolved.notes == (
+        f"{path}: [trainer].logprob_temperature: 1.0 is replaced by [sampling].temperature ="
+        " 0.5 (recomputed logprobs must match the sampler's); remove the key",
+    )
+    same = ("trainer.logprob_temperature=0.5",)
+    assert prepare_plan(path, same, run_dir=tmp_path / "run").notes == ()
+
+
+def test_plan_check_prints_the_notes(smollm2_model_dir, tmp_path):
+    from click.testing import CliRunner
+    from rllm_core.cli import main
+
+    path = write_plan(tmp_path, TORCH_TRAINER + "logprob_temperature = 0.7\n")
+    result = CliRunner().invoke(main, ["plan", "check", str(path)])
+    assert result.exit_code == 0
+    assert "warning:" in result.stderr and "[trainer].logprob_temperature: 0.7" in result.stderr
+    result = CliRunner().invoke(main, ["plan", "check", str(path), "--json"])
+    assert json.loads(result.stdout)["notes"][0].endswith("remove the key")
