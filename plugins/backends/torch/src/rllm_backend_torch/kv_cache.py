@@ -14,9 +14,6 @@ one of two things, chosen before each forward:
 - :meth:`begin_prefill`: a batch-1 prompt forward. Keys and values go into one slot and are
   returned unchanged, so the model attends over the prompt alone with its usual causal mask
   (the cache reports no past, so the model builds that mask itself).
-- :meth:`begin_prefill_batch`: several left-padded prompts in one forward. Row ``i``'s keys
-  and values past its padding go into its slot from position 0, and the forward's own keys
-  and values are returned unchanged; the caller passes the 4-D mask that hides the padding.
 - :meth:`begin_decode`: one new token for each of the first ``n`` slots at per-row positions.
   Each row's key and value are written at its position, and the first ``kv_len`` positions of
   all ``n`` slots are returned; the caller passes a 4-D mask hiding each row's positions past
@@ -52,7 +49,6 @@ class SlotKVCache(Cache):
         self._capacity = 0
         self._mode = ""
         self._slot = 0
-        self._batch: list[tuple[int, int]] = []
         self._rows = 0
         self._row_index: torch.Tensor | None = None
         self._positions: torch.Tensor | None = None
@@ -96,13 +92,6 @@ class SlotKVCache(Cache):
         self.reserve(slot + 1, length)
         self._mode, self._slot = "prefill", slot
 
-    def begin_prefill_batch(self, slots: list[int], pads: list[int], positions: int) -> None:
-        """The next forward is ``len(slots)`` prompts left-padded to one length; row ``i`` has
-        ``pads[i]`` padding positions and goes into ``slots[i]``. ``positions`` is the most any
-        of the slots will hold (prompt and completion)."""
-        self.reserve(max(slots) + 1, positions)
-        self._mode, self._batch = "prefill-batch", list(zip(slots, pads, strict=True))
-
     def begin_decode(self, rows: int, positions: torch.Tensor, kv_len: int) -> None:
         """The next forward feeds one token to each of slots ``0..rows-1``.
 
@@ -123,7 +112,6 @@ class SlotKVCache(Cache):
         """Forget the pending forward (a failed forward must not leak into the next one)."""
         self._mode = ""
         self._positions = None
-        self._batch = []
 
     def move(self, source: int, target: int, length: int) -> None:
         """Copy the first ``length`` positions of slot ``source`` into slot ``target``."""
@@ -140,15 +128,6 @@ class SlotKVCache(Cache):
             self.keys[layer_idx][self._slot, :, :length] = key_states[0]
             self.values[layer_idx][self._slot, :, :length] = value_states[0]
             return key_states, value_states
-        if self._mode == "prefill-batch":
-            if layer_idx == len(self.keys):
-                self._allocate(key_states, value_states)
-            width = key_states.shape[2]
-            keys, values = self.keys[layer_idx], self.values[layer_idx]
-            for row, (slot, pad) in enumerate(self._batch):
-                keys[slot, :, : width - pad] = key_states[row, :, pad:]
-                values[slot, :, : width - pad] = value_states[row, :, pad:]
-            return key_states, value_states
         if self._mode == "decode":
             rows, kv_len = self._rows, self._kv_len
             index = self._row_index[:rows]
@@ -156,9 +135,7 @@ class SlotKVCache(Cache):
             keys[index, :, self._positions] = key_states[:, :, 0]
             values[index, :, self._positions] = value_states[:, :, 0]
             return keys[:rows, :, :kv_len], values[:rows, :, :kv_len]
-        raise RuntimeError(
-            "SlotKVCache.update() outside begin_prefill()/begin_prefill_batch()/begin_decode()"
-        )
+        raise RuntimeError("SlotKVCache.update() outside begin_prefill()/begin_decode()")
 
     def _allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         _, heads, _, key_dim = key_states.shape

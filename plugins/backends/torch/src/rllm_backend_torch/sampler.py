@@ -3,10 +3,11 @@
 One decode thread owns the model. Callers (any number of asyncio tasks, on any loops, or
 threads through :meth:`TorchSampler.sample_many`) enqueue requests and wait on futures the
 thread settles. Between decode steps the thread admits queued requests into free slots:
-newcomers that arrived together are prefilled in one forward (left-padded, with a mask that
-keeps each prompt to itself; a lone newcomer runs alone), with logits for the last position
-only, and from then on each decodes in the shared batch, one token per row per step. A row
-that finishes frees its slot at once.
+each distinct prompt runs through the model alone (so its prompt states are exactly those of
+a lone forward pass, with logits for the last position only, whatever else arrived with it);
+newcomers with the same prompt, like the rollouts of one group, share that forward and get
+copies of its cache. From then on each decodes in the shared batch, one token per row per
+step. A row that finishes frees its slot at once.
 
 Weights: a sequence takes the gate's shared access when it is admitted and gives it back when
 it finishes, so every token of a completion comes from the version read at admission, which
@@ -38,9 +39,6 @@ __all__ = ["TorchSampler"]
 
 _IDLE_GATE_WAIT_S = 0.05
 """How often an idle decode thread blocked by the trainer rechecks for close()."""
-
-_PREFILL_TOKENS = 4096
-"""Most padded prompt tokens prefilled in one forward (bounds its activations and mask)."""
 
 
 @dataclass(eq=False)
@@ -95,10 +93,9 @@ class TorchSampler:
     - Invalid requests (a token id outside ``[0, vocab)``, an empty prompt, ``max_tokens``
       below 1, a negative temperature, ``top_p`` outside ``(0, 1]``) raise ``ValueError`` in
       the caller before anything is queued.
-    - An exception while decoding fails exactly the requests it touched (a prefill: that
-      request, a joint prefill being redone one request at a time first; a batched step:
-      every row in it) with that exception; the sampler goes on serving the rest of the
-      queue.
+    - An exception while decoding fails exactly the requests it touched (a prefill: the
+      requests sharing that prompt; a batched step: every row in it) with that exception;
+      the sampler goes on serving the rest of the queue.
 
     ``busy_seconds`` (the :class:`~rllm_core.ports.training.BusyClock` extension) sums the wall
     time of every prefill and decode step, token choice included.
@@ -306,14 +303,12 @@ class TorchSampler:
                 return True
 
     def _claim(self) -> list[tuple[_Job, int]]:
-        """Take the queued jobs of one prefill, each with shared access to the weights.
+        """Take queued jobs while slots are free, each with shared access to the weights.
 
-        As many as free slots and ``_PREFILL_TOKENS`` (prompts padded to the longest) allow,
-        at least one; fewer, possibly none, when the trainer holds or wants the weights (with
-        nothing decoding, waits ``_IDLE_GATE_WAIT_S`` for it first).
+        Fewer, possibly none, when the trainer holds or wants the weights (with nothing
+        decoding, waits ``_IDLE_GATE_WAIT_S`` for it first).
         """
         claimed: list[tuple[_Job, int]] = []
-        longest = 0
         while len(self._rows) + len(claimed) < self._max_batch:
             with self._cond:
                 if not self._pending:
@@ -322,9 +317,6 @@ class TorchSampler:
             if job.abandoned():
                 self._pop(job)
                 continue
-            width = max(longest, len(job.prompt))
-            if claimed and width * (len(claimed) + 1) > _PREFILL_TOKENS:
-                break
             version = self._gate.try_acquire_shared()
             if version is None:
                 if claimed or self._rows:
@@ -335,7 +327,6 @@ class TorchSampler:
                     break
             self._pop(job)
             claimed.append((job, version))
-            longest = width
         return claimed
 
     def _pop(self, job: _Job) -> None:
@@ -344,81 +335,44 @@ class TorchSampler:
                 self._pending.popleft()
 
     def _start(self, claimed: list[tuple[_Job, int]]) -> None:
-        """Prefill the claimed jobs into the next free slots and choose their first tokens:
-        together in one forward when there are several, alone otherwise.
+        """Prefill the claimed jobs into the next free slots and choose their first tokens.
 
-        A failed joint prefill is redone one job at a time, so only the job that fails alone
-        gets the exception.
+        Each distinct prompt runs through the model once, alone; the jobs that share it (a
+        group's rollouts) share that forward: its cache is copied into their slots and its
+        last logits give each job its own first draw.
         """
-        if len(claimed) > 1:
-            try:
-                self._prefill_together(claimed)
-                return
-            except Exception:
-                self._cache.end()
+        by_prompt: dict[tuple[int, ...], list[tuple[_Job, int]]] = {}
         for job, version in claimed:
-            self._prefill_alone(job, version)
+            by_prompt.setdefault(tuple(job.prompt), []).append((job, version))
+        for same in by_prompt.values():
+            self._prefill(same)
 
-    def _prefill_alone(self, job: _Job, version: int) -> None:
-        row = _Row(job=job, version=version, random=random.Random(job.seed), length=len(job.prompt))
-        slot = len(self._rows)
+    def _prefill(self, same: list[tuple[_Job, int]]) -> None:
+        """One lone forward over the prompt the jobs of ``same`` share."""
+        prompt = same[0][0].prompt
+        first = len(self._rows)
+        rows = [
+            _Row(job=job, version=version, random=random.Random(job.seed), length=len(prompt))
+            for job, version in same
+        ]
         try:
-            self._cache.begin_prefill(slot, len(job.prompt) + job.max_tokens)
-            ids = torch.tensor([job.prompt], dtype=torch.long, device=self._device)
-            positions = torch.arange(len(job.prompt), device=self._device)[None]
+            self._cache.reserve(first + len(same), max(len(prompt) + j.max_tokens for j, _ in same))
+            self._cache.begin_prefill(first, len(prompt))
+            ids = torch.tensor([prompt], dtype=torch.long, device=self._device)
+            positions = torch.arange(len(prompt), device=self._device)[None]
             output = self._model(
                 input_ids=ids, position_ids=positions, cache=self._cache, logits_to_keep=1
             )
             self._cache.end()
-            self._accept([row], output.logits[:, -1])
+            for offset in range(1, len(same)):
+                self._cache.move(first, first + offset, len(prompt))
+            self._accept(rows, output.logits[:, -1].expand(len(same), -1))
         except Exception as exc:
             self._cache.end()
-            self._gate.release_shared()
-            job.deliver(exc)
+            for job, _ in same:
+                self._gate.release_shared()
+                job.deliver(exc)
             return
-        self._rows.append(row)
-        self._retire([slot] if self._finished(row) else [])
-
-    def _prefill_together(self, claimed: list[tuple[_Job, int]]) -> None:
-        """One forward over every claimed prompt, left-padded to the longest so that each
-        row's last prompt token sits in the last column; a 4-D mask keeps each row to its
-        own tokens and positions start at 0 after the padding."""
-        jobs = [job for job, _ in claimed]
-        width = max(len(job.prompt) for job in jobs)
-        pads = [width - len(job.prompt) for job in jobs]
-        first = len(self._rows)
-        device = self._device
-        ids = torch.tensor(
-            [[0] * pad + job.prompt for job, pad in zip(jobs, pads, strict=True)],
-            dtype=torch.long,
-            device=device,
-        )
-        pad = torch.tensor(pads, dtype=torch.long, device=device)
-        columns = torch.arange(width, device=device)
-        positions = (columns[None, :] - pad[:, None]).clamp(min=0)
-        query, key = columns[:, None], columns[None, :]
-        # A padding query sees only itself, so its softmax stays finite; nobody else sees it.
-        visible = ((key <= query)[None] & (key >= pad[:, None, None])) | (key == query)[None]
-        mask = torch.zeros(visible.shape, dtype=self._dtype, device=device)
-        mask.masked_fill_(~visible, torch.finfo(self._dtype).min)
-        self._cache.begin_prefill_batch(
-            list(range(first, first + len(jobs))),
-            pads,
-            max(len(job.prompt) + job.max_tokens for job in jobs),
-        )
-        output = self._model(
-            input_ids=ids,
-            position_ids=positions,
-            attention_mask=mask[:, None],
-            cache=self._cache,
-            logits_to_keep=1,
-        )
-        self._cache.end()
-        rows = [
-            _Row(job=job, version=version, random=random.Random(job.seed), length=len(job.prompt))
-            for job, version in claimed
-        ]
-        self._accept(rows, output.logits[:, -1])
         self._rows.extend(rows)
         self._retire([first + i for i, row in enumerate(rows) if self._finished(row)])
 
