@@ -20,7 +20,7 @@ TASKS = [
     {"id": f"easy-{a}", "question": f"What is {a} + 0?", "answer": str(a)} for a in (2, 5, 3, 7)
 ]
 STEPS = 3
-UNTIMED = ("time/", "tokens/sampled_per_s", "tokens/trained_per_s")
+UNTIMED = ("time/", "tokens/sampled_per_s", "tokens/trained_per_s", "sampler_utilization")
 """Metric keys that measure speed, not what was sampled or trained."""
 
 
