@@ -1,0 +1,170 @@
+"""examples/shell-agent/plan.toml: it validates, and 2 CI-sized steps of it train SmolLM2 on
+multi-turn shell episodes in real bubblewrap sandboxes.
+
+The run uses the plan as shipped except for its size (2 tasks x 2 rollouts, 3 turns of 32
+tokens). What it checks is the cumulative token path end to end: an episode whose chain held
+(no reset) is trained as exactly one datum, that datum is the last turn's prompt plus its
+completion as the trace store rebuilds them, and every turn's sampled tokens are a separate
+action span in it with the sampler's logprobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rllm_core.plugins import PluginManager
+from rllm_core.types import Termination
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "examples" / "shell-agent" / "plan.toml"
+SHELL_TASKS = ROOT / "examples" / "tasks" / "shell"
+MAX_TURNS = 3
+MAX_TOKENS = 32
+
+
+def cli(cwd: Path, *args: str, timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rllm_core.cli", *args],
+        cwd=cwd,
+        env=dict(os.environ, COLUMNS="200", **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def require_bubblewrap() -> None:
+    """The plan's sandbox demands bubblewrap: skip without it, fail in CI (which installs it)."""
+    testing = pytest.importorskip("rllm_sandbox_local.testing")
+    testing.require_bubblewrap("run this plan")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def spans(mask: list[bool]) -> list[tuple[int, int]]:
+    """The [start, end) runs of True in ``mask``."""
+    found: list[tuple[int, int]] = []
+    start = None
+    for i, value in enumerate([*mask, False]):
+        if value and start is None:
+            start = i
+        elif not value and start is not None:
+            found.append((start, i))
+            start = None
+    return found
+
+
+def test_plan_check_accepts_the_shell_agent_plan():
+    done = cli(ROOT, "plan", "check", "--json", str(PLAN), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    resolved = json.loads(done.stdout)
+    components = {c["where"]: c for c in resolved["components"]}
+    assert components["[harness]"]["name"] == "shell"
+    assert components["[tasks]"]["name"] == "harbor"
+    assert (ROOT / components["[tasks]"]["config"]["path"] / "dataset.toml").is_file()
+    assert components["[sandbox]"]["name"] == "local"
+    assert components["[sandbox]"]["config"]["isolation"] == "bwrap"
+    assert components["[algorithm].aux_losses[0]"]["name"] == "echo"
+    assert resolved["plan"]["gateway"]["token_mode"] == "cumulative"
+
+
+def test_two_steps_train_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp_path):
+    require_bubblewrap()
+    result = cli(
+        tmp_path,
+        "run",
+        str(PLAN),
+        "--plain",
+        "--record-datums",
+        "--set",
+        "run.steps=2",
+        "--set",
+        "run.save_every=0",
+        "--set",
+        "algorithm.batch_size=2",
+        "--set",
+        "algorithm.group_size=2",
+        "--set",
+        f"sampling.max_tokens={MAX_TOKENS}",
+        "--set",
+        f"harness.max_turns={MAX_TURNS}",
+        "--set",
+        "harness.max_output_chars=400",
+        "--set",
+        f'tasks.path="{SHELL_TASKS}"',
+        "--set",
+        "tasks.limit=2",
+        timeout=600,
+        # Two intra-op threads on two cores shared with sandbox commands stall decoding
+        # several-fold, and a first turn slower than the task's time budget ends the episode.
+        OMP_NUM_THREADS="1",
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("run folder: runs/shell-agent-")
+    run_dir = tmp_path / first.removeprefix("run folder: ")
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2]
+    for line in metrics:
+        assert line["episodes"] == 4.0 and line["infra_failures"] == 0.0
+        assert line["trained"] == 1.0
+        assert "train/echo/nll" in line and "train/echo/observation_tokens" in line
+    assert max(m["train/echo/observation_tokens"] for m in metrics) > 0
+    assert max(m["steps_per_datum"] for m in metrics) > 1
+
+    episodes = read_jsonl(run_dir / "episodes.jsonl")
+    assert len(episodes) == 8
+    for episode in episodes:
+        termination = Termination(episode["termination"])
+        assert not termination.is_infrastructure, episode
+        turns = sum(len(t["trace_ids"]) for t in episode["trajectories"])
+        assert 1 <= turns <= MAX_TURNS
+        if termination is Termination.MAX_TURNS:
+            assert turns == MAX_TURNS
+
+    datums = read_jsonl(run_dir / "datums.jsonl")
+    assert len(datums) == sum(int(m["datums"]) for m in metrics)
+    per_episode = Counter(d["episode_id"] for d in datums)
+    resolved = json.loads((run_dir / "plan.resolved.json").read_text())
+    (store_entry,) = [c for c in resolved["components"] if c["where"] == "[trace_store]"]
+    config = dict(store_entry["config"], path=str(tmp_path / store_entry["config"]["path"]))
+    store = PluginManager().get_trace_store(store_entry["name"]).build(config)
+    try:
+        merged = 0
+        for episode in episodes:
+            if len(episode["trajectories"]) != 1:
+                continue
+            assert per_episode[episode["episode_id"]] == 1, episode
+            (datum,) = [d for d in datums if d["episode_id"] == episode["episode_id"]]
+            traces = store.session(episode["session_id"])
+            assert [t.record.trace_id for t in traces] == episode["trajectories"][0]["trace_ids"]
+            assert all(t.chain_complete for t in traces)
+
+            last = traces[-1]
+            assert datum["token_ids"] == last.prompt_token_ids + last.record.completion_token_ids
+            expected_spans = []
+            for trace in traces:
+                start = len(trace.prompt_token_ids)
+                end = start + len(trace.record.completion_token_ids)
+                assert datum["token_ids"][:end] == (
+                    trace.prompt_token_ids + trace.record.completion_token_ids
+                )
+                assert datum["logprobs"][start:end] == pytest.approx(trace.record.logprobs, abs=0)
+                expected_spans.append((start, end))
+            assert spans(datum["action_mask"]) == expected_spans
+            if len(traces) > 1:
+                merged += 1
+        assert merged > 0, "no episode with more than one turn was trained as one datum"
+    finally:
+        store.close()
