@@ -10,10 +10,8 @@ be exactly what their generator writes, and load through the ``jsonl`` task sour
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib.util
 import json
-import os
 import re
 from pathlib import Path
 from types import ModuleType
@@ -29,23 +27,11 @@ SHELL_DIR = TASKS_DIR / "shell"
 SHELL_TASKS = sorted(p.name for p in SHELL_DIR.iterdir() if (p / "task.toml").is_file())
 
 
-@functools.cache
-def bubblewrap_problem() -> str | None:
-    bwrap = pytest.importorskip("rllm_sandbox_local.bwrap")
-    return bwrap.probe("bwrap")
-
-
 def require_bubblewrap() -> None:
     """Harbor tasks use absolute paths (/app, /tests, /logs) that only the bubblewrap sandbox
-    makes private to a sandbox. Without bubblewrap these tests skip, except in CI, which
-    installs it (.ci/run) and must run them."""
-    problem = bubblewrap_problem()
-    if problem is None:
-        return
-    message = f"{problem}; install bubblewrap (apt-get install bubblewrap) to run Harbor tasks"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    makes private; skip without it, fail in CI (which installs it)."""
+    testing = pytest.importorskip("rllm_sandbox_local.testing")
+    testing.require_bubblewrap()
 
 
 def local_backend():

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +25,11 @@ SCRIPTS = {
 }
 
 
-@functools.cache
-def _bubblewrap_problem() -> str | None:
-    bwrap = pytest.importorskip("rllm_sandbox_local.bwrap")
-    return bwrap.probe("bwrap")
-
-
 def require_bubblewrap() -> None:
-    """Harbor tasks write to /app, which only the bubblewrap sandbox makes private; skip
-    without it, except in CI, which installs it and must run this."""
-    problem = _bubblewrap_problem()
-    if problem is None:
-        return
-    message = f"{problem}; install bubblewrap (apt-get install bubblewrap) to run Harbor tasks"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    """Harbor tasks use absolute paths (/app, /tests, /logs) that only the bubblewrap sandbox
+    makes private; skip without it, fail in CI (which installs it)."""
+    testing = pytest.importorskip("rllm_sandbox_local.testing")
+    testing.require_bubblewrap()
 
 
 def test_the_shell_harness_solves_a_harbor_task_in_several_turns():

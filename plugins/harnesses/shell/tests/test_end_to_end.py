@@ -7,9 +7,7 @@ the plugin manager from the installed distributions, as a plan would build it.""
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
-import os
 from pathlib import Path
 
 import pytest
@@ -34,23 +32,11 @@ def solution_commands(task_dir: Path) -> list[str]:
     ]
 
 
-@functools.cache
-def bubblewrap_problem() -> str | None:
-    bwrap = pytest.importorskip("rllm_sandbox_local.bwrap")
-    return bwrap.probe("bwrap")
-
-
 def require_bubblewrap() -> None:
     """Harbor tasks use absolute paths (/app, /tests, /logs) that only the bubblewrap sandbox
-    makes private to a sandbox. Without bubblewrap these tests skip, except in CI, which
-    installs it (.ci/run) and must run them."""
-    problem = bubblewrap_problem()
-    if problem is None:
-        return
-    message = f"{problem}; install bubblewrap (apt-get install bubblewrap) to run Harbor tasks"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    makes private; skip without it, fail in CI (which installs it)."""
+    testing = pytest.importorskip("rllm_sandbox_local.testing")
+    testing.require_bubblewrap()
 
 
 @pytest.fixture(scope="module")
