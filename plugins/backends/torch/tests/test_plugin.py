@@ -59,6 +59,7 @@ def test_defaults():
     assert (config.micro_batch_size, config.gradient_checkpointing) == (4, False)
     assert config.logprob_temperature == 1.0
     assert (config.max_batch_size, config.max_seq_len) == (32, None)
+    assert config.cpu_threads is None
 
 
 @pytest.mark.parametrize("model", [plugin.TorchBackendConfig, plugin.LoraSettings])
@@ -100,6 +101,7 @@ def test_a_plan_table_validates():
         ({"learning_rate": float("inf")}, "learning_rate"),
         ({"max_grad_norm": -1.0}, "max_grad_norm"),
         ({"micro_batch_size": 0}, "micro_batch_size"),
+        ({"cpu_threads": 0}, "cpu_threads"),
         ({"logprob_temperature": 0.0}, "logprob_temperature"),
         ({"lora_rank": 8}, "lora_rank"),
     ],

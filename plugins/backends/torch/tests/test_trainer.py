@@ -604,3 +604,11 @@ def test_sampler_shares_the_weights_and_the_gate(tiny_model_dir):
         assert recomputed.tolist() == pytest.approx(result.logprobs, abs=1e-5)
     finally:
         trainer.close()
+
+
+def test_cpu_threads_sets_torch_threads_and_unset_leaves_them(tiny_model_dir, monkeypatch):
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    backend(tiny_model_dir, cpu_threads=1).close()
+    backend(tiny_model_dir).close()
+    assert calls == [1]

@@ -47,6 +47,8 @@ class TorchBackend:
 
     def __init__(self, config: TorchBackendConfig) -> None:
         self.config = config
+        if config.cpu_threads is not None:
+            torch.set_num_threads(config.cpu_threads)
         seed_everything(config.seed)
         self.device = resolve_device(config.device)
         self.model = load_policy(config, self.device)

@@ -82,6 +82,15 @@ class TorchBackendConfig(_Config):
             " 'cpu', 'cuda' or 'cuda:N' force one."
         ),
     )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Threads torch computes with on the CPU (`torch.set_num_threads`, for the whole"
+            " process); unset: torch's default, one per core. Fewer leave cores to sandbox"
+            " commands and the gateway that run while the sampler decodes."
+        ),
+    )
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32",
         description=(
