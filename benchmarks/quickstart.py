@@ -1,0 +1,216 @@
+"""The quickstart's learning and time goals, with the bare GRPO loop as the baseline.
+
+Runs, one after the other, each as its own process from the repository root:
+
+1. ``benchmarks/bare_grpo.py``: the same model, tasks, reward, seed, batch shape and optimizer
+   as ``examples/quickstart/plan.toml`` in a hand-written GRPO loop (``model.generate``, no
+   framework in the path): the baseline the framework must match (skip with
+   ``--no-baseline``);
+2. ``rllm-core run examples/quickstart/plan.toml --plain``: the framework with all its parts
+   (gateway, harness, sandbox, verifier, trace store, datum builder, trainer backend); its
+   wall time is the command's, model load and process start included;
+3. ``rllm-core eval`` on the plan's held-out split, ``--attempts 4``, for the base model and
+   for the run's final checkpoint.
+
+Goals (the issue's): the mean reward of the last 5 steps exceeds the first 5 by >= 0.25; the
+trained checkpoint's held-out mean reward beats the base model's by >= 0.20; the run finishes in
+<= 8 minutes; the sampler is busy >= 70% of the rollout phases' wall time (the run's
+``sampler_utilization``: prefill and decode seconds over rollout seconds, summed over steps).
+The baseline's figures sit next to the framework's for comparison; they are not goals.
+
+Everything is written under ``--output-dir`` (a temporary folder by default; the run and eval
+folders are kept there for inspection when it is given)::
+
+    .venv/bin/python benchmarks/quickstart.py              # a table, about 15 minutes
+    .venv/bin/python benchmarks/quickstart.py --json       # one JSON object
+    .venv/bin/python benchmarks/quickstart.py --no-baseline
+
+Exits 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
+EVAL_ATTEMPTS = 4
+GOALS = {
+    "reward_gain": 0.25,
+    "eval_gain": 0.20,
+    "wall_s": 8 * 60.0,
+    "sampler_utilization": 0.70,
+}
+
+
+def _cli(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "rllm_core.cli", *args],
+        cwd=cwd,
+        env=dict(os.environ, COLUMNS="200"),
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.monotonic() - started
+    if result.returncode != 0:
+        raise SystemExit(
+            f"rllm-core {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}"
+        )
+    return result, elapsed
+
+
+def _only_folder(parent: Path, pattern: str) -> Path:
+    found = sorted(parent.glob(pattern))
+    if len(found) != 1:
+        raise SystemExit(f"expected one folder matching {parent / pattern}, found {found}")
+    return found[0]
+
+
+def baseline() -> dict[str, Any]:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bare_grpo.py"), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"bare_grpo.py exited {result.returncode}:\n{result.stderr[-4000:]}")
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    figures["process_wall_s"] = time.monotonic() - started
+    return figures
+
+
+def framework(out: Path) -> dict[str, Any]:
+    runs = out / "runs"
+    _, wall_s = _cli("run", str(PLAN), "--plain", "--set", f"run.output_dir={runs}", cwd=ROOT)
+    run_dir = _only_folder(runs, "quickstart-*")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    final = max(
+        (p for p in (run_dir / "checkpoints").glob("step-*") if p.name[5:].isdigit()),
+        key=lambda p: int(p.name[5:]),
+    )
+    evals = {}
+    for label, extra in (("base", ()), ("trained", ("--checkpoint", str(final)))):
+        target = out / f"eval-{label}"
+        _, eval_wall = _cli(
+            "eval",
+            str(PLAN),
+            "--plain",
+            "--attempts",
+            str(EVAL_ATTEMPTS),
+            "--set",
+            f"run.output_dir={target}",
+            *extra,
+            cwd=ROOT,
+        )
+        result = json.loads((_only_folder(target, "*") / "summary.json").read_text())
+        evals[label] = {
+            "mean_reward": result["mean_reward"],
+            "pass@1": result["pass@1"],
+            f"pass@{EVAL_ATTEMPTS}": result[f"pass@{EVAL_ATTEMPTS}"],
+            "infra_failures": result["infra_failures"],
+            "wall_s": eval_wall,
+        }
+    return {
+        "run_dir": str(run_dir),
+        "checkpoint": str(final),
+        "wall_s": wall_s,
+        "first5_reward": summary["reward_first"],
+        "last5_reward": summary["reward_last"],
+        "rewards": [row["reward/mean"] for row in metrics],
+        "rollout_s": summary["rollout_s"],
+        "train_s": summary["train_s"],
+        "sampler_utilization": summary.get("sampler_utilization"),
+        "sampler_utilization_by_step": [row.get("sampler_utilization") for row in metrics],
+        "infra_failures": summary["infra_failures"],
+        "eval": evals,
+    }
+
+
+def judge(figures: dict[str, Any]) -> dict[str, bool]:
+    run = figures["framework"]
+    utilization = run["sampler_utilization"]
+    return {
+        "reward_gain": run["last5_reward"] - run["first5_reward"] >= GOALS["reward_gain"],
+        "eval_gain": run["eval"]["trained"]["mean_reward"] - run["eval"]["base"]["mean_reward"]
+        >= GOALS["eval_gain"],
+        "wall_s": run["wall_s"] <= GOALS["wall_s"],
+        "sampler_utilization": utilization is not None
+        and utilization >= GOALS["sampler_utilization"],
+    }
+
+
+def _fmt(value: float | None, digits: int = 3, sign: str = "") -> str:
+    return "n/a" if value is None else f"{value:{sign}.{digits}f}"
+
+
+def table(figures: dict[str, Any]) -> str:
+    run, base, met = figures["framework"], figures.get("baseline"), figures["met"]
+
+    def verdict(key: str) -> str:
+        return "met" if met[key] else "MISSED"
+
+    gain = run["last5_reward"] - run["first5_reward"]
+    held_out = run["eval"]["trained"]["mean_reward"] - run["eval"]["base"]["mean_reward"]
+    base_split = f"{base['rollout_s']:.0f} / {base['train_s']:.0f}" if base else "n/a"
+    lines = [
+        f"{'figure':<44} {'rllm-core run':>14} {'bare GRPO loop':>15} {'goal':>8}  result",
+        f"{'mean reward, first 5 steps':<44} {_fmt(run['first5_reward']):>14}"
+        f" {_fmt(base and base['first5_reward']):>15}",
+        f"{'mean reward, last 5 steps':<44} {_fmt(run['last5_reward']):>14}"
+        f" {_fmt(base and base['last5_reward']):>15}",
+        f"{'last 5 minus first 5':<44} {gain:>+14.3f}"
+        f" {_fmt(base and base['last5_reward'] - base['first5_reward'], sign='+'):>15}"
+        f" {'>= 0.25':>8}  {verdict('reward_gain')}",
+        f"{'held-out mean reward, base model':<44} {_fmt(run['eval']['base']['mean_reward']):>14}",
+        f"{'held-out mean reward, final checkpoint':<44}"
+        f" {_fmt(run['eval']['trained']['mean_reward']):>14}",
+        f"{'held-out gain over the base model':<44} {held_out:>+14.3f} {'':>15}"
+        f" {'>= 0.20':>8}  {verdict('eval_gain')}",
+        f"{'wall time, s (model load included)':<44} {run['wall_s']:>14.0f}"
+        f" {_fmt(base and base['process_wall_s'], 0):>15} {'<= 480':>8}  {verdict('wall_s')}",
+        f"{'rollout / train time, s':<44}"
+        f" {run['rollout_s']:>6.0f} / {run['train_s']:<5.0f}"
+        f" {base_split:>15}",
+        f"{'sampler busy share of rollout time':<44} {_fmt(run['sampler_utilization'], 2):>14}"
+        f" {'':>15} {'>= 0.70':>8}  {verdict('sampler_utilization')}",
+        "",
+        f"run folder: {run['run_dir']}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the bare GRPO loop")
+    parser.add_argument(
+        "--output-dir", type=Path, default=None, help="keep the run and eval folders here"
+    )
+    args = parser.parse_args(argv)
+    figures: dict[str, Any] = {"plan": str(PLAN.relative_to(ROOT)), "goals": GOALS}
+    if not args.no_baseline:
+        figures["baseline"] = baseline()
+    with tempfile.TemporaryDirectory(prefix="rllm-quickstart-") as scratch:
+        out = (args.output_dir or Path(scratch)).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        figures["framework"] = framework(out)
+    figures["met"] = judge(figures)
+    print(json.dumps(figures) if args.json else table(figures))
+    return 0 if all(figures["met"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
