@@ -466,12 +466,39 @@ def _sampler_threads() -> list[threading.Thread]:
 def test_close_is_idempotent_and_leaves_no_thread(model) -> None:
     before = len(_sampler_threads())
     sampler = TorchSampler(model, gate=WeightGate())
+    sampler.sample_many([request(prompt_of(3), max_tokens=2)])
     assert len(_sampler_threads()) == before + 1
     sampler.close()
     sampler.close()
     assert len(_sampler_threads()) == before
     with pytest.raises(RuntimeError, match="closed"):
         sampler.sample_many([request(prompt_of(3), max_tokens=2)])
+
+
+def _wait_for_threads(count: int, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(_sampler_threads()) != count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(_sampler_threads()) == count
+
+
+def test_the_decode_thread_ends_when_idle_and_the_next_request_starts_one(model) -> None:
+    import rllm_backend_torch.sampler as module
+
+    before = len(_sampler_threads())
+    sampler = TorchSampler(model, gate=WeightGate())
+    try:
+        assert len(_sampler_threads()) == before
+        first = sampler.sample_many([request(prompt_of(4), max_tokens=6, seed=3)])[0]
+        assert len(_sampler_threads()) == before + 1
+        time.sleep(module._IDLE_EXIT_S)
+        _wait_for_threads(before)
+        again = sampler.sample_many([request(prompt_of(4), max_tokens=6, seed=3)])[0]
+        assert again == first
+        assert len(_sampler_threads()) == before + 1
+    finally:
+        sampler.close()
+    assert len(_sampler_threads()) == before
 
 
 def test_close_fails_running_and_queued_requests_and_releases_the_gate(

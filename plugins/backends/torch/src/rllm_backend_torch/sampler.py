@@ -1,6 +1,7 @@
 """The torch backend's sampler: continuous batching over a slot KV cache.
 
-One decode thread owns the model. Callers (any number of asyncio tasks, on any loops, or
+One decode thread owns the model while there is work; it ends after a short idle spell and
+the next request starts another. Callers (any number of asyncio tasks, on any loops, or
 threads through :meth:`TorchSampler.sample_many`) enqueue requests and wait on futures the
 thread settles. Between decode steps the thread admits queued requests into free slots:
 each distinct prompt runs through the model alone (so its prompt states are exactly those of
@@ -39,6 +40,12 @@ __all__ = ["TorchSampler"]
 
 _IDLE_GATE_WAIT_S = 0.05
 """How often an idle decode thread blocked by the trainer rechecks for close()."""
+
+_IDLE_EXIT_S = 0.2
+"""An idle decode thread ends after this long. While it lives, its OpenMP worker threads
+count against the cores, and GNU OpenMP then makes every team, the trainer's included, sleep
+rather than spin between parallel regions: training runs about a third slower beside an idle
+sampler thread than without one."""
 
 
 @dataclass(eq=False)
@@ -141,8 +148,7 @@ class TorchSampler:
         self._cond = threading.Condition()
         self._closed = False
         self._busy_s = 0.0
-        self._thread = threading.Thread(target=self._run, name="rllm-torch-sampler", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
 
     # ----------------------------------------------------------------------------------------
     # Public API
@@ -198,9 +204,10 @@ class TorchSampler:
         """Stop the decode thread; queued and running requests fail. Idempotent."""
         with self._cond:
             self._closed = True
+            thread = self._thread
             self._cond.notify_all()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     # ----------------------------------------------------------------------------------------
     # Caller side
@@ -252,6 +259,11 @@ class TorchSampler:
             if self._closed:
                 raise RuntimeError("TorchSampler is closed; create a new one to sample")
             self._pending.extend(jobs)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="rllm-torch-sampler", daemon=True
+                )
+                self._thread.start()
             self._cond.notify_all()
 
     # ----------------------------------------------------------------------------------------
@@ -262,7 +274,10 @@ class TorchSampler:
         with torch.inference_mode():
             while True:
                 try:
-                    if not self._admit():
+                    admitted = self._admit()
+                    if admitted is None:
+                        return
+                    if not admitted:
                         break
                     if self._rows:
                         started = time.perf_counter()
@@ -279,8 +294,9 @@ class TorchSampler:
         for job in pending:
             job.deliver(closed)
 
-    def _admit(self) -> bool:
-        """Start queued jobs while slots are free; False once closed.
+    def _admit(self) -> bool | None:
+        """Start queued jobs while slots are free; False once closed, ``None`` when the
+        thread should end because it has been idle for ``_IDLE_EXIT_S``.
 
         Blocks while there is nothing to do. While the trainer holds or wants the weights,
         admits nothing: with rows decoding it returns to them, otherwise it waits for the
@@ -289,7 +305,10 @@ class TorchSampler:
         while True:
             with self._cond:
                 while not self._closed and not self._pending and not self._rows:
-                    self._cond.wait()
+                    if not self._cond.wait(timeout=_IDLE_EXIT_S) and not self._pending:
+                        # The next request starts a new thread (see _submit).
+                        self._thread = None
+                        return None
                 if self._closed:
                     return False
                 if not self._pending or len(self._rows) >= self._max_batch:
