@@ -25,8 +25,10 @@ completed step is checkpointed and :attr:`RunResult.exit_code` is 130 or 143.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +96,7 @@ class TrainingLoop:
         self._phase = "idle"
         self._rollout_task: asyncio.Task[Any] | None = None
         self._stop = False
+        self._trainer_executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -217,6 +220,9 @@ class TrainingLoop:
                     status, exit_code = "failed", 1
         finally:
             await gateway.astop()
+            if self._trainer_executor is not None:
+                self._trainer_executor.shutdown(wait=True)
+                self._trainer_executor = None
         if state.step > 0 and saved_step != state.step:
             path = save_checkpoint(self.folder.checkpoints, self.c.trainer, state)
             self.display.info(f"checkpoint: {path}")
@@ -279,15 +285,17 @@ class TrainingLoop:
         train_start = time.monotonic()
         if datums:
             aux = [(loss, coef) for loss, coef in self.c.aux_losses]
-            fb = await asyncio.to_thread(
-                self.c.trainer.forward_backward,
-                datums,
-                self.c.loss,
-                aux,
-                aggregation=algorithm.aggregation,
-                norm_length=algorithm.norm_length,
+            fb = await self._on_trainer_thread(
+                functools.partial(
+                    self.c.trainer.forward_backward,
+                    datums,
+                    self.c.loss,
+                    aux,
+                    aggregation=algorithm.aggregation,
+                    norm_length=algorithm.norm_length,
+                )
             )
-            opt = await asyncio.to_thread(self.c.trainer.optim_step)
+            opt = await self._on_trainer_thread(self.c.trainer.optim_step)
             train = dict(fb) | dict(opt)
         else:
             self.display.warn(
@@ -324,6 +332,19 @@ class TrainingLoop:
             self.display.warn(problem)
         self.display.step_finished(line)
         return True
+
+    async def _on_trainer_thread(self, call: Callable[[], Any]) -> Any:
+        """Run ``call`` on the one thread that does every training computation.
+
+        Each thread that runs parallel torch work keeps its own OpenMP workers; once they
+        outnumber the cores, GNU OpenMP makes every team sleep between parallel regions, which
+        slows training by about a third. One thread for the trainer keeps their number down.
+        """
+        if self._trainer_executor is None:
+            self._trainer_executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="rllm-trainer"
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._trainer_executor, call)
 
     def _sampler_busy(self) -> float | None:
         sampler = self.c.trainer.sampler()
