@@ -336,9 +336,9 @@ class TrainingLoop:
     async def _on_trainer_thread(self, call: Callable[[], Any]) -> Any:
         """Run ``call`` on the one thread that does every training computation.
 
-        Each thread that runs parallel torch work keeps its own OpenMP workers; once they
-        outnumber the cores, GNU OpenMP makes every team sleep between parallel regions, which
-        slows training by about a third. One thread for the trainer keeps their number down.
+        Each thread that runs parallel torch work keeps its own OpenMP workers, and GNU OpenMP
+        shortens its spin-waits once they outnumber the cores, which slowed the quickstart's
+        train steps by about a third; one thread for the trainer keeps their number down.
         """
         if self._trainer_executor is None:
             self._trainer_executor = concurrent.futures.ThreadPoolExecutor(

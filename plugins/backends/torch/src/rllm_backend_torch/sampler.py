@@ -43,9 +43,8 @@ _IDLE_GATE_WAIT_S = 0.05
 
 _IDLE_EXIT_S = 0.2
 """An idle decode thread ends after this long. While it lives, its OpenMP worker threads
-count against the cores, and GNU OpenMP then makes every team, the trainer's included, sleep
-rather than spin between parallel regions: training runs about a third slower beside an idle
-sampler thread than without one."""
+count against the cores, and GNU OpenMP shortens its spin-waits once its threads outnumber
+them: a train step on 2 cores took 12 s beside an idle sampler thread and 9 s without one."""
 
 
 @dataclass(eq=False)
