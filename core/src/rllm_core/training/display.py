@@ -76,7 +76,7 @@ class QuietDisplay:
         self.console.print(message, style=style, markup=False, highlight=False, soft_wrap=True)
 
     def info(self, message: str) -> None:
-        pass
+        """Dropped: quiet output is warnings only."""
 
     def warn(self, message: str) -> None:
         self._print(f"warning: {message}", style="yellow")

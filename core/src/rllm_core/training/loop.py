@@ -97,6 +97,7 @@ class TrainingLoop:
         self._rollout_task: asyncio.Task[Any] | None = None
         self._stop = False
         self._trainer_executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._sampler: Any = None
 
     # ------------------------------------------------------------------ state
 
@@ -158,9 +159,10 @@ class TrainingLoop:
         """Run the steps left; see the module docstring."""
         state = self._initial_state()
         algorithm = self.plan.algorithm
+        self._sampler = self.c.trainer.sampler()
         gateway = Gateway(
             renderer=self.c.renderer,
-            sampler=self.c.trainer.sampler(),
+            sampler=self._sampler,
             trace_store=self.c.trace_store,
             cumulative=self.plan.gateway.token_mode == "cumulative",
             host=self.plan.gateway.host,
@@ -347,7 +349,7 @@ class TrainingLoop:
         return await asyncio.get_running_loop().run_in_executor(self._trainer_executor, call)
 
     def _sampler_busy(self) -> float | None:
-        sampler = self.c.trainer.sampler()
+        sampler = self._sampler
         return sampler.busy_seconds if isinstance(sampler, BusyClock) else None
 
     def _warn_about(self, line: Mapping[str, Any]) -> None:
