@@ -297,6 +297,7 @@ def test_run_builds_every_component(fake_distributions, tmp_path):
     )
     plan = tmp_path / "plan.toml"
     plan.write_text(
+        f'[run]\noutput_dir = "{tmp_path / "runs"}"\n'
         '[algorithm]\nloss = "l"\nadvantage = "a"\n[trainer]\nname = "tb"\n'
         '[renderer]\nname = "r"\n[harness]\nname = "h"\n[tasks]\nname = "t"\n'
         '[trace_store]\nname = "ts"\n'
