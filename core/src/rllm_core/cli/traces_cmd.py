@@ -46,8 +46,10 @@ def show(path: Path, episode_id: str | None, list_episodes: bool, raw: bool, as_
 
     Per model call: the messages (role and content), prompt tokens (the full prompt and what
     the call added), completion tokens, the completion's mean logprob and finish reason; all
-    counts come from the stored token ids. Exit 2 when PATH is not a run folder, it has no
-    episodes.jsonl, the episode is unknown or the trace store is missing.
+    counts come from the stored token ids. A run still going reads too: its trace store is
+    opened read-only (no lock, nothing written) and shows what was stored so far. Exit 2 when
+    PATH is not a run folder, it has no episodes.jsonl, the episode is unknown or the trace
+    store is missing.
     """
     from rllm_core.inspection import InspectionError
     from rllm_core.inspection.episodes import read_episodes

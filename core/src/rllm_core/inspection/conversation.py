@@ -1,7 +1,9 @@
 """One episode's conversation, rebuilt from the run's trace store (``rllm-core traces show``).
 
 The trace store and the renderer are built from ``plan.resolved.json`` through the plugin
-manager, as the run built them; core never imports the plugin. Token counts come from the
+manager, as the run built them; core never imports the plugin. The trace store is opened to
+read only when its plugin offers that (see :func:`open_trace_store`), so a run still writing it
+is not disturbed. Token counts come from the
 stored token ids; text comes from the messages the gateway stored with each trace
 (``messages_delta``: the request's new messages, then the reply) or, for traces stored without
 messages and on request, from decoding the stored ids with the renderer.
@@ -10,7 +12,7 @@ messages and on request, from decoding the stored ids with the renderer.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from rllm_core.errors import ComponentError, StorageError
 from rllm_core.inspection.errors import InspectionError
 from rllm_core.inspection.runs import component_of
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
-from rllm_core.plugins.specs import Kind
+from rllm_core.plugins.specs import ComponentSpec, Kind, LazyFactory
 from rllm_core.training.folder import RunFolder
 from rllm_core.types import Trace
 
@@ -28,6 +30,7 @@ __all__ = [
     "TraceRef",
     "open_renderer",
     "open_trace_store",
+    "read_only_opener",
     "read_traces",
     "trace_store_path",
     "turn_view",
@@ -73,13 +76,33 @@ def _spec(manager: PluginManager, kind: Kind, component: Mapping[str, Any], fold
         ) from exc
 
 
+def read_only_opener(spec: ComponentSpec) -> Callable[[Any], Any] | None:
+    """How to open a trace store only to read it, or ``None`` when its plugin offers no way.
+
+    A store class offers it as a class method ``open_read_only(config)`` next to the
+    ``from_config``-style factory its spec names: it must take no lock and never create, write
+    or truncate a file, so that a run writing the store meanwhile is not disturbed (the
+    ``deltachain`` store does).
+    """
+    factory: Any = spec.factory
+    if isinstance(factory, LazyFactory):
+        factory = factory.resolve()
+    owner = getattr(factory, "__self__", factory)
+    opener = getattr(owner, "open_read_only", None) if isinstance(owner, type) else None
+    return opener if callable(opener) else None
+
+
 def open_trace_store(folder: RunFolder, *, manager: PluginManager | None = None) -> Any:
-    """Build the run's trace store from ``[trace_store]`` of ``plan.resolved.json``, its
-    ``path`` placed by :func:`trace_store_path`. Close it when done.
+    """Open the run's trace store from ``[trace_store]`` of ``plan.resolved.json``, its
+    ``path`` placed by :func:`trace_store_path`, read-only when the store offers that
+    (:func:`read_only_opener`): a run still writing it goes on undisturbed, and what it wrote
+    before the store was opened is read. A store without a read-only mode is built as the run
+    built it. Close it when done.
 
     Raises :class:`InspectionError` when the plan has no trace store, its folder is missing
     (checked before building: a store would create an empty one), its plugin is not installed,
-    or it cannot be opened (a store that admits one process at a time while the run holds it).
+    or it cannot be opened (a store without a read-only mode that admits one process at a time,
+    while the run holds it).
     """
     component = _component(folder, "[trace_store]")
     config = dict(component.get("config") or {})
@@ -96,13 +119,20 @@ def open_trace_store(folder: RunFolder, *, manager: PluginManager | None = None)
         config["path"] = str(path)
         where = f"the trace store at {path}"
     spec = _spec(manager or get_plugin_manager(), Kind.TRACE_STORE, component, folder)
+    opener = None
     try:
+        opener = read_only_opener(spec)
+        if opener is not None:
+            return opener(spec.validate_config(config))
         return spec.build(config)
     except StorageError as exc:
-        raise InspectionError(
-            f"cannot open {where} of {folder.path}: {exc} (a run still going holds its store:"
-            f" wait for it to end; `--list` works meanwhile)"
-        ) from exc
+        hint = (
+            ""
+            if opener is not None
+            else f" (trace_store:{component['name']} has no read-only mode, and a run still"
+            " going holds its store: wait for it to end; `--list` works meanwhile)"
+        )
+        raise InspectionError(f"cannot open {where} of {folder.path}: {exc}{hint}") from exc
     except Exception as exc:
         raise InspectionError(
             f"cannot open {where} of {folder.path} (trace_store:{component['name']}):"

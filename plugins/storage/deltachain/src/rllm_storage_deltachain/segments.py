@@ -12,6 +12,11 @@ Opening reads every segment through once. A frame cut short by a crash is always
 in its file: it is cut off with a warning, and every complete frame survives. A frame that fails
 its checksum with more bytes after it means the file was damaged after it was written; opening
 then refuses with :class:`~rllm_core.storage.framing.CorruptLogError` rather than guess.
+
+A log opened with ``read_only=True`` reads the files of a directory another process may be
+appending to: it takes no lock, creates, writes and truncates nothing, and reads up to the last
+complete frame of each segment as it was when scanned (a frame still being written, or one a
+crash cut short, is skipped, not cut). It sees the frames written before it was opened.
 """
 
 from __future__ import annotations
@@ -59,10 +64,14 @@ def _segment_name(number: int) -> str:
 class SegmentLog:
     """The frames of a directory's segment files. Not thread-safe: callers hold a lock."""
 
-    def __init__(self, path: Path, *, segment_bytes: int, fsync: bool) -> None:
+    def __init__(
+        self, path: Path, *, segment_bytes: int, fsync: bool, read_only: bool = False
+    ) -> None:
         self.path = path
         self.segment_bytes = segment_bytes
         self.fsync = fsync
+        self.read_only = read_only
+        self._open = False
         self._lock_fd: int | None = None
         self._active_fd: int | None = None
         self._active = 0
@@ -73,17 +82,29 @@ class SegmentLog:
 
     def open(self, visit: Callable[[Location, bytes], None]) -> None:
         """Lock the directory and call ``visit`` with every intact frame, oldest first, cutting
-        torn tails; then accept appends. On failure everything is closed again."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = acquire_directory_lock(self.path, "trace store")
+        torn tails; then accept appends. On failure everything is closed again.
+
+        Read-only: call ``visit`` with every intact frame and touch nothing; a missing
+        directory is a :class:`~rllm_core.errors.StorageError`."""
+        if self.read_only:
+            if not self.path.is_dir():
+                raise StorageError(
+                    f"there is no trace store at {self.path} (the directory does not exist);"
+                    " check the path"
+                )
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = acquire_directory_lock(self.path, "trace store")
+        self._open = True
         try:
             numbers = self._segment_numbers()
             for number in numbers:
                 for location, payload in self._scan(number):
                     visit(location, payload)
             self._active = numbers[-1] if numbers else 0
-            self._active_fd = self._open_segment(self._active)
-            self._active_size = os.fstat(self._active_fd).st_size
+            if not self.read_only:
+                self._active_fd = self._open_segment(self._active)
+                self._active_size = os.fstat(self._active_fd).st_size
         except BaseException:
             self.close()
             raise
@@ -98,7 +119,13 @@ class SegmentLog:
 
     def _scan(self, number: int) -> Iterator[tuple[Location, bytes]]:
         file = self.path / _segment_name(number)
-        with open(file, "rb+") as handle:
+        try:
+            handle = open(file, "rb" if self.read_only else "rb+")  # noqa: SIM115
+        except FileNotFoundError:
+            if self.read_only:
+                return  # listed, then gone: nothing of it to read
+            raise
+        with handle:
             size = os.fstat(handle.fileno()).st_size
             head = handle.read(len(MAGIC))
             if head == _FORMAT_1:
@@ -113,7 +140,10 @@ class SegmentLog:
                     " move it out of the directory or point the store at another one"
                 )
             if size < len(MAGIC):
-                # A crash while the segment was being created: it holds nothing yet.
+                # A crash while the segment was being created (or, read-only, a writer creating
+                # it now): it holds nothing yet.
+                if self.read_only:
+                    return
                 handle.seek(0)
                 handle.truncate(0)
                 handle.write(MAGIC)
@@ -123,7 +153,9 @@ class SegmentLog:
             reader = FrameReader(handle, size, len(MAGIC), name=str(file))
             for offset, payload in reader:
                 yield Location(number, offset, len(payload)), payload
-            if reader.torn:
+            if reader.torn and self.read_only:
+                log.debug("%s: skipping %d bytes after the last complete record", file, reader.torn)
+            elif reader.torn:
                 log.warning(
                     "%s: cutting %d bytes of a record that was never completely written (a"
                     " crash during the write); every complete record is intact",
@@ -159,7 +191,7 @@ class SegmentLog:
     def needs_new_segment(self, payload_length: int) -> bool:
         """Whether a frame of ``payload_length`` bytes would take the active segment past
         ``segment_bytes``; an empty segment takes any frame."""
-        self.require_open()
+        self.require_writable()
         frame_length = FRAME_HEADER.size + payload_length
         return (
             self._active_size > len(MAGIC) and self._active_size + frame_length > self.segment_bytes
@@ -167,7 +199,7 @@ class SegmentLog:
 
     def start_segment(self) -> None:
         """Make a new, empty segment the one appends go to."""
-        self.require_open()
+        self.require_writable()
         fd = self._open_segment(self._active + 1)
         old = self._active_fd
         self._active_fd = fd
@@ -179,7 +211,7 @@ class SegmentLog:
     def append(self, payload: bytes) -> Location:
         """Append one frame to the active segment; it has reached the operating system (and,
         with ``fsync``, the disk) when this returns."""
-        fd = self.require_open()
+        fd = self.require_writable()
         frame = encode_frame(payload)
         try:
             write_all(fd, frame)
@@ -244,6 +276,7 @@ class SegmentLog:
 
     def close(self) -> None:
         """Close every file and release the directory; idempotent."""
+        self._open = False
         for fd in self._readers.values():
             os.close(fd)
         self._readers.clear()
@@ -255,9 +288,18 @@ class SegmentLog:
 
     @property
     def closed(self) -> bool:
-        return self._lock_fd is None
+        return not self._open
 
-    def require_open(self) -> int:
-        if self._active_fd is None:
+    def require_open(self) -> None:
+        if not self._open:
             raise StorageError(f"the trace store at {self.path} is closed; open a new one")
+
+    def require_writable(self) -> int:
+        """The active segment's descriptor; a closed or read-only log refuses."""
+        self.require_open()
+        if self._active_fd is None:
+            raise StorageError(
+                f"the trace store at {self.path} is open read-only (to read it while a run"
+                " writes it); open it without read_only to write"
+            )
         return self._active_fd

@@ -20,8 +20,13 @@ its ancestors said when it was written, so it is used only while no record of th
 been replaced since; a replay makes the session's older snapshots fall back to their chains
 (never to stale tokens) until new snapshots are written.
 
+Reading a live store: :meth:`~DeltaChainTraceStore.open_read_only` opens the directory of a
+store another process is writing (``rllm-core traces show`` on a run still going). It takes no
+lock and never writes, creates or truncates a file; it sees the records complete when it was
+opened, and a record still being written (or torn by a crash) is skipped, not cut.
+
 Limits: space held by replaced records and deleted sessions is not reclaimed; one process opens
-a directory at a time.
+a directory for writing at a time.
 """
 
 from __future__ import annotations
@@ -103,6 +108,7 @@ class DeltaChainTraceStore:
         segment_bytes: int = 64 * 1024 * 1024,
         compression_level: int = 3,
         fsync: bool = False,
+        read_only: bool = False,
     ) -> None:
         if snapshot_every < 0:
             raise ValueError(
@@ -123,7 +129,9 @@ class DeltaChainTraceStore:
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
         self._writes = 0
-        self._log = SegmentLog(self.path, segment_bytes=segment_bytes, fsync=fsync)
+        self._log = SegmentLog(
+            self.path, segment_bytes=segment_bytes, fsync=fsync, read_only=read_only
+        )
         self._log.open(self._index)
         self._follow_segment(self._log.active_segment)
 
@@ -137,6 +145,25 @@ class DeltaChainTraceStore:
             compression_level=config.compression_level,
             fsync=config.fsync,
         )
+
+    @classmethod
+    def open_read_only(cls, config: DeltaChainConfig) -> DeltaChainTraceStore:
+        """Open the store of ``config.path`` to read it, also while a run appends to it: no
+        lock, no file created, written or truncated (see the module docstring). ``append``
+        and ``delete_session`` then raise :class:`~rllm_core.errors.StorageError`; so does a
+        missing directory."""
+        return cls(
+            config.path,
+            snapshot_every=config.snapshot_every,
+            segment_bytes=config.segment_bytes,
+            compression_level=config.compression_level,
+            read_only=True,
+        )
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened to read only."""
+        return self._log.read_only
 
     # ---------------------------------------------------------------- the index
 
@@ -185,7 +212,7 @@ class DeltaChainTraceStore:
         if not isinstance(record, TraceRecord):
             raise TypeError(f"append takes a TraceRecord, got {type(record).__name__}")
         with self._lock:
-            self._log.require_open()
+            self._log.require_writable()
             session = self._sessions.get(record.session_id)
             base = None
             if session is not None and record.parent_trace_id is not None:
@@ -272,7 +299,7 @@ class DeltaChainTraceStore:
     def delete_session(self, session_id: str) -> None:
         """Delete every trace of the session with a tombstone; a no-op when there is none."""
         with self._lock:
-            self._log.require_open()
+            self._log.require_writable()
             if session_id not in self._sessions:
                 return
             payload = self._codec.encode_tombstone(session_id)
