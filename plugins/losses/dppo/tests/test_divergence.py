@@ -8,10 +8,14 @@ import pytest
 import torch
 from rllm_loss_dppo.divergence import binary_kl, binary_tv
 
-# (p, q) as logs: ln 0.8 = -0.2231435513142097, ln 0.5 = -0.6931471805599453,
+# (p current, q old) as logs: ln 0.8 = -0.2231435513142097, ln 0.5 = -0.6931471805599453,
 # ln 0.1 = -2.3025850929940455, ln 0.01 = -4.605170185988091
-LOGP = torch.tensor([[-0.2231435513142097, -0.6931471805599453, -2.3025850929940455]])
-LOGQ = torch.tensor([[-0.6931471805599453, -0.2231435513142097, -4.605170185988091]])
+LOGP = torch.tensor(
+    [[-0.2231435513142097, -0.6931471805599453, -2.3025850929940455]], dtype=torch.float64
+)
+LOGQ = torch.tensor(
+    [[-0.6931471805599453, -0.2231435513142097, -4.605170185988091]], dtype=torch.float64
+)
 
 
 def test_tv():
@@ -21,14 +25,26 @@ def test_tv():
     )
 
 
-def test_kl():
-    # 0.8 ln 1.6 + 0.2 ln 0.4; 0.5 ln(0.5/0.8) + 0.5 ln(0.5/0.2); 0.1 ln 10 + 0.9 ln(0.9/0.99)
+def test_kl_is_old_to_current():
+    """KL(old || current) = q ln(q / p) + (1 - q) ln((1 - q + 1e-8) / (1 - p + 1e-8)), with p
+    the current and q the old probability (the DPPO reference implementation's direction)."""
+    # 0.5 ln(0.5/0.8) + 0.5 ln(0.5/0.2); 0.8 ln 1.6 + 0.2 ln(0.2/0.5);
+    # 0.01 ln 0.1 + 0.99 ln(0.99/0.9), each second logarithm with 1e-8 added to both terms
     torch.testing.assert_close(
         binary_kl(LOGP.double(), LOGQ.double()),
         torch.tensor(
-            [[0.1927447570217575, 0.22314355131420976, 0.14447934747551233]], dtype=torch.float64
+            [[0.2231435363142104, 0.1927447630217573, 0.07133122607634115]], dtype=torch.float64
         ),
+        rtol=1e-12,
+        atol=0.0,
     )
+
+
+def test_kl_is_not_symmetric():
+    # Swapping the arguments gives the other direction: KL(current || old).
+    forward = binary_kl(LOGP.double(), LOGQ.double())
+    backward = binary_kl(LOGQ.double(), LOGP.double())
+    assert not torch.allclose(forward, backward)
 
 
 def test_identical_distributions_have_zero_divergence():
@@ -39,13 +55,15 @@ def test_identical_distributions_have_zero_divergence():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_kl_is_finite_at_probability_one(dtype):
-    # p = 1, q = 0.5: the (1 - p) term vanishes, KL = ln 2
-    logp = torch.tensor([[0.0]], dtype=dtype)
-    logq = torch.tensor([[-0.6931471805599453]], dtype=dtype)
+    # q = 1 (old), p = 0.5 (current): the (1 - q) term vanishes, KL = ln 2
+    logp = torch.tensor([[-0.6931471805599453]], dtype=dtype)
+    logq = torch.tensor([[0.0]], dtype=dtype)
     assert binary_kl(logp, logq).item() == pytest.approx(0.6931471805599453, rel=1e-6)
-    # q = 1, p = 0.5: infinite in exact arithmetic; floored, it is finite and large
+    # p = 1, q = 0.5: infinite in exact arithmetic; with the 1e-8 it is
+    # 0.5 ln 0.5 + 0.5 ln((0.5 + 1e-8) / 1e-8) = 8.517193201416239
     reverse = binary_kl(logq, logp).item()
-    assert math.isfinite(reverse) and reverse > 10.0
+    assert math.isfinite(reverse)
+    assert reverse == pytest.approx(8.517193201416239, rel=1e-6)
 
 
 def test_positive_logprobs_count_as_probability_one():

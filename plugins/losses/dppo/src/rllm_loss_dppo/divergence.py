@@ -1,8 +1,9 @@
-"""Binary divergences between the current and the rollout probability of the sampled token.
+"""Binary divergences between the current and the old probability of the sampled token.
 
 "Binary" treats each token's distribution as two outcomes, the sampled token (probability p
-now, q at rollout) and everything else (1 - p, 1 - q). Both functions take logprobs, return
-per-token values without gradient, in at least float32, and are finite for any finite input:
+under the current policy, q under the old one, the policy the trust region is anchored on) and
+everything else (1 - p, 1 - q). Both functions take logprobs ``(logp, logq)``, return per-token
+values without gradient, in at least float32, and are finite for any finite input:
 log-probabilities above 0 count as probability 1.
 """
 
@@ -10,7 +11,11 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["binary_kl", "binary_tv"]
+__all__ = ["KL_EPSILON", "binary_kl", "binary_tv"]
+
+KL_EPSILON = 1e-8
+"""Added to ``1 - p`` and ``1 - q`` inside the binary KL's second logarithm, as the DPPO
+reference implementation does, so a probability of 1 gives a finite value."""
 
 
 def _as_logs(logp: torch.Tensor, logq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,17 +33,22 @@ def binary_tv(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 
 
 def binary_kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
-    """``p * log(p / q) + (1 - p) * log((1 - p) / (1 - q))``: KL(current || rollout) between
-    the two-outcome distributions ``(p, 1 - p)`` and ``(q, 1 - q)``.
+    """KL(old || current) between the two-outcome distributions ``(q, 1 - q)`` and
+    ``(p, 1 - p)``, with ``p = exp(logp)`` current and ``q = exp(logq)`` old::
 
-    ``log(p / q)`` is taken as ``logp - logq`` and ``1 - p`` as ``-expm1(logp)``, both exact near
-    the ends of [0, 1]; ``1 - p`` and ``1 - q`` are floored at the dtype's smallest normal number
-    so a probability of 1 gives a finite value, and rounding below 0 is clamped to 0.
+        q * (log q - log p) + (1 - q) * log((1 - q + 1e-8) / (1 - p + 1e-8))
+
+    This is the direction (and the 1e-8) of the DPPO reference implementation: the divergence
+    of the current policy from the old one, measured under the old one.
+    ``log q - log p`` is taken as ``logq - logp`` and ``1 - p`` as ``-expm1(logp)``, both exact
+    near the ends of [0, 1]. The 1e-8 makes the value finite when ``p = 1``; with it the value
+    can dip a few 1e-8 below 0 next to ``p = q``, and it is clamped to 0 there.
     """
     logp, logq = _as_logs(logp, logq)
-    tiny = torch.finfo(logp.dtype).tiny
-    p = torch.exp(logp)
-    rest_p = (-torch.expm1(logp)).clamp(min=tiny)
-    rest_q = (-torch.expm1(logq)).clamp(min=tiny)
-    kl = p * (logp - logq) + rest_p * (torch.log(rest_p) - torch.log(rest_q))
+    q = torch.exp(logq)
+    rest_p = -torch.expm1(logp)
+    rest_q = -torch.expm1(logq)
+    kl = q * (logq - logp) + rest_q * (
+        torch.log(rest_q + KL_EPSILON) - torch.log(rest_p + KL_EPSILON)
+    )
     return kl.clamp(min=0.0)

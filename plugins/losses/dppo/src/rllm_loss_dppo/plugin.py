@@ -14,10 +14,11 @@ from rllm_core import LossSpec, hookimpl, lazy
 __all__ = ["DPPOKLConfig", "DPPOTVConfig", "rllm_losses"]
 
 _RATIO_CAP_DESCRIPTION = (
-    "Cap on the ratio exp(logprobs - rollout_logprobs) of unmasked tokens: above it the token's"
-    " loss uses the cap and its gradient is scaled down by cap / ratio, so a token the sampler"
-    " saw with a very different probability cannot dominate the step. Unset (the default)"
-    " keeps the full ratio."
+    "Cap on the importance weight exp(logprobs - old_logprobs) of unmasked tokens (truncated"
+    " importance sampling, verl's clip_ratio_c for DPPO): above it the token's gradient uses"
+    " the cap, so a token the old policy gave a very different probability cannot dominate"
+    " the step. Unset (the default) keeps the full ratio, as the DPPO paper's recipe does"
+    " with its cap of 10000."
 )
 
 
@@ -34,22 +35,24 @@ class DPPOTVConfig(_Config):
         le=1.0,
         description=(
             "Trust-region radius in total variation: a token whose update moves it away from"
-            " the rollout policy is masked once |p - q| exceeds delta. 0.15 is the threshold the"
-            " DPPO paper's experiments use."
+            " the old policy (old_logprobs: the rollout policy unless the plan recomputes them)"
+            " is masked once |p - q| exceeds delta. 0.15 is the threshold the DPPO paper's"
+            " experiments use."
         ),
     )
     ratio_cap: float | None = Field(None, gt=0.0, description=_RATIO_CAP_DESCRIPTION)
 
 
 class DPPOKLConfig(_Config):
-    """DPPO with the binary KL divergence of the sampled token."""
+    """DPPO with the binary KL divergence KL(old || current) of the sampled token."""
 
     delta: float = Field(
         0.05,
         gt=0.0,
         description=(
-            "Trust-region radius in KL (nats): a token whose update moves it away from the"
-            " rollout policy is masked once the binary KL exceeds delta. 0.05 is the threshold"
+            "Trust-region radius in KL (nats): a token whose update moves it away from the old"
+            " policy (old_logprobs: the rollout policy unless the plan recomputes them) is"
+            " masked once the binary KL(old || current) exceeds delta. 0.05 is the threshold"
             " the DPPO paper's experiments use and, by Pinsker's inequality (KL >= 2 TV^2),"
             " about the region of dppo-tv's 0.15."
         ),
@@ -63,11 +66,11 @@ def rllm_losses() -> Iterator[LossSpec]:
         name="dppo-tv",
         factory=lazy("rllm_loss_dppo.loss:DPPOTV"),
         config=DPPOTVConfig,
-        summary="Divergence PPO: mask tokens moving away from the rollout policy past a TV radius",
+        summary="Divergence PPO: mask tokens moving away from the old policy past a TV radius",
     )
     yield LossSpec(
         name="dppo-kl",
         factory=lazy("rllm_loss_dppo.loss:DPPOKL"),
         config=DPPOKLConfig,
-        summary="Divergence PPO: mask tokens moving away from the rollout policy past a KL radius",
+        summary="Divergence PPO: mask tokens moving away from the old policy past a KL radius",
     )

@@ -19,9 +19,13 @@ class GSPO:
 
     ``s`` is the geometric mean of the sequence's token ratios and carries the gradient of every
     one of its tokens; it is the same for all tokens of a row. With per-sequence advantages and
-    ``seq-mean-token-mean`` aggregation this is exactly the paper's sequence objective. A row
-    with no action token has ``s = 1`` and contributes nothing. The mean log-ratio is clamped to
-    +-20 before ``exp``. Defaults: eps_low = 3e-4, eps_high = 4e-4 (the paper's).
+    ``seq-mean-token-mean`` aggregation this is exactly the paper's sequence objective. With
+    per-sequence advantages it also has the value and gradient, in every aggregation mode, of
+    the paper's GSPO-token form ``sg(s) * exp(logprobs_t - sg(logprobs_t))`` that verl uses;
+    with advantages varying inside a row, GSPO-token weights each token by its own advantage
+    and this loss by the row's mean. A row with no action token has ``s = 1`` and contributes
+    nothing. The mean log-ratio is clamped to +-20 before ``exp``. Defaults: eps_low = 3e-4,
+    eps_high = 4e-4 (the paper's).
 
     Metrics: ``clip_fraction`` (action tokens where the clipped term is the larger),
     ``ratio_mean`` and ``ratio_max`` (over rows with at least one action token).
