@@ -1,20 +1,69 @@
-"""Reading ``plan.toml``: parsing, ``--set`` overrides and schema validation with located errors."""
+"""Reading ``plan.toml``: parsing, ``--set`` overrides, paths made absolute and schema
+validation with located errors.
+
+Relative paths in a plan are relative to the folder holding the plan file, whatever the working
+directory: :func:`load_plan` rewrites every path-valued key to an absolute path before anything
+validates it. A key is path-valued when the core declares it (``[run].output_dir``) or when a
+component's config schema types it as :class:`pathlib.Path` or marks it with :class:`PlanPath`
+(``tokenizer: Annotated[str, PlanPath()]``). Absolute paths, ``~/...`` and URLs (``s3://...``)
+stay as written. A value given with ``--set`` is relative to the working directory instead: the
+user typed it there, as for any other command-line path.
+"""
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
+import os
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ValidationError
 
-from rllm_core.errors import PlanError, PlanIssue
-from rllm_core.plan.schema import Plan
+from rllm_core.errors import ComponentError, PlanError, PlanIssue
+from rllm_core.plan.schema import COMPONENT_SECTIONS, Plan
+from rllm_core.plugins.specs import Kind
 
-__all__ = ["apply_overrides", "issues_from_validation", "load_plan", "parse_plan", "read_plan_file"]
+if typing.TYPE_CHECKING:
+    from rllm_core.plugins.manager import PluginManager
+
+__all__ = [
+    "PlanPath",
+    "apply_overrides",
+    "issues_from_validation",
+    "load_plan",
+    "parse_plan",
+    "read_plan_file",
+    "resolve_plan_paths",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPath:
+    """Marks a config key whose value is a path on this machine, so that a relative value
+    written in a plan is taken relative to the plan file's folder.
+
+    Keys typed :class:`pathlib.Path` need no mark; a ``str`` key does
+    (``tokenizer: Annotated[str, PlanPath()]``). ``or_name=True`` is for a key that takes a
+    name or a folder (a model catalog name, a Hub id or a local model folder): its value is taken
+    as a path only when it starts with ``./`` or ``../``, or has a ``/`` and names something
+    that exists in the plan's folder; a bare word stays a name (write ``./name`` for a folder of
+    that name). Paths inside a sandbox are not paths on this machine: do not mark them.
+    """
+
+    or_name: bool = False
+
+
+CORE_PATH_KEYS: tuple[tuple[str, str], ...] = (("run", "output_dir"),)
+"""Keys of the core schema that hold paths, as ``(section, key)``."""
+
+_Key = tuple[str | int, ...]
 
 
 def read_plan_file(path: str | Path) -> dict[str, Any]:
@@ -263,9 +312,166 @@ def parse_plan(data: Mapping[str, Any], *, path: str = "<plan>") -> Plan:
         raise PlanError(issues_from_validation(exc, path=path)) from None
 
 
-def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Plan, dict[str, Any]]:
-    """Read, override and validate a plan file; returns the model and the raw data."""
+def load_plan(
+    path: str | Path, overrides: Sequence[str] = (), *, manager: PluginManager | None = None
+) -> tuple[Plan, dict[str, Any]]:
+    """Read, override and validate a plan file; returns the model and the raw data, with
+    relative paths made absolute (see the module docstring): those of the file against the
+    plan's folder, those of ``overrides`` against the working directory.
+
+    ``manager`` (default: the process-wide one) tells which keys of a component are paths.
+    """
     label = str(path)
     data = read_plan_file(path)
     data = apply_overrides(data, overrides, path=label)
+    set_keys = [tuple(p.strip() for p in item.partition("=")[0].split(".")) for item in overrides]
+    data = resolve_plan_paths(
+        data,
+        Path(path).absolute().parent,
+        manager=manager,
+        overridden=lambda key: any(key[: len(s)] == s for s in set_keys),
+    )
     return parse_plan(data, path=label), data
+
+
+# ---------------------------------------------------------------- paths relative to the plan
+
+
+def resolve_plan_paths(
+    data: Mapping[str, Any],
+    folder: Path,
+    *,
+    manager: PluginManager | None = None,
+    overridden: Callable[[_Key], bool] = lambda key: False,
+) -> dict[str, Any]:
+    """A copy of raw plan ``data`` whose relative path values are absolute: against
+    ``folder``, or against the working directory for a key ``overridden`` says came from the
+    command line. A component the manager cannot find keeps its keys as written (resolving the
+    plan reports it)."""
+    data = copy.deepcopy(dict(data))
+    cwd = Path.cwd()
+
+    def base(key: _Key) -> Path:
+        return cwd if overridden(key) else folder
+
+    for section, key in CORE_PATH_KEYS:
+        table = data.get(section)
+        if isinstance(table, dict) and key in table:
+            table[key] = _rebase_value(table[key], Path, (), base((section, key)))
+    for section_name, field in Plan.model_fields.items():
+        table = data.get(section_name)
+        model = field.annotation if isinstance(field.annotation, type) else None
+        if isinstance(table, dict) and model is not None and issubclass(model, BaseModel):
+            _rebase_model(table, model, (section_name,), base)
+    components = list(_components(data))
+    if components:
+        if manager is None:
+            from rllm_core.plugins.manager import get_plugin_manager
+
+            manager = get_plugin_manager()
+        for kind, table, key in components:
+            name = table.get("name")
+            if not isinstance(name, str):
+                continue
+            try:
+                config = manager.get_record(kind, name).spec.config
+            except ComponentError:
+                continue
+            _rebase_model(table, config, key, base)
+    return data
+
+
+def _components(data: dict[str, Any]) -> Iterable[tuple[Kind, dict[str, Any], _Key]]:
+    """Each component table of raw plan data with its kind and key path (bare names have no
+    keys to resolve)."""
+    algorithm = data.get("algorithm")
+    if isinstance(algorithm, dict):
+        for key, kind in (("loss", Kind.LOSS), ("advantage", Kind.ADVANTAGE_ESTIMATOR)):
+            if isinstance(algorithm.get(key), dict):
+                yield kind, algorithm[key], ("algorithm", key)
+        aux = algorithm.get("aux_losses")
+        if isinstance(aux, list):
+            for index, table in enumerate(aux):
+                if isinstance(table, dict):
+                    yield Kind.LOSS, table, ("algorithm", "aux_losses", index)
+    for section, kind in COMPONENT_SECTIONS.items():
+        if isinstance(data.get(section), dict):
+            yield kind, data[section], (section,)
+    loggers = data.get("loggers")
+    if isinstance(loggers, list):
+        for index, table in enumerate(loggers):
+            if isinstance(table, dict):
+                yield Kind.LOGGER, table, ("loggers", index)
+
+
+def _rebase_model(
+    table: dict[str, Any], model: type[BaseModel], key: _Key, base: Callable[[_Key], Path]
+) -> None:
+    for name, field in model.model_fields.items():
+        written = field.alias or name
+        if written in table:
+            here = (*key, written)
+            table[written] = _rebase_value(
+                table[written], field.annotation, field.metadata, base(here), here, base
+            )
+
+
+def _rebase_value(
+    value: Any,
+    annotation: Any,
+    metadata: Sequence[Any],
+    folder: Path,
+    key: _Key = (),
+    base: Callable[[_Key], Path] | None = None,
+) -> Any:
+    """``value`` with its relative paths taken against ``folder``, as ``annotation`` (and the
+    ``metadata`` of an ``Annotated`` around it) declares them."""
+    marker = next((m for m in metadata if isinstance(m, PlanPath)), None)
+    if marker is not None or (isinstance(annotation, type) and issubclass(annotation, PurePath)):
+        if isinstance(value, str):
+            return _rebase(value, folder, or_name=marker is not None and marker.or_name)
+        return value
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Annotated:
+        return _rebase_value(value, args[0], args[1:], folder, key, base)
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            if arg is not type(None) and _declares_path(arg):
+                return _rebase_value(value, arg, (), folder, key, base)
+        return value
+    if origin in (list, tuple, set, frozenset, Sequence) and isinstance(value, list) and args:
+        return [_rebase_value(item, args[0], (), folder, key, base) for item in value]
+    if origin in (dict, Mapping) and isinstance(value, dict) and len(args) == 2:
+        return {k: _rebase_value(v, args[1], (), folder, key, base) for k, v in value.items()}
+    if (
+        isinstance(annotation, type)
+        and issubclass(annotation, BaseModel)
+        and isinstance(value, dict)
+        and base is not None
+    ):
+        _rebase_model(value, annotation, key, base)
+    return value
+
+
+def _declares_path(annotation: Any) -> bool:
+    if isinstance(annotation, type):
+        return issubclass(annotation, (PurePath, BaseModel))
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Annotated:
+        return any(isinstance(m, PlanPath) for m in args[1:]) or _declares_path(args[0])
+    return any(_declares_path(arg) for arg in args)
+
+
+def _rebase(value: str, folder: Path, *, or_name: bool) -> str:
+    """``value`` taken relative to ``folder`` when it is a relative path; else as written."""
+    if not value or os.path.isabs(value) or value.startswith("~") or "://" in value:
+        return value
+    joined = os.path.normpath(os.path.join(folder, value))
+    if or_name and not (
+        value in (".", "..")
+        or value.startswith(("./", "../"))
+        or ("/" in value and os.path.exists(joined))
+    ):
+        return value
+    return joined
