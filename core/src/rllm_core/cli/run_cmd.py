@@ -20,9 +20,9 @@ from rllm_core.errors import PlanError
 
 def _comparable(data: dict, folder_name: str) -> dict:
     """The resolved plan of ``data`` as far as a resume must match it: ``run.steps`` may
-    differ, and store paths the run put in its folder may spell that folder differently (a
-    relative path at the start, an absolute one to ``--resume``)."""
-    from rllm_core.training.components import STORE_SECTIONS
+    differ, and store and logger paths the run put in its folder may spell that folder
+    differently (a relative path at the start, an absolute one to ``--resume``)."""
+    from rllm_core.training.components import LOGS_FOLDER, STORE_SECTIONS
 
     plan = dict(data["plan"])
     plan["run"] = {k: v for k, v in plan.get("run", {}).items() if k != "steps"}
@@ -32,6 +32,15 @@ def _comparable(data: dict, folder_name: str) -> dict:
             path = Path(os.path.abspath(ref["path"]))
             if path.parent.name == folder_name:
                 plan[section] = ref | {"path": f"<run folder>/{path.name}"}
+    loggers = []
+    for ref in plan.get("loggers", []):
+        if isinstance(ref, dict) and isinstance(ref.get("path"), str):
+            path = Path(os.path.abspath(ref["path"]))
+            if path.parent.name == LOGS_FOLDER and path.parent.parent.name == folder_name:
+                ref = ref | {"path": f"<run folder>/{LOGS_FOLDER}/{path.name}"}
+        loggers.append(ref)
+    if loggers:
+        plan["loggers"] = loggers
     return plan
 
 

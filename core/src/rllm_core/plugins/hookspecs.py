@@ -11,6 +11,24 @@ manager first collects components, and the yielded specs are attributed to that 
 distribution. Lifecycle hooks are called for every registered plugin, in registration order;
 their return values are ignored.
 
+Lifecycle hooks fire in this order, interleaved with the plan's ``[[loggers]]``::
+
+    rllm_run_start(run)
+    for each step:
+        rllm_step_start(run, step)
+        ... rollouts, training, the metrics.jsonl line ...
+        loggers: log_metrics(step, numbers)      rllm_step_end(run, step, metrics)
+        loggers: log_event("checkpoint", ...)    when [run].save_every checkpoints it
+    loggers: log_event("checkpoint", ...)        the last finished step, unless saved or crashed
+    loggers: log_event("failure", ...)           when the run failed
+    summary.json written; loggers: log_event("summary", summary); loggers closed
+    rllm_run_end(run, status, error)
+
+A resumed run also sends loggers ``log_event("resume", {"step", "checkpoint"})`` before
+``rllm_run_start``. An implementation that raises is reported once (a warning naming its
+plugin and the hook) and the run goes on; with ``RLLM_CORE_STRICT_PLUGINS=1`` the error ends
+the run instead.
+
 A plugin's module must import only ``rllm_core`` and the standard library at import time:
 heavy dependencies load inside the factory, usually through :func:`~rllm_core.plugins.specs.lazy`.
 """
@@ -232,7 +250,14 @@ def rllm_loggers() -> Iterable[LoggerSpec]:
 
 @hookspec
 def rllm_run_start(run: RunInfo) -> None:
-    """Called once when a run has resolved its plan and is about to take its first step.
+    """Called once per run, before its first step: the plan is resolved, the components are
+    built, a resumed run has loaded its checkpoint, and the gateway is up.
+
+    ``run`` is the :class:`~rllm_core.types.RunInfo` every later hook of the run receives:
+    ``run_id`` (the run folder's name), ``name`` (``[run].name``), ``output_dir`` (the run
+    folder), ``plan`` (the resolved plan, as in ``plan.resolved.json``) and ``started_at``
+    (Unix time). A run that cannot start (``--resume`` without a checkpoint, the gateway port
+    taken) fires no hook at all.
 
     Example::
 
@@ -244,7 +269,11 @@ def rllm_run_start(run: RunInfo) -> None:
 
 @hookspec
 def rllm_step_start(run: RunInfo, step: int) -> None:
-    """Called before each training step (``step`` counts from 1 and continues on resume).
+    """Called at the start of each step, before its rollouts (``step`` counts from 1 and
+    continues on resume: a run resumed from step 4 starts with step 5).
+
+    A step that does not finish (stopped by a signal during its rollouts, failed on too many
+    excluded rollouts, crashed) gets no ``rllm_step_end``; ``rllm_run_end`` follows.
 
     Example::
 
@@ -256,7 +285,11 @@ def rllm_step_start(run: RunInfo, step: int) -> None:
 
 @hookspec
 def rllm_step_end(run: RunInfo, step: int, metrics: Mapping[str, float]) -> None:
-    """Called after each training step with that step's metrics (the ``metrics.jsonl`` line).
+    """Called once a step has trained and its ``metrics.jsonl`` line is written, after the
+    ``[[loggers]]`` received that line, and before the step's checkpoint (if it has one).
+
+    ``metrics`` is a copy of that line: ``step`` and every metric of the step, all numbers
+    (the keys are listed in ``docs/running.md``).
 
     Example::
 
@@ -269,8 +302,13 @@ def rllm_step_end(run: RunInfo, step: int, metrics: Mapping[str, float]) -> None
 
 @hookspec
 def rllm_run_end(run: RunInfo, status: RunStatus, error: BaseException | None) -> None:
-    """Called once when a run ends: completed, interrupted (a checkpoint was saved) or failed
-    (``error`` is the exception).
+    """Called exactly once for every run that fired ``rllm_run_start``, on every way out,
+    after ``summary.json`` is written and the ``[[loggers]]`` are closed.
+
+    ``status`` is ``COMPLETED`` (every step ran; ``error`` is None), ``INTERRUPTED`` (stopped
+    by SIGINT/SIGTERM, the last finished step checkpointed; ``error`` is None) or ``FAILED``
+    (``error`` is the exception: :class:`~rllm_core.rollout.TooManyFailedRollouts` when a
+    step's rollouts failed, or whatever a component raised; the run then exits with code 1).
 
     Example::
 

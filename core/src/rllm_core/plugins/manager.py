@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -62,6 +62,9 @@ STRICT_ENV = "RLLM_CORE_STRICT_PLUGINS"
 DISABLE_ENV = "RLLM_CORE_DISABLE_PLUGINS"
 
 S = TypeVar("S", bound=ComponentSpec)
+
+HookErrorHandler = Callable[[str, str, Exception], None]
+"""Told ``(plugin label, hook name, exception)`` when a lifecycle hook implementation raises."""
 
 
 class PluginStatus(enum.StrEnum):
@@ -472,23 +475,38 @@ class PluginManager:
 
     # ---------------------------------------------------------------- lifecycle
 
-    def notify_run_start(self, run: RunInfo) -> None:
-        self._notify("rllm_run_start", run=run)
+    def notify_run_start(self, run: RunInfo, *, on_error: HookErrorHandler | None = None) -> None:
+        self._notify("rllm_run_start", on_error, run=run)
 
-    def notify_step_start(self, run: RunInfo, step: int) -> None:
-        self._notify("rllm_step_start", run=run, step=step)
+    def notify_step_start(
+        self, run: RunInfo, step: int, *, on_error: HookErrorHandler | None = None
+    ) -> None:
+        self._notify("rllm_step_start", on_error, run=run, step=step)
 
-    def notify_step_end(self, run: RunInfo, step: int, metrics: Mapping[str, float]) -> None:
-        self._notify("rllm_step_end", run=run, step=step, metrics=metrics)
+    def notify_step_end(
+        self,
+        run: RunInfo,
+        step: int,
+        metrics: Mapping[str, float],
+        *,
+        on_error: HookErrorHandler | None = None,
+    ) -> None:
+        self._notify("rllm_step_end", on_error, run=run, step=step, metrics=metrics)
 
     def notify_run_end(
-        self, run: RunInfo, status: RunStatus, error: BaseException | None = None
+        self,
+        run: RunInfo,
+        status: RunStatus,
+        error: BaseException | None = None,
+        *,
+        on_error: HookErrorHandler | None = None,
     ) -> None:
-        self._notify("rllm_run_end", run=run, status=status, error=error)
+        self._notify("rllm_run_end", on_error, run=run, status=status, error=error)
 
-    def _notify(self, hook_name: str, **kwargs: Any) -> None:
-        """Call one lifecycle hook on every active plugin. A raising observer is logged against
-        its plugin and skipped (strict mode re-raises): observers never stop a run."""
+    def _notify(self, hook_name: str, on_error: HookErrorHandler | None, **kwargs: Any) -> None:
+        """Call one lifecycle hook on every active plugin, in registration order. A raising
+        observer is skipped (strict mode re-raises): observers never stop a run. It is reported
+        to ``on_error(plugin label, hook name, exception)``, or logged when none is given."""
         self._collect()
         caller = getattr(self._pm.hook, hook_name)
         for impl in caller.get_hookimpls():
@@ -498,7 +516,10 @@ class PluginManager:
             except Exception as exc:
                 record = self._plugins.get(impl.plugin_name)
                 label = record.label if record else impl.plugin_name
-                log.warning("plugin %s: %s raised %s", label, hook_name, _one_line(exc))
+                if on_error is not None:
+                    on_error(label, hook_name, exc)
+                else:
+                    log.warning("plugin %s: %s raised %s", label, hook_name, _one_line(exc))
                 if self.strict:
                     raise
 

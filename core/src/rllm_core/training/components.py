@@ -2,12 +2,13 @@
 
 :func:`prepare_plan` loads and resolves a plan for a run, filling the keys a run can fill
 itself: a trace store's (or sample buffer's, object store's) ``path`` goes inside the run
-folder, a renderer's ``tokenizer`` is the trainer's model folder, and the trainer's
-``logprob_temperature`` is ``[sampling].temperature`` (recomputed logprobs must match the
-sampler's; a different value written in the plan is replaced, with a note in
-``ResolvedPlan.notes``). The trainer's ``model`` is resolved while preparing, so an uncached
-model fails before anything is built. :func:`build_components` builds the components
-(``training=False`` for sampling only: no loss or advantage needed);
+folder, a logger's ``path`` is ``<run folder>/logs/<name>`` (``<name>-<index>`` when two
+``[[loggers]]`` entries share a name), a renderer's ``tokenizer`` is the trainer's model
+folder, and the trainer's ``logprob_temperature`` is ``[sampling].temperature``
+(recomputed logprobs must match the sampler's; a different value written in the plan is
+replaced, with a note in ``ResolvedPlan.notes``). The trainer's ``model`` is resolved while
+preparing, so an uncached model fails before anything is built. :func:`build_components`
+builds the components (``training=False`` for sampling only: no loss or advantage needed);
 :meth:`Components.aclose` closes them.
 """
 
@@ -24,8 +25,11 @@ from rllm_core.plan.load import load_plan
 from rllm_core.plan.resolve import resolve_plan
 from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
+from rllm_core.plugins.specs import Kind
+from rllm_core.ports.loggers import Logger
 
 __all__ = [
+    "LOGS_FOLDER",
     "SAMPLING_COMPONENTS",
     "TRAINING_COMPONENTS",
     "BuildError",
@@ -42,6 +46,9 @@ TRAINING_COMPONENTS = (*SAMPLING_COMPONENTS, "[algorithm].loss", "[algorithm].ad
 
 STORE_SECTIONS = ("trace_store", "sample_buffer", "object_store")
 """Sections whose ``path`` defaults to a folder of the same name inside the run folder."""
+
+LOGS_FOLDER = "logs"
+"""The folder of the run folder where a ``[[loggers]]`` entry's ``path`` defaults to."""
 
 
 class BuildError(Exception):
@@ -96,6 +103,9 @@ def prepare_plan(
             continue
         if "path" in _config_fields(manager, section, ref.name):
             updates[section] = _ref(ref, path=str(run_dir / section.replace("_store", "s")))
+    loggers = _logger_paths(manager, plan.loggers, run_dir)
+    if loggers != plan.loggers:
+        updates["loggers"] = loggers
     trainer = plan.trainer
     model_folder = _trainer_model_dir(manager, trainer) if trainer is not None else None
     if trainer is not None:
@@ -126,10 +136,34 @@ def prepare_plan(
     return replace(resolved, notes=(*resolved.notes, *notes)) if notes else resolved
 
 
+def _logger_paths(
+    manager: PluginManager, refs: Sequence[ComponentRef], run_dir: Path
+) -> list[ComponentRef]:
+    """``refs`` with ``path`` filled (see the module docstring) where a logger takes one."""
+    names = [ref.name for ref in refs]
+    out = []
+    for index, ref in enumerate(refs):
+        if "path" in ref.options or "path" not in _logger_fields(manager, ref.name):
+            out.append(ref)
+            continue
+        file = ref.name if names.count(ref.name) == 1 else f"{ref.name}-{index}"
+        out.append(_ref(ref, path=str(run_dir / LOGS_FOLDER / file)))
+    return out
+
+
+def _logger_fields(manager: PluginManager, name: str) -> dict[str, Any]:
+    try:
+        return dict(manager.get_record(Kind.LOGGER, name).spec.config.model_fields)
+    except Exception:
+        return {}
+
+
 @dataclass
 class Components:
     """The built components of a run. ``sandbox`` is None when the plan selects none;
-    ``loss`` and ``advantage`` when it selects none and they were not required."""
+    ``loss`` and ``advantage`` when it selects none and they were not required.
+    ``loggers`` are the ``[[loggers]]`` entries, each with a label naming it
+    (``"[loggers[0]] jsonl"``); they are in ``built`` too, so :meth:`aclose` closes them."""
 
     trainer: Any
     renderer: Any
@@ -140,6 +174,7 @@ class Components:
     advantage: Any = None
     sandbox: Any = None
     aux_losses: list[tuple[Any, float]] = field(default_factory=list)
+    loggers: list[tuple[str, Logger]] = field(default_factory=list)
     built: list[Any] = field(default_factory=list)
 
     async def aclose(self) -> None:
@@ -197,6 +232,7 @@ def build_components(
         for c in resolved
         if c.where.startswith("[algorithm].aux_losses")
     ]
+    loggers = [(f"{c.where} {c.name}", built[c.where]) for c in resolved if c.kind is Kind.LOGGER]
     return Components(
         trainer=built["[trainer]"],
         renderer=built["[renderer]"],
@@ -207,5 +243,6 @@ def build_components(
         advantage=built.get("[algorithm].advantage"),
         sandbox=built.get("[sandbox]"),
         aux_losses=aux,
+        loggers=loggers,
         built=order,
     )

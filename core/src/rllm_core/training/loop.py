@@ -12,6 +12,20 @@ A step whose excluded rollouts (infrastructure failures after their retries) exc
 (exit code 1) with the reason in ``summary.json``, and the last completed step is
 checkpointed as on a signal (the failed step never is).
 
+Any other exception once the run has started (a component that crashes, a trainer that
+raises) also ends it ``failed``: ``summary.json`` gets ``status = "failed"``, the ``error``
+(``type`` and ``message``), the ``reason`` and ``last_step`` (the last finished step), no
+checkpoint is written, and the exception propagates (``rllm-core run`` exits 1).
+
+Loggers and lifecycle hooks (:class:`~rllm_core.training.observers.RunObservers`): after the
+resume state is loaded and the gateway is up, ``rllm_run_start``; each step fires
+``rllm_step_start``, and once its ``metrics.jsonl`` line is written, every logger's
+``log_metrics`` then ``rllm_step_end``. Loggers also receive the events ``resume``,
+``checkpoint``, ``failure`` and ``summary``. On every way out the loggers are closed, then
+``rllm_run_end`` fires once with ``completed``, ``interrupted`` or ``failed`` (and the error).
+A run that cannot start (:class:`ResumeError`, a gateway bind error) closes its loggers and
+fires no hook.
+
 The gateway binds ``[gateway].host`` and ``[gateway].port``; when it cannot,
 :class:`~rllm_core.training.gateway_address.GatewayBindError` says which key to change
 (:func:`~rllm_core.training.gateway_address.check_gateway_address` runs the same test before
@@ -30,11 +44,13 @@ import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rllm_core.algorithms import DatumBuilder
 from rllm_core.gateway.server import Gateway
 from rllm_core.plan import ResolvedPlan
+from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports.training import BusyClock
 from rllm_core.rollout import RolloutRunner, RolloutSettings, TooManyFailedRollouts, check_failures
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -42,11 +58,12 @@ from rllm_core.training.components import Components
 from rllm_core.training.folder import RunFolder, write_json
 from rllm_core.training.gateway_address import gateway_bind_error
 from rllm_core.training.metrics import episode_record, step_metrics, summarize
+from rllm_core.training.observers import RunObservers
 from rllm_core.training.plots import write_plots
 from rllm_core.training.sessions import SeededGateway
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
-from rllm_core.types import SamplingParams
+from rllm_core.types import RunInfo, RunStatus, SamplingParams
 
 __all__ = ["ResumeError", "RunResult", "TrainingLoop"]
 
@@ -71,7 +88,8 @@ class TrainingLoop:
     """One run of a resolved plan with built components, writing into ``folder``.
 
     ``record_datums`` also writes ``datums.jsonl`` (every trained datum's token ids, masks and
-    provenance), for checking what the trainer saw against the traces.
+    provenance), for checking what the trainer saw against the traces. ``plugins`` is the
+    manager whose lifecycle hooks fire (the process-wide one by default).
     """
 
     def __init__(
@@ -84,6 +102,7 @@ class TrainingLoop:
         resume: bool = False,
         record_datums: bool = False,
         run_id: str | None = None,
+        plugins: PluginManager | None = None,
     ) -> None:
         self.plan = resolved.plan
         self.plan_path = resolved.path
@@ -98,6 +117,11 @@ class TrainingLoop:
         self._stop = False
         self._trainer_executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._sampler: Any = None
+        self.observers = RunObservers(
+            loggers=components.loggers,
+            plugins=plugins if plugins is not None else get_plugin_manager(),
+            warn=display.warn,
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -128,6 +152,7 @@ class TrainingLoop:
         self.folder.truncate_after(state.step)
         self._forget_sessions_after(state.step)
         self.display.info(f"resumed from {checkpoint} (step {state.step})")
+        self.observers.event("resume", {"step": state.step, "checkpoint": str(checkpoint)})
         return state
 
     def _forget_sessions_after(self, step: int) -> None:
@@ -157,7 +182,70 @@ class TrainingLoop:
 
     async def run(self) -> RunResult:
         """Run the steps left; see the module docstring."""
-        state = self._initial_state()
+        try:
+            state = self._initial_state()
+            gateway, runner, builder = await self._start()
+        except BaseException:
+            self.observers.close_loggers()
+            raise
+        saved_step = state.step if self.resume else -1
+        status, exit_code = "finished", 0
+        failure: TooManyFailedRollouts | None = None
+        started = time.monotonic()
+        self.observers.run_start(self._run_info())
+        try:
+            try:
+                with StopSignals(self._on_stop, self._on_force) as signals:
+                    while state.step < self.plan.run.steps and not self._stop:
+                        try:
+                            done = await self._step(state, runner, builder)
+                        except TooManyFailedRollouts as exc:
+                            failure = exc
+                            break
+                        if not done:
+                            break
+                        every = self.plan.run.save_every
+                        if every and state.step % every == 0:
+                            self._checkpoint(state)
+                            saved_step = state.step
+                    if signals.received is not None:
+                        status, exit_code = "interrupted", signals.exit_code
+                    elif failure is not None:
+                        status, exit_code = "failed", 1
+            finally:
+                await gateway.astop()
+                if self._trainer_executor is not None:
+                    self._trainer_executor.shutdown(wait=True)
+                    self._trainer_executor = None
+            if state.step > 0 and saved_step != state.step:
+                path = self._checkpoint(state)
+                self.display.info(f"checkpoint: {path}")
+            summary = self._summary(status, state, started)
+            if failure is not None:
+                summary["reason"] = str(failure)
+                summary["failure"] = failure.to_dict()
+                self.observers.event(
+                    "failure",
+                    {"step": state.step + 1, "reason": str(failure), "failure": failure.to_dict()},
+                )
+            write_json(self.folder.summary, summary)
+            self.observers.event("summary", summary)
+            self.display.finish(summary)
+        except BaseException as exc:
+            self._crashed(exc, state, started)
+            raise
+        run_status = {"finished": RunStatus.COMPLETED, "interrupted": RunStatus.INTERRUPTED}
+        self.observers.run_end(run_status.get(status, RunStatus.FAILED), failure)
+        return RunResult(
+            status=status,
+            exit_code=exit_code,
+            step=state.step,
+            summary=summary,
+            reason=str(failure) if failure is not None else None,
+        )
+
+    async def _start(self) -> tuple[Gateway, RolloutRunner, DatumBuilder]:
+        """Start the gateway; build the rollout runner and the datum builder."""
         algorithm = self.plan.algorithm
         self._sampler = self.c.trainer.sampler()
         gateway = Gateway(
@@ -198,61 +286,53 @@ class TrainingLoop:
         builder = DatumBuilder(
             self.c.advantage, drop_zero_variance_groups=algorithm.drop_zero_variance_groups
         )
-        saved_step = state.step if self.resume else -1
-        status, exit_code = "finished", 0
-        failure: TooManyFailedRollouts | None = None
-        started = time.monotonic()
-        try:
-            with StopSignals(self._on_stop, self._on_force) as signals:
-                while state.step < self.plan.run.steps and not self._stop:
-                    try:
-                        done = await self._step(state, runner, builder)
-                    except TooManyFailedRollouts as exc:
-                        failure = exc
-                        break
-                    if not done:
-                        break
-                    every = self.plan.run.save_every
-                    if every and state.step % every == 0:
-                        save_checkpoint(self.folder.checkpoints, self.c.trainer, state)
-                        saved_step = state.step
-                if signals.received is not None:
-                    status, exit_code = "interrupted", signals.exit_code
-                elif failure is not None:
-                    status, exit_code = "failed", 1
-        finally:
-            await gateway.astop()
-            if self._trainer_executor is not None:
-                self._trainer_executor.shutdown(wait=True)
-                self._trainer_executor = None
-        if state.step > 0 and saved_step != state.step:
-            path = save_checkpoint(self.folder.checkpoints, self.c.trainer, state)
-            self.display.info(f"checkpoint: {path}")
+        return gateway, runner, builder
+
+    def _run_info(self) -> RunInfo:
+        return RunInfo(
+            run_id=self.run_id,
+            name=self.plan.run.name,
+            output_dir=str(self.folder.path),
+            plan=self.plan.model_dump(mode="json", exclude_none=True),
+            started_at=time.time(),
+        )
+
+    def _checkpoint(self, state: LoopState) -> Path:
+        path = save_checkpoint(self.folder.checkpoints, self.c.trainer, state)
+        self.observers.event("checkpoint", {"step": state.step, "path": str(path)})
+        return path
+
+    def _summary(self, status: str, state: LoopState, started: float) -> dict[str, Any]:
         rows = RunFolder.read_jsonl(self.folder.metrics)
-        summary = summarize(rows) | {
+        return summarize(rows) | {
             "status": status,
             "run_dir": str(self.folder.path),
             "wall_s": time.monotonic() - started,
             "last_step": state.step,
-            "weight_version": self.c.trainer.weight_version,
+            "weight_version": getattr(self.c.trainer, "weight_version", None),
         }
-        if failure is not None:
-            summary["reason"] = str(failure)
-            summary["failure"] = failure.to_dict()
-        write_json(self.folder.summary, summary)
-        self.display.finish(summary)
-        return RunResult(
-            status=status,
-            exit_code=exit_code,
-            step=state.step,
-            summary=summary,
-            reason=str(failure) if failure is not None else None,
-        )
+
+    def _crashed(self, exc: BaseException, state: LoopState, started: float) -> None:
+        """After an exception that ends the run: ``summary.json`` (status ``failed``, the
+        error, the last finished step), a ``failure`` and a ``summary`` event, the loggers
+        closed and ``rllm_run_end(FAILED)``; the caller re-raises."""
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        reason = f"{error['type']}: {error['message']}" if error["message"] else error["type"]
+        self.observers.event("failure", {"step": state.step + 1, "reason": reason, "error": error})
+        try:
+            summary = self._summary("failed", state, started) | {"reason": reason, "error": error}
+            write_json(self.folder.summary, summary)
+        except Exception as problem:
+            self.display.warn(f"could not write {self.folder.summary}: {problem}")
+        else:
+            self.observers.event("summary", summary)
+        self.observers.run_end(RunStatus.FAILED, exc)
 
     async def _step(self, state: LoopState, runner: RolloutRunner, builder: DatumBuilder) -> bool:
         """Run step ``state.step + 1``; False when a signal cancelled its rollouts. Raises
         :class:`TooManyFailedRollouts` (before training) when too many rollouts were excluded."""
         step = state.step + 1
+        self.observers.step_start(step)
         algorithm = self.plan.algorithm
         data = DataOrder.from_dict(state.data.to_dict())
         batch_tasks = [self.tasks[i] for i in data.take(algorithm.batch_size)]
@@ -323,6 +403,7 @@ class TrainingLoop:
         )
         self._warn_about(line)
         self.folder.append(self.folder.metrics, line)
+        self.observers.step_end(step, line)
         self.folder.append(self.folder.episodes, [episode_record(step, e) for e in episodes])
         if self.record_datums:
             self.folder.append(self.folder.path / "datums.jsonl", _datum_rows(step, datums))
