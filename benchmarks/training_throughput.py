@@ -8,7 +8,7 @@ tokens a prompt, the rest action tokens with one advantage of +-1 per sequence),
   backend's defaults);
 - ``full``: every parameter.
 
-The backend step is ``backend.forward_backward(datums, reinforce)`` followed by
+The backend step is ``backend.forward_backward(datums, Objective.of(reinforce))`` followed by
 ``backend.optim_step()``, timed from the ``Datum`` records (collation included). The plain loop
 is what one would write by hand on the same model, with the batch already in tensors: a
 forward pass, ``log_softmax`` and ``gather`` of the token logprobs, the policy-gradient loss
@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from rllm_backend_torch.backend import TorchBackend
 from rllm_backend_torch.plugin import TorchBackendConfig
+from rllm_core.algorithms.objective import Objective
 from rllm_core.models import resolve_model
 from rllm_core.types import Datum
 from rllm_loss_ppo.plugin import ReinforceLossConfig
@@ -180,7 +181,7 @@ def measure_mode(
     loss = Reinforce(ReinforceLossConfig())
 
     def backend_step() -> float:
-        metrics = backend.forward_backward(datums, loss)
+        metrics = backend.forward_backward(datums, Objective.of(loss))
         backend.optim_step()
         return metrics["loss"]
 

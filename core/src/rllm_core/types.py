@@ -273,6 +273,9 @@ class Datum(msgspec.Struct, kw_only=True, frozen=True):
     on tokens the policy sampled (the ones a policy loss trains); ``observation_mask`` is true
     on environment tokens after the first prompt (tool and terminal output). ``logprobs`` are
     the sampler's logprobs on action tokens and 0.0 elsewhere. ``advantages`` are per token.
+    ``proximal_logprobs``, when set, are the trainer's logprobs of the same tokens computed
+    before the batch's first update (``[algorithm].proximal = "recompute"``), 0.0 where no
+    logprob exists.
     """
 
     token_ids: list[int]
@@ -281,6 +284,7 @@ class Datum(msgspec.Struct, kw_only=True, frozen=True):
     action_mask: list[bool]
     observation_mask: list[bool]
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    proximal_logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
@@ -289,6 +293,11 @@ class Datum(msgspec.Struct, kw_only=True, frozen=True):
                 raise ValueError(
                     f"Datum.{field} has {len(getattr(self, field))} entries but token_ids has {n}"
                 )
+        if self.proximal_logprobs is not None and len(self.proximal_logprobs) != n:
+            raise ValueError(
+                f"Datum.proximal_logprobs has {len(self.proximal_logprobs)} entries but token_ids"
+                f" has {n}"
+            )
 
 
 class Sample(msgspec.Struct, kw_only=True, frozen=True):

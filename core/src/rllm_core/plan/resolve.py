@@ -132,6 +132,57 @@ class _Resolver:
                 self.resolve(ref, kind, section=section, key=None)
         for index, ref in enumerate(self.plan.loggers):
             self.resolve(ref, Kind.LOGGER, section=f"loggers[{index}]", key=None)
+        self.refuse_idle_keys()
+
+    def refuse_idle_keys(self) -> None:
+        """Keys and sections a run would accept and not use are errors, each saying why."""
+        plan = self.plan
+        if plan.algorithm.max_policy_age != 0:
+            self.issues.append(
+                PlanIssue(
+                    path=self.path,
+                    section="algorithm",
+                    key="max_policy_age",
+                    value=plan.algorithm.max_policy_age,
+                    message=(
+                        "a run samples and trains in turn, so every sample is trained on by the"
+                        " policy that produced it; no pipeline reads a policy-age bound"
+                    ),
+                    hint="remove the key",
+                )
+            )
+        for section, what in (("sample_buffer", "samples"), ("object_store", "objects")):
+            if getattr(plan, section) is not None:
+                self.issues.append(
+                    PlanIssue(
+                        path=self.path,
+                        section=section,
+                        key=None,
+                        message=(
+                            f"a run passes its {what} from rollouts to the trainer in memory and"
+                            f" keeps its files in the run folder; nothing in a run uses a"
+                            f" [{section}]"
+                        ),
+                        hint="remove the section",
+                    )
+                )
+        trainer = self.components.get("[trainer]")
+        proximal = plan.algorithm.proximal
+        modes = getattr(trainer.spec, "proximal_modes", ("rollout",)) if trainer else None
+        if modes is not None and proximal not in modes:
+            self.issues.append(
+                PlanIssue(
+                    path=self.path,
+                    section="algorithm",
+                    key="proximal",
+                    value=proximal,
+                    message=(
+                        f"trainer backend {trainer.name!r} cannot honour proximal = {proximal!r}"
+                        f" (it offers {', '.join(repr(m) for m in modes)})"
+                    ),
+                    hint='use proximal = "rollout" or a trainer that recomputes logprobs',
+                )
+            )
 
     def resolve(
         self,

@@ -18,6 +18,7 @@ __all__ = [
     "AggregationMode",
     "COMPONENT_SECTIONS",
     "AlgorithmSection",
+    "CorrectionSection",
     "ComponentRef",
     "Plan",
     "RolloutSection",
@@ -68,6 +69,38 @@ class RunSection(_Section):
     )
 
 
+class CorrectionSection(_Section):
+    tis_cap: float | None = Field(
+        None,
+        gt=0.0,
+        description=(
+            "Truncated importance sampling: weigh each sampled token by min(trainer / sampler"
+            " probability ratio, tis_cap), without gradient (unset: off)."
+        ),
+    )
+    mask_low: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description=(
+            "IcePop masking: tokens whose trainer / sampler ratio is below this get no gradient"
+            " (set with mask_high; unset: off)."
+        ),
+    )
+    mask_high: float | None = Field(
+        None,
+        gt=1.0,
+        description="IcePop masking: tokens whose trainer / sampler ratio is above this get no"
+        " gradient (set with mask_low).",
+    )
+
+    @model_validator(mode="after")
+    def _both_bounds(self) -> CorrectionSection:
+        if (self.mask_low is None) != (self.mask_high is None):
+            raise ValueError("set both mask_low and mask_high (the ratio range kept), or neither")
+        return self
+
+
 class AlgorithmSection(_Section):
     loss: ComponentRef | None = Field(
         None, description="Policy loss: a name or a table with `name` and the loss's keys."
@@ -96,7 +129,32 @@ class AlgorithmSection(_Section):
         False, description="Leave out groups whose rewards are all equal (they carry no signal)."
     )
     max_policy_age: int = Field(
-        0, ge=0, description="Train on samples at most this many weight versions old."
+        0,
+        ge=0,
+        description=(
+            "Train on samples at most this many weight versions old (0: synchronous, the only"
+            " value a run accepts until the asynchronous pipeline lands)."
+        ),
+    )
+    proximal: Literal["rollout", "recompute"] = Field(
+        "rollout",
+        description=(
+            "Denominator of every loss's ratio: `rollout`, the sampler's logprobs; `recompute`,"
+            " the trainer's logprobs computed once per batch before its first update."
+        ),
+    )
+    epochs: int = Field(1, ge=1, description="Passes over each step's batch.")
+    mini_batches: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Optimizer steps per pass: the batch's datums are split into this many mini-batches,"
+            " in order."
+        ),
+    )
+    correction: CorrectionSection = Field(
+        default_factory=CorrectionSection,
+        description="Rollout corrections for the sampler/trainer mismatch, for any loss.",
     )
 
     @model_validator(mode="after")

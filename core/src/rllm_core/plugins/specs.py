@@ -201,7 +201,12 @@ class SandboxBackendSpec(ComponentSpec):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainerBackendSpec(ComponentSpec):
+    """``proximal_modes``: the ``[algorithm].proximal`` choices the backend honours
+    (``"rollout"`` always; ``"recompute"`` when it implements ``compute_logprobs``). ``plan
+    check`` refuses any other choice, naming the backend."""
+
     kind: ClassVar[Kind] = Kind.TRAINER_BACKEND
+    proximal_modes: tuple[str, ...] = ("rollout",)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

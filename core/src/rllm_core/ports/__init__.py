@@ -17,7 +17,7 @@ from rllm_core.ports.losses import (
 from rllm_core.ports.rendering import Renderer
 from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
 from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
-from rllm_core.ports.training import BusyClock, Sampler, TrainerBackend, WeightedLoss
+from rllm_core.ports.training import BusyClock, LogprobScorer, Sampler, TrainerBackend
 
 __all__ = [
     "AdvantageEstimator",
@@ -26,6 +26,7 @@ __all__ = [
     "BusyClock",
     "Harness",
     "Logger",
+    "LogprobScorer",
     "Loss",
     "LossContext",
     "LossOutput",
@@ -38,5 +39,4 @@ __all__ = [
     "TaskSource",
     "TraceStore",
     "TrainerBackend",
-    "WeightedLoss",
 ]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from rllm_core.ports.losses import Loss
 from rllm_core.types import Datum, SampleRequest, SampleResult
 
-__all__ = ["BusyClock", "Sampler", "TrainerBackend", "WeightedLoss"]
+if TYPE_CHECKING:
+    from rllm_core.algorithms.objective import Objective
+
+__all__ = ["BusyClock", "LogprobScorer", "Sampler", "TrainerBackend"]
 
 
 @runtime_checkable
@@ -51,28 +53,27 @@ class BusyClock(Protocol):
     def busy_seconds(self) -> float: ...
 
 
-WeightedLoss = tuple[Loss, float]
-"""An auxiliary loss and its coefficient."""
-
-
 @runtime_checkable
 class TrainerBackend(Protocol):
     """Owns the policy weights: computes gradients, steps the optimizer, serves a sampler.
 
     Contract:
 
-    - ``forward_backward(datums, loss, aux_losses)`` recomputes per-token logprobs under the
-      current weights, calls ``loss`` (and each auxiliary loss, scaled by its coefficient) with
-      a :class:`~rllm_core.ports.losses.LossContext`, and accumulates gradients. One call takes
-      a whole optimizer step's datums: the backend splits them into micro-batches itself and
-      counts the aggregation normalizers over all of them first, so how the step is split into
-      micro-batches does not change the gradient. Further calls before ``optim_step`` add their
-      gradients, each normalized over its own datums. An auxiliary loss with coefficient 0 is
-      not computed, so the result equals the policy loss alone bitwise. ``aggregation`` and
-      ``norm_length`` are the plan's ``[algorithm]`` keys (see
-      :func:`~rllm_core.algorithms.aggregation.make_aggregate`). Returns float metrics, each
-      loss's own prefixed with its name (``dppo-tv/clip_frac``): a loss's ``name`` attribute
-      when it has one, else the installed component that builds its class.
+    - ``forward_backward(datums, objective)`` computes per-token logprobs under the current
+      weights and evaluates the :class:`~rllm_core.algorithms.objective.Objective` on them:
+      ``step = objective.begin(action_masks, observation_masks)`` with the masks of every
+      micro-batch of the call, then ``step.evaluate(LossInputs(...))`` per micro-batch and a
+      backward pass of its result, then ``step.metrics()``. The backend never builds a
+      :class:`~rllm_core.ports.losses.LossContext` itself and never composes losses. One call
+      takes one optimizer step's datums: the backend splits them into micro-batches itself, so
+      how they are split does not change the gradient. Further calls before ``optim_step`` add
+      their gradients, each normalized over its own datums. A datum's ``proximal_logprobs``,
+      when set, go to ``LossInputs.proximal_logprobs``. Returns float metrics: those of
+      ``step.metrics()`` plus ``tokens`` and ``sequences`` (and the backend's own, prefixed
+      with its name).
+    - With ``proximal = "recompute"`` the run also needs :class:`LogprobScorer`; a backend
+      without it leaves ``"recompute"`` out of its spec's ``proximal_modes``, and ``plan
+      check`` refuses the choice.
     - ``optim_step()`` applies and clears the gradients, increments ``weight_version`` and
       makes the new weights visible to ``sampler()``. Returns float metrics (grad norm, lr).
     - ``save_state(path)`` / ``load_state(path)`` cover weights, optimizer, scheduler, RNG and
@@ -80,7 +81,7 @@ class TrainerBackend(Protocol):
 
     Example::
 
-        metrics = backend.forward_backward(batch, loss, aux_losses=[(echo, 0.05)])
+        metrics = backend.forward_backward(batch, objective)
         metrics |= backend.optim_step()
     """
 
@@ -90,13 +91,7 @@ class TrainerBackend(Protocol):
     def sampler(self) -> Sampler: ...
 
     def forward_backward(
-        self,
-        datums: Sequence[Datum],
-        loss: Loss,
-        aux_losses: Sequence[WeightedLoss] = (),
-        *,
-        aggregation: str = "token-mean",
-        norm_length: float | None = None,
+        self, datums: Sequence[Datum], objective: Objective
     ) -> Mapping[str, float]: ...
 
     def optim_step(self) -> Mapping[str, float]: ...
@@ -106,3 +101,16 @@ class TrainerBackend(Protocol):
     def load_state(self, path: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LogprobScorer(Protocol):
+    """What a trainer backend may also offer: logprobs under its current weights.
+
+    ``compute_logprobs(datums)`` returns, per datum, the logprob of each token given those
+    before it (0.0 at position 0), at the temperature the backend trains with, without
+    gradient and without changing any state: the ratio denominator of
+    ``[algorithm].proximal = "recompute"``.
+    """
+
+    def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]: ...

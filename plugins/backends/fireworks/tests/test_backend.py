@@ -10,6 +10,7 @@ import pytest
 from fake_fireworks import FakeService, reply
 from rllm_backend_fireworks.backend import STATE_FILE, FireworksBackend
 from rllm_backend_fireworks.plugin import FireworksBackendConfig
+from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError
 from rllm_core.ports import LossContext, LossOutput, Sampler, TrainerBackend
 from rllm_core.types import Datum, SampleRequest, SamplingParams
@@ -83,7 +84,7 @@ def test_build_creates_a_lora_client_and_publishes_version_0(
 def test_next_token_layout_and_token_mean_gradient(
     backend: FireworksBackend, service: FakeService
 ) -> None:
-    metrics = backend.forward_backward(datums(), Reinforce(), [(Exploding(), 0.0)])
+    metrics = backend.forward_backward(datums(), Objective.of(Reinforce(), [(Exploding(), 0.0)]))
     assert service.training.sent_inputs == [[([5, 6, 7], [6, 7, 8]), ([5, 9], [9, 3])]]
     # token-mean over 3 action tokens: dloss/dlp = -adv / 3, the weights sent are its negation
     weights = service.training.sent_weights[0]
@@ -100,7 +101,7 @@ def test_next_token_layout_and_token_mean_gradient(
 def test_aux_loss_is_scaled_by_its_coefficient(
     backend: FireworksBackend, service: FakeService
 ) -> None:
-    metrics = backend.forward_backward(datums(), Reinforce(), [(MeanLogprob(), 0.5)])
+    metrics = backend.forward_backward(datums(), Objective.of(Reinforce(), [(MeanLogprob(), 0.5)]))
     assert metrics["mean-lp/loss"] == pytest.approx(-0.6)
     assert metrics["loss"] == pytest.approx(0.3 + 0.5 * -0.6)
     weights = service.training.sent_weights[0]
@@ -111,7 +112,7 @@ def test_aux_loss_is_scaled_by_its_coefficient(
 def test_seq_mean_token_mean_normalizes_per_sequence(
     backend: FireworksBackend, service: FakeService
 ) -> None:
-    backend.forward_backward(datums(), Reinforce(), aggregation="seq-mean-token-mean")
+    backend.forward_backward(datums(), Objective.of(Reinforce(), aggregation="seq-mean-token-mean"))
     weights = service.training.sent_weights[0]
     # two sequences; the first spreads over its 2 action tokens
     assert weights[0] == pytest.approx([0.0, 0.25, 0.25])
@@ -119,7 +120,7 @@ def test_seq_mean_token_mean_normalizes_per_sequence(
 
 
 def test_same_metric_names_get_suffixes(backend: FireworksBackend) -> None:
-    metrics = backend.forward_backward(datums(), Reinforce(), [(Reinforce(), 1.0)])
+    metrics = backend.forward_backward(datums(), Objective.of(Reinforce(), [(Reinforce(), 1.0)]))
     assert metrics["reinforce-2/loss"] == pytest.approx(0.3)
     assert metrics["loss"] == pytest.approx(0.6)
 
@@ -127,7 +128,7 @@ def test_same_metric_names_get_suffixes(backend: FireworksBackend) -> None:
 def test_optim_step_sends_adam_settings_and_publishes_new_weights(
     backend: FireworksBackend, service: FakeService
 ) -> None:
-    backend.forward_backward(datums(), Reinforce())
+    backend.forward_backward(datums(), Objective.of(Reinforce()))
     metrics = backend.optim_step()
     adam = service.training.adam[0]
     assert (adam.learning_rate, adam.beta1, adam.beta2, adam.eps) == (1e-5, 0.9, 0.999, 1e-8)
@@ -180,7 +181,7 @@ def test_sampler_refuses_missing_logprobs(backend: FireworksBackend, service: Fa
 def test_save_and_load_state_round_trip(
     backend: FireworksBackend, service: FakeService, tmp_path
 ) -> None:
-    backend.forward_backward(datums(), Reinforce())
+    backend.forward_backward(datums(), Objective.of(Reinforce()))
     backend.optim_step()
     backend.save_state(str(tmp_path / "cut"))
     state = json.loads((tmp_path / "cut" / STATE_FILE).read_text())
@@ -231,5 +232,5 @@ def test_a_one_token_datum_is_refused(backend: FireworksBackend) -> None:
         observation_mask=[False],
     )
     with pytest.raises(ValueError, match="at least 2 tokens"):
-        backend.forward_backward([short], Reinforce())
-    assert math.isfinite(backend.forward_backward(datums(), Reinforce())["loss"])
+        backend.forward_backward([short], Objective.of(Reinforce()))
+    assert math.isfinite(backend.forward_backward(datums(), Objective.of(Reinforce()))["loss"])

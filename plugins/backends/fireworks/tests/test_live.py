@@ -11,6 +11,7 @@ import os
 import pytest
 from rllm_backend_fireworks.backend import FireworksBackend
 from rllm_backend_fireworks.plugin import FireworksBackendConfig
+from rllm_core.algorithms.objective import Objective
 from rllm_core.ports import LossContext, LossOutput
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 
@@ -47,7 +48,7 @@ def test_sample_train_step_and_sample_again() -> None:
             action_mask=[False] * len(prompt) + [True] * n,
             observation_mask=[False] * (len(prompt) + n),
         )
-        metrics = backend.forward_backward([datum], Reinforce())
+        metrics = backend.forward_backward([datum], Objective.of(Reinforce()))
         assert "reinforce/loss" in metrics
         backend.optim_step()
         second = asyncio.run(sampler.sample(request))

@@ -10,6 +10,7 @@ from rllm_backend_tinker.backend import TinkerBackend
 from rllm_backend_tinker.checkpoint import STATE_FILE, CheckpointError
 from rllm_backend_tinker.plugin import TinkerBackendConfig
 from rllm_backend_tinker_tests_fake import FakeService
+from rllm_core.algorithms.objective import Objective
 from rllm_core.ports import LossOutput
 from rllm_core.types import Datum
 
@@ -30,7 +31,7 @@ class Reinforce:
 
 
 def _step(backend):
-    backend.forward_backward([DATUM], Reinforce())
+    backend.forward_backward([DATUM], Objective.of(Reinforce()))
     backend.optim_step()
 
 
@@ -87,7 +88,7 @@ def test_load_restores_weights_counters_and_sampler(service, backend, tmp_path):
 
 
 def test_save_between_forward_backward_and_optim_step_is_refused(backend, tmp_path):
-    backend.forward_backward([DATUM], Reinforce())
+    backend.forward_backward([DATUM], Objective.of(Reinforce()))
     with pytest.raises(RuntimeError, match="call optim_step"):
         backend.save_state(str(tmp_path))
 

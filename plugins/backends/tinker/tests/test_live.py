@@ -13,6 +13,7 @@ import os
 import pytest
 from rllm_backend_tinker.backend import TinkerBackend
 from rllm_backend_tinker.plugin import TinkerBackendConfig
+from rllm_core.algorithms.objective import Objective
 from rllm_core.ports import LossOutput
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 
@@ -56,7 +57,7 @@ def test_sample_train_publish_save_and_load(tmp_path):
             action_mask=[False] * n_prompt + [True] * (n - n_prompt),
             observation_mask=[False] * n,
         )
-        metrics = backend.forward_backward([datum], Reinforce())
+        metrics = backend.forward_backward([datum], Objective.of(Reinforce()))
         assert metrics["action_tokens"] == n - n_prompt
         backend.optim_step()
         assert backend.weight_version == 1

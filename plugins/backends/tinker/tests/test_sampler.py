@@ -11,6 +11,7 @@ from rllm_backend_tinker.backend import TinkerBackend
 from rllm_backend_tinker.plugin import TinkerBackendConfig
 from rllm_backend_tinker.sampler import tinker_sampling_params
 from rllm_backend_tinker_tests_fake import FakeService
+from rllm_core.algorithms.objective import Objective
 from rllm_core.ports import LossOutput, Sampler
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 
@@ -77,7 +78,7 @@ def test_after_optim_step_the_sampler_reports_and_uses_the_new_version(backend):
         action_mask=[False, True, True],
         observation_mask=[False, False, False],
     )
-    backend.forward_backward([datum], Reinforce())
+    backend.forward_backward([datum], Objective.of(Reinforce()))
     old_client, _ = backend.current_sampling_client()
     backend.optim_step()
     new_client, version = backend.current_sampling_client()

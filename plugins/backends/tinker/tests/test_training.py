@@ -11,6 +11,7 @@ import torch
 from rllm_backend_tinker.backend import TinkerBackend
 from rllm_backend_tinker.plugin import TinkerBackendConfig
 from rllm_backend_tinker_tests_fake import FakeService, bigram_logprobs, chain_table
+from rllm_core.algorithms.objective import Objective
 from rllm_core.ports import LossOutput
 from rllm_core.types import Datum
 
@@ -101,7 +102,7 @@ def test_construction_creates_the_lora_client_and_publishes_version_0(service, b
 
 
 def test_policy_loss_value_metrics_and_gradient(service, backend):
-    metrics = backend.forward_backward(DATUMS, Reinforce())
+    metrics = backend.forward_backward(DATUMS, Objective.of(Reinforce()))
     # -(PEAK - L - PEAK - PEAK) / 4 = (PEAK + L) / 4 = 0.5
     assert metrics["loss"] == pytest.approx(0.5, abs=1e-6)
     assert metrics["reinforce-test/loss"] == pytest.approx(0.5, abs=1e-6)
@@ -116,7 +117,7 @@ def test_policy_loss_value_metrics_and_gradient(service, backend):
 
 def test_aux_loss_uses_observation_normalizers_and_its_coefficient(service, backend):
     metrics = backend.forward_backward(
-        DATUMS, Reinforce(), [(ObservationNll(), 0.5), (Exploding(), 0.0)]
+        DATUMS, Objective.of(Reinforce(), [(ObservationNll(), 0.5), (Exploding(), 0.0)])
     )
     assert metrics["obs-nll/loss"] == pytest.approx(L, abs=1e-5)
     assert metrics["loss"] == pytest.approx(0.5 + 0.5 * L, abs=1e-5)
@@ -126,13 +127,15 @@ def test_aux_loss_uses_observation_normalizers_and_its_coefficient(service, back
 
 def test_aux_coefficient_must_be_finite(backend):
     with pytest.raises(ValueError, match=r"aux_losses\[0\] has coefficient nan"):
-        backend.forward_backward(DATUMS, Reinforce(), [(ObservationNll(), float("nan"))])
+        backend.forward_backward(
+            DATUMS, Objective.of(Reinforce(), [(ObservationNll(), float("nan"))])
+        )
 
 
 def test_optim_step_sends_adam_params_and_publishes_new_weights(service, backend):
     with pytest.raises(RuntimeError, match="call forward_backward"):
         backend.optim_step()
-    backend.forward_backward(DATUMS, Reinforce())
+    backend.forward_backward(DATUMS, Objective.of(Reinforce()))
     grad = service.training.table.grad.clone()
     metrics = backend.optim_step()
     assert service.training.optim_params == [
@@ -160,7 +163,7 @@ def test_closed_backend_refuses_work_and_leaves_an_injected_client_open(service,
     backend.close()
     assert service.closed is False
     with pytest.raises(RuntimeError, match="closed"):
-        backend.forward_backward(DATUMS, Reinforce())
+        backend.forward_backward(DATUMS, Objective.of(Reinforce()))
 
 
 def test_without_an_injected_client_the_backend_builds_a_real_one():
@@ -173,7 +176,7 @@ def test_an_installed_loss_plugin_trains_and_is_named_by_its_component(service, 
 
     spec = get_plugin_manager().get_loss("dppo-tv")
     loss = spec.build({"delta": 0.15})
-    metrics = backend.forward_backward(DATUMS, loss)
+    metrics = backend.forward_backward(DATUMS, Objective.of(loss, name=spec.name))
     assert "dppo-tv/loss" in metrics
     assert metrics["loss"] == metrics["dppo-tv/loss"]
     assert service.training.table.grad is not None

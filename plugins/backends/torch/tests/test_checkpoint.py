@@ -11,6 +11,7 @@ import torch
 from rllm_backend_torch.backend import TorchBackend
 from rllm_backend_torch.checkpoint import CheckpointError
 from rllm_backend_torch.plugin import TorchBackendConfig
+from rllm_core.algorithms.objective import Objective
 from rllm_core.types import Datum
 from rllm_loss_ppo.plugin import ReinforceLossConfig
 from rllm_loss_ppo.reinforce import Reinforce
@@ -74,7 +75,7 @@ def step_datums(step: int) -> list[Datum]:
 def train(trainer: TorchBackend, steps: range) -> list[dict[str, float]]:
     out = []
     for step in steps:
-        metrics = dict(trainer.forward_backward(step_datums(step), REINFORCE))
+        metrics = dict(trainer.forward_backward(step_datums(step), Objective.of(REINFORCE)))
         metrics |= trainer.optim_step()
         out.append(metrics)
     return out
@@ -187,7 +188,7 @@ def test_not_a_checkpoint(tiny_model_dir, tmp_path):
 
 def test_saving_between_forward_backward_and_optim_step_is_refused(tiny_model_dir, tmp_path):
     trainer = TorchBackend(config(tiny_model_dir))
-    trainer.forward_backward(step_datums(0), REINFORCE)
+    trainer.forward_backward(step_datums(0), Objective.of(REINFORCE))
     with pytest.raises(RuntimeError, match=r"call optim_step\(\) first"):
         trainer.save_state(str(tmp_path / "ckpt"))
     trainer.optim_step()
@@ -197,7 +198,7 @@ def test_saving_between_forward_backward_and_optim_step_is_refused(tiny_model_di
 def test_loading_clears_pending_gradients(tiny_model_dir, tmp_path):
     trainer = TorchBackend(config(tiny_model_dir))
     trainer.save_state(str(tmp_path / "ckpt"))
-    trainer.forward_backward(step_datums(0), REINFORCE)
+    trainer.forward_backward(step_datums(0), Objective.of(REINFORCE))
     trainer.load_state(str(tmp_path / "ckpt"))
     assert all(param.grad is None for param in trainer.trainable_parameters.values())
     with pytest.raises(RuntimeError, match="without gradients"):

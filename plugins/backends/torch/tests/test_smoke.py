@@ -1,8 +1,9 @@
 """A smoke run on the real SmolLM2-135M-Instruct: LoRA learns a fixed answer.
 
 Each datum is a different short question followed by the same answer; the answer's tokens are
-the action tokens, with advantage +1. Under ``reinforce`` (on-policy, so every ratio is 1) the
-loss is then the mean negative logprob of the answer, and ``loss`` before each step is that
+the action tokens, with advantage +1. Under ``reinforce`` with ``proximal = "recompute"`` (the
+trainer's logprobs, computed before each step, are the ratio denominator, so every ratio is 1)
+the loss is then the mean negative logprob of the answer, and ``loss`` before each step is that
 cross-entropy under the current weights.
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from msgspec.structs import replace
 from rllm_backend_torch.backend import TorchBackend
 from rllm_backend_torch.plugin import TorchBackendConfig
+from rllm_core.algorithms.objective import Objective
 from rllm_core.types import Datum
 from rllm_loss_ppo.plugin import ReinforceLossConfig
 from rllm_loss_ppo.reinforce import Reinforce
@@ -53,10 +56,13 @@ def test_lora_learns_a_fixed_answer(smollm2_model_dir, datums):
             lora={"rank": 8, "alpha": 16},
         )
     )
-    loss = Reinforce(ReinforceLossConfig())
+    objective = Objective.of(Reinforce(ReinforceLossConfig()), proximal="recompute")
     losses = []
     for _ in range(10):
-        metrics = trainer.forward_backward(datums, loss)
+        scored = trainer.compute_logprobs(datums)
+        batch = [replace(d, proximal_logprobs=lp) for d, lp in zip(datums, scored, strict=True)]
+        metrics = trainer.forward_backward(batch, objective)
+        assert metrics["reinforce/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
         trainer.optim_step()
         losses.append(metrics["loss"])
     assert losses[0] > 3.0, f"the answer should start unlikely: {losses}"

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from msgspec.structs import replace
 from rllm_backend_torch.backend import TorchBackend
 from rllm_backend_torch.collate import collate
 from rllm_backend_torch.logprobs import target_logprobs, token_logprobs
 from rllm_backend_torch.plugin import TorchBackendConfig
 from rllm_backend_torch.schedule import lr_factor
+from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import ComponentError, ModelNotFoundError
 from rllm_core.ports import LossContext, LossOutput
 from rllm_core.types import Datum, SampleRequest, SamplingParams
@@ -181,7 +183,7 @@ def test_non_finite_values_off_the_masks_are_accepted():
 
 def test_no_datums_is_an_error(tiny_model_dir):
     with pytest.raises(ValueError, match="got no datums"):
-        backend(tiny_model_dir).forward_backward([], REINFORCE)
+        backend(tiny_model_dir).forward_backward([], Objective.of(REINFORCE))
 
 
 # ---------------------------------------------------------------- logprobs
@@ -231,12 +233,12 @@ def test_context_holds_the_micro_batch(tiny_model_dir):
     datums = make_datums()
     recorder = Recorder()
     trainer = backend(tiny_model_dir, micro_batch_size=2, logprob_temperature=0.5)
-    trainer.forward_backward(datums, recorder)
+    trainer.forward_backward(datums, Objective.of(recorder))
     assert [tuple(ctx.logprobs.shape) for ctx in recorder.contexts] == [(2, 7), (2, 9), (1, 6)]
     ctx = recorder.contexts[1]
     assert ctx.logprobs.requires_grad
     assert not ctx.old_logprobs.requires_grad
-    assert torch.equal(ctx.old_logprobs, ctx.logprobs.detach())
+    assert torch.equal(ctx.old_logprobs, ctx.rollout_logprobs)
     assert ctx.rollout_logprobs[1].tolist() == pytest.approx(datums[3].logprobs + [0.0] * 4)
     assert ctx.advantages[0, :5].tolist() == pytest.approx(datums[2].advantages[:5])
     assert ctx.action_mask[1].tolist() == [float(m) for m in datums[3].action_mask] + [0.0] * 4
@@ -245,6 +247,34 @@ def test_context_holds_the_micro_batch(tiny_model_dir):
         direct = token_logprobs(trainer.model, ctx_ids(datums[2:4]), temperature=0.5)
     assert trainer.model.training is False
     torch.testing.assert_close(ctx.logprobs.detach()[0, :9], direct[0, :9], atol=1e-6, rtol=0)
+
+
+def test_recomputed_logprobs_are_the_ratio_denominator(tiny_model_dir):
+    datums = make_datums()
+    trainer = backend(tiny_model_dir, micro_batch_size=2, logprob_temperature=0.5)
+    scored = trainer.compute_logprobs(datums)
+    assert [len(row) for row in scored] == [len(d.token_ids) for d in datums]
+    assert all(row[0] == 0.0 for row in scored)
+    with torch.no_grad():
+        direct = token_logprobs(trainer.model, ctx_ids(datums[:1]), temperature=0.5)
+    assert scored[0] == pytest.approx(direct[0].tolist(), abs=1e-6)
+    recorder = Recorder()
+    batch = [replace(d, proximal_logprobs=lp) for d, lp in zip(datums, scored, strict=True)]
+    trainer.forward_backward(batch, Objective.of(recorder, proximal="recompute"))
+    ctx = recorder.contexts[0]
+    mask = ctx.action_mask != 0
+    # Before any update the recomputed policy is the current one: every ratio is 1.
+    torch.testing.assert_close(
+        ctx.old_logprobs[mask], ctx.logprobs.detach()[mask], atol=1e-6, rtol=0
+    )
+    assert not torch.equal(ctx.old_logprobs[mask], ctx.rollout_logprobs[mask])
+
+
+def test_recompute_without_proximal_logprobs_is_refused(tiny_model_dir):
+    with pytest.raises(ValueError, match="proximal_logprobs"):
+        backend(tiny_model_dir).forward_backward(
+            make_datums(), Objective.of(REINFORCE, proximal="recompute")
+        )
 
 
 def ctx_ids(datums: list[Datum]) -> torch.Tensor:
@@ -267,7 +297,9 @@ def test_aggregate_uses_the_normalizers_of_the_mask_it_is_given(tiny_model_dir):
             return LossOutput(loss=ctx.aggregate(-ctx.logprobs, ctx.action_mask))
 
     # 5 datums: 13 action tokens and 8 observation tokens in all, split 2 + 2 + 1.
-    backend(tiny_model_dir, micro_batch_size=2).forward_backward(make_datums(), Probe())
+    backend(tiny_model_dir, micro_batch_size=2).forward_backward(
+        make_datums(), Objective.of(Probe())
+    )
     assert sums == pytest.approx({"action": 1.0, "observation": 1.0, "observation copy": 1.0})
 
 
@@ -283,7 +315,7 @@ def test_model_trains_in_train_mode_and_rests_in_eval_mode(tiny_model_dir):
             return LossOutput(loss=ctx.aggregate(-ctx.logprobs, ctx.action_mask))
 
     assert trainer.model.training is False
-    trainer.forward_backward(make_datums(), Mode())
+    trainer.forward_backward(make_datums(), Objective.of(Mode()))
     assert seen == [True, True]
     assert trainer.model.training is False
     assert not any(module.training for module in trainer.model.modules())
@@ -300,7 +332,9 @@ def test_gradient_does_not_depend_on_the_micro_batch_size(tiny_model_dir, aggreg
     results = {}
     for size in (1, 2, 6):
         trainer = backend(tiny_model_dir, micro_batch_size=size)
-        metrics = trainer.forward_backward(datums, REINFORCE, aux, aggregation=aggregation)
+        metrics = trainer.forward_backward(
+            datums, Objective.of(REINFORCE, aux, aggregation=aggregation)
+        )
         results[size] = (grads(trainer), metrics)
     reference, reference_metrics = results[6]
     assert len(reference) == len(backend(tiny_model_dir).trainable_parameters)
@@ -316,8 +350,10 @@ def test_gradient_does_not_depend_on_the_micro_batch_size(tiny_model_dir, aggreg
 def test_echo_with_coefficient_zero_is_bitwise_the_base_loss(tiny_model_dir):
     datums = make_datums()
     base, stacked = backend(tiny_model_dir), backend(tiny_model_dir)
-    base_metrics = base.forward_backward(datums, REINFORCE)
-    stacked_metrics = stacked.forward_backward(datums, REINFORCE, [(Echo(EchoConfig()), 0.0)])
+    base_metrics = base.forward_backward(datums, Objective.of(REINFORCE))
+    stacked_metrics = stacked.forward_backward(
+        datums, Objective.of(REINFORCE, [(Echo(EchoConfig()), 0.0)])
+    )
     base_grads, stacked_grads = grads(base), grads(stacked)
     assert base_grads.keys() == stacked_grads.keys()
     assert all(torch.equal(base_grads[name], stacked_grads[name]) for name in base_grads)
@@ -338,8 +374,8 @@ def test_masked_tokens_get_no_gradient(tiny_model_dir):
         observation_mask=victim.observation_mask,
     )
     first, second = backend(tiny_model_dir), backend(tiny_model_dir)
-    first.forward_backward(datums, REINFORCE)
-    second.forward_backward(changed, REINFORCE)
+    first.forward_backward(datums, Objective.of(REINFORCE))
+    second.forward_backward(changed, Objective.of(REINFORCE))
     a, b = grads(first), grads(second)
     assert all(torch.equal(a[name], b[name]) for name in a)
 
@@ -359,7 +395,9 @@ def test_loss_metrics_are_prefixed_and_weighted_by_tokens(tiny_model_dir):
             )
 
     datums = make_datums()
-    metrics = backend(tiny_model_dir, micro_batch_size=2).forward_backward(datums, MeanAdvantage())
+    metrics = backend(tiny_model_dir, micro_batch_size=2).forward_backward(
+        datums, Objective.of(MeanAdvantage())
+    )
     actions = [(d.advantages[i]) for d in datums for i, m in enumerate(d.action_mask) if m]
     assert metrics["mean-adv/advantage"] == pytest.approx(sum(actions) / len(actions))
     assert metrics["tokens"] == 31.0
@@ -369,11 +407,13 @@ def test_loss_metrics_are_prefixed_and_weighted_by_tokens(tiny_model_dir):
     assert metrics["loss"] == pytest.approx(metrics["mean-adv/loss"])
 
 
-def test_losses_are_named_after_their_component(tiny_model_dir, installed_plugin_manager):
+def test_losses_are_named_after_their_terms(tiny_model_dir):
     metrics = backend(tiny_model_dir).forward_backward(
-        make_datums(), REINFORCE, [(Echo(EchoConfig()), 0.5), (Echo(EchoConfig()), 0.25)]
+        make_datums(),
+        Objective.of(REINFORCE, [(Echo(EchoConfig()), 0.5), (Echo(EchoConfig()), 0.25)]),
     )
-    assert {key.split("/")[0] for key in metrics if "/" in key} == {"reinforce", "echo", "echo-2"}
+    prefixes = {key.split("/")[0] for key in metrics if "/" in key}
+    assert prefixes == {"reinforce", "echo", "echo-2", "offpolicy"}
     expected = (
         metrics["reinforce/loss"] + 0.5 * metrics["echo/loss"] + 0.25 * metrics["echo-2/loss"]
     )
@@ -386,8 +426,8 @@ def test_gradient_checkpointing_gives_the_same_gradient(tiny_model_dir):
         backend(tiny_model_dir),
         backend(tiny_model_dir, gradient_checkpointing=True),
     )
-    plain.forward_backward(datums, REINFORCE)
-    checkpointed.forward_backward(datums, REINFORCE)
+    plain.forward_backward(datums, Objective.of(REINFORCE))
+    checkpointed.forward_backward(datums, Objective.of(REINFORCE))
     a, b = grads(plain), grads(checkpointed)
     for name in a:
         torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=1e-5)
@@ -402,7 +442,7 @@ def test_gradient_checkpointing_gives_the_same_gradient(tiny_model_dir):
 )
 def test_bad_coefficients_are_rejected(tiny_model_dir, aux, error, message):
     with pytest.raises(error, match=message):
-        backend(tiny_model_dir).forward_backward(make_datums(), REINFORCE, aux)
+        backend(tiny_model_dir).forward_backward(make_datums(), Objective.of(REINFORCE, aux))
 
 
 def test_a_loss_that_is_not_a_scalar_is_rejected_and_leaves_no_gradient(tiny_model_dir):
@@ -413,9 +453,9 @@ def test_a_loss_that_is_not_a_scalar_is_rejected_and_leaves_no_gradient(tiny_mod
             return LossOutput(loss=-ctx.logprobs * ctx.action_mask)
 
     trainer = backend(tiny_model_dir, micro_batch_size=2)
-    trainer.forward_backward(make_datums(), REINFORCE)
+    trainer.forward_backward(make_datums(), Objective.of(REINFORCE))
     with pytest.raises(TypeError, match=r"loss 'per-token' returned \(2, 7\)"):
-        trainer.forward_backward(make_datums(), PerToken())
+        trainer.forward_backward(make_datums(), Objective.of(PerToken()))
     assert grads(trainer) == {}
     with pytest.raises(RuntimeError, match="without gradients"):
         trainer.optim_step()
@@ -432,7 +472,7 @@ def test_lora_trains_only_the_adapters(tiny_model_dir):
     assert len(names) == 28
     frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora" not in n}
     before = {n: p.detach().clone() for n, p in trainer.trainable_parameters.items()}
-    trainer.forward_backward(make_datums(), REINFORCE)
+    trainer.forward_backward(make_datums(), Objective.of(REINFORCE))
     metrics = trainer.optim_step()
     assert metrics["step"] == 1.0 and trainer.weight_version == 1
     after = dict(trainer.model.named_parameters())
@@ -445,9 +485,9 @@ def test_lora_trains_only_the_adapters(tiny_model_dir):
 def test_gradients_accumulate_across_calls_until_optim_step(tiny_model_dir):
     datums = make_datums()
     once, twice = backend(tiny_model_dir), backend(tiny_model_dir)
-    once.forward_backward(datums, REINFORCE)
-    twice.forward_backward(datums, REINFORCE)
-    twice.forward_backward(datums, REINFORCE)
+    once.forward_backward(datums, Objective.of(REINFORCE))
+    twice.forward_backward(datums, Objective.of(REINFORCE))
+    twice.forward_backward(datums, Objective.of(REINFORCE))
     a, b = grads(once), grads(twice)
     for name in a:
         torch.testing.assert_close(b[name], 2 * a[name], atol=1e-7, rtol=1e-6)
@@ -465,7 +505,7 @@ def test_optim_step_needs_gradients(tiny_model_dir):
 @pytest.mark.parametrize("max_grad_norm", [0.0, 1e-3, 1e6])
 def test_grad_norm_is_reported_before_clipping(tiny_model_dir, max_grad_norm):
     trainer = backend(tiny_model_dir, max_grad_norm=max_grad_norm)
-    trainer.forward_backward(make_datums(), REINFORCE)
+    trainer.forward_backward(make_datums(), Objective.of(REINFORCE))
     norm = torch.linalg.vector_norm(
         torch.stack([torch.linalg.vector_norm(g.double()) for g in grads(trainer).values()])
     ).item()
@@ -493,7 +533,7 @@ def test_a_non_finite_gradient_is_not_applied(tiny_model_dir):
 
     trainer = backend(tiny_model_dir)
     before = {n: p.detach().clone() for n, p in trainer.trainable_parameters.items()}
-    trainer.forward_backward(make_datums(), Poisoned())
+    trainer.forward_backward(make_datums(), Objective.of(Poisoned()))
     with pytest.raises(FloatingPointError, match="gradient norm is nan at optimizer step 1"):
         trainer.optim_step()
     assert trainer.weight_version == 0
@@ -533,7 +573,7 @@ def test_optim_step_follows_the_schedule(tiny_model_dir):
     )
     rates = []
     for _ in range(5):
-        trainer.forward_backward(make_datums(), REINFORCE)
+        trainer.forward_backward(make_datums(), Objective.of(REINFORCE))
         metrics = trainer.optim_step()
         rates.append(metrics["learning_rate"])
     assert rates == pytest.approx([0.01, 0.01, 0.01 * 2 / 3, 0.01 / 3, 0.0], abs=1e-12)
@@ -552,14 +592,14 @@ def test_config_builds_through_the_plugin_spec(tiny_model_dir):
     assert built.device == torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     built.close()
     with pytest.raises(RuntimeError, match="closed"):
-        built.forward_backward(make_datums(), REINFORCE)
+        built.forward_backward(make_datums(), Objective.of(REINFORCE))
 
 
 def test_bfloat16_weights_give_float32_logprobs(tiny_model_dir):
     trainer = backend(tiny_model_dir, dtype="bfloat16", lora={"rank": 4})
     assert next(trainer.model.get_input_embeddings().parameters()).dtype == torch.bfloat16
     recorder = Recorder()
-    trainer.forward_backward(make_datums(), recorder)
+    trainer.forward_backward(make_datums(), Objective.of(recorder))
     assert recorder.contexts[0].logprobs.dtype == torch.float32
     assert math.isfinite(trainer.optim_step()["grad_norm"])
 
@@ -591,7 +631,7 @@ def test_sampler_shares_the_weights_and_the_gate(tiny_model_dir):
         sampler = trainer.sampler()
         assert isinstance(sampler, sampler_module.TorchSampler)
         assert trainer.sampler() is sampler
-        trainer.forward_backward(make_datums(), REINFORCE)
+        trainer.forward_backward(make_datums(), Objective.of(REINFORCE))
         trainer.optim_step()
         assert sampler.weight_version == trainer.weight_version == 1
         prompt = [5, 77, 300, 12]

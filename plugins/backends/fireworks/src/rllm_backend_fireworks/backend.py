@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from fireworks.training.sdk import types as fw
+from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError, PlanIssue
-from rllm_core.ports import Loss, WeightedLoss
 from rllm_core.types import Datum
 
-from rllm_backend_fireworks.losses import StepLoss, named_losses, to_sdk_datum
+from rllm_backend_fireworks.losses import StepLoss, to_sdk_datum
 from rllm_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_backend_fireworks.sampler import FireworksSampler
 
@@ -99,28 +99,17 @@ class FireworksBackend:
         return FireworksSampler(self)
 
     def forward_backward(
-        self,
-        datums: Sequence[Datum],
-        loss: Loss,
-        aux_losses: Sequence[WeightedLoss] = (),
-        *,
-        aggregation: str = "token-mean",
-        norm_length: float | None = None,
+        self, datums: Sequence[Datum], objective: Objective
     ) -> Mapping[str, float]:
         """One forward and one backward pass on the trainer over all ``datums``.
 
-        Returns ``loss`` (the total), ``<name>/loss`` and ``<name>/<metric>`` for each loss,
-        and the trainer's own figures prefixed ``fireworks/``.
+        Returns the objective's metrics, ``tokens`` and ``sequences``, and the trainer's own
+        figures prefixed ``fireworks/``.
         """
         self._check_open()
         if not datums:
             raise ValueError("forward_backward got no datums; pass at least one datum to train")
-        step_loss = StepLoss(
-            datums,
-            named_losses(loss, aux_losses),
-            aggregation=aggregation,
-            norm_length=norm_length,
-        )
+        step_loss = StepLoss(datums, objective)
         future = self._training.forward_backward_custom(
             [to_sdk_datum(d) for d in datums], step_loss
         )

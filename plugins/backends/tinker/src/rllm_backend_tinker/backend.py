@@ -7,14 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import tinker
-from rllm_core.algorithms.naming import loss_name, unique_names
-from rllm_core.ports import Loss
-from rllm_core.ports.training import WeightedLoss
+from rllm_core.algorithms.objective import Objective
 from rllm_core.types import Datum
 
 from rllm_backend_tinker.batch import build_batch
 from rllm_backend_tinker.checkpoint import read_state, write_state
-from rllm_backend_tinker.loss import CustomLoss, active_aux_losses
+from rllm_backend_tinker.loss import CustomLoss
 from rllm_backend_tinker.plugin import TinkerBackendConfig
 from rllm_backend_tinker.sampler import TinkerSampler
 
@@ -99,33 +97,16 @@ class TinkerBackend:
 
     # ------------------------------------------------------------------ training
 
-    def forward_backward(
-        self,
-        datums: Sequence[Datum],
-        loss: Loss,
-        aux_losses: Sequence[WeightedLoss] = (),
-        *,
-        aggregation: str = "token-mean",
-        norm_length: float | None = None,
-    ) -> dict[str, float]:
-        """Add the gradient of ``loss + sum(coef * aux)`` over ``datums`` on Tinker.
+    def forward_backward(self, datums: Sequence[Datum], objective: Objective) -> dict[str, float]:
+        """Add the gradient of ``objective`` over ``datums`` on Tinker.
 
         Invalid datums raise ``ValueError`` before anything is sent. Returns the metrics of
-        :class:`~rllm_backend_tinker.loss.CustomLoss` (``loss``, ``<name>/loss``,
-        ``<name>/<metric>``, token and sequence counts) plus Tinker's own numeric metrics
-        prefixed ``tinker/``.
+        :class:`~rllm_backend_tinker.loss.CustomLoss` (the objective's, token and sequence
+        counts) plus Tinker's own numeric metrics prefixed ``tinker/``.
         """
         self._check_open()
         batch = build_batch(datums)
-        active = active_aux_losses(aux_losses)
-        names = unique_names([loss_name(loss)] + [loss_name(aux) for aux, _ in active])
-        custom = CustomLoss(
-            batch,
-            [(loss, 1.0), *active],
-            names,
-            aggregation=aggregation,
-            norm_length=norm_length,
-        )
+        custom = CustomLoss(batch, objective)
         output = self._wait(
             self._training.forward_backward_custom(batch.tinker_datums, custom),
             "forward_backward",

@@ -8,19 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from rllm_core.algorithms.aggregation import make_aggregate, step_normalizers
-from rllm_core.algorithms.naming import loss_name, unique_names
-from rllm_core.ports import Loss, LossOutput
-from rllm_core.ports.training import WeightedLoss
+from rllm_core.algorithms.objective import LossInputs, Objective, ObjectiveStep
 from rllm_core.types import Datum
 
 from rllm_backend_torch.checkpoint import read_state, write_state
 from rllm_backend_torch.collate import Collated, collate
-from rllm_backend_torch.context import StepNormalizers, build_context
 from rllm_backend_torch.gate import WeightGate
 from rllm_backend_torch.loading import load_policy, resolve_device, seed_everything
 from rllm_backend_torch.logprobs import token_logprobs
-from rllm_backend_torch.metrics import MetricAccumulator
 from rllm_backend_torch.plugin import TorchBackendConfig
 from rllm_backend_torch.schedule import build_scheduler
 
@@ -111,56 +106,24 @@ class TorchBackend:
 
     # ------------------------------------------------------------------ training
 
-    def forward_backward(
-        self,
-        datums: Sequence[Datum],
-        loss: Loss,
-        aux_losses: Sequence[WeightedLoss] = (),
-        *,
-        aggregation: str = "token-mean",
-        norm_length: float | None = None,
-    ) -> dict[str, float]:
-        """Add the gradient of ``loss + sum(coef * aux)`` over ``datums`` to the parameters.
+    def forward_backward(self, datums: Sequence[Datum], objective: Objective) -> dict[str, float]:
+        """Add the gradient of ``objective`` over ``datums`` to the parameters.
 
         The datums are right-padded, split into micro-batches of ``micro_batch_size`` and run
-        in train mode. Normalizers (``aggregation`` with ``norm_length``, as in
-        :func:`~rllm_core.algorithms.aggregation.make_aggregate`) count every datum of this
-        call, separately for the action and the observation mask. An auxiliary loss with
-        coefficient 0 is not computed at all.
-
-        Returns per-call metrics: ``loss`` (the total), ``<name>/loss`` for each loss, each
-        loss's own metrics as ``<name>/<metric>`` (means over micro-batches weighted by the
-        tokens the loss reduced over), and the counts ``tokens``, ``sequences``,
-        ``action_tokens`` and ``observation_tokens``. Invalid datums raise ``ValueError`` before
-        anything runs; a failure during the forward or backward pass clears every accumulated
-        gradient, those of earlier calls included, and re-raises.
+        in train mode; the objective's normalizers count every datum of this call (see
+        :class:`~rllm_core.algorithms.objective.Objective`). Returns the objective's metrics
+        plus the counts ``tokens`` and ``sequences``. Invalid datums raise ``ValueError``
+        before anything runs; a failure during the forward or backward pass clears every
+        accumulated gradient, those of earlier calls included, and re-raises.
         """
         self._check_open()
         batch = collate(datums, vocab_size=self._vocab_size, max_length=self._context_length)
-        active = _active_aux_losses(aux_losses)
-        action_tokens, action_sequences = step_normalizers([batch.action_mask])
-        observation_tokens, observation_sequences = step_normalizers([batch.observation_mask])
-        normalizers = StepNormalizers(
-            action=make_aggregate(
-                aggregation,
-                total_tokens=action_tokens,
-                total_sequences=action_sequences,
-                norm_length=norm_length,
-            ),
-            observation=make_aggregate(
-                aggregation,
-                total_tokens=observation_tokens,
-                total_sequences=observation_sequences,
-                norm_length=norm_length,
-            ),
-        )
-        names = unique_names([loss_name(loss)] + [loss_name(aux) for aux, _ in active])
-        metrics = MetricAccumulator()
+        step = objective.begin([batch.action_mask], [batch.observation_mask])
         with self.gate.exclusive():
             self.model.train()
             try:
                 for micro in batch.micro_batches(self.config.micro_batch_size):
-                    self._micro_step(micro, loss, active, names, normalizers, metrics)
+                    self._micro_step(micro, step)
             except BaseException:
                 self.optimizer.zero_grad(set_to_none=True)
                 self._pending = False
@@ -168,48 +131,47 @@ class TorchBackend:
             finally:
                 self.model.eval()
             self._pending = True
-        metrics.add_sum("tokens", float(batch.lengths.sum()))
-        metrics.add_sum("sequences", float(batch.size))
-        metrics.add_sum("action_tokens", float(action_tokens))
-        metrics.add_sum("observation_tokens", float(observation_tokens))
-        return metrics.result()
+        metrics = step.metrics()
+        metrics["tokens"] = float(batch.lengths.sum())
+        metrics["sequences"] = float(batch.size)
+        return metrics
 
-    def _micro_step(
-        self,
-        micro: Collated,
-        loss: Loss,
-        active: list[tuple[Loss, float]],
-        names: list[str],
-        normalizers: StepNormalizers,
-        metrics: MetricAccumulator,
-    ) -> None:
+    def _micro_step(self, micro: Collated, step: ObjectiveStep) -> None:
         device = self.device
         logprobs = token_logprobs(
             self.model,
             micro.token_ids.to(device),
             temperature=self.config.logprob_temperature,
         )
-        context, aggregate = build_context(
-            logprobs=logprobs,
-            rollout_logprobs=micro.rollout_logprobs.to(device),
-            advantages=micro.advantages.to(device),
-            action_mask=micro.action_mask.to(device),
-            observation_mask=micro.observation_mask.to(device),
-            normalizers=normalizers,
-            action_tokens=int((micro.action_mask != 0).sum()),
-            observation_tokens=int((micro.observation_mask != 0).sum()),
+        proximal = micro.proximal_logprobs
+        total = step.evaluate(
+            LossInputs(
+                logprobs=logprobs,
+                rollout_logprobs=micro.rollout_logprobs.to(device),
+                advantages=micro.advantages.to(device),
+                action_mask=micro.action_mask.to(device),
+                observation_mask=micro.observation_mask.to(device),
+                proximal_logprobs=None if proximal is None else proximal.to(device),
+            )
         )
-        total: torch.Tensor | None = None
-        for (component, coef), name in zip([(loss, 1.0), *active], names, strict=True):
-            aggregate.reset()
-            output = component(context)
-            value = _checked_loss(output, name)
-            metrics.add_means(name, output.metrics, float(aggregate.selected))
-            metrics.add_sum(f"{name}/loss", float(value.detach()))
-            total = value if total is None else total + coef * value
-        assert total is not None
         total.backward()
-        metrics.add_sum("loss", float(total.detach()))
+
+    def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+        """Each datum's per-token logprobs under the current weights (0.0 at position 0), in
+        eval mode and without gradient, at ``logprob_temperature``."""
+        self._check_open()
+        batch = collate(datums, vocab_size=self._vocab_size, max_length=self._context_length)
+        out: list[list[float]] = []
+        with self.gate.exclusive(), torch.no_grad():
+            for micro in batch.micro_batches(self.config.micro_batch_size):
+                logprobs = token_logprobs(
+                    self.model,
+                    micro.token_ids.to(self.device),
+                    temperature=self.config.logprob_temperature,
+                ).cpu()
+                for row, length in zip(logprobs, micro.lengths.tolist(), strict=True):
+                    out.append(row[:length].tolist())
+        return out
 
     def optim_step(self) -> dict[str, float]:
         """Clip the accumulated gradients, step AdamW and the schedule, clear the gradients
@@ -324,27 +286,3 @@ class TorchBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this TorchBackend is closed; build a new one")
-
-
-def _active_aux_losses(aux_losses: Sequence[WeightedLoss]) -> list[tuple[Loss, float]]:
-    active = []
-    for index, (aux, coef) in enumerate(aux_losses):
-        if isinstance(coef, bool) or not isinstance(coef, int | float) or not math.isfinite(coef):
-            raise ValueError(
-                f"aux_losses[{index}] has coefficient {coef!r}; give a finite number"
-                " (0 leaves the loss out)"
-            )
-        if coef != 0:
-            active.append((aux, float(coef)))
-    return active
-
-
-def _checked_loss(output: LossOutput, name: str) -> torch.Tensor:
-    value = getattr(output, "loss", None)
-    if not isinstance(value, torch.Tensor) or value.dim() != 0:
-        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise TypeError(
-            f"loss {name!r} returned {shape} as its loss; a loss returns"
-            " LossOutput(loss=<0-dim tensor>)"
-        )
-    return value

@@ -16,7 +16,8 @@ class Collated:
     """A batch of datums as CPU tensors, right-padded to the longest one.
 
     ``token_ids`` is int64; the rest are float32. Padding holds token 0, logprob 0, advantage 0
-    and mask 0. ``lengths[b]`` is the unpadded length of row ``b``.
+    and mask 0. ``lengths[b]`` is the unpadded length of row ``b``. ``proximal_logprobs`` is
+    ``None`` unless every datum carries them.
     """
 
     token_ids: torch.Tensor
@@ -25,6 +26,7 @@ class Collated:
     action_mask: torch.Tensor
     observation_mask: torch.Tensor
     lengths: torch.Tensor
+    proximal_logprobs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -43,6 +45,9 @@ class Collated:
                 action_mask=self.action_mask[rows, :width],
                 observation_mask=self.observation_mask[rows, :width],
                 lengths=self.lengths[rows],
+                proximal_logprobs=None
+                if self.proximal_logprobs is None
+                else self.proximal_logprobs[rows, :width],
             )
 
 
@@ -69,7 +74,27 @@ def collate(datums: Sequence[Datum], *, vocab_size: int, max_length: int | None)
         for name, source in _FLOAT_FIELDS.items():
             floats[name][index, :length] = torch.tensor(getattr(datum, source), dtype=torch.float32)
     _check_finite(floats)
-    return Collated(token_ids=token_ids, lengths=lengths, **floats)
+    return Collated(
+        token_ids=token_ids, lengths=lengths, proximal_logprobs=_proximal(datums, shape), **floats
+    )
+
+
+def _proximal(datums: Sequence[Datum], shape: tuple[int, int]) -> torch.Tensor | None:
+    carried = [d.proximal_logprobs is not None for d in datums]
+    if not any(carried):
+        return None
+    if not all(carried):
+        missing = carried.index(False)
+        raise ValueError(
+            f"datum {missing} has no proximal_logprobs while others do; recompute them for the"
+            " whole batch"
+        )
+    out = torch.zeros(shape, dtype=torch.float32)
+    for index, datum in enumerate(datums):
+        values = datum.proximal_logprobs
+        assert values is not None
+        out[index, : len(values)] = torch.tensor(values, dtype=torch.float32)
+    return out
 
 
 _FLOAT_FIELDS = {

@@ -209,4 +209,5 @@ def rllm_trainer_backends() -> Iterator[TrainerBackendSpec]:
         factory=lazy("rllm_backend_torch.backend:TorchBackend"),
         config=TorchBackendConfig,
         summary="local transformers model: LoRA or full training and a batched KV-cache sampler",
+        proximal_modes=("rollout", "recompute"),
     )

@@ -1,0 +1,140 @@
+"""One step's policy update: the plan's objective, applied ``epochs`` times over ``mini_batches``
+slices of the step's datums, one optimizer step per slice.
+
+With ``[algorithm].proximal = "recompute"`` the trainer's logprobs of every datum are computed
+once, before the first update, and travel with the datums as ``proximal_logprobs``; with
+``"rollout"`` (the default) the sampler's logprobs are the ratio denominator and nothing is
+recomputed.
+
+The step's metrics merge those of its ``forward_backward`` and ``optim_step`` calls:
+``offpolicy/*``, ``correction/*`` and the token and sequence counts come from the first epoch
+(each datum's first pass; the counts are summed over its mini-batches); ``*_min`` and
+``*_max`` keep the extreme; ``step`` and ``learning_rate`` the last call's; every other figure is
+the mean over calls weighted by their action tokens. ``optimizer_steps`` counts the calls.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from rllm_core.algorithms.objective import Objective, RolloutCorrection, Term
+from rllm_core.plan import ResolvedPlan
+from rllm_core.types import Datum
+
+__all__ = ["build_objective", "merge_pass_metrics", "split_mini_batches", "update_policy"]
+
+FIRST_EPOCH_PREFIXES = ("offpolicy/", "correction/")
+COUNTS = ("tokens", "sequences", "action_tokens", "observation_tokens")
+LAST = ("step", "learning_rate")
+
+
+def build_objective(
+    resolved: ResolvedPlan, loss: Any, aux_losses: Sequence[tuple[Any, float]]
+) -> Objective:
+    """The objective of a resolved plan from its built losses (``aux_losses`` in plan order);
+    each term is named after the component the plan selected."""
+    algorithm = resolved.plan.algorithm
+    policy = resolved.get("[algorithm].loss")
+    if policy is None:
+        raise ValueError(f"{resolved.path}: the plan selects no [algorithm].loss")
+    aux_names = [c.name for c in resolved if c.where.startswith("[algorithm].aux_losses")]
+    correction = algorithm.correction
+    return Objective(
+        policy=Term(policy.name, loss),
+        aux=tuple(
+            Term(name, instance, coef)
+            for name, (instance, coef) in zip(aux_names, aux_losses, strict=True)
+        ),
+        aggregation=algorithm.aggregation,
+        norm_length=algorithm.norm_length,
+        proximal=algorithm.proximal,
+        correction=RolloutCorrection(
+            tis_cap=correction.tis_cap,
+            mask_low=correction.mask_low,
+            mask_high=correction.mask_high,
+        ),
+    )
+
+
+def split_mini_batches(datums: Sequence[Datum], count: int) -> list[list[Datum]]:
+    """``datums`` in order, in ``count`` contiguous slices whose sizes differ by at most one
+    (fewer, none empty, when there are fewer datums than ``count``)."""
+    count = max(1, min(count, len(datums)))
+    size, extra = divmod(len(datums), count)
+    out, start = [], 0
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        out.append(list(datums[start:end]))
+        start = end
+    return out
+
+
+async def update_policy(
+    trainer: Any,
+    datums: Sequence[Datum],
+    objective: Objective,
+    *,
+    epochs: int,
+    mini_batches: int,
+    call: Callable[[Callable[[], Any]], Awaitable[Any]],
+) -> dict[str, float]:
+    """Train on ``datums`` as the module docstring says; ``call`` runs each trainer call (the
+    loop's trainer thread). Returns the merged metrics."""
+    if objective.proximal == "recompute":
+        scored = await call(functools.partial(trainer.compute_logprobs, list(datums)))
+        datums = [
+            msgspec.structs.replace(datum, proximal_logprobs=[float(v) for v in values])
+            for datum, values in zip(datums, scored, strict=True)
+        ]
+    slices = split_mini_batches(datums, mini_batches)
+    passes: list[tuple[int, Mapping[str, float], Mapping[str, float]]] = []
+    for epoch in range(epochs):
+        for chunk in slices:
+            fb = await call(functools.partial(trainer.forward_backward, chunk, objective))
+            opt = await call(trainer.optim_step)
+            passes.append((epoch, fb, opt))
+    return merge_pass_metrics(passes)
+
+
+def merge_pass_metrics(
+    passes: Sequence[tuple[int, Mapping[str, float], Mapping[str, float]]],
+) -> dict[str, float]:
+    """Merge ``(epoch, forward_backward metrics, optim_step metrics)`` per call; see the
+    module docstring."""
+    if not passes:
+        return {}
+    weights = [float(fb.get("action_tokens", 0.0)) for _, fb, _ in passes]
+    out: dict[str, float] = {}
+    names = {name for _, fb, opt in passes for name in (*fb, *opt)}
+    for name in sorted(names):
+        first = name.startswith(FIRST_EPOCH_PREFIXES) or name in COUNTS
+        rows = [
+            (float({**fb, **opt}[name]), weight)
+            for (epoch, fb, opt), weight in zip(passes, weights, strict=True)
+            if name in fb or name in opt
+            if not first or epoch == 0
+        ]
+        if not rows:
+            continue
+        values = [value for value, _ in rows]
+        if name in COUNTS:
+            out[name] = sum(values)
+        elif name in LAST:
+            out[name] = values[-1]
+        elif name.endswith("_min"):
+            out[name] = min(values)
+        elif name.endswith("_max"):
+            out[name] = max(values)
+        else:
+            total = sum(weight for _, weight in rows)
+            out[name] = (
+                sum(value * weight for value, weight in rows) / total
+                if total > 0
+                else sum(values) / len(values)
+            )
+    out["optimizer_steps"] = float(len(passes))
+    return out
