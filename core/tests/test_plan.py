@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LossSpec, RendererSpec, hookimpl
+from rllm_core import (
+    LossSpec,
+    ObjectStoreSpec,
+    RendererSpec,
+    SampleBufferSpec,
+    TrainerBackendSpec,
+    hookimpl,
+)
 from rllm_core.errors import PlanError
 from rllm_core.plan import apply_overrides, load_plan, parse_plan, resolve_plan
 
@@ -191,3 +198,78 @@ def test_resolved_plan_builds_components(plan_builder, components):
 def test_resolution_against_an_explicit_manager(plugin_manager, components):
     plan = parse_plan({"renderer": {"name": "chatml"}})
     assert resolve_plan(plan, manager=plugin_manager).get("[renderer]").name == "chatml"
+
+
+# ---------------------------------------------------------------- keys a run would not use
+
+
+class Trainers:
+    @hookimpl
+    def rllm_trainer_backends(self):
+        yield TrainerBackendSpec(name="remote", factory=dict, summary="rollout logprobs only")
+        yield TrainerBackendSpec(
+            name="local",
+            factory=dict,
+            summary="recomputes logprobs",
+            proximal_modes=("rollout", "recompute"),
+        )
+
+
+@pytest.fixture
+def trainers(register_plugin):
+    return register_plugin(Trainers(), name="trainers", distribution="rllm-test-trainers")
+
+
+def test_a_policy_age_bound_is_refused_naming_the_key(plan_builder):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve({"algorithm": {"max_policy_age": 2}})
+    (only,) = info.value.issues
+    assert only.location == "[algorithm].max_policy_age"
+    assert "no pipeline reads a policy-age bound" in str(only)
+    assert "remove the key" in str(only)
+
+
+@pytest.mark.parametrize("section", ["sample_buffer", "object_store"])
+def test_storage_sections_no_run_uses_are_refused(plan_builder, section, register_plugin):
+    class Stores:
+        @hookimpl
+        def rllm_sample_buffers(self):
+            yield SampleBufferSpec(name="file", factory=dict, summary="buffer")
+
+        @hookimpl
+        def rllm_object_stores(self):
+            yield ObjectStoreSpec(name="file", factory=dict, summary="objects")
+
+    register_plugin(Stores(), name="stores", distribution="rllm-test-stores")
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve({section: {"name": "file"}})
+    (only,) = info.value.issues
+    assert only.location == f"[{section}]"
+    assert f"nothing in a run uses a [{section}]" in str(only)
+
+
+def test_recompute_is_refused_for_a_trainer_that_cannot_honour_it(plan_builder, trainers):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve({"algorithm": {"proximal": "recompute"}, "trainer": "remote"})
+    (only,) = info.value.issues
+    assert only.location == "[algorithm].proximal"
+    assert "trainer backend 'remote' cannot honour proximal = 'recompute'" in str(only)
+    resolved = plan_builder.resolve({"algorithm": {"proximal": "recompute"}, "trainer": "local"})
+    assert resolved.plan.algorithm.proximal == "recompute"
+
+
+def test_fidelity_keys_validate_with_located_errors(plan_builder):
+    plan = parse_plan(
+        {
+            "algorithm": {
+                "epochs": 2,
+                "mini_batches": 4,
+                "correction": {"tis_cap": 2.0, "mask_low": 0.5, "mask_high": 2.0},
+            }
+        }
+    )
+    assert (plan.algorithm.epochs, plan.algorithm.mini_batches) == (2, 4)
+    assert plan.algorithm.correction.tis_cap == 2.0
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve({"algorithm": {"correction": {"mask_low": 0.5}}})
+    assert "set both mask_low and mask_high" in str(info.value)
