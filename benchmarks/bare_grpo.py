@@ -54,7 +54,7 @@ def load_settings(plan_path: Path) -> dict[str, Any]:
         "lora_rank": trainer["lora"]["rank"],
         "lora_alpha": trainer["lora"]["alpha"],
         "system_prompt": plan["harness"]["system_prompt"],
-        "tasks": ROOT / tasks["path"],
+        "tasks": plan_path.parent / tasks["path"],
         "first_number_credit": tasks.get("first_number_credit", 0.0),
     }
 

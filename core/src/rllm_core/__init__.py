@@ -1,12 +1,13 @@
 """rllm-core: reinforcement-learning post-training for LLM agents.
 
 The public API for plugin authors is re-exported here: ``hookimpl``, the spec classes,
-``lazy`` and ``NoConfig``. Contracts live in :mod:`rllm_core.ports`, shared records in
-:mod:`rllm_core.types`.
+``lazy``, ``NoConfig`` and ``PlanPath`` (marks a config key that holds a path). Contracts live
+in :mod:`rllm_core.ports`, shared records in :mod:`rllm_core.types`.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from rllm_core.plan.load import PlanPath
 from rllm_core.plugins import (
     AdvantageEstimatorSpec,
     HarnessSpec,
@@ -36,6 +37,7 @@ __all__ = [
     "LossSpec",
     "NoConfig",
     "ObjectStoreSpec",
+    "PlanPath",
     "RendererSpec",
     "SampleBufferSpec",
     "SandboxBackendSpec",

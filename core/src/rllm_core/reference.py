@@ -165,9 +165,21 @@ def plan_keys(manager: PluginManager) -> list[str]:
             keys.append(f"[{section}].name")
             continue
         keys.extend(f"[{section}].{key}" for key in model.model_fields)
+        for key, sub in _subsections(model):
+            keys.extend(f"[{section}.{key}].{name}" for name in sub.model_fields)
     for component in _first_party_components(manager):
         keys.extend(f"{component.key}.{key}" for key in component.spec.config.model_fields)
     return keys
+
+
+def _subsections(model: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:
+    """The keys of a section that are tables of their own (``[algorithm.correction]``)."""
+    out = []
+    for key, field in model.model_fields.items():
+        sub = _section_model(field)
+        if sub is not None:
+            out.append((key, sub))
+    return out
 
 
 def _section_model(field: FieldInfo) -> type[BaseModel] | None:
@@ -196,6 +208,11 @@ def plan_reference_markdown(manager: PluginManager) -> str:
         lines += [f"## `[{section}]`", "", field.description or "", ""]
         lines += _table(model)
         lines.append("")
+        for key, sub in _subsections(model):
+            description = model.model_fields[key].description or ""
+            lines += [f"### `[{section}.{key}]`", "", description, ""]
+            lines += _table(sub)
+            lines.append("")
     lines += [
         "## Component sections",
         "",

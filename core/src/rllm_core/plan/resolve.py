@@ -288,5 +288,5 @@ def resolve_plan_file(
     path: str | Path, overrides: Sequence[str] = (), *, manager: PluginManager | None = None
 ) -> ResolvedPlan:
     """Load, override, validate and resolve a plan file in one call."""
-    plan, _ = load_plan(path, overrides)
+    plan, _ = load_plan(path, overrides, manager=manager)
     return resolve_plan(plan, manager=manager, path=str(path))

@@ -28,12 +28,12 @@ def test_plan_check_accepts_the_tinker_modal_plan():
     assert components["[trainer]"]["config"]["base_model"] == "Qwen/Qwen3-8B"
     assert components["[sandbox]"]["name"] == "modal"
     assert components["[harness]"]["name"] == "shell"
-    assert components["[tasks]"]["config"]["path"] == "examples/tasks/shell"
+    assert components["[tasks]"]["config"]["path"] == str(REPO / "examples" / "tasks" / "shell")
     assert resolved["plan"]["sampling"]["temperature"] == 1.0
 
 
 def test_the_plan_names_task_folders_that_exist():
     plan = tomllib.loads(PLAN.read_text(encoding="utf-8"))
-    tasks = REPO / plan["tasks"]["path"]
+    tasks = PLAN.parent / plan["tasks"]["path"]
     assert (tasks / "dataset.toml").is_file()
     assert len([p for p in tasks.iterdir() if p.is_dir()]) >= 20

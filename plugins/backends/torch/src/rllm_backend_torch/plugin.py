@@ -7,10 +7,10 @@ Imports only ``rllm_core``, pydantic and the standard library; the backend is na
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from rllm_core import TrainerBackendSpec, hookimpl, lazy
+from rllm_core import PlanPath, TrainerBackendSpec, hookimpl, lazy
 
 __all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "TorchBackendConfig", "rllm_trainer_backends"]
 
@@ -66,7 +66,7 @@ class LoraSettings(_Config):
 class TorchBackendConfig(_Config):
     """Options of the ``torch`` trainer backend (plan section ``[trainer]``)."""
 
-    model: str = Field(
+    model: Annotated[str, PlanPath(or_name=True)] = Field(
         "smollm2-135m-instruct",
         min_length=1,
         description=(

@@ -7,10 +7,10 @@ library load when a plan builds the component.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import RendererSpec, hookimpl, lazy
+from rllm_core import PlanPath, RendererSpec, hookimpl, lazy
 
 __all__ = ["ChatMLConfig"]
 
@@ -20,7 +20,7 @@ class ChatMLConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: str = Field(
+    tokenizer: Annotated[str, PlanPath()] = Field(
         description="local folder of a Hugging Face tokenizer: its tokenizer.json is used, and"
         " with template='auto' its chat template tells which template to render"
     )

@@ -7,10 +7,10 @@ builds the component.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import RendererSpec, hookimpl, lazy
+from rllm_core import PlanPath, RendererSpec, hookimpl, lazy
 
 __all__ = ["HFConfig"]
 
@@ -20,7 +20,7 @@ class HFConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: str = Field(
+    tokenizer: Annotated[str, PlanPath()] = Field(
         description="local folder of a Hugging Face tokenizer with a chat template (never"
         " downloaded: the folder must hold the files)"
     )

@@ -7,9 +7,10 @@ library load when a plan builds the component.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import RendererSpec, hookimpl, lazy
+from rllm_core import PlanPath, RendererSpec, hookimpl, lazy
 
 __all__ = ["Qwen3Config"]
 
@@ -19,7 +20,7 @@ class Qwen3Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: str = Field(
+    tokenizer: Annotated[str, PlanPath()] = Field(
         description="local folder of a Hugging Face tokenizer with a Qwen vocabulary (Qwen3's,"
         " or Qwen2.5's, where <think> is plain text); its tokenizer.json is used"
     )

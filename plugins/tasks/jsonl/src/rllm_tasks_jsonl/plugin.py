@@ -23,7 +23,7 @@ class JsonlTasksConfig(BaseModel):
 
     path: Path = Field(
         description="JSON-lines file, one task per line: the train split, or every split when"
-        " split_field is set; relative paths are read from the working directory"
+        " split_field is set; relative paths are read from the plan's folder"
     )
     eval_path: Path | None = Field(
         default=None,
