@@ -44,10 +44,13 @@ def step_line(line: Mapping[str, Any], total_steps: int) -> str:
     """One step as one line of text, for logs."""
     loss = line.get("train/loss")
     loss_text = f"{loss:.4f}" if loss is not None else "-"
+    k3 = line.get("offpolicy/k3")
+    k3_text = f"{k3:.2e}" if k3 is not None else "-"
     return (
         f"step {line['step']}/{total_steps}  reward {line['reward/mean']:.3f}"
         f" (min {line['reward/min']:.2f} max {line['reward/max']:.2f})"
-        f"  acc {line['accuracy']:.3f}  loss {loss_text}  datums {line['datums']:.0f}"
+        f"  acc {line['accuracy']:.3f}  loss {loss_text}  k3 {k3_text}"
+        f"  datums {line['datums']:.0f}"
         f"  sampled {line['tokens/sampled_per_s']:.0f} tok/s"
         f"  trained {line['tokens/trained_per_s']:.0f} tok/s"
         f"  rollout {line['time/rollout_s']:.1f}s train {line['time/train_s']:.1f}s"
