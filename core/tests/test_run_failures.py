@@ -116,17 +116,24 @@ class FakeTrainer:
         self.weight_version = 0
         self.trained = 0
         self.saved: list[str] = []
+        self.calls: list[tuple[str, Any]] = []
 
     def sampler(self) -> ScriptedSampler:
         return ScriptedSampler(lambda request: "4", renderer=TOY)
 
-    def forward_backward(self, datums: Any, loss: Any, aux: Any, **kwargs: Any) -> dict:
+    def forward_backward(self, datums: Any, objective: Any) -> dict:
         self.trained += 1
-        return {"loss": 0.0}
+        self.calls.append(("forward_backward", (list(datums), objective)))
+        return {"loss": float(self.weight_version), "action_tokens": float(len(datums))}
+
+    def compute_logprobs(self, datums: Any) -> list[list[float]]:
+        self.calls.append(("compute_logprobs", self.weight_version))
+        return [[-0.5] * len(d.token_ids) for d in datums]
 
     def optim_step(self) -> dict:
         self.weight_version += 1
-        return {"grad_norm": 0.0}
+        self.calls.append(("optim_step", self.weight_version))
+        return {"grad_norm": 0.0, "step": float(self.weight_version)}
 
     def save_state(self, path: str) -> None:
         self.saved.append(path)
@@ -369,3 +376,55 @@ def test_plan_check_prints_the_notes(smollm2_model_dir, tmp_path):
     assert "warning:" in result.stderr and "[trainer].logprob_temperature: 0.7" in result.stderr
     result = CliRunner().invoke(main, ["plan", "check", str(path), "--json"])
     assert json.loads(result.stdout)["notes"][0].endswith("remove the key")
+
+
+# ------------------------------------------------------------------ epochs, mini-batches
+
+
+class GoodSource(CrashingSource):
+    def __init__(self) -> None:
+        super().__init__(good=10**6)
+
+
+def test_epochs_and_mini_batches_take_that_many_optimizer_steps_per_step(tmp_path):
+    trainer = FakeTrainer()
+    loop = make_loop(
+        tmp_path,
+        GoodSource(),
+        trainer,
+        run={"steps": 1},
+        algorithm={"batch_size": 2, "group_size": 2, "epochs": 2, "mini_batches": 2},
+    )
+    result = asyncio.run(loop.run())
+    assert result.status == "finished"
+    kinds = [kind for kind, _ in trainer.calls]
+    assert kinds == ["forward_backward", "optim_step"] * 4, "2 epochs x 2 mini-batches"
+    passes = [value for kind, value in trainer.calls if kind == "forward_backward"]
+    first, second = [d for d, _ in passes[:2]]
+    assert len(first) == len(second) == 2, "4 datums in 2 mini-batches"
+    assert [d for d, _ in passes[2:]] == [first, second], "the second epoch repeats the first"
+    assert all(objective.proximal == "rollout" for _, objective in passes)
+    assert all(d.proximal_logprobs is None for datums, _ in passes for d in datums)
+    (line,) = RunFolder.read_jsonl(loop.folder.metrics)
+    assert line["train/optimizer_steps"] == 4.0
+    assert line["weight_version"] == 4.0
+    assert line["train/loss"] == pytest.approx(1.5), "mean of the four calls (0, 1, 2, 3)"
+
+
+def test_recompute_scores_the_batch_once_before_its_first_update(tmp_path):
+    trainer = FakeTrainer()
+    loop = make_loop(
+        tmp_path,
+        GoodSource(),
+        trainer,
+        run={"steps": 1},
+        algorithm={"proximal": "recompute", "mini_batches": 2},
+    )
+    asyncio.run(loop.run())
+    assert trainer.calls[0] == ("compute_logprobs", 0)
+    assert [kind for kind, _ in trainer.calls].count("compute_logprobs") == 1
+    passes = [value for kind, value in trainer.calls if kind == "forward_backward"]
+    assert len(passes) == 2
+    for datums, objective in passes:
+        assert objective.proximal == "recompute"
+        assert all(d.proximal_logprobs == [-0.5] * len(d.token_ids) for d in datums)

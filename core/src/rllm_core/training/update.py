@@ -39,12 +39,16 @@ def build_objective(
     each term is named after the component the plan selected."""
     algorithm = resolved.plan.algorithm
     policy = resolved.get("[algorithm].loss")
-    if policy is None:
-        raise ValueError(f"{resolved.path}: the plan selects no [algorithm].loss")
     aux_names = [c.name for c in resolved if c.where.startswith("[algorithm].aux_losses")]
+    if policy is None or len(aux_names) != len(aux_losses):
+        # Components assembled by hand rather than from the plan: name terms by their losses.
+        named = Objective.of(loss, aux_losses)
+        policy_name, aux_names = named.policy.name, [t.name for t in named.aux]
+    else:
+        policy_name = policy.name
     correction = algorithm.correction
     return Objective(
-        policy=Term(policy.name, loss),
+        policy=Term(policy_name, loss),
         aux=tuple(
             Term(name, instance, coef)
             for name, (instance, coef) in zip(aux_names, aux_losses, strict=True)
