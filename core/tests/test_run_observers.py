@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 from reference.toy_renderer import ToyChatRenderer
 from rich.console import Console
-from rllm_core import hookimpl
+from rllm_core import LoggerSpec, hookimpl
 from rllm_core.errors import VerifierCrashed
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
@@ -389,24 +390,45 @@ def test_a_two_step_run_with_the_jsonl_logger_writes_its_records_and_events(
     assert events[-1]["status"] == "finished" and events[-1]["last_step"] == 2
 
 
-def test_logger_paths_default_inside_the_run_folder(tmp_path):
+class PathConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: Path
+
+
+class MaybePathConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: Path | None = None
+
+
+class PathLoggers:
+    @hookimpl
+    def rllm_loggers(self):
+        yield LoggerSpec(name="needs-path", factory=lambda c: c, config=PathConfig, summary="x")
+        yield LoggerSpec(name="may-path", factory=lambda c: c, config=MaybePathConfig, summary="x")
+
+
+def test_a_required_logger_path_defaults_inside_the_run_folder(
+    tmp_path, plugin_manager, register_plugin
+):
+    register_plugin(PathLoggers(), name="path-loggers")
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(
-        '[[loggers]]\nname = "jsonl"\n[[loggers]]\nname = "jsonl"\n'
-        f'[[loggers]]\nname = "jsonl"\npath = "{tmp_path / "mine.jsonl"}"\n'
+        '[[loggers]]\nname = "needs-path"\n[[loggers]]\nname = "needs-path"\n'
+        f'[[loggers]]\nname = "needs-path"\npath = "{tmp_path / "mine.jsonl"}"\n'
+        '[[loggers]]\nname = "may-path"\n'
     )
     run_dir = tmp_path / "runs" / "r-1"
-    resolved = prepare_plan(plan_file, (), run_dir=run_dir, manager=PLUGINS)
-    paths = [c.config.path for c in resolved.of_kind(Kind.LOGGER)]
-    assert paths == [
-        run_dir / "logs" / "jsonl-0",
-        run_dir / "logs" / "jsonl-1",
+    resolved = prepare_plan(plan_file, (), run_dir=run_dir, manager=plugin_manager)
+    assert [c.config.path for c in resolved.of_kind(Kind.LOGGER)] == [
+        run_dir / "logs" / "needs-path-0",
+        run_dir / "logs" / "needs-path-1",
         tmp_path / "mine.jsonl",
-    ]
+        None,
+    ], "an optional path keeps the logger's own default"
     single = tmp_path / "single.toml"
-    single.write_text('[[loggers]]\nname = "jsonl"\n')
-    (only,) = prepare_plan(single, (), run_dir=run_dir, manager=PLUGINS).of_kind(Kind.LOGGER)
-    assert only.config.path == run_dir / "logs" / "jsonl"
+    single.write_text('[[loggers]]\nname = "needs-path"\n')
+    (only,) = prepare_plan(single, (), run_dir=run_dir, manager=plugin_manager).of_kind(Kind.LOGGER)
+    assert only.config.path == run_dir / "logs" / "needs-path"
 
 
 class Spec:

@@ -2,7 +2,7 @@
 
 :func:`prepare_plan` loads and resolves a plan for a run, filling the keys a run can fill
 itself: a trace store's (or sample buffer's, object store's) ``path`` goes inside the run
-folder, a logger's ``path`` is ``<run folder>/logs/<name>`` (``<name>-<index>`` when two
+folder, a logger's required ``path`` is ``<run folder>/logs/<name>`` (``<name>-<index>`` when two
 ``[[loggers]]`` entries share a name), a renderer's ``tokenizer`` is the trainer's model
 folder, and the trainer's ``logprob_temperature`` is ``[sampling].temperature``
 (recomputed logprobs must match the sampler's; a different value written in the plan is
@@ -94,7 +94,7 @@ def prepare_plan(
     :class:`~rllm_core.errors.ModelNotFoundError` when it names no model at all.
     """
     manager = manager or get_plugin_manager()
-    plan, _ = load_plan(plan_path, overrides)
+    plan, _ = load_plan(plan_path, overrides, manager=manager)
     updates: dict[str, Any] = {}
     notes: list[str] = []
     for section in STORE_SECTIONS:
@@ -139,11 +139,13 @@ def prepare_plan(
 def _logger_paths(
     manager: PluginManager, refs: Sequence[ComponentRef], run_dir: Path
 ) -> list[ComponentRef]:
-    """``refs`` with ``path`` filled (see the module docstring) where a logger takes one."""
+    """``refs`` with ``path`` filled (see the module docstring) where a logger requires one;
+    an optional ``path`` keeps the logger's own default (an environment variable, say)."""
     names = [ref.name for ref in refs]
     out = []
     for index, ref in enumerate(refs):
-        if "path" in ref.options or "path" not in _logger_fields(manager, ref.name):
+        field = _logger_fields(manager, ref.name).get("path")
+        if "path" in ref.options or field is None or not field.is_required():
             out.append(ref)
             continue
         file = ref.name if names.count(ref.name) == 1 else f"{ref.name}-{index}"
