@@ -1,0 +1,60 @@
+"""The entry module: what it registers, what it imports, and building from plan keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pydantic
+import pytest
+from rllm_core.plugins import PluginManager
+from rllm_logger_tensorboard import plugin
+from rllm_logger_tensorboard.logger import TensorboardLogger
+
+
+@pytest.fixture
+def manager():
+    pm = PluginManager(load_entry_points=False, strict=True)
+    pm.register(plugin, name="tensorboard", distribution="rllm-logger-tensorboard")
+    return pm
+
+
+def test_entry_module_imports_no_implementation():
+    code = (
+        "import sys, rllm_logger_tensorboard.plugin\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('tensorboard', 'numpy', 'torch', 'rllm_logger_tensorboard')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "['rllm_logger_tensorboard', 'rllm_logger_tensorboard.plugin']"
+
+
+def test_installed_entry_point_provides_the_logger():
+    pm = PluginManager(disabled=())
+    keys = {
+        key
+        for record in pm.plugins()
+        if record.distribution == "rllm-logger-tensorboard"
+        for key in record.components
+    }
+    assert keys == {"logger:tensorboard"}
+
+
+def test_builds_from_plan_keys(manager, tmp_path):
+    logger = manager.get_logger("tensorboard").build({"path": str(tmp_path / "tb")})
+    try:
+        assert isinstance(logger, TensorboardLogger)
+        assert logger.path == tmp_path / "tb"
+        assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1
+    finally:
+        logger.close()
+
+
+def test_plan_keys_are_checked(manager):
+    spec = manager.get_logger("tensorboard")
+    with pytest.raises(pydantic.ValidationError, match="path"):
+        spec.validate_config({})
+    with pytest.raises(pydantic.ValidationError, match="flush"):
+        spec.validate_config({"path": "tb", "flush": True})

@@ -1,0 +1,61 @@
+"""The entry module: what it registers, what it imports, and building from plan keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pydantic
+import pytest
+from rllm_core.plugins import PluginManager
+from rllm_logger_wandb import plugin
+from rllm_logger_wandb.logger import WandbLogger
+
+
+@pytest.fixture
+def manager():
+    pm = PluginManager(load_entry_points=False, strict=True)
+    pm.register(plugin, name="wandb", distribution="rllm-logger-wandb")
+    return pm
+
+
+def test_entry_module_imports_no_implementation():
+    code = (
+        "import sys, rllm_logger_wandb.plugin\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('wandb', 'numpy', 'torch', 'rllm_logger_wandb')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "['rllm_logger_wandb', 'rllm_logger_wandb.plugin']"
+
+
+def test_installed_entry_point_provides_the_logger():
+    pm = PluginManager(disabled=())
+    keys = {
+        key
+        for record in pm.plugins()
+        if record.distribution == "rllm-logger-wandb"
+        for key in record.components
+    }
+    assert keys == {"logger:wandb"}
+
+
+def test_builds_offline_from_plan_keys(manager, tmp_path, read_history):
+    logger = manager.get_logger("wandb").build({"dir": str(tmp_path / "w"), "tags": ["x"]})
+    try:
+        assert isinstance(logger, WandbLogger)
+        logger.log_metrics(1, {"loss": 0.5})
+    finally:
+        logger.close()
+    assert read_history(tmp_path / "w") == {1: {"loss": 0.5}}
+
+
+def test_plan_keys_are_checked(manager):
+    spec = manager.get_logger("wandb")
+    assert spec.validate_config({}).mode == "offline"
+    with pytest.raises(pydantic.ValidationError, match="mode"):
+        spec.validate_config({"mode": "shared"})
+    with pytest.raises(pydantic.ValidationError, match="api_key"):
+        spec.validate_config({"api_key": "secret"})
