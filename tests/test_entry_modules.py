@@ -148,6 +148,7 @@ FOLDER_KINDS = {
     "harnesses": "harness",
     "tasks": "tasks",
     "storage": "storage",
+    "loggers": "logger",
 }
 """Plugin folders and the kind word their distributions use."""
 

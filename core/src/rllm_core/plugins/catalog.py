@@ -65,6 +65,9 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
     },
     Kind.LOGGER: {
         "jsonl": "rllm-storage-file",
+        "tensorboard": "rllm-logger-tensorboard",
+        "wandb": "rllm-logger-wandb",
+        "mlflow": "rllm-logger-mlflow",
     },
 }
 
