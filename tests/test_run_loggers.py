@@ -74,13 +74,13 @@ def test_a_quickstart_writes_two_step_records_to_every_logger(smollm2_model_dir,
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     held_out = tmp_path / "held-out.jsonl"
     held_out.write_text(json.dumps({"id": "h-1", "question": "What is 4 + 0?", "answer": "4"}))
-    wandb_dir, mlflow_dir = tmp_path / "wandb-out", tmp_path / "mlflow-out"
+    mlflow_dir = tmp_path / "mlflow-out"
     plan = tmp_path / "plan.toml"
     plan.write_text(
         PLAN.read_text(encoding="utf-8")
         + '\n[[loggers]]\nname = "jsonl"\n'
         + '\n[[loggers]]\nname = "tensorboard"\n'
-        + f'\n[[loggers]]\nname = "wandb"\nmode = "offline"\ndir = "{wandb_dir}"\n'
+        + '\n[[loggers]]\nname = "wandb"\nmode = "offline"\n'
         + f'\n[[loggers]]\nname = "mlflow"\npath = "{mlflow_dir}"\nexperiment = "quickstart"\n'
     )
     settings = {
@@ -125,7 +125,8 @@ def test_a_quickstart_writes_two_step_records_to_every_logger(smollm2_model_dir,
         assert [s.step for s in scalars] == [1, 2], key
         assert [s.value for s in scalars] == pytest.approx([m[key] for m in metrics], rel=1e-6)
 
-    history = wandb_history(wandb_dir, env)
+    history = wandb_history(run_dir / "logs" / "wandb", env)
+    assert not (tmp_path / "wandb").exists()
     assert sorted(step for step, row in history.items() if "reward/mean" in row) == [1, 2]
     for m in metrics:
         for key in CHECKED:

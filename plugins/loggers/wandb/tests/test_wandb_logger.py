@@ -27,7 +27,8 @@ class Vector:
 
 
 def test_two_steps_of_metrics_read_back(tmp_path, read_run, read_history):
-    with WandbLogger(dir=tmp_path / "out", project="p", name="n", tags=["a", "b"], group="g") as lg:
+    out = tmp_path / "out"
+    with WandbLogger(path=out, project="p", name="n", tags=["a", "b"], group="g") as lg:
         lg.log_metrics(1, {"reward/mean": 0.41, "offpolicy/k3": 1.25, "tokens": 512})
         lg.log_metrics(2, {"reward/mean": 0.75, "offpolicy/k3": -0.1})
     assert read_history(tmp_path / "out") == {
@@ -44,7 +45,7 @@ def test_two_steps_of_metrics_read_back(tmp_path, read_run, read_history):
 
 
 def test_events_join_the_row_of_the_latest_metrics_step(tmp_path, read_history):
-    with WandbLogger(dir=tmp_path) as logger:
+    with WandbLogger(path=tmp_path) as logger:
         logger.log_event("start", {"plan": "plan.toml"})
         logger.log_metrics(3, {"loss": 0.5})
         logger.log_event("checkpoint", {"step": 3, "path": "runs/q/ckpt-3", "tags": ["a", 1]})
@@ -62,7 +63,7 @@ def test_events_join_the_row_of_the_latest_metrics_step(tmp_path, read_history):
 
 
 def test_non_finite_values_are_written_as_they_are(tmp_path, read_history):
-    with WandbLogger(dir=tmp_path) as logger:
+    with WandbLogger(path=tmp_path) as logger:
         logger.log_metrics(1, {"a": math.nan, "b": math.inf, "c": -math.inf, "d": 1.5})
         logger.log_event("e", {"x": {"y": [math.nan, 2.0]}, "z": -math.inf})
     (row,) = read_history(tmp_path).values()
@@ -76,7 +77,7 @@ def test_non_finite_values_are_written_as_they_are(tmp_path, read_history):
 
 
 def test_values_it_cannot_represent_are_skipped(tmp_path, read_history):
-    with WandbLogger(dir=tmp_path) as logger:
+    with WandbLogger(path=tmp_path) as logger:
         logger.log_metrics(
             2,
             {
@@ -100,7 +101,7 @@ def test_values_it_cannot_represent_are_skipped(tmp_path, read_history):
 
 
 def test_close_is_idempotent_and_later_calls_say_so(tmp_path, read_history):
-    logger = WandbLogger(dir=tmp_path)
+    logger = WandbLogger(path=tmp_path)
     logger.log_metrics(1, {"loss": 1.0})
     logger.close()
     logger.close()
@@ -112,7 +113,7 @@ def test_close_is_idempotent_and_later_calls_say_so(tmp_path, read_history):
 
 
 def test_disabled_mode_writes_nothing(tmp_path):
-    with WandbLogger(mode="disabled", dir=tmp_path / "out") as logger:
+    with WandbLogger(mode="disabled", path=tmp_path / "out") as logger:
         logger.log_metrics(1, {"loss": 1.0})
         logger.log_event("e", {"x": 1})
     assert not list((tmp_path / "out").rglob("*.wandb"))

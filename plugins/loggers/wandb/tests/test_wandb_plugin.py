@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -43,7 +44,7 @@ def test_installed_entry_point_provides_the_logger():
 
 
 def test_builds_offline_from_plan_keys(manager, tmp_path, read_history):
-    logger = manager.get_logger("wandb").build({"dir": str(tmp_path / "w"), "tags": ["x"]})
+    logger = manager.get_logger("wandb").build({"path": str(tmp_path / "w"), "tags": ["x"]})
     try:
         assert isinstance(logger, WandbLogger)
         logger.log_metrics(1, {"loss": 0.5})
@@ -54,8 +55,14 @@ def test_builds_offline_from_plan_keys(manager, tmp_path, read_history):
 
 def test_plan_keys_are_checked(manager):
     spec = manager.get_logger("wandb")
-    assert spec.validate_config({}).mode == "offline"
+    config = spec.validate_config({"path": "runs/q/logs/wandb"})
+    assert (config.mode, config.path) == ("offline", Path("runs/q/logs/wandb"))
+    assert spec.config.model_fields["path"].is_required()  # so a run fills <run>/logs/wandb
+    with pytest.raises(pydantic.ValidationError, match="path"):
+        spec.validate_config({})
     with pytest.raises(pydantic.ValidationError, match="mode"):
-        spec.validate_config({"mode": "shared"})
+        spec.validate_config({"path": "w", "mode": "shared"})
+    with pytest.raises(pydantic.ValidationError, match="dir"):
+        spec.validate_config({"path": "w", "dir": "w"})
     with pytest.raises(pydantic.ValidationError, match="api_key"):
-        spec.validate_config({"api_key": "secret"})
+        spec.validate_config({"path": "w", "api_key": "secret"})

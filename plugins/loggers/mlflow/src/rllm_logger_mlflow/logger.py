@@ -19,7 +19,7 @@ What it writes:
   may hold letters, digits, ``_ - . : /`` and spaces).
 - ``nan`` is stored as NaN. ``inf`` and ``-inf`` are stored as MLflow stores them: on a
   database store, as the largest double, ``±1.7976931348623157e308``.
-- Event fields follow the ``jsonl`` logger's rules (see :mod:`rllm_logger_mlflow._values`); an
+- Event fields follow the ``jsonl`` logger's rules (see :mod:`rllm_core.logging_values`); an
   event whose line is longer than a tag value may be (8000 characters) is skipped rather than
   cut.
 """
@@ -42,8 +42,7 @@ from mlflow.protos.databricks_pb2 import (
 )
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_TAG_VAL_LENGTH
-
-from rllm_logger_mlflow._values import event_json, metric_number
+from rllm_core.logging_values import event_json, metric_number
 
 if TYPE_CHECKING:
     from rllm_logger_mlflow.plugin import MlflowLoggerConfig

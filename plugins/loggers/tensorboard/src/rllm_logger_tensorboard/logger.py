@@ -13,7 +13,7 @@ What it writes:
   is skipped. They are stored as 32-bit floats, TensorBoard's scalar format: ``0.41`` reads back
   as ``0.4099999964``, and a value beyond about ``3.4e38`` as ``inf``.
 - ``nan`` and ``inf`` are written as they are; TensorBoard shows them.
-- Event fields follow the ``jsonl`` logger's rules (see :mod:`rllm_logger_tensorboard._values`).
+- Event fields follow the ``jsonl`` logger's rules (see :mod:`rllm_core.logging_values`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rllm_core.logging_values import event_json, metric_number
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.text.summary_v2 import text_pb
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-from rllm_logger_tensorboard._values import event_json, metric_number
 
 if TYPE_CHECKING:
     from rllm_logger_tensorboard.plugin import TensorboardLoggerConfig

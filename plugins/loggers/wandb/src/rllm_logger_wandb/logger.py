@@ -17,7 +17,7 @@ What it writes:
   floats (64-bit); anything else is skipped, as are the names wandb keeps for itself
   (``_step``, ``_runtime``, ``_timestamp`` and those starting with ``_wandb``).
 - ``nan`` and ``inf`` metrics are written as they are (wandb stores ``NaN``, ``Infinity``).
-- Event fields follow the ``jsonl`` logger's rules (see :mod:`rllm_logger_wandb._values`).
+- Event fields follow the ``jsonl`` logger's rules (see :mod:`rllm_core.logging_values`).
 - wandb drops, with a warning, a step lower than one it has already written.
 """
 
@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import wandb
-
-from rllm_logger_wandb._values import event_json, metric_number
+from rllm_core.logging_values import event_json, metric_number
 
 if TYPE_CHECKING:
     from rllm_logger_wandb.plugin import WandbLoggerConfig
@@ -42,7 +41,11 @@ _RESERVED = frozenset({"_step", "_runtime", "_timestamp"})
 
 
 class WandbLogger:
-    """A :class:`~rllm_core.ports.Logger` writing to a new wandb run. Thread-safe."""
+    """A :class:`~rllm_core.ports.Logger` writing to a new wandb run. Thread-safe.
+
+    ``path`` is the folder that receives wandb's files (``<path>/wandb/offline-run-*/``),
+    created when missing; ``None`` leaves wandb's default: WANDB_DIR, else the working
+    directory."""
 
     def __init__(
         self,
@@ -51,18 +54,18 @@ class WandbLogger:
         project: str | None = None,
         entity: str | None = None,
         name: str | None = None,
-        dir: str | os.PathLike[str] | None = None,
+        path: str | os.PathLike[str] | None = None,
         tags: Iterable[str] = (),
         group: str | None = None,
     ) -> None:
-        if dir is not None:
-            Path(dir).mkdir(parents=True, exist_ok=True)
+        if path is not None:
+            Path(path).mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
             mode=mode,
             project=project,
             entity=entity,
             name=name,
-            dir=None if dir is None else str(dir),
+            dir=None if path is None else str(path),
             tags=list(tags) or None,
             group=group,
             reinit="create_new",
@@ -81,7 +84,7 @@ class WandbLogger:
             project=config.project,
             entity=config.entity,
             name=config.name,
-            dir=config.dir,
+            path=config.path,
             tags=config.tags,
             group=config.group,
         )

@@ -21,9 +21,14 @@ class WandbLoggerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    path: Path = Field(
+        description="folder that receives wandb's files (its `wandb/` folder, holding"
+        " `offline-run-*/`); created when missing; a training run fills `<run>/logs/wandb`"
+        " (building the logger in Python without it: WANDB_DIR, else the working directory)"
+    )
     mode: Literal["offline", "online", "disabled"] = Field(
         default="offline",
-        description='"offline" writes the run under `dir` only (upload it later with `wandb'
+        description='"offline" writes the run under `path` only (upload it later with `wandb'
         ' sync`); "online" streams it to the W&B server (needs `wandb login` or'
         ' WANDB_API_KEY); "disabled" writes nothing. Wins over WANDB_MODE',
     )
@@ -35,11 +40,6 @@ class WandbLoggerConfig(BaseModel):
     )
     name: str | None = Field(
         default=None, description="display name of the run; unset: wandb picks one"
-    )
-    dir: Path | None = Field(
-        default=None,
-        description="folder that receives the `wandb/` run folder; created when missing;"
-        " unset: WANDB_DIR, else the working directory",
     )
     tags: tuple[str, ...] = Field(default=(), description="tags of the run")
     group: str | None = Field(default=None, description="group that gathers several runs")

@@ -1,12 +1,21 @@
-"""Which metric values and event fields a logger can write, and how.
+"""Which metric values and event fields a logger can write, and how: the rules every logger
+plugin shares, so that the same record reads the same in every destination.
 
 - :func:`metric_number`: ints, floats, bools and scalar objects with an ``item()`` method (numpy
   and torch scalars) become a float; anything else (a string, a list, a tensor with several
-  elements, an int too large for a float) is ``None``, and the logger skips it.
-- :func:`event_json`: ``{"event": name, **fields}`` as compact JSON, the line the ``jsonl``
-  logger writes. A field that is not a JSON value (after ``item()`` on scalars) is skipped as a
-  whole; ``nan`` and ``inf`` become ``null`` at any depth; a field named ``event`` or whose name
-  is not a string is skipped.
+  elements, an int too large for a float) is ``None``, and the logger skips it. ``nan`` and
+  ``inf`` stay as they are: what the destination makes of them is the logger's to document.
+- :func:`event_json`: ``{"event": name, **fields}`` as one line of compact JSON (no spaces,
+  non-ASCII text as it is). A field is kept when it is a JSON value: ``None``, a bool, an int,
+  a float, a string, a list or tuple, or a mapping with string keys, nested to any depth, with
+  scalar objects (``item()``) as their Python value. Any other field (an object, a set, bytes,
+  a mapping with a non-string key anywhere inside) is skipped as a whole, as is a field named
+  ``event`` (the ``event`` key holds the event's name) or whose name is not a string. ``nan``
+  and ``inf`` become ``null`` at any depth.
+
+For fields that are JSON values the line is the one the ``jsonl`` logger writes, so an event
+reads the same in every destination that stores it as text. The helpers never raise for a value
+they cannot represent. Standard library only: a plugin's entry module may import this module.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ __all__ = ["event_json", "metric_number"]
 
 
 def metric_number(value: Any) -> float | None:
-    """``value`` as a float, or ``None`` when it is not a number."""
+    """``value`` as a float, or ``None`` when it is not a number (see the module docstring)."""
     if not isinstance(value, (int, float)):
         item = getattr(value, "item", None)
         if not callable(item):
@@ -38,7 +47,8 @@ def metric_number(value: Any) -> float | None:
 
 
 def event_json(name: str, fields: Mapping[str, Any]) -> str:
-    """The event as one compact JSON object, skipping fields that cannot be encoded."""
+    """The event as one compact JSON object, skipping fields that cannot be encoded (see the
+    module docstring)."""
     record: dict[str, Any] = {"event": str(name)}
     for key, value in fields.items():
         if key == "event" or not isinstance(key, str):
