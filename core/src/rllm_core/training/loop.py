@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm_core.algorithms import DatumBuilder
+from rllm_core.algorithms.objective import Objective
 from rllm_core.gateway.server import Gateway
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
@@ -63,6 +63,7 @@ from rllm_core.training.plots import write_plots
 from rllm_core.training.sessions import SeededGateway
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
+from rllm_core.training.update import build_objective, update_policy
 from rllm_core.types import RunInfo, RunStatus, SamplingParams
 
 __all__ = ["ResumeError", "RunResult", "TrainingLoop"]
@@ -105,6 +106,8 @@ class TrainingLoop:
         plugins: PluginManager | None = None,
     ) -> None:
         self.plan = resolved.plan
+        self.resolved = resolved
+        self._built_objective: Objective | None = None
         self.plan_path = resolved.path
         self.c = components
         self.folder = folder
@@ -366,19 +369,14 @@ class TrainingLoop:
         train: dict[str, float] = {}
         train_start = time.monotonic()
         if datums:
-            aux = [(loss, coef) for loss, coef in self.c.aux_losses]
-            fb = await self._on_trainer_thread(
-                functools.partial(
-                    self.c.trainer.forward_backward,
-                    datums,
-                    self.c.loss,
-                    aux,
-                    aggregation=algorithm.aggregation,
-                    norm_length=algorithm.norm_length,
-                )
+            train = await update_policy(
+                self.c.trainer,
+                datums,
+                self._objective(),
+                epochs=algorithm.epochs,
+                mini_batches=algorithm.mini_batches,
+                call=self._on_trainer_thread,
             )
-            opt = await self._on_trainer_thread(self.c.trainer.optim_step)
-            train = dict(fb) | dict(opt)
         else:
             self.display.warn(
                 f"step {step}: no datum to train on ({built.report.episodes} scored episodes,"
@@ -415,6 +413,13 @@ class TrainingLoop:
             self.display.warn(problem)
         self.display.step_finished(line)
         return True
+
+    def _objective(self) -> Objective:
+        if self._built_objective is None:
+            self._built_objective = build_objective(
+                self.resolved, self.c.loss, list(self.c.aux_losses)
+            )
+        return self._built_objective
 
     async def _on_trainer_thread(self, call: Callable[[], Any]) -> Any:
         """Run ``call`` on the one thread that does every training computation.
