@@ -16,7 +16,9 @@ Goals (the issue's): the mean reward of the last 5 steps exceeds the first 5 by 
 trained checkpoint's held-out mean reward beats the base model's by >= 0.20; the run finishes in
 <= 8 minutes; the sampler is busy >= 70% of the rollout phases' wall time (the run's
 ``sampler_utilization``: prefill and decode seconds over rollout seconds, summed over steps).
-The baseline's figures sit next to the framework's for comparison; they are not goals.
+The baseline's figures sit next to the framework's for comparison; they are not goals. So does
+each process's peak resident memory (``peak_rss_gb``: the kernel's high-water mark of the
+process, model load included, read from ``wait4`` when it exits).
 
 Everything is written under ``--output-dir`` (a temporary folder by default; the run and eval
 folders are kept there for inspection when it is given)::
@@ -52,21 +54,34 @@ GOALS = {
 }
 
 
-def _cli(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
-    started = time.monotonic()
-    result = subprocess.run(
+def measured(
+    command: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run ``command`` to its end: its result, wall seconds and peak resident memory in GB
+    (``ru_maxrss`` of the process as ``wait4`` reports it, kilobytes on Linux)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.monotonic()
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.monotonic() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+    return result, elapsed, usage.ru_maxrss * 1024 / 1e9
+
+
+def _cli(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    result, elapsed, peak_rss_gb = measured(
         [sys.executable, "-m", "rllm_core.cli", *args],
         cwd=cwd,
         env=dict(os.environ, COLUMNS="200"),
-        capture_output=True,
-        text=True,
     )
-    elapsed = time.monotonic() - started
     if result.returncode != 0:
         raise SystemExit(
             f"rllm-core {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}"
         )
-    return result, elapsed
+    return result, elapsed, peak_rss_gb
 
 
 def _only_folder(parent: Path, pattern: str) -> Path:
@@ -77,23 +92,22 @@ def _only_folder(parent: Path, pattern: str) -> Path:
 
 
 def baseline() -> dict[str, Any]:
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bare_grpo.py"), "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result, wall_s, peak_rss_gb = measured(
+        [sys.executable, str(ROOT / "benchmarks" / "bare_grpo.py"), "--json"], cwd=ROOT
     )
     if result.returncode != 0:
         raise SystemExit(f"bare_grpo.py exited {result.returncode}:\n{result.stderr[-4000:]}")
     figures = json.loads(result.stdout.strip().splitlines()[-1])
-    figures["process_wall_s"] = time.monotonic() - started
+    figures["process_wall_s"] = wall_s
+    figures["peak_rss_gb"] = peak_rss_gb
     return figures
 
 
 def framework(out: Path) -> dict[str, Any]:
     runs = out / "runs"
-    _, wall_s = _cli("run", str(PLAN), "--plain", "--set", f"run.output_dir={runs}", cwd=ROOT)
+    _, wall_s, peak_rss_gb = _cli(
+        "run", str(PLAN), "--plain", "--set", f"run.output_dir={runs}", cwd=ROOT
+    )
     run_dir = _only_folder(runs, "quickstart-*")
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -104,7 +118,7 @@ def framework(out: Path) -> dict[str, Any]:
     evals = {}
     for label, extra in (("base", ()), ("trained", ("--checkpoint", str(final)))):
         target = out / f"eval-{label}"
-        _, eval_wall = _cli(
+        _, eval_wall, _ = _cli(
             "eval",
             str(PLAN),
             "--plain",
@@ -127,6 +141,7 @@ def framework(out: Path) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "checkpoint": str(final),
         "wall_s": wall_s,
+        "peak_rss_gb": peak_rss_gb,
         "first5_reward": summary["reward_first"],
         "last5_reward": summary["reward_last"],
         "rewards": [row["reward/mean"] for row in metrics],
@@ -181,6 +196,8 @@ def table(figures: dict[str, Any]) -> str:
         f" {'>= 0.20':>8}  {verdict('eval_gain')}",
         f"{'wall time, s (model load included)':<44} {run['wall_s']:>14.0f}"
         f" {_fmt(base and base['process_wall_s'], 0):>15} {'<= 480':>8}  {verdict('wall_s')}",
+        f"{'peak resident memory, GB':<44} {run['peak_rss_gb']:>14.2f}"
+        f" {_fmt(base and base['peak_rss_gb'], 2):>15}",
         f"{'rollout / train time, s':<44}"
         f" {run['rollout_s']:>6.0f} / {run['train_s']:<5.0f}"
         f" {base_split:>15}",

@@ -13,24 +13,42 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
 - ``tokens/sampled`` (completion tokens of scored episodes), ``tokens/trained`` (tokens of the
   datums), ``tokens/sampled_per_s`` (over the rollout phase), ``tokens/trained_per_s`` (over
   the train phase).
-- every metric ``forward_backward`` and ``optim_step`` returned, prefixed ``train/`` (loss
-  metrics keep their own ``<loss>/`` prefix inside it), and ``trained`` (1 when the optimizer
-  stepped, 0 when the step had no datum).
+- every metric the policy update returned (see :mod:`rllm_core.training.update`), prefixed
+  ``train/`` (loss metrics keep their own ``<loss>/`` prefix inside it), except the off-policy
+  diagnostics ``offpolicy/*`` and the rollout corrections' ``correction/*``, which keep their
+  names; and ``trained`` (1 when the optimizer stepped, 0 when the step had no datum).
 - ``time/rollout_s``, ``time/train_s``, ``time/step_s`` and ``weight_version``.
 - ``time/sampler_busy_s`` and ``sampler_utilization`` (busy seconds over ``time/rollout_s``):
   how long the sampler ran the model during the rollout phase, when it reports that
   (:class:`~rllm_core.ports.training.BusyClock`); absent otherwise.
+- ``system/rss_gb``: the process's peak resident memory so far, in GB (10^9 bytes; the
+  kernel's high-water mark, model load included), and ``system/rss_now_gb``: its resident
+  memory when the line was made. Absent where the platform does not report them.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rllm_core.types import Datum, Episode
 
-__all__ = ["completion_tokens", "episode_record", "reward_stats", "step_metrics", "summarize"]
+__all__ = [
+    "completion_tokens",
+    "episode_record",
+    "memory_metrics",
+    "reward_stats",
+    "step_metrics",
+    "summarize",
+]
+
+
+UNPREFIXED = ("offpolicy/", "correction/")
+"""Training metrics that keep their own name in the line: the off-policy diagnostics and the
+rollout corrections' figures describe the samples as much as the update."""
 
 
 def reward_stats(rewards: Sequence[float]) -> dict[str, float]:
@@ -105,8 +123,32 @@ def step_metrics(
     if sampler_busy_s is not None:
         line["time/sampler_busy_s"] = sampler_busy_s
         line["sampler_utilization"] = sampler_busy_s / rollout_s if rollout_s > 0 else 0.0
+    line |= memory_metrics()
     line |= {k: float(v) for k, v in report.items() if k.startswith("advantage/")}
-    line |= {f"train/{k}": float(v) for k, v in train.items()}
+    line |= {(k if k.startswith(UNPREFIXED) else f"train/{k}"): float(v) for k, v in train.items()}
+    return line
+
+
+def memory_metrics() -> dict[str, float]:
+    """``system/rss_gb`` (peak resident memory of this process so far) and
+    ``system/rss_now_gb`` (resident memory now), in GB; each absent where unavailable."""
+    line: dict[str, float] = {}
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return line
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kilobytes, macOS bytes.
+    line["system/rss_gb"] = peak * (1 if sys.platform == "darwin" else 1024) / 1e9
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            resident_pages = int(statm.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return line
+    now = resident_pages * os.sysconf("SC_PAGE_SIZE") / 1e9
+    # The kernel's counters lag by a few pages; a peak below the current figure is that lag.
+    line["system/rss_gb"] = max(line["system/rss_gb"], now)
+    line["system/rss_now_gb"] = now
     return line
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import random
+import sys
 
 import torch
 from rllm_core.errors import ComponentError
@@ -10,7 +14,7 @@ from rllm_core.models import resolve_model
 
 from rllm_backend_torch.plugin import TorchBackendConfig
 
-__all__ = ["DTYPES", "load_policy", "resolve_device", "seed_everything"]
+__all__ = ["DTYPES", "load_policy", "release_free_memory", "resolve_device", "seed_everything"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -114,3 +118,30 @@ def _add_lora(model: torch.nn.Module, config: TorchBackendConfig) -> torch.nn.Mo
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, peft_config)
+
+
+def release_free_memory() -> None:
+    """Hand the memory the C allocator holds free back to the system (glibc's
+    ``malloc_trim``; nothing elsewhere).
+
+    glibc keeps freed blocks for reuse, in one pool per thread that allocated them: what the
+    sampler's thread freed stays resident while the trainer's thread allocates its own. It
+    costs a few milliseconds; call it when a phase ends, not per tensor.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim

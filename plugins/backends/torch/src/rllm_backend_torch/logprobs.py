@@ -10,7 +10,11 @@ __all__ = ["target_logprobs", "token_logprobs"]
 
 
 def token_logprobs(
-    model: torch.nn.Module, token_ids: torch.Tensor, *, temperature: float = 1.0
+    model: torch.nn.Module,
+    token_ids: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    needed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[B, T]`` float32 logprobs: position ``t`` holds ``log p(token_ids[:, t] | tokens < t)``
     under ``softmax(logits / temperature)``; position 0 holds 0.
@@ -18,7 +22,18 @@ def token_logprobs(
     ``token_ids`` must be right-padded. No attention mask is passed: with causal attention a
     real token never attends to the padding after it, and without a mask the model keeps its
     fastest attention path. Values at padded positions are meaningless; mask them.
+
+    ``needed`` (``[B, T]``, nonzero where a logprob is used, such as the union of the action
+    and observation masks) limits the output layer to the positions some row needs: the
+    model's ``logits_to_keep`` then gets their indices, so the ``[B, T, V]`` logits and their
+    gradient shrink to ``[B, T', V]`` (the prompt columns of a single-turn batch drop out),
+    which saves memory and the output layer's time. Other positions hold 0, with no gradient.
     """
+    if needed is not None:
+        columns = (needed != 0).any(dim=0).nonzero().squeeze(1)
+        columns = columns[columns > 0]
+        if 0 < len(columns) < token_ids.shape[1] - 1:
+            return _needed_logprobs(model, token_ids, columns, temperature)
     logits = model(input_ids=token_ids, use_cache=False).logits.float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -27,6 +42,19 @@ def token_logprobs(
     targets = torch.nn.functional.pad(token_ids[:, 1:], (0, 1))
     predicted = target_logprobs(logits, targets)
     return torch.nn.functional.pad(predicted[:, :-1], (1, 0))
+
+
+def _needed_logprobs(
+    model: torch.nn.Module, token_ids: torch.Tensor, columns: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    # The logits at position t - 1 predict the token at t.
+    logits = model(input_ids=token_ids, use_cache=False, logits_to_keep=columns - 1).logits
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    predicted = target_logprobs(logits, token_ids[:, columns])
+    out = predicted.new_zeros(token_ids.shape)
+    return out.index_copy(1, columns, predicted)
 
 
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

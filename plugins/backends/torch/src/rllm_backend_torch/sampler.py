@@ -34,6 +34,7 @@ from rllm_core.types import SampleRequest, SampleResult
 
 from rllm_backend_torch.gate import WeightGate
 from rllm_backend_torch.kv_cache import SlotKVCache
+from rllm_backend_torch.loading import release_free_memory
 from rllm_backend_torch.token_choice import choose_tokens
 
 __all__ = ["TorchSampler"]
@@ -303,11 +304,19 @@ class TorchSampler:
         """
         while True:
             with self._cond:
+                idle = False
                 while not self._closed and not self._pending and not self._rows:
                     if not self._cond.wait(timeout=_IDLE_EXIT_S) and not self._pending:
-                        # The next request starts a new thread (see _submit).
+                        # Nothing decodes, so the cache goes: its memory (189 MB for the
+                        # quickstart's 64 slots) would otherwise sit through the train step.
+                        # The next request allocates it again and starts a new thread (see
+                        # _submit).
+                        self._cache.release()
                         self._thread = None
-                        return None
+                        idle = True
+                        break
+                if idle:
+                    break
                 if self._closed:
                     return False
                 if not self._pending or len(self._rows) >= self._max_batch:
@@ -319,6 +328,8 @@ class TorchSampler:
                 self._busy_s += time.perf_counter() - started
             elif self._rows:
                 return True
+        release_free_memory()
+        return None
 
     def _claim(self) -> list[tuple[_Job, int]]:
         """Take queued jobs while slots are free, each with shared access to the weights.
