@@ -20,8 +20,14 @@ TASKS = [
     {"id": f"easy-{a}", "question": f"What is {a} + 0?", "answer": str(a)} for a in (2, 5, 3, 7)
 ]
 STEPS = 3
-UNTIMED = ("time/", "tokens/sampled_per_s", "tokens/trained_per_s", "sampler_utilization")
-"""Metric keys that measure speed, not what was sampled or trained."""
+UNTIMED = (
+    "time/",
+    "tokens/sampled_per_s",
+    "tokens/trained_per_s",
+    "sampler_utilization",
+    "system/",
+)
+"""Metric keys that measure speed or the process's memory, not what was sampled or trained."""
 
 
 def write_tasks(folder: Path) -> Path:

@@ -14,7 +14,12 @@ from rllm_core.types import Datum
 from rllm_backend_torch.checkpoint import read_state, write_state
 from rllm_backend_torch.collate import Collated, collate
 from rllm_backend_torch.gate import WeightGate
-from rllm_backend_torch.loading import load_policy, resolve_device, seed_everything
+from rllm_backend_torch.loading import (
+    load_policy,
+    release_free_memory,
+    resolve_device,
+    seed_everything,
+)
 from rllm_backend_torch.logprobs import token_logprobs
 from rllm_backend_torch.plugin import TorchBackendConfig
 from rllm_backend_torch.schedule import build_scheduler
@@ -142,6 +147,7 @@ class TorchBackend:
             self.model,
             micro.token_ids.to(device),
             temperature=self.config.logprob_temperature,
+            needed=((micro.action_mask != 0) | (micro.observation_mask != 0)).to(device),
         )
         proximal = micro.proximal_logprobs
         total = step.evaluate(
@@ -205,6 +211,7 @@ class TorchBackend:
             self._pending = False
             self._steps += 1
             self.gate.publish()
+        release_free_memory()
         return {"grad_norm": norm, "learning_rate": learning_rate, "step": float(self._steps)}
 
     # ------------------------------------------------------------------ checkpoints
