@@ -8,23 +8,7 @@ import math
 
 import pytest
 from rllm_core.logging_values import event_json, metric_number
-
-
-class Scalar:
-    """Stands in for a numpy or torch scalar: it has ``item()``."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def item(self):
-        return self.value
-
-
-class Vector:
-    """Stands in for a tensor with several elements: ``item()`` raises."""
-
-    def item(self):
-        raise ValueError("only one element tensors can be converted to Python scalars")
+from rllm_core.testing.suites.loggers import Scalar, Vector
 
 
 class Itself:

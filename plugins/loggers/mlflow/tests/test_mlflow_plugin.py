@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pydantic
 import pytest
 from rllm_core.plugins import PluginManager
+from rllm_core.testing.packages import installed_component_keys, modules_imported_by
 from rllm_logger_mlflow import plugin
 from rllm_logger_mlflow.logger import MlflowLogger
 
@@ -20,26 +18,15 @@ def manager():
 
 
 def test_entry_module_imports_no_implementation():
-    code = (
-        "import sys, rllm_logger_mlflow.plugin\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
-        " ('mlflow', 'sqlalchemy', 'numpy', 'torch', 'rllm_logger_mlflow')))"
+    loaded = modules_imported_by(
+        "rllm_logger_mlflow.plugin",
+        ("mlflow", "sqlalchemy", "numpy", "torch", "rllm_logger_mlflow"),
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "['rllm_logger_mlflow', 'rllm_logger_mlflow.plugin']"
+    assert loaded == ["rllm_logger_mlflow", "rllm_logger_mlflow.plugin"]
 
 
 def test_installed_entry_point_provides_the_logger():
-    pm = PluginManager(disabled=())
-    keys = {
-        key
-        for record in pm.plugins()
-        if record.distribution == "rllm-logger-mlflow"
-        for key in record.components
-    }
-    assert keys == {"logger:mlflow"}
+    assert installed_component_keys("rllm-logger-mlflow") == {"logger:mlflow"}
 
 
 def test_builds_from_plan_keys(manager, tmp_path, read_store):

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pydantic
 import pytest
 from rllm_core.plugins import PluginManager
+from rllm_core.testing.packages import installed_component_keys, modules_imported_by
 from rllm_logger_tensorboard import plugin
 from rllm_logger_tensorboard.logger import TensorboardLogger
 
@@ -20,26 +18,15 @@ def manager():
 
 
 def test_entry_module_imports_no_implementation():
-    code = (
-        "import sys, rllm_logger_tensorboard.plugin\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
-        " ('tensorboard', 'numpy', 'torch', 'rllm_logger_tensorboard')))"
+    loaded = modules_imported_by(
+        "rllm_logger_tensorboard.plugin",
+        ("tensorboard", "numpy", "torch", "rllm_logger_tensorboard"),
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "['rllm_logger_tensorboard', 'rllm_logger_tensorboard.plugin']"
+    assert loaded == ["rllm_logger_tensorboard", "rllm_logger_tensorboard.plugin"]
 
 
 def test_installed_entry_point_provides_the_logger():
-    pm = PluginManager(disabled=())
-    keys = {
-        key
-        for record in pm.plugins()
-        if record.distribution == "rllm-logger-tensorboard"
-        for key in record.components
-    }
-    assert keys == {"logger:tensorboard"}
+    assert installed_component_keys("rllm-logger-tensorboard") == {"logger:tensorboard"}
 
 
 def test_builds_from_plan_keys(manager, tmp_path):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pydantic
 import pytest
 from rllm_core.plugins import PluginManager
+from rllm_core.testing.packages import installed_component_keys, modules_imported_by
 from rllm_logger_wandb import plugin
 from rllm_logger_wandb.logger import WandbLogger
 
@@ -21,26 +20,14 @@ def manager():
 
 
 def test_entry_module_imports_no_implementation():
-    code = (
-        "import sys, rllm_logger_wandb.plugin\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
-        " ('wandb', 'numpy', 'torch', 'rllm_logger_wandb')))"
+    loaded = modules_imported_by(
+        "rllm_logger_wandb.plugin", ("wandb", "numpy", "torch", "rllm_logger_wandb")
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "['rllm_logger_wandb', 'rllm_logger_wandb.plugin']"
+    assert loaded == ["rllm_logger_wandb", "rllm_logger_wandb.plugin"]
 
 
 def test_installed_entry_point_provides_the_logger():
-    pm = PluginManager(disabled=())
-    keys = {
-        key
-        for record in pm.plugins()
-        if record.distribution == "rllm-logger-wandb"
-        for key in record.components
-    }
-    assert keys == {"logger:wandb"}
+    assert installed_component_keys("rllm-logger-wandb") == {"logger:wandb"}
 
 
 def test_builds_offline_from_plan_keys(manager, tmp_path, read_history):

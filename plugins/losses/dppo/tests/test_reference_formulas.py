@@ -15,97 +15,30 @@ stay inside it; every test asserts that masking really engages on both sides, so
 by luck. ``rollout_logprobs`` differ from ``old_logprobs``: verl takes both the ratio and the
 divergence against ``old_log_prob``, so ours must use ``ctx.old_logprobs``.
 
-The reference's aggregation, verl's ``agg_loss`` with the whole batch as the step (one rank),
-``m`` the response mask and ``L`` the per-token losses::
-
-    token-mean            sum(L * m) / sum(m)
-    seq-mean-token-mean   sum over rows with m of (sum_t(L * m) / (sum_t(m) + 1e-8)) / rows with m
-    seq-mean-token-sum    sum(L * m) / rows with m
+The reference's aggregation is verl's ``agg_loss`` with the whole batch as the step (one rank),
+restated in :func:`rllm_core.testing.reference.verl_agg_loss`.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from rllm_core.algorithms.aggregation import MaskAwareAggregate, make_aggregate, step_normalizers
-from rllm_core.ports import LossContext
+from rllm_core.testing.reference import (
+    REFERENCE_MODES,
+    assert_matches_reference,
+    reference_inputs,
+)
 from rllm_loss_dppo.loss import DPPOKL, DPPOTV
 from rllm_loss_dppo.plugin import DPPOKLConfig, DPPOTVConfig
 
-MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-LENGTHS = (12, 7, 10, 3, 12, 9, 5, 11)
-WIDTH = 12
 NO_CAP = 1e4  # the DPPO recipe's clip_ratio_c: larger than any ratio here, i.e. no cap
 
 
-def reference_agg(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """verl's ``agg_loss`` on one rank, the batch being the whole step (module docstring)."""
-    m = mask.to(loss_mat.dtype)
-    rows = (m.sum(dim=-1) > 0).to(loss_mat.dtype)
-    if mode == "token-mean":
-        return (loss_mat * m).sum() / m.sum()
-    if mode == "seq-mean-token-sum":
-        return ((loss_mat * m).sum(dim=-1) * rows).sum() / rows.sum()
-    if mode == "seq-mean-token-mean":
-        row_means = (loss_mat * m).sum(dim=-1) / (m.sum(dim=-1) + 1e-8)
-        return (row_means * rows).sum() / rows.sum()
-    raise ValueError(mode)
-
-
 def make_inputs(seed: int) -> dict:
-    """Seeded float64 inputs. Token 0 of each row is prompt, tokens 5-6 of long rows an
-    observation span; padding holds large finite values a missing mask would reveal. Old
+    """Seeded float64 inputs (:func:`~rllm_core.testing.reference.reference_inputs`). Old
     probabilities spread over (0.08, 0.98) so that moves of the current logprobs give TVs and
     KLs on both sides of the radii."""
-    g = torch.Generator().manual_seed(seed)
-    batch = len(LENGTHS)
-    positions = torch.arange(WIDTH)
-    real = positions[None, :] < torch.tensor(LENGTHS)[:, None]
-    observation = real & ((positions[None, :] == 5) | (positions[None, :] == 6))
-    action = real & (positions[None, :] > 0) & ~observation
-    old = -(0.02 + 2.5 * torch.rand(batch, WIDTH, generator=g, dtype=torch.float64))
-    current = (old + 0.6 * torch.randn(batch, WIDTH, generator=g, dtype=torch.float64)).clamp(
-        max=-1e-3
-    )
-    rollout = old + 0.3 * torch.randn(batch, WIDTH, generator=g, dtype=torch.float64)
-    row_advantage = torch.randn(batch, 1, generator=g, dtype=torch.float64)
-    advantages = row_advantage - row_advantage.mean()
-    advantages = advantages + torch.randn(batch, WIDTH, generator=g, dtype=torch.float64)
-    pad = ~real
-    current = torch.where(pad, torch.full_like(current, 4.0), current)
-    old = torch.where(pad, torch.full_like(old, -30.0), old)
-    advantages = torch.where(pad, torch.full_like(advantages, 50.0), advantages)
-    return {
-        "logprobs": current,
-        "old_logprobs": old,
-        "rollout_logprobs": rollout,
-        "advantages": advantages,
-        "action_mask": action.to(torch.float64),
-        "observation_mask": observation.to(torch.float64),
-    }
-
-
-def our_context(inputs: dict, mode: str) -> LossContext:
-    """The context a trainer builds: the step is this one micro-batch."""
-    action, observation = inputs["action_mask"], inputs["observation_mask"]
-    aggregates = {}
-    for name, mask in (("action", action), ("observation", observation)):
-        tokens, sequences = step_normalizers([mask])
-        aggregates[name] = make_aggregate(mode, total_tokens=tokens, total_sequences=sequences)
-    return LossContext(
-        logprobs=inputs["logprobs"].clone().requires_grad_(True),
-        old_logprobs=inputs["old_logprobs"].clone(),
-        rollout_logprobs=inputs["rollout_logprobs"].clone(),
-        advantages=inputs["advantages"].clone(),
-        action_mask=action,
-        observation_mask=observation,
-        aggregate=MaskAwareAggregate(
-            action=aggregates["action"],
-            observation=aggregates["observation"],
-            action_mask=action,
-            observation_mask=observation,
-        ),
-    )
+    return reference_inputs(seed=seed, spread=0.6, max_logprob=-1e-3)
 
 
 def reference_dppo_tv(delta_low: float, delta_high: float, c: float):
@@ -177,23 +110,10 @@ def masked_by_reference(reference, inputs: dict) -> tuple[torch.Tensor, torch.Te
 
 
 def compare(loss, reference, inputs: dict, mode: str) -> None:
-    """Our loss and the reference agree in value and in gradient on the current logprobs."""
-    ctx = our_context(inputs, mode)
-    out = loss(ctx)
-    (ours,) = torch.autograd.grad(out.loss, ctx.logprobs)
-
-    leaf = inputs["logprobs"].clone().requires_grad_(True)
+    """Our loss and the reference agree in value and in gradient on the current logprobs, and
+    in the fraction of tokens masked."""
+    out, _ = assert_matches_reference(loss, reference, inputs, mode)
     mask = inputs["action_mask"] > 0
-    expected = reference_agg(reference(leaf, inputs), mask, mode)
-    (theirs,) = torch.autograd.grad(expected, leaf)
-
-    # verl adds 1e-8 to each row's token count in seq-mean-token-mean, ours divides by the
-    # exact count: each row's term differs by a relative 1e-8 at most there, none elsewhere.
-    rtol, atol = (1e-7, 1e-9) if mode == "seq-mean-token-mean" else (1e-12, 1e-14)
-    torch.testing.assert_close(out.loss.detach(), expected.detach(), rtol=rtol, atol=atol)
-    torch.testing.assert_close(ours, theirs, rtol=rtol, atol=atol)
-    assert torch.equal(ours[~mask], torch.zeros_like(ours[~mask]))
-
     up, down = masked_by_reference(reference, inputs)
     assert out.metrics["masked_fraction"] == pytest.approx(
         float((up | down).sum()) / float(mask.sum()), abs=1e-12
@@ -217,7 +137,7 @@ KL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", REFERENCE_MODES)
 @pytest.mark.parametrize(("config", "settings"), TV_CASES, ids=["default", "capped"])
 def test_dppo_tv_matches_reference(mode, config, settings):
     inputs = make_inputs(seed=21)
@@ -229,7 +149,7 @@ def test_dppo_tv_matches_reference(mode, config, settings):
     compare(DPPOTV(config), reference, inputs, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", REFERENCE_MODES)
 @pytest.mark.parametrize(("config", "settings"), KL_CASES, ids=["default", "capped"])
 def test_dppo_kl_matches_reference(mode, config, settings):
     inputs = make_inputs(seed=22)

@@ -13,12 +13,8 @@ asserts that clipping really engages, so it cannot pass by luck. ``rollout_logpr
 from ``old_logprobs``: the ratio's denominator must be ``old_logprobs`` (verl's
 ``old_log_prob``), which equals the rollout logprobs only when the trainer sets it so.
 
-The reference's aggregation, verl's ``agg_loss`` with the whole batch as the step (one rank),
-``m`` the response mask and ``L`` the per-token losses::
-
-    token-mean            sum(L * m) / sum(m)
-    seq-mean-token-mean   sum over rows with m of (sum_t(L * m) / (sum_t(m) + 1e-8)) / rows with m
-    seq-mean-token-sum    sum(L * m) / rows with m
+The reference's aggregation is verl's ``agg_loss`` with the whole batch as the step (one rank),
+restated in :func:`rllm_core.testing.reference.verl_agg_loss`.
 """
 
 from __future__ import annotations
@@ -27,106 +23,24 @@ import math
 
 import pytest
 import torch
-from rllm_core.algorithms.aggregation import MaskAwareAggregate, make_aggregate, step_normalizers
-from rllm_core.ports import LossContext
+from rllm_core.testing.reference import (
+    REFERENCE_LENGTHS,
+    REFERENCE_MODES,
+    assert_matches_reference,
+    reference_inputs,
+)
 from rllm_loss_ppo.cispo import CISPO
 from rllm_loss_ppo.gspo import GSPO
 from rllm_loss_ppo.plugin import CISPOConfig, GSPOConfig, PPOClipConfig
 from rllm_loss_ppo.ppo_clip import PPOClip
 
-MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-LENGTHS = (12, 7, 10, 3, 12, 9, 5, 11)
-WIDTH = 12
-
-
-def reference_agg(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """verl's ``agg_loss`` on one rank, the batch being the whole step (module docstring)."""
-    m = mask.to(loss_mat.dtype)
-    rows = (m.sum(dim=-1) > 0).to(loss_mat.dtype)
-    if mode == "token-mean":
-        return (loss_mat * m).sum() / m.sum()
-    if mode == "seq-mean-token-sum":
-        return ((loss_mat * m).sum(dim=-1) * rows).sum() / rows.sum()
-    if mode == "seq-mean-token-mean":
-        row_means = (loss_mat * m).sum(dim=-1) / (m.sum(dim=-1) + 1e-8)
-        return (row_means * rows).sum() / rows.sum()
-    raise ValueError(mode)
-
-
-def make_inputs(*, seed: int, per_sequence_advantages: bool, spread: float) -> dict:
-    """Seeded float64 inputs. Token 0 of each row is prompt, tokens 5-6 of long rows an
-    observation span; padding holds large finite values a missing mask would reveal."""
-    g = torch.Generator().manual_seed(seed)
-    batch = len(LENGTHS)
-    positions = torch.arange(WIDTH)
-    real = positions[None, :] < torch.tensor(LENGTHS)[:, None]
-    observation = real & ((positions[None, :] == 5) | (positions[None, :] == 6))
-    action = real & (positions[None, :] > 0) & ~observation
-    old = -(0.02 + 2.5 * torch.rand(batch, WIDTH, generator=g, dtype=torch.float64))
-    current = old + spread * torch.randn(batch, WIDTH, generator=g, dtype=torch.float64)
-    rollout = old + 0.3 * torch.randn(batch, WIDTH, generator=g, dtype=torch.float64)
-    row_advantage = torch.randn(batch, 1, generator=g, dtype=torch.float64)
-    row_advantage = row_advantage - row_advantage.mean()
-    if per_sequence_advantages:
-        advantages = row_advantage.expand(batch, WIDTH).clone()
-    else:
-        noise = torch.randn(batch, WIDTH, generator=g, dtype=torch.float64)
-        advantages = row_advantage + noise
-    pad = ~real
-    current = torch.where(pad, torch.full_like(current, 4.0), current)
-    old = torch.where(pad, torch.full_like(old, -30.0), old)
-    advantages = torch.where(pad, torch.full_like(advantages, 50.0), advantages)
-    return {
-        "logprobs": current,
-        "old_logprobs": old,
-        "rollout_logprobs": rollout,
-        "advantages": advantages,
-        "action_mask": action.to(torch.float64),
-        "observation_mask": observation.to(torch.float64),
-    }
-
-
-def our_context(inputs: dict, mode: str) -> LossContext:
-    """The context a trainer builds: the step is this one micro-batch."""
-    action, observation = inputs["action_mask"], inputs["observation_mask"]
-    aggregates = {}
-    for name, mask in (("action", action), ("observation", observation)):
-        tokens, sequences = step_normalizers([mask])
-        aggregates[name] = make_aggregate(mode, total_tokens=tokens, total_sequences=sequences)
-    return LossContext(
-        logprobs=inputs["logprobs"].clone().requires_grad_(True),
-        old_logprobs=inputs["old_logprobs"].clone(),
-        rollout_logprobs=inputs["rollout_logprobs"].clone(),
-        advantages=inputs["advantages"].clone(),
-        action_mask=action,
-        observation_mask=observation,
-        aggregate=MaskAwareAggregate(
-            action=aggregates["action"],
-            observation=aggregates["observation"],
-            action_mask=action,
-            observation_mask=observation,
-        ),
-    )
-
 
 def compare(loss, reference_per_token, inputs: dict, mode: str) -> None:
-    """Our loss and the reference agree in value and in gradient on the current logprobs."""
-    ctx = our_context(inputs, mode)
-    out = loss(ctx)
-    (ours,) = torch.autograd.grad(out.loss, ctx.logprobs)
-
-    leaf = inputs["logprobs"].clone().requires_grad_(True)
+    """Our loss and the reference agree in value and in gradient on the current logprobs, and
+    the gradient reaches the action tokens."""
+    _, ours = assert_matches_reference(loss, reference_per_token, inputs, mode)
     mask = inputs["action_mask"] > 0
-    expected = reference_agg(reference_per_token(leaf, inputs), mask, mode)
-    (theirs,) = torch.autograd.grad(expected, leaf)
-
-    # verl adds 1e-8 to each row's token count in seq-mean-token-mean, ours divides by the
-    # exact count: each row's term differs by a relative 1e-8 at most there, none elsewhere.
-    rtol, atol = (1e-7, 1e-9) if mode == "seq-mean-token-mean" else (1e-12, 1e-14)
-    torch.testing.assert_close(out.loss.detach(), expected.detach(), rtol=rtol, atol=atol)
-    torch.testing.assert_close(ours, theirs, rtol=rtol, atol=atol)
     assert ours[mask].abs().sum() > 0
-    assert torch.equal(ours[~mask], torch.zeros_like(ours[~mask]))
 
 
 def engaged(flags: torch.Tensor, inputs: dict) -> tuple[int, int]:
@@ -169,10 +83,10 @@ PPO_CASES = [
 ]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", REFERENCE_MODES)
 @pytest.mark.parametrize(("config", "reference"), PPO_CASES, ids=["default", "dual-clip"])
 def test_ppo_clip_matches_reference(mode, config, reference):
-    inputs = make_inputs(seed=11, per_sequence_advantages=False, spread=0.6)
+    inputs = reference_inputs(seed=11, per_sequence_advantages=False, spread=0.6)
     eps_low, eps_high, c = reference
     ratio = torch.exp(inputs["logprobs"] - inputs["old_logprobs"])
     advantages = inputs["advantages"]
@@ -210,10 +124,10 @@ CISPO_CASES = [
 ]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", REFERENCE_MODES)
 @pytest.mark.parametrize(("config", "reference"), CISPO_CASES, ids=["default", "verl-defaults"])
 def test_cispo_matches_reference(mode, config, reference):
-    inputs = make_inputs(seed=12, per_sequence_advantages=False, spread=0.6)
+    inputs = reference_inputs(seed=12, per_sequence_advantages=False, spread=0.6)
     eps_low, eps_high = reference
     ratio = torch.exp(inputs["logprobs"] - inputs["old_logprobs"])
     assert min(engaged(ratio > 1 + eps_high, inputs)) > 0
@@ -259,10 +173,10 @@ GSPO_CASES = [
 ]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", REFERENCE_MODES)
 @pytest.mark.parametrize(("config", "reference", "spread"), GSPO_CASES, ids=["default", "wide"])
 def test_gspo_matches_reference(mode, config, reference, spread):
-    inputs = make_inputs(seed=13, per_sequence_advantages=True, spread=spread)
+    inputs = reference_inputs(seed=13, per_sequence_advantages=True, spread=spread)
     eps_low, eps_high = reference
     mask = inputs["action_mask"]
     log_seq = ((inputs["logprobs"] - inputs["old_logprobs"]) * mask).sum(-1) / mask.sum(-1)
@@ -270,12 +184,12 @@ def test_gspo_matches_reference(mode, config, reference, spread):
     advantages = inputs["advantages"][:, 0]
     flat = ((advantages > 0) & (s > 1 + eps_high)) | ((advantages < 0) & (s < 1 - eps_low))
     # Some sequences are clipped (no gradient), some are not.
-    assert 0 < int(flat.sum()) < len(LENGTHS), s
+    assert 0 < int(flat.sum()) < len(REFERENCE_LENGTHS), s
     compare(GSPO(config), reference_gspo(eps_low, eps_high), inputs, mode)
 
 
 def test_inputs_are_as_described():
-    inputs = make_inputs(seed=11, per_sequence_advantages=False, spread=0.6)
+    inputs = reference_inputs(seed=11, per_sequence_advantages=False, spread=0.6)
     mask = inputs["action_mask"] > 0
     assert (inputs["advantages"][mask] > 0).any() and (inputs["advantages"][mask] < 0).any()
     assert not torch.equal(inputs["old_logprobs"], inputs["rollout_logprobs"])
