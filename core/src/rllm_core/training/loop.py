@@ -2,8 +2,9 @@
 
 Each step takes ``batch_size`` train tasks in the seeded data order, runs ``group_size``
 rollouts of each through the in-process gateway, builds datums (advantages, prefix merging),
-calls ``forward_backward`` once with every datum and ``optim_step``, then writes the step's
-metrics line, episode records and plots; checkpoints follow ``save_every`` and the end.
+updates the policy with the plan's objective (:mod:`rllm_core.training.update`: ``epochs``
+passes of ``mini_batches`` optimizer steps, one by default), then writes the step's metrics
+line, episode records and plots; checkpoints follow ``save_every`` and the end.
 A step without datums (every group zero-variance and dropped, or no scored episode) trains
 nothing, says why and still counts as a step.
 
