@@ -15,8 +15,8 @@ from typing import Annotated
 import pytest
 import tomli_w
 from pydantic import BaseModel, ConfigDict
-from rllm_core import LoggerSpec, RendererSpec, TaskSourceSpec, TraceStoreSpec, hookimpl
-from rllm_core.plan.load import PlanPath, load_plan
+from rllm_core import LoggerSpec, PlanPath, RendererSpec, TaskSourceSpec, TraceStoreSpec, hookimpl
+from rllm_core.plan.load import load_plan
 from rllm_core.plan.resolve import resolve_plan
 from rllm_core.plugins.specs import TrainerBackendSpec
 

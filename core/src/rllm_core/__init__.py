@@ -7,7 +7,6 @@ in :mod:`rllm_core.ports`, shared records in :mod:`rllm_core.types`.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from rllm_core.plan.load import PlanPath
 from rllm_core.plugins import (
     AdvantageEstimatorSpec,
     HarnessSpec,
@@ -15,6 +14,7 @@ from rllm_core.plugins import (
     LossSpec,
     NoConfig,
     ObjectStoreSpec,
+    PlanPath,
     RendererSpec,
     SampleBufferSpec,
     SandboxBackendSpec,

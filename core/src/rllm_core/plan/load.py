@@ -20,7 +20,6 @@ import tomllib
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Annotated, Any
 
@@ -28,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from rllm_core.errors import ComponentError, PlanError, PlanIssue
 from rllm_core.plan.schema import COMPONENT_SECTIONS, Plan
-from rllm_core.plugins.specs import Kind
+from rllm_core.plugins.specs import Kind, PlanPath
 
 if typing.TYPE_CHECKING:
     from rllm_core.plugins.manager import PluginManager
@@ -42,22 +41,6 @@ __all__ = [
     "read_plan_file",
     "resolve_plan_paths",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class PlanPath:
-    """Marks a config key whose value is a path on this machine, so that a relative value
-    written in a plan is taken relative to the plan file's folder.
-
-    Keys typed :class:`pathlib.Path` need no mark; a ``str`` key does
-    (``tokenizer: Annotated[str, PlanPath()]``). ``or_name=True`` is for a key that takes a
-    name or a folder (a model catalog name, a Hub id or a local model folder): its value is taken
-    as a path only when it starts with ``./`` or ``../``, or has a ``/`` and names something
-    that exists in the plan's folder; a bare word stays a name (write ``./name`` for a folder of
-    that name). Paths inside a sandbox are not paths on this machine: do not mark them.
-    """
-
-    or_name: bool = False
 
 
 CORE_PATH_KEYS: tuple[tuple[str, str], ...] = (("run", "output_dir"),)

@@ -26,6 +26,7 @@ __all__ = [
     "LoggerSpec",
     "LossSpec",
     "NoConfig",
+    "PlanPath",
     "ObjectStoreSpec",
     "RendererSpec",
     "SampleBufferSpec",
@@ -89,6 +90,22 @@ class NoConfig(BaseModel):
     """The config of a component that takes no options."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPath:
+    """Marks a config key whose value is a path on this machine, so that a relative value
+    written in a plan is taken relative to the plan file's folder.
+
+    Keys typed :class:`pathlib.Path` need no mark; a ``str`` key does
+    (``tokenizer: Annotated[str, PlanPath()]``). ``or_name=True`` is for a key that takes a
+    name or a folder (a model catalog name, a Hub id or a local model folder): its value is taken
+    as a path only when it starts with ``./`` or ``../``, or has a ``/`` and names something
+    that exists in the plan's folder; a bare word stays a name (write ``./name`` for a folder of
+    that name). Paths inside a sandbox are not paths on this machine: do not mark them.
+    """
+
+    or_name: bool = False
 
 
 @dataclass(frozen=True, slots=True)

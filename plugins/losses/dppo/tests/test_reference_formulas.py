@@ -16,14 +16,14 @@ by luck. ``rollout_logprobs`` differ from ``old_logprobs``: verl takes both the 
 divergence against ``old_log_prob``, so ours must use ``ctx.old_logprobs``.
 
 The reference's aggregation is verl's ``agg_loss`` with the whole batch as the step (one rank),
-restated in :func:`rllm_core.testing.reference.verl_agg_loss`.
+restated in :func:`rllm_core.testing.suites.reference.verl_agg_loss`.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from rllm_core.testing.reference import (
+from rllm_core.testing.suites.reference import (
     REFERENCE_MODES,
     assert_matches_reference,
     reference_inputs,
@@ -35,7 +35,7 @@ NO_CAP = 1e4  # the DPPO recipe's clip_ratio_c: larger than any ratio here, i.e.
 
 
 def make_inputs(seed: int) -> dict:
-    """Seeded float64 inputs (:func:`~rllm_core.testing.reference.reference_inputs`). Old
+    """Seeded float64 inputs (:func:`~rllm_core.testing.suites.reference.reference_inputs`). Old
     probabilities spread over (0.08, 0.98) so that moves of the current logprobs give TVs and
     KLs on both sides of the radii."""
     return reference_inputs(seed=seed, spread=0.6, max_logprob=-1e-3)

@@ -14,7 +14,7 @@ from ``old_logprobs``: the ratio's denominator must be ``old_logprobs`` (verl's
 ``old_log_prob``), which equals the rollout logprobs only when the trainer sets it so.
 
 The reference's aggregation is verl's ``agg_loss`` with the whole batch as the step (one rank),
-restated in :func:`rllm_core.testing.reference.verl_agg_loss`.
+restated in :func:`rllm_core.testing.suites.reference.verl_agg_loss`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import math
 
 import pytest
 import torch
-from rllm_core.testing.reference import (
+from rllm_core.testing.suites.reference import (
     REFERENCE_LENGTHS,
     REFERENCE_MODES,
     assert_matches_reference,
