@@ -21,21 +21,11 @@ REINFORCE = Reinforce(ReinforceLossConfig())
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_llama) -> Path:
     folder = tmp_path_factory.mktemp("tiny-llama-checkpoint")
-    torch.manual_seed(99)
-    config = LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=32,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    tiny_llama(
+        99, hidden_size=32, intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=32
+    ).save_pretrained(folder)
     return folder
 
 

@@ -6,25 +6,14 @@ import pytest
 import torch
 from rllm_backend_torch.logprobs import token_logprobs
 from rllm_backend_torch.plugin import TorchBackendConfig
-from transformers import LlamaConfig, LlamaForCausalLM
 
 
 @pytest.fixture(scope="module", params=["full", "lora"])
-def model(request, tmp_path_factory) -> torch.nn.Module:
+def model(request, tmp_path_factory, tiny_llama) -> torch.nn.Module:
     from rllm_backend_torch.loading import load_policy, seed_everything
 
     folder = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(7)
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=300,
-        max_position_embeddings=64,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    tiny_llama(7, vocab_size=300, max_position_embeddings=64).save_pretrained(folder)
     rank = 0 if request.param == "full" else 4
     seed_everything(0)
     loaded = load_policy(

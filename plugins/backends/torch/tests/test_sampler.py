@@ -13,29 +13,20 @@ from rllm_backend_torch.gate import WeightGate
 from rllm_backend_torch.sampler import TorchSampler
 from rllm_core.ports.training import Sampler
 from rllm_core.types import SampleRequest, SampleResult, SamplingParams
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 VOCAB = 512
 
 
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=1024,
-        initializer_range=0.2,
-    )
-    return LlamaForCausalLM(config).eval()
-
-
 @pytest.fixture(scope="module")
-def model() -> LlamaForCausalLM:
-    return tiny_llama()
+def model(small_llama) -> LlamaForCausalLM:
+    return small_llama()
+
+
+@pytest.fixture(scope="session")
+def small_llama(tiny_llama):
+    """The sampler tests' Llama: larger initial weights, so sampled tokens vary."""
+    return lambda seed=0: tiny_llama(seed, vocab_size=VOCAB, initializer_range=0.2)
 
 
 @pytest.fixture
@@ -316,10 +307,10 @@ def test_a_request_arriving_mid_decode_joins_the_running_batch(
     assert recorder.shapes[prefill + 10] == (1, 1)
 
 
-def test_a_peft_wrapped_model_samples_its_adapted_weights(make_sampler) -> None:
+def test_a_peft_wrapped_model_samples_its_adapted_weights(make_sampler, small_llama) -> None:
     from peft import LoraConfig, get_peft_model
 
-    base = tiny_llama(seed=1)
+    base = small_llama(seed=1)
     peft_model = get_peft_model(
         base,
         LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
@@ -343,9 +334,9 @@ def test_a_peft_wrapped_model_samples_its_adapted_weights(make_sampler) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_the_version_at_admission_is_reported(make_sampler) -> None:
+def test_the_version_at_admission_is_reported(make_sampler, small_llama) -> None:
     gate = WeightGate(version=7)
-    sampler = TorchSampler(tiny_llama(), gate=gate)
+    sampler = TorchSampler(small_llama(), gate=gate)
     try:
         assert sampler.weight_version == 7
         assert sampler.sample_many([request(prompt_of(3), max_tokens=3)])[0].weight_version == 7

@@ -5,27 +5,18 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import torch
 from rllm_backend_torch import loading
 from rllm_backend_torch.gate import WeightGate
 from rllm_backend_torch.kv_cache import SlotKVCache
 from rllm_backend_torch.sampler import TorchSampler
 from rllm_core.types import SampleRequest, SamplingParams
-from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def tiny_llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=1024,
-    )
-    return LlamaForCausalLM(config).eval()
+@pytest.fixture
+def model(tiny_llama):
+    return tiny_llama(vocab_size=128)
 
 
 def request(seed: int) -> SampleRequest:
@@ -49,9 +40,8 @@ def test_a_short_completion_reserves_64_positions_not_256():
     assert cache.capacity == 128
 
 
-def test_release_drops_the_buffers_and_the_cache_grows_again():
+def test_release_drops_the_buffers_and_the_cache_grows_again(model):
     cache = SlotKVCache(max_slots=4, max_positions=512)
-    model = tiny_llama()
     cache.begin_prefill(0, 4)
     with torch.inference_mode():
         model(input_ids=torch.tensor([[1, 2, 3, 4]]), cache=cache, logits_to_keep=1)
@@ -66,13 +56,15 @@ def test_release_drops_the_buffers_and_the_cache_grows_again():
     assert len(cache.keys) == 2 and cache.keys[0].shape[2] == 64
 
 
-def test_an_idle_sampler_drops_its_cache_and_trims_the_heap_then_samples_the_same(monkeypatch):
+def test_an_idle_sampler_drops_its_cache_and_trims_the_heap_then_samples_the_same(
+    monkeypatch, model
+):
     trims: list[str] = []
     monkeypatch.setattr(
         "rllm_backend_torch.sampler.release_free_memory",
         lambda: trims.append(threading.current_thread().name),
     )
-    sampler = TorchSampler(tiny_llama(), gate=WeightGate(), max_batch_size=4)
+    sampler = TorchSampler(model, gate=WeightGate(), max_batch_size=4)
     try:
         first = sampler.sample_many([request(seed) for seed in range(3)])
         assert _wait(lambda: sampler._thread is None)

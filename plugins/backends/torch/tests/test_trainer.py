@@ -29,22 +29,10 @@ VOCAB = 512
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_llama) -> Path:
     """A seeded random Llama small enough that a training step takes milliseconds."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     folder = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(1234)
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=64,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    tiny_llama(1234, vocab_size=VOCAB, max_position_embeddings=64).save_pretrained(folder)
     return folder
 
 
