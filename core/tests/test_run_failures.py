@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reference.toy_renderer import ToyChatRenderer
+from reference.run_fakes import TOY, CrashingSource, FakeTrainer
 from rich.console import Console
 from rllm_core.cache import CACHE_ENV
-from rllm_core.errors import ModelNotCachedError, PlanError, VerifierCrashed
+from rllm_core.errors import ModelNotCachedError, PlanError
 from rllm_core.evaluation import Evaluation
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
@@ -29,7 +29,6 @@ from rllm_core.rollout import (
     TooManyFailedRollouts,
     check_failures,
 )
-from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.training.components import (
     BuildError,
     Components,
@@ -40,10 +39,9 @@ from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder
 from rllm_core.training.gateway_address import GatewayBindError, check_gateway_address
 from rllm_core.training.loop import TrainingLoop
-from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination
+from rllm_core.types import Episode, Task, Termination
 
 PLUGINS = PluginManager()
-TOY = ToyChatRenderer()
 PLAN_PATH = "/plans/plan.toml"
 
 
@@ -107,65 +105,6 @@ def test_the_message_names_the_kind_the_task_its_error_and_what_to_do(tmp_path):
 
 
 # ------------------------------------------------------------------ the loop, for real
-
-
-class FakeTrainer:
-    """Counts training calls; its state is a file holding the weight version."""
-
-    def __init__(self) -> None:
-        self.weight_version = 0
-        self.trained = 0
-        self.saved: list[str] = []
-        self.calls: list[tuple[str, Any]] = []
-
-    def sampler(self) -> ScriptedSampler:
-        return ScriptedSampler(lambda request: "4", renderer=TOY)
-
-    def forward_backward(self, datums: Any, objective: Any) -> dict:
-        self.trained += 1
-        self.calls.append(("forward_backward", (list(datums), objective)))
-        return {"loss": float(self.weight_version), "action_tokens": float(len(datums))}
-
-    def compute_logprobs(self, datums: Any) -> list[list[float]]:
-        self.calls.append(("compute_logprobs", self.weight_version))
-        return [[-0.5] * len(d.token_ids) for d in datums]
-
-    def optim_step(self) -> dict:
-        self.weight_version += 1
-        self.calls.append(("optim_step", self.weight_version))
-        return {"grad_norm": 0.0, "step": float(self.weight_version)}
-
-    def save_state(self, path: str) -> None:
-        self.saved.append(path)
-        Path(path).mkdir(parents=True)
-        (Path(path) / "version").write_text(str(self.weight_version))
-
-    def load_state(self, path: str) -> None:
-        self.weight_version = int((Path(path) / "version").read_text())
-
-
-class CrashingSource:
-    """Two train tasks; gradings after the first ``good`` ones raise ``VerifierCrashed``.
-    Rewards alternate so that every group has a learning signal."""
-
-    def __init__(self, good: int) -> None:
-        self.good = good
-        self.graded = 0
-
-    def tasks(self, split: str = "train") -> list[Task]:
-        return [Task(task_id=f"t{i}", instruction=f"What is {i} + 2?") for i in range(2)]
-
-    async def grade(self, task: Task, outcome: HarnessOutcome, sandbox: Any) -> Grade:
-        self.graded += 1
-        if self.graded > self.good:
-            raise VerifierCrashed(
-                f"task {task.task_id}: tests/test.sh exited 3 without writing a reward file."
-                " Output tail:\nchecker exploded",
-                task_id=task.task_id,
-                exit_code=3,
-                output="checker exploded",
-            )
-        return Grade(reward=float(self.graded % 2))
 
 
 def plan(**sections: dict[str, Any]) -> Any:
@@ -381,16 +320,11 @@ def test_plan_check_prints_the_notes(smollm2_model_dir, tmp_path):
 # ------------------------------------------------------------------ epochs, mini-batches
 
 
-class GoodSource(CrashingSource):
-    def __init__(self) -> None:
-        super().__init__(good=10**6)
-
-
 def test_epochs_and_mini_batches_take_that_many_optimizer_steps_per_step(tmp_path):
     trainer = FakeTrainer()
     loop = make_loop(
         tmp_path,
-        GoodSource(),
+        CrashingSource(),
         trainer,
         run={"steps": 1},
         algorithm={"batch_size": 2, "group_size": 2, "epochs": 2, "mini_batches": 2},
@@ -415,7 +349,7 @@ def test_recompute_scores_the_batch_once_before_its_first_update(tmp_path):
     trainer = FakeTrainer()
     loop = make_loop(
         tmp_path,
-        GoodSource(),
+        CrashingSource(),
         trainer,
         run={"steps": 1},
         algorithm={"proximal": "recompute", "mini_batches": 2},

@@ -12,74 +12,23 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
-from reference.toy_renderer import ToyChatRenderer
+from reference.run_fakes import TOY, CrashingSource, FakeTrainer
 from rich.console import Console
 from rllm_core import LoggerSpec, hookimpl
-from rllm_core.errors import VerifierCrashed
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
 from rllm_core.plan.resolve import ResolvedComponent, resolve_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.plugins.specs import Kind
 from rllm_core.rollout import TooManyFailedRollouts
-from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.training.components import Components, build_components, prepare_plan
 from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
-from rllm_core.types import Grade, HarnessOutcome, RunStatus, Task
+from rllm_core.types import RunStatus
 
 PLUGINS = PluginManager()
-TOY = ToyChatRenderer()
 PLAN_PATH = "/plans/plan.toml"
-
-
-class FakeTrainer:
-    """Counts training calls; raises on the ``crash_on``-th ``forward_backward``."""
-
-    def __init__(self, crash_on: int | None = None) -> None:
-        self.weight_version = 0
-        self.trained = 0
-        self.crash_on = crash_on
-
-    def sampler(self) -> ScriptedSampler:
-        return ScriptedSampler(lambda request: "4", renderer=TOY)
-
-    def forward_backward(self, datums: Any, *args: Any, **kwargs: Any) -> dict:
-        self.trained += 1
-        if self.trained == self.crash_on:
-            raise RuntimeError("the trainer fell over")
-        return {"loss": 0.25}
-
-    def optim_step(self) -> dict:
-        self.weight_version += 1
-        return {"grad_norm": 0.5}
-
-    def save_state(self, path: str) -> None:
-        Path(path).mkdir(parents=True)
-
-    def load_state(self, path: str) -> None:
-        pass
-
-
-class Source:
-    """Two train tasks with alternating rewards (every group has a learning signal);
-    gradings after the first ``good`` ones raise, which excludes their rollouts."""
-
-    def __init__(self, good: int = 1000) -> None:
-        self.good = good
-        self.graded = 0
-
-    def tasks(self, split: str = "train") -> list[Task]:
-        return [Task(task_id=f"t{i}", instruction=f"What is {i} + 2?") for i in range(2)]
-
-    async def grade(self, task: Task, outcome: HarnessOutcome, sandbox: Any) -> Grade:
-        self.graded += 1
-        if self.graded > self.good:
-            raise VerifierCrashed(
-                "tests/test.sh exited 3", task_id=task.task_id, exit_code=3, output="boom"
-            )
-        return Grade(reward=float(self.graded % 2))
 
 
 class RecordingLogger:
@@ -142,7 +91,7 @@ def make_loop(
     tmp_path: Path,
     *,
     trainer: FakeTrainer | None = None,
-    source: Source | None = None,
+    source: CrashingSource | None = None,
     loggers: list[tuple[str, Any]] | None = None,
     plugins: PluginManager,
     resolved: ResolvedPlan | None = None,
@@ -151,10 +100,10 @@ def make_loop(
     resolved = resolved or resolved_plan()
     output = io.StringIO()
     components = Components(
-        trainer=trainer or FakeTrainer(),
+        trainer=trainer or FakeTrainer(loss=0.25),
         renderer=TOY,
         harness=PLUGINS.get_harness("single-turn").build({"max_retries": 0}),
-        tasks=source or Source(),
+        tasks=source or CrashingSource(),
         trace_store=PLUGINS.get_trace_store("memory").build({}),
         loss=resolved.get("[algorithm].loss").build(),
         advantage=PLUGINS.get_advantage_estimator("grpo").build({}),
@@ -235,7 +184,7 @@ def test_a_run_that_fails_on_rollouts_ends_with_failed_and_its_reason(
     register_plugin(Recorder(calls), name="recorder")
     logger = RecordingLogger(calls)
     loop, _ = make_loop(
-        tmp_path, source=Source(good=2), loggers=[("rec", logger)], plugins=plugin_manager
+        tmp_path, source=CrashingSource(good=2), loggers=[("rec", logger)], plugins=plugin_manager
     )
     result = asyncio.run(loop.run())
 
@@ -270,7 +219,7 @@ def test_a_crash_mid_run_writes_a_failed_summary_closes_loggers_and_ends_the_run
     logger = RecordingLogger(calls)
     loop, _ = make_loop(
         tmp_path,
-        trainer=FakeTrainer(crash_on=2),
+        trainer=FakeTrainer(loss=0.25, crash_on=2),
         loggers=[("rec", logger)],
         plugins=plugin_manager,
     )
