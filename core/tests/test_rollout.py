@@ -247,11 +247,13 @@ class FakeBackend:
 
     def __init__(self, fail_creates: int = 0, error: Exception | None = None) -> None:
         self.sandboxes: list[FakeSandbox] = []
+        self.specs: list[SandboxSpec] = []
         self.commands: list[str] = []
         self.fail_creates = fail_creates
         self.error = error or SandboxCreateError("quota exceeded")
 
     async def create(self, spec: SandboxSpec) -> FakeSandbox:
+        self.specs.append(spec)
         if self.fail_creates:
             self.fail_creates -= 1
             raise self.error
@@ -473,6 +475,29 @@ def test_harbor_tasks_are_prepared_in_their_sandbox():
     )
     assert batch.episodes_done == 1
     assert backend.commands == ["mkdir -p /app", "touch /app/x"]
+
+
+def test_sandboxes_get_the_reproducible_environment_under_the_tasks_own(monkeypatch):
+    monkeypatch.setenv("MKL_CBWR", "AUTO,STRICT")
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    backend = FakeBackend()
+    own = Task(
+        task_id="own",
+        instruction="do it",
+        data={"reward": 1.0},
+        environment=SandboxSpec(env={"MKL_CBWR": "COMPATIBLE", "LANG": "C"}),
+    )
+    asyncio.run(
+        run_batch(
+            [own],
+            harness=FakeHarness(done),
+            source=FakeSource(),
+            backend=backend,
+            rollout=settings(group_size=1),
+        )
+    )
+    (spec,) = backend.specs
+    assert spec.env == {"MKL_CBWR": "COMPATIBLE", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "LANG": "C"}
 
 
 def test_the_concurrency_bound_holds_over_the_whole_batch():

@@ -305,6 +305,23 @@ def test_a_logprob_temperature_the_run_replaces_is_noted(smollm2_model_dir, tmp_
     assert prepare_plan(path, same, run_dir=tmp_path / "run").notes == ()
 
 
+def test_the_trainer_follows_run_deterministic_and_a_contrary_key_is_noted(
+    smollm2_model_dir, tmp_path
+):
+    path = write_plan(tmp_path, TORCH_TRAINER)
+    assert prepare_plan(path, (), run_dir=tmp_path / "run").get("[trainer]").config.deterministic
+    off = prepare_plan(path, ("run.deterministic=false",), run_dir=tmp_path / "run")
+    assert off.get("[trainer]").config.deterministic is False and off.notes == ()
+
+    contrary = write_plan(tmp_path, TORCH_TRAINER + "deterministic = false\n")
+    resolved = prepare_plan(contrary, (), run_dir=tmp_path / "run")
+    assert resolved.get("[trainer]").config.deterministic is True
+    assert resolved.notes == (
+        f"{contrary}: [trainer].deterministic: False is replaced by [run].deterministic = true"
+        " (one switch for the whole run); remove the key",
+    )
+
+
 def test_plan_check_prints_the_notes(smollm2_model_dir, tmp_path):
     from click.testing import CliRunner
     from rllm_core.cli import main

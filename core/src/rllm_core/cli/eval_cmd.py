@@ -57,6 +57,7 @@ def eval_(
 ) -> None:
     """Evaluate the model of PLAN on its evaluation tasks; see docs/running.md."""
     from rllm_core.evaluation import CheckpointNotFound, EvalFolder, checkpoint_state_dir
+    from rllm_core.numerics import conditions, prepare_environment
     from rllm_core.plan.load import load_plan
     from rllm_core.training.components import BuildError, build_components
 
@@ -79,10 +80,13 @@ def eval_(
     folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
     console = Console(highlight=False)
     console.print(f"eval folder: {folder.path}", markup=False, soft_wrap=True)
+    deterministic = resolved.plan.run.deterministic
+    prepare_environment(deterministic)
     try:
         components = build_components(resolved, training=False)
     except BuildError as exc:
         fail(str(exc), EXIT_FAILURE)
+    folder.record_numerics(conditions(deterministic, components.placed), resume=False)
     try:
         failure = _evaluate(
             console, resolved, components, folder, state_dir, split, limit, attempts, plain

@@ -16,6 +16,7 @@ from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, err_console, fail, fa
 from rllm_core.cli.plan_cmd import SET_HELP
 from rllm_core.cli.preflight import check_gateway, resolve_or_exit
 from rllm_core.errors import PlanError
+from rllm_core.numerics import conditions, prepare_environment
 
 
 def _comparable(data: dict, folder_name: str) -> dict:
@@ -109,6 +110,8 @@ def run(
     for note in resolved.notes:
         err_console.print(f"warning: {note}", markup=False)
     display = make_display(console, resolved.plan.run.steps, quiet=quiet, plain=plain)
+    deterministic = resolved.plan.run.deterministic
+    prepare_environment(deterministic)
     try:
         try:
             components = build_components(
@@ -117,6 +120,10 @@ def run(
             )
         except BuildError as exc:
             fail(str(exc), EXIT_FAILURE)
+        current = conditions(deterministic, components.placed)
+        changed = folder.record_numerics(current, resume=resume is not None)
+        if changed is not None:
+            err_console.print(f"warning: {changed}", markup=False)
         loop = TrainingLoop(
             resolved=resolved,
             components=components,

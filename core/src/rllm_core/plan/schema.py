@@ -67,6 +67,16 @@ class RunSection(_Section):
     save_every: int = Field(
         0, ge=0, description="Save a checkpoint every N steps (0: only at the end)."
     )
+    deterministic: bool = Field(
+        True,
+        description=(
+            "Bitwise repeatable results: the same plan and seed on the same machine type, thread"
+            " count and library versions write the same metrics and weights, and a resumed run"
+            " equals an uninterrupted one. Sets the numerical libraries' reproducible modes"
+            " (MKL_CBWR=AUTO,STRICT unless already set) and the trainer's deterministic"
+            " switches. false leaves them at their defaults."
+        ),
+    )
 
 
 class CorrectionSection(_Section):

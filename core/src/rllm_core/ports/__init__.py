@@ -17,7 +17,13 @@ from rllm_core.ports.losses import (
 from rllm_core.ports.rendering import Renderer
 from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
 from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
-from rllm_core.ports.training import BusyClock, LogprobScorer, Sampler, TrainerBackend
+from rllm_core.ports.training import (
+    BusyClock,
+    LogprobScorer,
+    NumericsReport,
+    Sampler,
+    TrainerBackend,
+)
 
 __all__ = [
     "AdvantageEstimator",
@@ -30,6 +36,7 @@ __all__ = [
     "Loss",
     "LossContext",
     "LossOutput",
+    "NumericsReport",
     "ObjectStore",
     "Renderer",
     "SampleBuffer",

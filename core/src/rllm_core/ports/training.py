@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rllm_core.types import Datum, SampleRequest, SampleResult
 
 if TYPE_CHECKING:
     from rllm_core.algorithms.objective import Objective
 
-__all__ = ["BusyClock", "LogprobScorer", "Sampler", "TrainerBackend"]
+__all__ = ["BusyClock", "LogprobScorer", "NumericsReport", "Sampler", "TrainerBackend"]
 
 
 @runtime_checkable
@@ -78,6 +78,11 @@ class TrainerBackend(Protocol):
       makes the new weights visible to ``sampler()``. Returns float metrics (grad norm, lr).
     - ``save_state(path)`` / ``load_state(path)`` cover weights, optimizer, scheduler, RNG and
       counters: save, load and continue is bitwise equal to never stopping.
+    - A backend whose config has a ``deterministic`` key receives ``[run].deterministic``
+      there. True: the same datums in the same order, the same seed and the same conditions
+      (machine type, thread count, library versions; see :class:`NumericsReport`) give
+      bitwise equal metrics and weights, also across processes. False: the backend may take
+      faster paths that give up that equality.
 
     Example::
 
@@ -114,3 +119,16 @@ class LogprobScorer(Protocol):
     """
 
     def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class NumericsReport(Protocol):
+    """What a component may also offer: the conditions its numbers depend on.
+
+    ``numerics()`` returns JSON-able values: library versions, thread count, device, and each
+    numeric mode as the library itself reports it (not as it was asked for). ``rllm-core
+    run`` writes them to the run folder's ``numerics.json`` and, on resume, warns about every
+    one that changed: bitwise equality holds only under the same conditions.
+    """
+
+    def numerics(self) -> Mapping[str, Any]: ...

@@ -8,11 +8,14 @@ import logging
 import time
 from typing import Any
 
+import msgspec
+
 from rllm_core.algorithms import (
     INCOMPLETE_CHAINS_KEY,
     count_incomplete_chains,
     trajectories_from_traces,
 )
+from rllm_core.numerics import inherited_environment
 from rllm_core.ports.agents import Harness, TaskSource
 from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
 from rllm_core.ports.storage import TraceStore
@@ -126,7 +129,11 @@ class AttemptRunner:
                 f"task {task.task_id!r} needs a sandbox (it has an environment) but no sandbox"
                 " backend is configured; add a [sandbox] section to the plan"
             )
-        return await self.sandbox_backend.create(task.environment)
+        spec = task.environment
+        inherited = inherited_environment()
+        if inherited:
+            spec = msgspec.structs.replace(spec, env=inherited | spec.env)
+        return await self.sandbox_backend.create(spec)
 
     async def _prepare(self, task: Task, sandbox: Sandbox | None) -> None:
         """The source's own ``prepare(task, sandbox)`` coroutine when it has one, else the

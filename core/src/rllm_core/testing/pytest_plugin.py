@@ -18,7 +18,10 @@
   :mod:`rllm_core.testing.models`, pulled into the cache on first use.
 
 The kit sets ``RLLM_CORE_STRICT_PLUGINS=1`` for the session unless it is already set, so a
-plugin that fails to load fails the tests loudly.
+plugin that fails to load fails the tests loudly, and the reproducible numerics environment of
+:mod:`rllm_core.numerics` (``MKL_CBWR`` and the like, each unless already set), before
+any test computes: in-process results then match those of the ``rllm-core run`` processes the
+tests start.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from rllm_core.numerics import prepare_environment
 from rllm_core.plugins import manager as manager_module
 from rllm_core.plugins.manager import STRICT_ENV, PluginManager, PluginRecord
 from rllm_core.testing.fakes import FakeDistribution, forget_modules, write_fake_distribution
@@ -39,6 +43,7 @@ from rllm_core.testing.plans import PlanBuilder
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(STRICT_ENV, "1")
+    prepare_environment(True)
     config.addinivalue_line(
         "markers", "rllm_conformance: a test from an rllm-core conformance suite"
     )

@@ -6,7 +6,8 @@ folder, a logger's required ``path`` is ``<run folder>/logs/<name>`` (``<name>-<
 ``[[loggers]]`` entries share a name), a renderer's ``tokenizer`` is the trainer's model
 folder, and the trainer's ``logprob_temperature`` is ``[sampling].temperature``
 (recomputed logprobs must match the sampler's; a different value written in the plan is
-replaced, with a note in ``ResolvedPlan.notes``). The trainer's ``model`` is resolved while
+replaced, with a note in ``ResolvedPlan.notes``), and its ``deterministic`` is
+``[run].deterministic`` (replaced the same way). The trainer's ``model`` is resolved while
 preparing, so an uncached model fails before anything is built. :func:`build_components`
 builds the components (``training=False`` for sampling only: no loss or advantage needed);
 :meth:`Components.aclose` closes them.
@@ -121,6 +122,17 @@ def prepare_plan(
                 )
         if "seed" in fields and "seed" not in trainer.options:
             updates["trainer"] = _ref(updates.get("trainer", trainer), seed=plan.run.seed)
+        if "deterministic" in fields:
+            written = trainer.options.get("deterministic")
+            if written is not None and written != plan.run.deterministic:
+                notes.append(
+                    f"{plan_path}: [trainer].deterministic: {written!r} is replaced by"
+                    f" [run].deterministic = {str(plan.run.deterministic).lower()} (one switch"
+                    " for the whole run); remove the key"
+                )
+            updates["trainer"] = _ref(
+                updates.get("trainer", trainer), deterministic=plan.run.deterministic
+            )
     renderer = plan.renderer
     if (
         renderer is not None
@@ -165,7 +177,8 @@ class Components:
     """The built components of a run. ``sandbox`` is None when the plan selects none;
     ``loss`` and ``advantage`` when it selects none and they were not required.
     ``loggers`` are the ``[[loggers]]`` entries, each with a label naming it
-    (``"[loggers[0]] jsonl"``); they are in ``built`` too, so :meth:`aclose` closes them."""
+    (``"[loggers[0]] jsonl"``); they are in ``built`` too, so :meth:`aclose` closes them.
+    ``placed`` maps each plan location (``"[trainer]"``) to its component."""
 
     trainer: Any
     renderer: Any
@@ -178,6 +191,7 @@ class Components:
     aux_losses: list[tuple[Any, float]] = field(default_factory=list)
     loggers: list[tuple[str, Logger]] = field(default_factory=list)
     built: list[Any] = field(default_factory=list)
+    placed: dict[str, Any] = field(default_factory=dict)
 
     async def aclose(self) -> None:
         """Close every component that has ``close`` (sync or async), newest first."""
@@ -247,4 +261,5 @@ def build_components(
         aux_losses=aux,
         loggers=loggers,
         built=order,
+        placed=built,
     )

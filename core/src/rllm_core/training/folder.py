@@ -4,6 +4,7 @@ Layout of ``<output_dir>/<name>-<YYYYmmdd-HHMMSS>/``::
 
     plan.toml            the plan file as written (overrides applied in plan.resolved.json)
     plan.resolved.json   every resolved component and its validated config
+    numerics.json        what bitwise reproducibility depends on (rllm_core.numerics)
     metrics.jsonl        one JSON object per training step
     episodes.jsonl       one JSON object per scored episode
     traces/              the trace store (when the plan's store keeps files)
@@ -20,6 +21,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from rllm_core.numerics import NUMERICS_FILE, changed_conditions
 
 __all__ = ["RunFolder", "folder_name"]
 
@@ -95,6 +98,26 @@ class RunFolder:
     @property
     def summary(self) -> Path:
         return self.path / "summary.json"
+
+    @property
+    def numerics(self) -> Path:
+        return self.path / NUMERICS_FILE
+
+    def record_numerics(self, current: Mapping[str, Any], *, resume: bool) -> str | None:
+        """Write ``current`` (:func:`rllm_core.numerics.conditions`) for a new run. A resumed
+        run keeps the file of its start and gets back a warning naming each condition that
+        changed, or None when none did."""
+        if resume and self.numerics.is_file():
+            changes = changed_conditions(json.loads(self.numerics.read_text("utf-8")), current)
+            if not changes:
+                return None
+            return (
+                f"{self.numerics}: this resume runs under other conditions than the run's start"
+                f" ({'; '.join(changes)}); its results will not be bitwise equal to an"
+                " uninterrupted run's (docs/running.md, Reproducibility)"
+            )
+        write_json(self.numerics, current)
+        return None
 
     def write_plan(self, plan_text: str, resolved: Mapping[str, Any]) -> None:
         """Store the plan file's text and the resolved plan."""

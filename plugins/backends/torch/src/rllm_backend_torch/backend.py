@@ -21,6 +21,7 @@ from rllm_backend_torch.loading import (
     seed_everything,
 )
 from rllm_backend_torch.logprobs import token_logprobs
+from rllm_backend_torch.numerics import numerics_report, use_deterministic_numerics
 from rllm_backend_torch.plugin import TorchBackendConfig
 from rllm_backend_torch.schedule import build_scheduler
 
@@ -43,6 +44,10 @@ class TorchBackend:
     Training and sampling share the weights through a :class:`WeightGate`: the trainer takes
     exclusive access around ``forward_backward``, ``optim_step`` and ``load_state``, and every
     ``optim_step`` publishes a new weight version that the sampler reports.
+
+    With ``config.deterministic`` (the default) the process computes in reproducible mode
+    (:mod:`rllm_backend_torch.numerics`): the same datums, seed and conditions give bitwise
+    equal results across processes.
     """
 
     def __init__(self, config: TorchBackendConfig) -> None:
@@ -51,6 +56,7 @@ class TorchBackend:
             torch.set_num_threads(config.cpu_threads)
         seed_everything(config.seed)
         self.device = resolve_device(config.device)
+        use_deterministic_numerics(config.deterministic, self.device)
         self.model = load_policy(config, self.device)
         self._parameters = {
             name: param for name, param in self.model.named_parameters() if param.requires_grad
@@ -76,6 +82,10 @@ class TorchBackend:
         self._pending = False
         self._sampler: Any = None
         self._closed = False
+
+    def numerics(self) -> dict[str, Any]:
+        """What this backend's results depend on (:class:`~rllm_core.ports.NumericsReport`)."""
+        return numerics_report(self.device, self.config.dtype)
 
     # ------------------------------------------------------------------ state
 

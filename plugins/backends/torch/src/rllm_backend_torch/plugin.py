@@ -104,6 +104,14 @@ class TorchBackendConfig(_Config):
             " initialization and dropout are reproducible."
         ),
     )
+    deterministic: bool = Field(
+        True,
+        description=(
+            "Reproducible numerics: MKL's strict reproducible mode, torch's deterministic"
+            " algorithms and, on CUDA, cuDNN's deterministic kernels. `rllm-core run` sets it"
+            " from [run].deterministic."
+        ),
+    )
     lora: LoraSettings = Field(
         default_factory=LoraSettings,
         description="LoRA settings (`rank`, `alpha`, `dropout`, `target_modules`); rank 0 is"

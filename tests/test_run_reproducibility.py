@@ -1,7 +1,17 @@
-"""`rllm-core run` stopped by a signal and resumed trains exactly like an uninterrupted run.
+"""`rllm-core run` repeats itself bit for bit: two identical runs write the same metrics and
+weights, and a run stopped by a signal and resumed trains exactly like an uninterrupted one.
 
-SmolLM2, 3 steps of 2 tasks x 2 rollouts, 4 new tokens, a checkpoint after every step. The
-tasks (``x + 0``) are easy enough that rewards differ within a group, so every step trains.
+SmolLM2, 2 tasks x 2 rollouts per step, 4 new tokens, a checkpoint after every step. The tasks
+(``x + 0``) are easy enough that rewards differ within a group, so every step trains.
+
+Conditions these comparisons rely on (``docs/running.md``, Reproducibility): every run is a
+process started here, on this machine, with the same Python environment (library versions)
+and torch's default thread count for this machine; ``[run].deterministic`` is the plan's
+default (true). The runs start without ``MKL_CBWR`` in their environment, so the run itself
+must set MKL's reproducible mode; ``numerics.json`` shows the mode MKL reports.
+
+The resume comparison is also a soak (marker ``slow``): ``RLLM_SOAK_REPEATS`` times, 2 unless
+set (``RLLM_SOAK_REPEATS=20 make test PYTEST_ARGS="-m slow"`` for the full soak).
 """
 
 from __future__ import annotations
@@ -14,12 +24,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from rllm_core.numerics import REPRODUCIBLE_ENVIRONMENT
+
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
 TASKS = [
     {"id": f"easy-{a}", "question": f"What is {a} + 0?", "answer": str(a)} for a in (2, 5, 3, 7)
 ]
 STEPS = 3
+SOAK_REPEATS = int(os.environ.get("RLLM_SOAK_REPEATS", "2"))
 UNTIMED = (
     "time/",
     "tokens/sampled_per_s",
@@ -39,9 +53,9 @@ def write_tasks(folder: Path) -> Path:
     return tasks
 
 
-def overrides(tasks: Path, *, save_every: int = 1) -> list[str]:
+def overrides(tasks: Path, *, save_every: int = 1, steps: int = STEPS) -> list[str]:
     settings = {
-        "run.steps": str(STEPS),
+        "run.steps": str(steps),
         "run.seed": "7",
         "run.save_every": str(save_every),
         "algorithm.batch_size": "2",
@@ -58,7 +72,8 @@ def start(cwd: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "rllm_core.cli", "run", str(PLAN), "--plain", *args],
         cwd=cwd,
-        env=dict(os.environ, COLUMNS="200"),
+        env={k: v for k, v in os.environ.items() if k not in REPRODUCIBLE_ENVIRONMENT}
+        | {"COLUMNS": "200"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -109,7 +124,38 @@ def loop_state(checkpoint: Path) -> dict:
     return json.loads((checkpoint / "loop.json").read_text())
 
 
-def test_sigint_then_resume_equals_an_uninterrupted_run(smollm2_model_dir, tmp_path):
+def test_two_identical_one_step_runs_write_identical_metrics_and_weights(
+    smollm2_model_dir, tmp_path
+):
+    tasks = write_tasks(tmp_path)
+    folders = []
+    for name in ("first", "second"):
+        proc = start(tmp_path / name, *overrides(tasks, steps=1))
+        folders.append(run_folder(tmp_path / name, proc))
+        code, _, err = finish(proc)
+        assert code == 0, err[-3000:]
+    first, second = folders
+
+    numerics = json.loads((first / "numerics.json").read_text())
+    assert numerics["environment"]["MKL_CBWR"] == "AUTO,STRICT"
+    import torch
+
+    with_mkl = torch.backends.mkl.is_available()
+    assert numerics["components"]["[trainer]"]["mkl_cbwr"] == ("AUTO,STRICT" if with_mkl else None)
+    assert numerics["components"]["[trainer]"]["deterministic_algorithms"] is True
+    assert json.loads((second / "numerics.json").read_text()) == numerics
+
+    expected = metrics(first)
+    assert [m["step"] for m in expected] == [1] and expected[0]["trained"] == 1.0
+    assert metrics(second) == expected
+    weights = trainable_weights(first / "checkpoints" / "step-1")
+    assert weights
+    assert trainable_weights(second / "checkpoints" / "step-1") == weights
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(SOAK_REPEATS))
+def test_sigint_then_resume_equals_an_uninterrupted_run(smollm2_model_dir, tmp_path, attempt):
     tasks = write_tasks(tmp_path)
     args = overrides(tasks)
 
