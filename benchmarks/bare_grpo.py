@@ -63,10 +63,10 @@ def run(plan_path: Path, steps: int | None = None) -> dict[str, Any]:
     started = time.monotonic()
     import torch
     from peft import LoraConfig, get_peft_model
-    from rllm_backend_torch.plugin import DEFAULT_TARGET_MODULES
     from rllm_core.models import resolve_model
     from rllm_core.training.state import DataOrder
-    from rllm_tasks_jsonl.rewards import numeric_match
+    from rllm_task_source_jsonl.rewards import numeric_match
+    from rllm_trainer_backend_torch.plugin import DEFAULT_TARGET_MODULES
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     s = load_settings(plan_path)

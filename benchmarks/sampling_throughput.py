@@ -8,7 +8,7 @@ and offsets drawn from a fixed seed.
 
 Paths, all in one process, one after the other:
 
-- ``sampler``: :class:`rllm_backend_torch.sampler.TorchSampler`, all requests submitted at
+- ``sampler``: :class:`rllm_trainer_backend_torch.sampler.TorchSampler`, all requests submitted at
   once through ``sample_many`` (admitted together, decoded as one batch).
 - ``generate (batched)``: one ``model.generate`` call on the whole batch, left-padded with an
   attention mask: the best ``generate`` can do with requests that are all known up front.
@@ -25,8 +25,8 @@ the sampler against ``model.generate`` on the same model, prompts and settings, 
 call is the same prompts given to ``generate`` at once. The speed-up against one-at-a-time
 ``generate`` is reported next to it.
 
-Run from the repository root (needs rllm-backend-torch and the SmolLM2 model, pulled into the
-cache on first use)::
+Run from the repository root (needs rllm-trainer-backend-torch and the SmolLM2 model, pulled
+into the cache on first use)::
 
     .venv/bin/python benchmarks/sampling_throughput.py            # a table, a few minutes
     .venv/bin/python benchmarks/sampling_throughput.py --json     # one JSON object
@@ -50,10 +50,10 @@ from typing import Any
 
 import torch
 import transformers
-from rllm_backend_torch.gate import WeightGate
-from rllm_backend_torch.sampler import TorchSampler
 from rllm_core.models import resolve_model
 from rllm_core.types import SampleRequest, SamplingParams
+from rllm_trainer_backend_torch.gate import WeightGate
+from rllm_trainer_backend_torch.sampler import TorchSampler
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 MODEL = "smollm2-135m-instruct"

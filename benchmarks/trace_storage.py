@@ -23,7 +23,7 @@ medians of ``store.session(id)`` on an open store whose files are in the page ca
 memory" is the ``memory`` store. The copy floor is what any store returning fresh lists pays:
 copying every prompt of the session out of ready-made lists.
 
-Run from the repository root after ``scripts/setup.sh`` (needs rllm-storage-deltachain, and
+Run from the repository root after ``scripts/setup.sh`` (needs rllm-trace-store-deltachain, and
 ``tokenizers`` and ``transformers`` for the SmolLM2 tokenizer)::
 
     .venv/bin/python benchmarks/trace_storage.py            # a table
@@ -59,12 +59,12 @@ import msgspec
 import zstandard
 from rllm_core.storage.framing import FRAME_HEADER
 from rllm_core.types import Message, TraceRecord
-from rllm_storage_deltachain import context
-from rllm_storage_deltachain.codec import EntryCodec, SegmentTable
-from rllm_storage_deltachain.memory import MemoryTraceStore
-from rllm_storage_deltachain.packing import count_ids
-from rllm_storage_deltachain.segments import MAGIC
-from rllm_storage_deltachain.store import DeltaChainTraceStore
+from rllm_trace_store_deltachain import context
+from rllm_trace_store_deltachain.codec import EntryCodec, SegmentTable
+from rllm_trace_store_deltachain.memory import MemoryTraceStore
+from rllm_trace_store_deltachain.packing import count_ids
+from rllm_trace_store_deltachain.segments import MAGIC
+from rllm_trace_store_deltachain.store import DeltaChainTraceStore
 
 DELTA_TOKENS = 300
 COMPLETION_TOKENS = 100

@@ -22,7 +22,7 @@ of ``--repeats`` timed steps. tokens/s counts every token of the batch.
 
 Goal: the backend within 10% of the plain loop in both modes (throughput ratio >= 0.90).
 
-Run from the repository root after ``scripts/setup.sh`` (needs rllm-backend-torch and
+Run from the repository root after ``scripts/setup.sh`` (needs rllm-trainer-backend-torch and
 rllm-loss-ppo)::
 
     .venv/bin/python benchmarks/training_throughput.py            # a table
@@ -47,13 +47,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from rllm_backend_torch.backend import TorchBackend
-from rllm_backend_torch.plugin import TorchBackendConfig
 from rllm_core.algorithms.objective import Objective
 from rllm_core.models import resolve_model
 from rllm_core.types import Datum
 from rllm_loss_ppo.plugin import ReinforceLossConfig
 from rllm_loss_ppo.reinforce import Reinforce
+from rllm_trainer_backend_torch.backend import TorchBackend
+from rllm_trainer_backend_torch.plugin import TorchBackendConfig
 
 PROMPT_TOKENS = 64
 LEARNING_RATE = 1e-5

@@ -132,6 +132,36 @@ for folder in sys.argv[1:]:
 PY
 )
 [[ ${#specs[@]} -eq ${#packages[@]} ]] || die "could not read every package's pyproject.toml (see above)"
+
+# A package moved or removed in the repository leaves its old editable install behind, whose
+# entry point names a module that no longer exists: uninstall those first.
+stale=()
+while IFS= read -r name; do
+    [[ -n "$name" ]] && stale+=("$name")
+done < <("$VENV_PY" - "$ROOT" <<'PY'
+import importlib.metadata as metadata
+import json
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+root = Path(sys.argv[1]).resolve()
+for dist in metadata.distributions():
+    text = dist.read_text("direct_url.json")
+    if not text:
+        continue
+    info = json.loads(text)
+    if not info.get("dir_info", {}).get("editable"):
+        continue
+    source = Path(unquote(urlparse(info.get("url", "")).path))
+    if source.is_relative_to(root) and not (source / "pyproject.toml").is_file():
+        print(dist.metadata["Name"])
+PY
+)
+if [[ ${#stale[@]} -gt 0 ]]; then
+    say "removing editable installs whose folder is gone: ${stale[*]}"
+    pip uninstall --quiet --yes "${stale[@]}"
+fi
 editable_args=()
 for spec in "${specs[@]}"; do
     editable_args+=(-e "$spec")

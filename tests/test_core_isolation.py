@@ -119,7 +119,7 @@ class Model:
 def build():
     import torch
     import rllm_loss_ppo
-    return importlib.import_module("rllm_backend_torch.model")
+    return importlib.import_module("rllm_trainer_backend_torch.model")
 
 from rllm_core.plugins import lazy
 from . import types
@@ -134,8 +134,8 @@ from . import types
         "rllm_core/cli/main.py:13: imports transformers at import time; only plugins may use it",
         "rllm_core/cli/main.py:16: imports modal at import time; only plugins may use it",
         "rllm_core/cli/main.py:20: imports the plugin package rllm_loss_ppo; the core never does",
-        "rllm_core/cli/main.py:21: imports the plugin package rllm_backend_torch; the core never"
-        " does",
+        "rllm_core/cli/main.py:21: imports the plugin package rllm_trainer_backend_torch; the core"
+        " never does",
     ]
 
 

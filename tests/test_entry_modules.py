@@ -1,7 +1,9 @@
 """Every plugin's entry module imports light, and every first-party plugin has the shape the
-repository promises (``plugins/<folder>/<name>/`` is distribution ``rllm-<kind>-<name>``, import
+repository promises (``plugins/<kinds>/<name>/`` is distribution ``rllm-<kind>-<name>``, import
 ``rllm_<kind>_<name>``, with README.md, src/ and tests/; the folder names the kind in the plural,
-the distribution in the singular: ``plugins/losses/ppo`` is ``rllm-loss-ppo``).
+the distribution in the singular: ``plugins/losses/ppo`` is ``rllm-loss-ppo``,
+``plugins/trainer-backends/torch`` is ``rllm-trainer-backend-torch``), and provides components
+of that kind only.
 
 ``rllm-core plugins`` imports every installed entry module; one that pulls in torch or an SDK
 makes every command slow, and one that fails breaks the listing for that plugin. Heavy code must
@@ -142,15 +144,50 @@ def _requirement_name(requirement: str) -> str:
 
 FOLDER_KINDS = {
     "losses": "loss",
-    "backends": "backend",
+    "advantage-estimators": "advantage_estimator",
     "renderers": "renderer",
-    "sandboxes": "sandbox",
+    "sandbox-backends": "sandbox_backend",
+    "trainer-backends": "trainer_backend",
     "harnesses": "harness",
-    "tasks": "tasks",
-    "storage": "storage",
+    "task-sources": "task_source",
+    "trace-stores": "trace_store",
+    "sample-buffers": "sample_buffer",
+    "object-stores": "object_store",
     "loggers": "logger",
 }
-"""Plugin folders and the kind word their distributions use."""
+"""Each plugin folder and the component kind it holds (``rllm-core plugins`` prints the kind
+before ``:name``): the folder is the kind in the plural, with ``-`` for ``_``."""
+
+
+def test_every_kind_has_its_folder():
+    from rllm_core.plugins.specs import Kind
+
+    assert sorted(FOLDER_KINDS.values()) == sorted(kind.value for kind in Kind)
+
+
+def test_each_first_party_package_provides_only_its_folders_kind(run_python, first_party_plugins):
+    listing = run_python(
+        "import json, subprocess, sys\n"
+        "out = subprocess.run([sys.executable, '-m', 'rllm_core.cli', 'plugins', '--json'],"
+        " capture_output=True, text=True, check=True).stdout\n"
+        "print(out)\n"
+    )
+    assert listing.returncode == 0, str(listing)
+    plugins = listing.json()
+    by_distribution = {p.distribution: p for p in first_party_plugins}
+    problems = []
+    seen = set()
+    for record in plugins:
+        package = by_distribution.get(record["distribution"])
+        if package is None:
+            continue
+        seen.add(record["distribution"])
+        kind = FOLDER_KINDS[package.folder.parent.name]
+        for key in record["provides"]:
+            if key.partition(":")[0] != kind:
+                problems.append(f"{package.id} provides {key}; plugins/{package.id} holds {kind}")
+    assert problems == []
+    assert seen == set(by_distribution), "every first-party plugin is installed and listed"
 
 
 def test_plugin_package_layout(plugin_package):
@@ -159,7 +196,7 @@ def test_plugin_package_layout(plugin_package):
     assert folder_kind in FOLDER_KINDS, (
         f"plugins/{folder_kind}/ is not a plugin folder; use one of {sorted(FOLDER_KINDS)}"
     )
-    kind = FOLDER_KINDS[folder_kind]
+    kind = FOLDER_KINDS[folder_kind].replace("_", "-")
     expected_dist = f"rllm-{kind}-{name}"
     import_name = f"rllm_{kind}_{name}".replace("-", "_")
 

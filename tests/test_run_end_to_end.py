@@ -98,7 +98,7 @@ def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir,
     assert before.keys() == after.keys() and before
     assert any(before[k] != after[k] for k in before)
 
-    from rllm_storage_deltachain.store import DeltaChainTraceStore
+    from rllm_trace_store_deltachain.store import DeltaChainTraceStore
 
     store = DeltaChainTraceStore(run_dir / "traces")
     try:

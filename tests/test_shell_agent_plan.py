@@ -43,7 +43,7 @@ def cli(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[st
 
 def require_bubblewrap() -> None:
     """The plan's sandbox demands bubblewrap: skip without it, fail in CI (which installs it)."""
-    testing = pytest.importorskip("rllm_sandbox_local.testing")
+    testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
     testing.require_bubblewrap("run this plan")
 
 

@@ -30,12 +30,14 @@ SHELL_TASKS = sorted(p.name for p in SHELL_DIR.iterdir() if (p / "task.toml").is
 def require_bubblewrap() -> None:
     """Harbor tasks use absolute paths (/app, /tests, /logs) that only the bubblewrap sandbox
     makes private; skip without it, fail in CI (which installs it)."""
-    testing = pytest.importorskip("rllm_sandbox_local.testing")
+    testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
     testing.require_bubblewrap()
 
 
 def local_backend():
-    pytest.importorskip("rllm_sandbox_local", reason="rllm-sandbox-local is not installed")
+    pytest.importorskip(
+        "rllm_sandbox_backend_local", reason="rllm-sandbox-backend-local is not installed"
+    )
     require_bubblewrap()
     return PluginManager().get_sandbox_backend("local").build({"isolation": "bwrap"})
 
@@ -101,7 +103,9 @@ def test_solution_earns_1_and_a_noop_agent_gets_0(name, shell_tasks):
 
 
 def test_tasks_check_cli_solves_every_task(run_cli):
-    pytest.importorskip("rllm_sandbox_local", reason="rllm-sandbox-local is not installed")
+    pytest.importorskip(
+        "rllm_sandbox_backend_local", reason="rllm-sandbox-backend-local is not installed"
+    )
     require_bubblewrap()
     result = run_cli("tasks", "check", str(SHELL_DIR), "--solve", "--noop", "--jobs", "2", "--json")
     assert result.returncode == 0, result
@@ -167,7 +171,7 @@ def test_word_problem_answers_follow_from_their_numbers():
 
 
 def test_jsonl_sets_load_and_grade_through_the_jsonl_source():
-    pytest.importorskip("rllm_tasks_jsonl", reason="rllm-tasks-jsonl is not installed")
+    pytest.importorskip("rllm_task_source_jsonl", reason="rllm-task-source-jsonl is not installed")
     manager = PluginManager()
     spec = manager.get_task_source("jsonl")
     arithmetic = spec.build(

@@ -249,7 +249,7 @@ def test_run_names_every_missing_component(fake_distributions, tmp_path):
         "[algorithm].advantage:",
     ):
         assert needed in result.stderr
-    assert "rllm-backend-torch" in result.stderr
+    assert "rllm-trainer-backend-torch" in result.stderr
     assert "[algorithm].loss:" not in result.stderr
 
 

@@ -45,20 +45,29 @@ def resolved_plan(run_dir: Path) -> dict:
         "plan": {"run": {"name": "quickstart", "steps": STEPS_PLANNED, "output_dir": "runs"}},
         "components": [
             component("[algorithm].loss", "loss", "dppo-tv", "rllm-loss-dppo 0.1.0", delta=0.15),
-            component("[algorithm].advantage", "advantage_estimator", "grpo", "rllm-loss-ppo"),
+            component(
+                "[algorithm].advantage",
+                "advantage_estimator",
+                "grpo",
+                "rllm-advantage-estimator-grpo",
+            ),
             component("[algorithm].aux_losses[0]", "loss", "echo", "rllm-loss-echo 0.1.0")
             | {"coef": 0.1},
             component(
-                "[trainer]", "trainer_backend", "torch", "rllm-backend-torch", model="smollm2"
+                "[trainer]",
+                "trainer_backend",
+                "torch",
+                "rllm-trainer-backend-torch",
+                model="smollm2",
             ),
             component("[renderer]", "renderer", "chatml", "rllm-renderer-chatml"),
             component("[harness]", "harness", "single-turn", "rllm-harness-single-turn"),
-            component("[tasks]", "task_source", "jsonl", "rllm-tasks-jsonl", path="t.jsonl"),
+            component("[tasks]", "task_source", "jsonl", "rllm-task-source-jsonl", path="t.jsonl"),
             component(
                 "[trace_store]",
                 "trace_store",
                 "deltachain",
-                "rllm-storage-deltachain",
+                "rllm-trace-store-deltachain",
                 path=str(run_dir / "traces"),
             ),
         ],

@@ -141,8 +141,8 @@ def test_unknown_component_suggests_and_lists(plugin_manager, register_plugin):
 def test_unknown_first_party_component_names_its_package(plugin_manager):
     with pytest.raises(UnknownComponentError) as info:
         plugin_manager.get_trainer_backend("torch")
-    assert info.value.provider == "rllm-backend-torch"
-    assert "pip install rllm-backend-torch" in str(info.value)
+    assert info.value.provider == "rllm-trainer-backend-torch"
+    assert "pip install rllm-trainer-backend-torch" in str(info.value)
 
 
 def test_missing_component_of_a_broken_first_party_plugin_shows_the_failure(

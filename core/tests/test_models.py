@@ -33,7 +33,7 @@ ENTRY = models.CATALOG[NAME]
 CONVERSION_MODULES = ("torch", "transformers", "gguf", "accelerate")
 needs_conversion = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in CONVERSION_MODULES),
-    reason="converting needs torch, transformers, gguf and accelerate (rllm-backend-torch)",
+    reason="converting needs torch, transformers, gguf and accelerate (rllm-trainer-backend-torch)",
 )
 
 
@@ -257,7 +257,7 @@ def test_a_missing_package_says_what_to_install(cache, monkeypatch):
         f"could not pull {NAME}: converting SmolLM2-135M-Instruct.Q4_1.gguf needs torch,"
         " transformers, gguf, accelerate; not installed in "
     )
-    assert message.endswith(": gguf; pip install rllm-backend-torch")
+    assert message.endswith(": gguf; pip install rllm-trainer-backend-torch")
     assert not (models.model_dir(NAME)).exists()
 
 

@@ -105,7 +105,7 @@ def test_every_problem_is_reported_at_once(plan_builder, components):
         )
     locations = [i.location for i in info.value.issues]
     assert locations == ["[algorithm].loss", "[algorithm].advantage", "[renderer].name"]
-    assert "pip install rllm-loss-ppo" in str(info.value.issues[1])
+    assert "pip install rllm-advantage-estimator-grpo" in str(info.value.issues[1])
 
 
 def test_aux_losses_take_coefficients(plan_builder, components):

@@ -214,8 +214,8 @@ def test_an_unknown_component_keeps_its_keys_for_resolution_to_report(project):
 
 
 def test_plan_check_from_another_directory_prints_paths_in_the_plan_folder(tmp_path):
-    pytest.importorskip("rllm_tasks_jsonl")
-    pytest.importorskip("rllm_storage_deltachain")
+    pytest.importorskip("rllm_task_source_jsonl")
+    pytest.importorskip("rllm_trace_store_deltachain")
     project = tmp_path / "project"
     (project / "tasks").mkdir(parents=True)
     (project / "tasks" / "arith.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')

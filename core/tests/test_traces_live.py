@@ -15,7 +15,7 @@ from rllm_core.cli import main
 from rllm_core.testing.suites.storage import expected_prompts, make_trace_chain
 from rllm_core.training.folder import RunFolder
 
-deltachain = pytest.importorskip("rllm_storage_deltachain.store")
+deltachain = pytest.importorskip("rllm_trace_store_deltachain.store")
 
 COUNT = 300
 SHOWN = 6
@@ -25,7 +25,7 @@ _WRITER = textwrap.dedent(
     """
     import sys, time
     from rllm_core.testing.suites.storage import make_trace_chain
-    from rllm_storage_deltachain.store import DeltaChainTraceStore
+    from rllm_trace_store_deltachain.store import DeltaChainTraceStore
 
     path, count, shown, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     with DeltaChainTraceStore(path, segment_bytes=8192, snapshot_every=4) as store:
@@ -51,7 +51,7 @@ def _run_folder(root) -> RunFolder:
                 "where": "[trace_store]",
                 "kind": "trace_store",
                 "name": "deltachain",
-                "provider": "rllm-storage-deltachain",
+                "provider": "rllm-trace-store-deltachain",
                 "config": {"path": str(traces), "segment_bytes": 8192, "snapshot_every": 4},
             }
         ],

@@ -23,11 +23,11 @@ def _store(kind: str, folder: Path):
         return MemoryTraceStore()
     try:
         if kind == "deltachain-memory":
-            return importlib.import_module("rllm_storage_deltachain.memory").MemoryTraceStore()
-        config = importlib.import_module("rllm_storage_deltachain.plugin").DeltaChainConfig
-        store = importlib.import_module("rllm_storage_deltachain.store").DeltaChainTraceStore
+            return importlib.import_module("rllm_trace_store_deltachain.memory").MemoryTraceStore()
+        config = importlib.import_module("rllm_trace_store_deltachain.plugin").DeltaChainConfig
+        store = importlib.import_module("rllm_trace_store_deltachain.store").DeltaChainTraceStore
     except ImportError as exc:
-        pytest.skip(f"rllm-storage-deltachain is not installed: {exc}")
+        pytest.skip(f"rllm-trace-store-deltachain is not installed: {exc}")
     return store.from_config(config(path=folder))
 
 

@@ -171,7 +171,7 @@ def test_serve_with_the_real_plugins_writes_a_trace_directory(tmp_path, workers)
         manager.get_renderer("chatml")
         manager.get_trace_store("deltachain")
     except UnknownComponentError:
-        pytest.skip("rllm-renderer-chatml and rllm-storage-deltachain are needed")
+        pytest.skip("rllm-renderer-chatml and rllm-trace-store-deltachain are needed")
     from rllm_core.testing.tokenizers import smollm2_tokenizer_dir
 
     worker = workers()

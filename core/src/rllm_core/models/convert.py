@@ -2,7 +2,7 @@
 de-quantized safetensors weights, ``config.json``, ``generation_config.json`` and the tokenizer.
 
 torch, transformers, gguf and accelerate are imported only while a conversion runs; when one
-is missing, :class:`~rllm_core.errors.AssetError` says to install ``rllm-backend-torch``,
+is missing, :class:`~rllm_core.errors.AssetError` says to install ``rllm-trainer-backend-torch``,
 which depends on all of them. Nothing here reaches a model hub (``HF_HUB_OFFLINE=1``).
 """
 
@@ -52,7 +52,8 @@ def convert_gguf_model(gguf: Path, out: Path, *, dtype: str = "float32") -> dict
     except (ImportError, OSError, ValueError) as exc:
         raise AssetError(
             f"transformers {transformers.__version__} could not load {gguf}: {exc}; install"
-            " rllm-backend-torch for versions that can (pip install rllm-backend-torch)"
+            " rllm-trainer-backend-torch for versions that can"
+            " (pip install rllm-trainer-backend-torch)"
         ) from exc
     # transformers refuses save_pretrained on a GGUF-loaded model, so the weights move into a
     # plain model built from the same config, minus the GGUF entries.
@@ -115,7 +116,8 @@ def save_gguf_tokenizer(gguf: Path, out: Path) -> None:
         )
     except ImportError as exc:
         raise AssetError(
-            f"reading the tokenizer in {gguf.name} failed: {exc}; pip install rllm-backend-torch"
+            f"reading the tokenizer in {gguf.name} failed: {exc};"
+            " pip install rllm-trainer-backend-torch"
         ) from exc
     if not tokenizer.chat_template:
         raise AssetError(f"{gguf.name} carries no chat template")
@@ -139,5 +141,5 @@ def _require(purpose: str, modules: Sequence[str]) -> None:
     if missing:
         raise AssetError(
             f"{purpose} needs {', '.join(modules)}; not installed in {sys.executable}:"
-            f" {', '.join(missing)}; pip install rllm-backend-torch"
+            f" {', '.join(missing)}; pip install rllm-trainer-backend-torch"
         )

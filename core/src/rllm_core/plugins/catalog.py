@@ -21,11 +21,11 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "echo": "rllm-loss-echo",
     },
     Kind.ADVANTAGE_ESTIMATOR: {
-        "grpo": "rllm-loss-ppo",
-        "rloo": "rllm-loss-ppo",
-        "reinforce": "rllm-loss-ppo",
-        "reinforce-plus-plus-baseline": "rllm-loss-ppo",
-        "prpo": "rllm-loss-ppo",
+        "grpo": "rllm-advantage-estimator-grpo",
+        "rloo": "rllm-advantage-estimator-grpo",
+        "reinforce": "rllm-advantage-estimator-grpo",
+        "reinforce-plus-plus-baseline": "rllm-advantage-estimator-grpo",
+        "prpo": "rllm-advantage-estimator-grpo",
     },
     Kind.RENDERER: {
         "chatml": "rllm-renderer-chatml",
@@ -33,14 +33,14 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "hf": "rllm-renderer-hf",
     },
     Kind.SANDBOX_BACKEND: {
-        "local": "rllm-sandbox-local",
-        "modal": "rllm-sandbox-modal",
-        "daytona": "rllm-sandbox-daytona",
+        "local": "rllm-sandbox-backend-local",
+        "modal": "rllm-sandbox-backend-modal",
+        "daytona": "rllm-sandbox-backend-daytona",
     },
     Kind.TRAINER_BACKEND: {
-        "torch": "rllm-backend-torch",
-        "tinker": "rllm-backend-tinker",
-        "fireworks": "rllm-backend-fireworks",
+        "torch": "rllm-trainer-backend-torch",
+        "tinker": "rllm-trainer-backend-tinker",
+        "fireworks": "rllm-trainer-backend-fireworks",
     },
     Kind.HARNESS: {
         "single-turn": "rllm-harness-single-turn",
@@ -48,23 +48,21 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "cli": "rllm-harness-cli",
     },
     Kind.TASK_SOURCE: {
-        "harbor": "rllm-tasks-harbor",
-        "jsonl": "rllm-tasks-jsonl",
+        "harbor": "rllm-task-source-harbor",
+        "jsonl": "rllm-task-source-jsonl",
     },
     Kind.TRACE_STORE: {
-        "deltachain": "rllm-storage-deltachain",
-        "memory": "rllm-storage-deltachain",
+        "deltachain": "rllm-trace-store-deltachain",
+        "memory": "rllm-trace-store-deltachain",
     },
     Kind.SAMPLE_BUFFER: {
-        "file": "rllm-storage-file",
-        "s3": "rllm-storage-s3",
+        "file": "rllm-sample-buffer-file",
     },
     Kind.OBJECT_STORE: {
-        "file": "rllm-storage-file",
-        "s3": "rllm-storage-s3",
+        "file": "rllm-object-store-file",
     },
     Kind.LOGGER: {
-        "jsonl": "rllm-storage-file",
+        "jsonl": "rllm-logger-jsonl",
         "tensorboard": "rllm-logger-tensorboard",
         "wandb": "rllm-logger-wandb",
         "mlflow": "rllm-logger-mlflow",

@@ -35,7 +35,7 @@ def solution_commands(task_dir: Path) -> list[str]:
 def require_bubblewrap() -> None:
     """Harbor tasks use absolute paths (/app, /tests, /logs) that only the bubblewrap sandbox
     makes private; skip without it, fail in CI (which installs it)."""
-    testing = pytest.importorskip("rllm_sandbox_local.testing")
+    testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
     testing.require_bubblewrap()
 
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm_core.errors import SandboxCommandTimeout, SandboxError
+from rllm_core.kit.chat import ModelCallError, chat, open_client
 from rllm_core.ports import Sandbox
 from rllm_core.types import HarnessOutcome, LLMEndpoint, Task, Termination
-from rllm_harness_single_turn.chat import ModelCallError, chat, open_client
 
 from rllm_harness_shell.observation import command_output, truncate_middle
 from rllm_harness_shell.plugin import ShellConfig

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm_core.kit.chat import ModelCallError, chat, open_client
 from rllm_core.ports import Sandbox
 from rllm_core.types import HarnessOutcome, LLMEndpoint, Task, Termination
 
-from rllm_harness_single_turn.chat import ModelCallError, chat, open_client
 from rllm_harness_single_turn.plugin import SingleTurnConfig
 
 __all__ = ["SingleTurnHarness"]

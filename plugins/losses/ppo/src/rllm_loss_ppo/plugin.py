@@ -1,4 +1,4 @@
-"""Entry module of rllm-loss-ppo: config models and the specs the registry hooks yield.
+"""Entry module of rllm-loss-ppo: config models and the specs the registry hook yields.
 
 Imports only ``rllm_core``, pydantic and the standard library; every implementation is named
 with :func:`rllm_core.lazy`, so torch loads only when a plan builds a loss.
@@ -7,79 +7,21 @@ with :func:`rllm_core.lazy`, so torch loads only when a plan builds a loss.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import AdvantageEstimatorSpec, LossSpec, NoConfig, hookimpl, lazy
+from rllm_core import LossSpec, hookimpl, lazy
 
 __all__ = [
     "CISPOConfig",
-    "GRPOConfig",
     "GSPOConfig",
     "PPOClipConfig",
-    "PRPOConfig",
-    "ReinforceAdvantageConfig",
     "ReinforceLossConfig",
-    "ReinforcePlusPlusBaselineConfig",
-    "rllm_advantage_estimators",
     "rllm_losses",
 ]
-
-StdKind = Literal["sample", "population"]
 
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-# ---------------------------------------------------------------- advantage estimators
-
-
-_EPSILON_DESCRIPTION = (
-    "Added to the standard deviation before dividing, so a tiny spread cannot blow advantages up."
-)
-_STD_DESCRIPTION = (
-    "How the standard deviation is estimated: 'sample' divides the squared deviations by n-1"
-    " (unbiased, what torch.std computes and what published GRPO runs used), 'population'"
-    " divides by n."
-)
-
-
-class GRPOConfig(_Config):
-    """Group-relative advantages: reward minus the group mean, optionally over the group std."""
-
-    normalize_std: bool = Field(
-        True,
-        description=(
-            "Divide by the group's standard deviation plus epsilon. false gives the centered"
-            " advantages of Dr. GRPO (reward minus group mean), which do not up-weight groups"
-            " whose rewards barely differ."
-        ),
-    )
-    epsilon: float = Field(1e-6, ge=0.0, description=_EPSILON_DESCRIPTION)
-    std: StdKind = Field("sample", description=_STD_DESCRIPTION)
-
-
-class ReinforceAdvantageConfig(_Config):
-    """The raw reward, minus an optional constant baseline."""
-
-    baseline: float = Field(
-        0.0, description="A constant subtracted from every reward (0 keeps the raw reward)."
-    )
-
-
-class ReinforcePlusPlusBaselineConfig(_Config):
-    """Group mean baseline, then normalization by the standard deviation over the whole batch."""
-
-    epsilon: float = Field(1e-6, ge=0.0, description=_EPSILON_DESCRIPTION)
-    std: StdKind = Field("sample", description=_STD_DESCRIPTION)
-
-
-class PRPOConfig(_Config):
-    """Batch-wide normalization: reward minus the batch mean, over the batch std."""
-
-    epsilon: float = Field(1e-6, ge=0.0, description=_EPSILON_DESCRIPTION)
-    std: StdKind = Field("sample", description=_STD_DESCRIPTION)
 
 
 # ---------------------------------------------------------------- policy losses
@@ -164,40 +106,6 @@ class ReinforceLossConfig(_Config):
 
 
 # ---------------------------------------------------------------- hooks
-
-
-@hookimpl
-def rllm_advantage_estimators() -> Iterator[AdvantageEstimatorSpec]:
-    yield AdvantageEstimatorSpec(
-        name="grpo",
-        factory=lazy("rllm_loss_ppo.advantages:GRPO"),
-        config=GRPOConfig,
-        summary="reward minus group mean, divided by group std (std off: Dr. GRPO centering)",
-    )
-    yield AdvantageEstimatorSpec(
-        name="rloo",
-        factory=lazy("rllm_loss_ppo.advantages:RLOO"),
-        config=NoConfig,
-        summary="reward minus the mean of the other rewards of its group (leave-one-out)",
-    )
-    yield AdvantageEstimatorSpec(
-        name="reinforce",
-        factory=lazy("rllm_loss_ppo.advantages:Reinforce"),
-        config=ReinforceAdvantageConfig,
-        summary="raw reward minus an optional constant baseline",
-    )
-    yield AdvantageEstimatorSpec(
-        name="reinforce-plus-plus-baseline",
-        factory=lazy("rllm_loss_ppo.advantages:ReinforcePlusPlusBaseline"),
-        config=ReinforcePlusPlusBaselineConfig,
-        summary="reward minus group mean, divided by the std over the whole batch (REINFORCE++)",
-    )
-    yield AdvantageEstimatorSpec(
-        name="prpo",
-        factory=lazy("rllm_loss_ppo.advantages:PRPO"),
-        config=PRPOConfig,
-        summary="reward minus batch mean, divided by batch std",
-    )
 
 
 @hookimpl

@@ -24,10 +24,10 @@ import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from rllm_core.kit.toolcalls import format_tool_call, split_tool_calls
 from rllm_core.types import Message, ParsedToolCall, ToolSpec
 
 from rllm_renderer_chatml.tokenizer import Piece
-from rllm_renderer_chatml.toolcalls import format_tool_call, split_tool_calls
 
 __all__ = [
     "GENERATION_PROMPT",

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rllm_core.chat_dicts import message_dicts, tool_dicts
+from rllm_core.kit.toolcalls import split_tool_calls
 from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolCall, ToolSpec
-from rllm_renderer_chatml.toolcalls import split_tool_calls
 
 if TYPE_CHECKING:
     from rllm_renderer_hf.plugin import HFConfig

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rllm_core.kit.toolcalls import format_tool_call, split_tool_calls
 from rllm_core.types import Message, ParsedToolCall, ToolSpec
 from rllm_renderer_chatml.templates import (
     GENERATION_PROMPT,
@@ -40,7 +41,6 @@ from rllm_renderer_chatml.templates import (
     tools_system_block,
 )
 from rllm_renderer_chatml.tokenizer import Piece
-from rllm_renderer_chatml.toolcalls import format_tool_call, split_tool_calls
 
 __all__ = ["EMPTY_THINK", "Qwen3Template", "is_query"]
 

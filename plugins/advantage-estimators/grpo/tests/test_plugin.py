@@ -1,0 +1,82 @@
+"""The entry module: what it registers, its configs, and that it imports light."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+from rllm_advantage_estimator_grpo import plugin
+from rllm_core.plugins import Kind, PluginManager
+from rllm_core.plugins.catalog import known_provider
+
+DISTRIBUTION = "rllm-advantage-estimator-grpo"
+ESTIMATOR_NAMES = ["grpo", "prpo", "reinforce", "reinforce-plus-plus-baseline", "rloo"]
+ALL_SPECS = list(plugin.rllm_advantage_estimators())
+
+
+def test_manager_collects_every_estimator():
+    manager = PluginManager(load_entry_points=False)
+    manager.register(plugin, name="grpo", distribution=DISTRIBUTION)
+    assert manager.names(Kind.ADVANTAGE_ESTIMATOR) == ESTIMATOR_NAMES
+    assert manager.names(Kind.LOSS) == []
+
+
+def test_entry_point_names_the_plugin_module():
+    (entry_point,) = [
+        ep for ep in importlib.metadata.entry_points(group="rllm_core") if ep.name == "grpo"
+    ]
+    assert entry_point.value == "rllm_advantage_estimator_grpo.plugin"
+    assert entry_point.dist is not None and entry_point.dist.name == DISTRIBUTION
+
+
+def test_core_catalog_points_at_this_distribution():
+    for spec in ALL_SPECS:
+        assert known_provider(spec.kind, spec.name) == DISTRIBUTION, spec.key
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda spec: spec.key)
+def test_every_option_is_described_and_defaults_validate(spec):
+    assert spec.config.model_config.get("extra") == "forbid"
+    for name, field in spec.config.model_fields.items():
+        assert field.description, f"{spec.key}: option {name!r} has no description"
+    spec.validate_config({})
+
+
+def test_the_plugin_and_the_estimators_import_neither_torch_nor_numpy():
+    code = (
+        "import sys, rllm_advantage_estimator_grpo.plugin as p\n"
+        "import rllm_advantage_estimator_grpo.estimators\n"
+        "list(p.rllm_advantage_estimators())\n"
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_defaults():
+    assert plugin.GRPOConfig().model_dump() == {
+        "normalize_std": True,
+        "epsilon": 1e-6,
+        "std": "sample",
+    }
+    assert plugin.ReinforceAdvantageConfig().model_dump() == {"baseline": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("config", "values"),
+    [
+        (plugin.GRPOConfig, {"std": "biased"}),
+        (plugin.GRPOConfig, {"epsilon": -1e-6}),
+        (plugin.ReinforceAdvantageConfig, {"baseline": float("inf")}),
+    ],
+)
+def test_invalid_options_are_rejected_with_the_value(config, values):
+    with pytest.raises(ValidationError) as info:
+        config(**values)
+    (key,) = values
+    assert key in str(info.value)

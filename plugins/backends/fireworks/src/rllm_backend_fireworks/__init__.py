@@ -1,1 +1,0 @@
-"""rllm-backend-fireworks: train on the Fireworks training API, sample from its deployment."""

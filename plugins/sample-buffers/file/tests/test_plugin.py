@@ -1,0 +1,62 @@
+"""The entry module: what it registers, what it imports, and building from plan keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pydantic
+import pytest
+from rllm_core.plugins import PluginManager
+from rllm_sample_buffer_file import plugin
+from rllm_sample_buffer_file.buffer import FileSampleBuffer
+
+
+@pytest.fixture
+def manager():
+    pm = PluginManager(load_entry_points=False, strict=True)
+    pm.register(plugin, name="file", distribution="rllm-sample-buffer-file")
+    return pm
+
+
+def test_entry_module_imports_no_implementation():
+    code = (
+        "import sys, rllm_sample_buffer_file.plugin\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('numpy', 'torch', 'msgspec', 'rllm_sample_buffer_file')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "['rllm_sample_buffer_file', 'rllm_sample_buffer_file.plugin']"
+
+
+def test_installed_entry_point_provides_the_component():
+    pm = PluginManager(disabled=())
+    keys = {
+        spec_key
+        for record in pm.plugins()
+        if record.distribution == "rllm-sample-buffer-file"
+        for spec_key in record.components
+    }
+    assert keys == {"sample_buffer:file"}
+
+
+def test_builds_from_plan_keys(manager, tmp_path):
+    buffer = manager.get_sample_buffer("file").build({"path": str(tmp_path / "b"), "fsync": False})
+    try:
+        assert isinstance(buffer, FileSampleBuffer)
+        assert (buffer.path, buffer.fsync) == (tmp_path / "b", False)
+    finally:
+        buffer.close()
+
+
+def test_fsync_defaults_to_on(manager, tmp_path):
+    config = manager.get_sample_buffer("file").validate_config({"path": str(tmp_path)})
+    assert config.fsync is True
+
+
+@pytest.mark.parametrize("values", [{"path": "b", "fsynk": False}, {}])
+def test_bad_plan_keys_are_rejected(manager, values):
+    with pytest.raises(pydantic.ValidationError):
+        manager.get_sample_buffer("file").validate_config(values)

@@ -1,0 +1,615 @@
+"""The ``daytona`` sandbox backend: rllm-core's sandbox contract over the daytona SDK.
+
+:class:`DaytonaBackend` creates Daytona sandboxes from a :class:`~rllm_core.types.SandboxSpec`;
+:class:`DaytonaSandbox` runs commands and moves files in one. Commands go through the shell
+protocol of :mod:`rllm_sandbox_backend_daytona.wrapper`; SDK exceptions are translated by
+:mod:`rllm_sandbox_backend_daytona.errors`.
+
+Pass ``client=`` to use an already built ``AsyncDaytona`` (or a stand-in with the same
+methods); otherwise one is built on first use, per event loop, from the config or the
+``DAYTONA_*`` environment variables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import posixpath
+import shlex
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from daytona import (
+    CreateSandboxFromImageParams,
+    CreateSandboxFromSnapshotParams,
+    DaytonaTimeoutError,
+    ListSandboxesQuery,
+    Resources,
+    SessionExecuteRequest,
+)
+from rllm_core.errors import (
+    SandboxCommandTimeout,
+    SandboxCreateError,
+    SandboxError,
+    SandboxGone,
+    SandboxTransientError,
+)
+from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
+
+from rllm_sandbox_backend_daytona.errors import Context, retry_after_s, translate
+from rllm_sandbox_backend_daytona.plugin import DaytonaSandboxConfig
+from rllm_sandbox_backend_daytona.wrapper import (
+    WRAP_ROOT,
+    kill_script,
+    launcher,
+    parse_report,
+    validate_user,
+    wrap,
+)
+
+__all__ = ["MANAGED_LABEL", "RUN_LABEL", "DaytonaBackend", "DaytonaSandbox", "cleanup"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RUN_LABEL = "rllm-run"
+MANAGED_LABEL = "rllm-managed"
+
+# Linux refuses a single exec argument over 128 KiB; longer wrapped commands travel as a file.
+_MAX_INLINE_COMMAND = 100_000
+# Extra seconds the daemon's own timeout allows beyond ours, so that ours always fires first.
+_DAEMON_GRACE_S = 30
+_KILL_TIMEOUT_S = 30.0
+
+
+def _gib(mib: int) -> int:
+    """MiB rounded up to whole GiB (Daytona sizes resources in GiB), at least 1."""
+    return max(1, math.ceil(mib / 1024))
+
+
+class DaytonaSandbox:
+    """One Daytona sandbox. Output is merged: stderr arrives inside ``stdout``.
+
+    ``is_alive()`` answers from what this object knows (closed, or a call found the sandbox
+    gone) without a network call.
+    """
+
+    merges_output = True
+
+    def __init__(self, *, backend: DaytonaBackend, sdk_sandbox: Any, spec: SandboxSpec) -> None:
+        self._backend = backend
+        self._sdk = sdk_sandbox
+        self.spec = spec
+        self.workdir = spec.workdir
+        self.id: str = str(getattr(sdk_sandbox, "id", ""))
+        self._closed = False
+        self._gone = False
+
+    # ---------------------------------------------------------------- helpers
+
+    def _check_open(self, what: str) -> None:
+        if self._closed or self._gone:
+            state = "closed" if self._closed else "gone"
+            raise SandboxGone(f"{what}: Daytona sandbox {self.id} is {state}; create a new one")
+
+    def _path(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.workdir, path))
+
+    def _failed(self, exc: BaseException, *, context: Context, what: str) -> SandboxError:
+        error = translate(exc, context=context, what=what)
+        if isinstance(error, SandboxGone):
+            self._gone = True
+        return error
+
+    async def _call(
+        self, what: str, context: Context, call: Callable[[], Awaitable[T]], *, retry: bool
+    ) -> T:
+        try:
+            if retry:
+                return await self._backend.retrying(what, context, call)
+            return await call()
+        except Exception as exc:
+            error = self._failed(exc, context=context, what=what)
+            if error is exc:
+                raise
+            raise error from exc
+
+    # ---------------------------------------------------------------- exec
+
+    async def exec(
+        self,
+        command: str,
+        timeout: float,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        """Run ``command`` (see :class:`rllm_core.ports.Sandbox`).
+
+        A timeout above ``session_threshold_s`` runs the command as an asynchronous session
+        command, polled every ``poll_interval_s``; a shorter one is one ``process.exec`` call.
+        Either way, past ``timeout`` the command's process group is killed and
+        ``SandboxCommandTimeout`` raised.
+        """
+        return await self._exec(
+            command, timeout, user if user is not None else self.spec.user, env, cwd
+        )
+
+    async def _exec(
+        self,
+        command: str,
+        timeout: float,
+        user: str | None,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+    ) -> ExecResult:
+        """``exec`` with ``user=None`` meaning the sandbox's own OS user (no switch)."""
+        self._check_open("exec")
+        if not timeout > 0:
+            raise SandboxError(f"exec timeout must be positive, got {timeout!r}")
+        config = self._backend.config
+        call_id = uuid.uuid4().hex
+        try:
+            wrapped = wrap(
+                command,
+                call_id=call_id,
+                cwd=self._path(cwd) if cwd else self.workdir,
+                env={**self.spec.env, **(env or {})},
+                user=user,
+                output_limit_bytes=config.output_limit_bytes,
+            )
+        except ValueError as exc:
+            raise SandboxError(f"cannot run {command[:200]!r}: {exc}") from exc
+        started = time.monotonic()
+        remote = await self._remote_command(wrapped.script, call_id)
+        if timeout > config.session_threshold_s:
+            text = await self._run_in_session(remote, call_id, command, timeout, started)
+        else:
+            text = await self._run_direct(remote, call_id, command, timeout)
+        report = parse_report(text, wrapped.marker)
+        if report is None:
+            raise SandboxError(
+                f"{command[:200]!r} in Daytona sandbox {self.id} printed no exit report;"
+                f" the image needs sh, base64, head and setsid. Output: {text[-500:]!r}"
+            )
+        return ExecResult(
+            exit_code=report.exit_code,
+            stdout=report.output.decode("utf-8", errors="replace"),
+            stderr="",
+            truncated=report.truncated,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def _remote_command(self, script: str, call_id: str) -> str:
+        remote = launcher(script)
+        if len(remote) <= _MAX_INLINE_COMMAND:
+            return remote
+        path = f"{WRAP_ROOT}/{call_id}.sh"
+        await self.write_file(path, script.encode("utf-8"))
+        return f"sh {path}; r=$?; rm -f {path}; exit $r"
+
+    async def _run_direct(self, remote: str, call_id: str, command: str, timeout: float) -> str:
+        daemon_timeout = math.ceil(timeout) + _DAEMON_GRACE_S
+        task = asyncio.ensure_future(self._sdk.process.exec(remote, timeout=daemon_timeout))
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            await self._kill(call_id)
+            raise self._timed_out(command, timeout)
+        try:
+            response = task.result()
+        except Exception as exc:
+            error = self._failed(exc, context="exec", what=f"exec {command[:100]!r}")
+            if isinstance(error, SandboxCommandTimeout):
+                await self._kill(call_id)
+            raise error from exc
+        return str(response.result or "")
+
+    async def _run_in_session(
+        self, remote: str, call_id: str, command: str, timeout: float, started: float
+    ) -> str:
+        process = self._sdk.process
+        session_id = f"rllm-{call_id}"
+        what = f"session command {command[:100]!r}"
+        await self._call(
+            "create session", "exec", lambda: process.create_session(session_id), retry=True
+        )
+        try:
+            response = await self._call(
+                what,
+                "exec",
+                lambda: process.execute_session_command(
+                    session_id, SessionExecuteRequest(command=remote, run_async=True)
+                ),
+                retry=False,
+            )
+            cmd_id = response.cmd_id
+            interval = self._backend.config.poll_interval_s
+            while True:
+                remaining = started + timeout - time.monotonic()
+                if remaining <= 0:
+                    await self._kill(call_id)
+                    raise self._timed_out(command, timeout)
+                await asyncio.sleep(min(interval, remaining))
+                status = await self._call(
+                    f"poll {what}",
+                    "exec",
+                    lambda: process.get_session_command(session_id, cmd_id),
+                    retry=True,
+                )
+                if status.exit_code is not None:
+                    break
+            logs = await self._call(
+                f"logs of {what}",
+                "exec",
+                lambda: process.get_session_command_logs(session_id, cmd_id),
+                retry=True,
+            )
+        finally:
+            if not (self._closed or self._gone):
+                try:
+                    await process.delete_session(session_id)
+                except Exception as exc:
+                    log.debug("deleting session %s of sandbox %s: %s", session_id, self.id, exc)
+        if logs.output is not None:
+            return str(logs.output)
+        return str(logs.stdout or "") + str(logs.stderr or "")
+
+    def _timed_out(self, command: str, timeout: float) -> SandboxCommandTimeout:
+        return SandboxCommandTimeout(
+            f"{command[:200]!r} ran past its {timeout:g} s timeout in Daytona sandbox {self.id}"
+            " and its process group was killed; raise the timeout or make the command finish"
+            " sooner",
+            command=command,
+            timeout_s=timeout,
+        )
+
+    async def _kill(self, call_id: str) -> None:
+        """Kill the process group of a timed-out call; failures are logged, not raised."""
+        try:
+            await asyncio.wait_for(
+                self._sdk.process.exec(
+                    launcher(kill_script(call_id)), timeout=math.ceil(_KILL_TIMEOUT_S)
+                ),
+                _KILL_TIMEOUT_S,
+            )
+        except Exception as exc:
+            log.warning("could not kill timed-out call %s in sandbox %s: %s", call_id, self.id, exc)
+
+    # ---------------------------------------------------------------- files
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Upload ``data``; when the upload fails, create the parent directory and retry once."""
+        self._check_open("write_file")
+        target = self._path(path)
+        payload = bytes(data)
+        fs = self._sdk.fs
+        what = f"write_file({target!r})"
+        try:
+            await self._call(what, "file", lambda: fs.upload_file(payload, target), retry=True)
+            return
+        except SandboxError as exc:
+            if isinstance(exc, (SandboxGone, SandboxTransientError)) or self._gone:
+                raise
+            first_error = exc
+        parent = posixpath.dirname(target)
+        made = await self._exec(f"mkdir -p -- {shlex.quote(parent)}", 60, None, None, "/")
+        if made.exit_code != 0:
+            raise SandboxError(
+                f"{what}: cannot create the parent directory {parent}: {made.stdout.strip()}"
+            ) from first_error
+        await self._call(what, "file", lambda: fs.upload_file(payload, target), retry=True)
+
+    async def read_file(self, path: str) -> bytes:
+        self._check_open("read_file")
+        target = self._path(path)
+        fs = self._sdk.fs
+        data = await self._call(
+            f"read_file({target!r})", "file", lambda: fs.download_file(target), retry=True
+        )
+        return bytes(data)
+
+    async def list_files(self, path: str) -> list[FileInfo]:
+        self._check_open("list_files")
+        target = self._path(path)
+        fs = self._sdk.fs
+        entries = await self._call(
+            f"list_files({target!r})", "file", lambda: fs.list_files(target), retry=True
+        )
+        infos = [
+            FileInfo(path=posixpath.join(target, e.name), size=int(e.size), is_dir=bool(e.is_dir))
+            for e in entries
+        ]
+        return sorted(infos, key=lambda info: info.path)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def is_alive(self) -> bool:
+        return not (self._closed or self._gone)
+
+    async def close(self) -> None:
+        """Delete the sandbox. Idempotent; a failed delete is logged (the sandbox's lifetime
+        and :meth:`DaytonaBackend.cleanup` reclaim it)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._backend.forget(self)
+        if self._gone:
+            return
+        try:
+            await self._backend.retrying(
+                f"delete sandbox {self.id}", "other", lambda: self._sdk.delete()
+            )
+        except Exception as exc:
+            if not isinstance(translate(exc, context="other", what="delete"), SandboxGone):
+                log.warning(
+                    "could not delete Daytona sandbox %s (its lifetime or cleanup() will): %s",
+                    self.id,
+                    exc,
+                )
+
+    async def __aenter__(self) -> DaytonaSandbox:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class DaytonaBackend:
+    """Creates :class:`DaytonaSandbox` es.
+
+    Every sandbox carries the labels ``rllm-managed=true`` and ``rllm-run=<run_label>`` plus
+    the config's and the spec's labels, so :meth:`cleanup` can find a run's leftovers.
+    Creation is limited to ``max_concurrent_creates`` in flight and ``creates_per_second``
+    started, and retried with exponential backoff on transient errors.
+    """
+
+    def __init__(self, config: DaytonaSandboxConfig | None = None, *, client: Any = None) -> None:
+        self.config = config or DaytonaSandboxConfig()
+        self.run_label = self.config.run_label or uuid.uuid4().hex[:12]
+        self._injected = client
+        self._sdk_client: Any = None
+        self._sdk_loop: asyncio.AbstractEventLoop | None = None
+        self._sandboxes: list[DaytonaSandbox] = []
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._next_create_at = 0.0
+
+    # ---------------------------------------------------------------- SDK plumbing
+
+    async def client(self) -> Any:
+        """The SDK client: the injected one, or an ``AsyncDaytona`` for the running loop."""
+        if self._injected is not None:
+            return self._injected
+        loop = asyncio.get_running_loop()
+        if self._sdk_client is None or self._sdk_loop is not loop:
+            from daytona import AsyncDaytona, DaytonaConfig
+
+            settings = DaytonaConfig(
+                api_key=self.config.api_key, api_url=self.config.api_url, target=self.config.target
+            )
+            try:
+                self._sdk_client = AsyncDaytona(settings)
+            except Exception as exc:
+                raise translate(exc, context="create", what="connecting to Daytona") from exc
+            self._sdk_loop = loop
+        return self._sdk_client
+
+    async def retrying(self, what: str, context: Context, call: Callable[[], Awaitable[T]]) -> T:
+        """Await ``call()``, retrying up to ``retries`` times on transient errors with
+        exponential backoff (at least what a rate limit's ``Retry-After`` asks). Raises the
+        translated error from the SDK's exception."""
+        config = self.config
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except Exception as exc:
+                error = translate(exc, context=context, what=what)
+                if not isinstance(error, SandboxTransientError) or attempt >= config.retries:
+                    if error is exc:
+                        raise
+                    raise error from exc
+                delay = min(config.retry_max_delay_s, config.retry_base_delay_s * 2**attempt)
+                asked = retry_after_s(exc)
+                if asked is not None:
+                    delay = max(delay, min(asked, config.retry_max_delay_s))
+                log.info("%s; retry %d in %.2f s", error, attempt + 1, delay)
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    def _create_slots(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.config.max_concurrent_creates))
+        return self._slots[1]
+
+    async def _pace(self) -> None:
+        """Wait for this creation's start slot (at most ``creates_per_second``)."""
+        now = time.monotonic()
+        start = max(now, self._next_create_at)
+        self._next_create_at = start + 1.0 / self.config.creates_per_second
+        if start > now:
+            await asyncio.sleep(start - now)
+
+    # ---------------------------------------------------------------- creation
+
+    def labels_for(self, spec: SandboxSpec) -> dict[str, str]:
+        return {
+            MANAGED_LABEL: "true",
+            RUN_LABEL: self.run_label,
+            **self.config.labels,
+            **spec.labels,
+        }
+
+    def create_params(
+        self, spec: SandboxSpec
+    ) -> CreateSandboxFromImageParams | CreateSandboxFromSnapshotParams:
+        """The SDK's creation parameters for ``spec``.
+
+        - ``image`` set: built from the image with ``Resources`` in whole units (cpu cores
+          and memory/disk GiB, each rounded up); an image listed in ``snapshots`` starts from
+          that snapshot instead (Daytona ignores resources for snapshots).
+        - no image: the ``snapshot`` config (or Daytona's default snapshot).
+        - ``lifetime_s`` becomes ``ttl_minutes`` (rounded up), ``auto_stop_minutes`` the idle
+          stop, and a stopped sandbox is deleted at once (``auto_delete_interval=0``).
+        - ``network="none"`` blocks all network (``network_block_all``).
+        - ``env`` is set on the sandbox and also exported in every command.
+        """
+        if spec.dockerfile and not spec.image:
+            raise SandboxCreateError(
+                "the daytona backend boots an image: set the spec's image (a Dockerfile's FROM"
+                " line) and replay its RUN steps, or map it to a snapshot"
+            )
+        if spec.user is not None:
+            try:
+                validate_user(spec.user)
+            except ValueError as exc:
+                raise SandboxCreateError(str(exc)) from exc
+        common: dict[str, Any] = {
+            "labels": self.labels_for(spec),
+            "env_vars": dict(spec.env),
+            "auto_stop_interval": self.config.auto_stop_minutes,
+            "auto_delete_interval": 0,
+            "ttl_minutes": max(1, math.ceil(spec.lifetime_s / 60)),
+            "network_block_all": spec.network == NetworkPolicy.NONE,
+        }
+        if spec.image and spec.image in self.config.snapshots:
+            return CreateSandboxFromSnapshotParams(
+                snapshot=self.config.snapshots[spec.image], **common
+            )
+        if spec.image:
+            resources = Resources(
+                cpu=max(1, math.ceil(spec.cpu)),
+                memory=_gib(spec.memory_mb),
+                disk=_gib(spec.disk_mb),
+            )
+            return CreateSandboxFromImageParams(image=spec.image, resources=resources, **common)
+        return CreateSandboxFromSnapshotParams(snapshot=self.config.snapshot, **common)
+
+    async def create(self, spec: SandboxSpec) -> DaytonaSandbox:
+        """Create a sandbox for ``spec`` and its workdir (owned by ``spec.user`` when set)."""
+        params = self.create_params(spec)
+        client = await self.client()
+        async with self._create_slots():
+            await self._pace()
+            try:
+                created = await self.retrying(
+                    "create Daytona sandbox",
+                    "create",
+                    lambda: client.create(
+                        params.model_copy(deep=True), timeout=self.config.create_timeout_s
+                    ),
+                )
+            except SandboxError as error:
+                await self._delete_half_created(error.__cause__, client)
+                raise
+        sandbox = DaytonaSandbox(backend=self, sdk_sandbox=created, spec=spec)
+        self._sandboxes.append(sandbox)
+        await self._make_workdir(sandbox, spec)
+        return sandbox
+
+    async def _delete_half_created(self, cause: BaseException | None, client: Any) -> None:
+        sandbox_id = getattr(cause, "sandbox_id", None)
+        if not isinstance(cause, DaytonaTimeoutError) or not sandbox_id:
+            return
+        try:
+            stale = await client.get(sandbox_id)
+            await stale.delete()
+        except Exception as exc:
+            log.warning("could not delete sandbox %s that did not start: %s", sandbox_id, exc)
+
+    async def _make_workdir(self, sandbox: DaytonaSandbox, spec: SandboxSpec) -> None:
+        workdir = shlex.quote(spec.workdir)
+        script = f"mkdir -p -- {workdir}"
+        if spec.user is not None:
+            user = shlex.quote(spec.user)
+            script += (
+                f' && {{ [ "$(id -un)" = {user} ] || chown {user} {workdir}'
+                f" || sudo -n chown {user} {workdir}; }}"
+            )
+        try:
+            result = await sandbox._exec(script, 60, None, None, "/")
+        except SandboxError as exc:
+            await sandbox.close()
+            raise SandboxCreateError(
+                f"Daytona sandbox {sandbox.id} started but its workdir {spec.workdir} could not"
+                f" be prepared: {exc}"
+            ) from exc
+        if result.exit_code != 0:
+            await sandbox.close()
+            raise SandboxCreateError(
+                f"cannot create workdir {spec.workdir}"
+                + (f" owned by {spec.user!r}" if spec.user else "")
+                + f" in Daytona sandbox {sandbox.id}: {result.stdout.strip()[-300:]}"
+            )
+
+    # ---------------------------------------------------------------- cleanup and close
+
+    def forget(self, sandbox: DaytonaSandbox) -> None:
+        if sandbox in self._sandboxes:
+            self._sandboxes.remove(sandbox)
+
+    async def cleanup(self, labels: Mapping[str, str] | None = None) -> list[str]:
+        """Delete every sandbox carrying all of ``labels`` (default: this backend's run
+        label) and return their ids: the sandboxes a crashed run left behind."""
+        wanted = dict(labels) if labels else {RUN_LABEL: self.run_label}
+        client = await self.client()
+        found = []
+        try:
+            async for sdk_sandbox in client.list(ListSandboxesQuery(labels=wanted)):
+                found.append(sdk_sandbox)
+        except Exception as exc:
+            raise translate(exc, context="other", what=f"list sandboxes {wanted}") from exc
+        deleted = []
+        for sdk_sandbox in found:
+            sandbox_id = str(sdk_sandbox.id)
+            with contextlib.suppress(SandboxGone):
+                await self.retrying(
+                    f"delete sandbox {sandbox_id}", "other", lambda s=sdk_sandbox: s.delete()
+                )
+            deleted.append(sandbox_id)
+        return deleted
+
+    async def close(self) -> None:
+        """Delete every sandbox still open, then release the SDK client this backend built."""
+        sandboxes = list(self._sandboxes)
+        await asyncio.gather(*(sandbox.close() for sandbox in sandboxes))
+        client, self._sdk_client = self._sdk_client, None
+        if client is not None and self._sdk_loop is asyncio.get_running_loop():
+            try:
+                await client.close()
+            except Exception as exc:
+                log.debug("closing the Daytona client: %s", exc)
+        self._sdk_loop = None
+
+
+async def cleanup(
+    labels: Mapping[str, str],
+    *,
+    config: DaytonaSandboxConfig | None = None,
+    client: Any = None,
+) -> list[str]:
+    """Delete every Daytona sandbox carrying all of ``labels`` and return their ids.
+
+    Example: ``await cleanup({"rllm-run": "3f2a9c1b7d10"})`` removes what that run leaked.
+    """
+    if not labels:
+        raise ValueError("cleanup needs at least one label; refusing to delete every sandbox")
+    backend = DaytonaBackend(config, client=client)
+    try:
+        return await backend.cleanup(labels)
+    finally:
+        await backend.close()

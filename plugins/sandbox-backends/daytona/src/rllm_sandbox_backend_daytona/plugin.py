@@ -1,0 +1,101 @@
+"""Entry module: the config of ``[sandbox] name = "daytona"`` and its spec.
+
+Imports only rllm-core, pydantic and the standard library; the daytona SDK loads when a plan
+builds the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
+from rllm_core import SandboxBackendSpec, hookimpl, lazy
+
+__all__ = ["DaytonaSandboxConfig"]
+
+
+class DaytonaSandboxConfig(BaseModel):
+    """Keys of ``[sandbox] name = "daytona"``.
+
+    Credentials left unset are read by the SDK from ``DAYTONA_API_KEY``, ``DAYTONA_API_URL``
+    and ``DAYTONA_TARGET`` when the first sandbox is created.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    api_key: str | None = Field(
+        default=None, description="Daytona API key; unset reads DAYTONA_API_KEY"
+    )
+    api_url: str | None = Field(
+        default=None, description="Daytona API URL; unset reads DAYTONA_API_URL or the SDK default"
+    )
+    target: str | None = Field(
+        default=None, description="region to create sandboxes in; unset reads DAYTONA_TARGET"
+    )
+    snapshot: str | None = Field(
+        default=None,
+        description="snapshot for specs that name no image; unset uses Daytona's default snapshot",
+    )
+    snapshots: dict[str, str] = Field(
+        default_factory=dict,
+        description="image -> prebuilt snapshot name; a mapped image starts from the snapshot"
+        " (no build; the snapshot's own resources apply)",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="labels added to every sandbox, below the spec's own"
+    )
+    run_label: str | None = Field(
+        default=None,
+        description="value of the 'rllm-run' label on every sandbox of this backend; unset picks"
+        " a fresh id per backend, so cleanup() finds exactly this run's sandboxes",
+    )
+    session_threshold_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="commands whose timeout exceeds this run as asynchronous session commands"
+        " that are polled, since Daytona drops idle connections on long calls",
+    )
+    poll_interval_s: float = Field(
+        default=1.0, gt=0, description="seconds between polls of a session command"
+    )
+    output_limit_bytes: int = Field(
+        default=1 << 20,
+        gt=0,
+        description="bytes of merged output kept per command; the rest is dropped inside the"
+        " sandbox and the result is marked truncated",
+    )
+    create_timeout_s: float = Field(
+        default=600.0, gt=0, description="how long one sandbox may take to build and start"
+    )
+    auto_stop_minutes: int = Field(
+        default=15,
+        ge=0,
+        description="idle minutes after which Daytona stops (and then deletes) a sandbox;"
+        " 0 disables the idle stop and leaves only the lifetime",
+    )
+    max_concurrent_creates: int = Field(
+        default=8, ge=1, description="creations in flight at once, per backend"
+    )
+    creates_per_second: float = Field(
+        default=4.0, gt=0, description="most creations started per second, per backend"
+    )
+    retries: int = Field(
+        default=4,
+        ge=0,
+        description="retries of a creation, file transfer, poll or delete that failed with a"
+        " transient error (connection, 5xx, rate limit)",
+    )
+    retry_base_delay_s: float = Field(
+        default=1.0, ge=0, description="first retry delay; doubles with every retry"
+    )
+    retry_max_delay_s: float = Field(default=30.0, ge=0, description="longest retry delay")
+
+
+@hookimpl
+def rllm_sandbox_backends() -> Iterator[SandboxBackendSpec]:
+    yield SandboxBackendSpec(
+        name="daytona",
+        factory=lazy("rllm_sandbox_backend_daytona.backend:DaytonaBackend"),
+        config=DaytonaSandboxConfig,
+        summary="Daytona cloud sandboxes through the daytona SDK (merged stdout/stderr)",
+    )

@@ -1,0 +1,495 @@
+"""The ``modal`` sandbox backend: rllm-core's sandbox contract over the modal SDK's async API.
+
+Every SDK call goes through the ``client`` given to :class:`ModalBackend`: the ``modal``
+module by default, or an object with the same ``App``, ``Sandbox`` and ``Image`` attributes
+(tests pass a fake). Methods are called through their ``.aio`` variants.
+
+How the spec maps onto ``modal.Sandbox.create``: ``cpu`` in cores and ``memory_mb`` in MiB
+as they are; ``lifetime_s`` becomes ``timeout`` (whole seconds, rounded up); ``network =
+"none"`` becomes ``block_network=True``; ``env`` is the sandbox env (and is exported again
+in every command, after the login profile); ``labels`` plus the backend's ``rllm-run`` tag
+become the sandbox's tags. The image is ``spec.image`` from a registry, else the Dockerfile
+text built by Modal (without a build context, so its COPY and ADD steps cannot work), else
+the configured default. ``disk_mb`` has no Modal parameter and is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import posixpath
+import re
+import secrets
+import shlex
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from rllm_core.errors import (
+    SandboxCommandTimeout,
+    SandboxCreateError,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxGone,
+)
+from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
+
+from rllm_sandbox_backend_modal.errors import translate
+from rllm_sandbox_backend_modal.plugin import ModalConfig
+from rllm_sandbox_backend_modal.retry import MinInterval, with_retries
+from rllm_sandbox_backend_modal.shell import command_script, exec_argv, kill_argv
+
+__all__ = ["RUN_TAG", "ModalBackend", "ModalSandbox"]
+
+RUN_TAG = "rllm-run"
+"""The tag whose value is the backend's ``run_id``; :meth:`ModalBackend.cleanup` finds
+a run's sandboxes by it."""
+
+T = TypeVar("T")
+_TAG = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+_STATUS_TIMEOUT_S = 10.0
+_log = logging.getLogger(__name__)
+
+
+def _modal_module() -> Any:
+    import modal
+
+    return modal
+
+
+class _Capture:
+    """Keeps the first ``limit`` bytes of a stream and reads and drops the rest, so the
+    command never blocks on a full pipe."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        self.truncated = False
+
+    async def drain(self, stream: AsyncIterator[bytes | str]) -> None:
+        async for chunk in stream:
+            data = chunk.encode() if isinstance(chunk, str) else chunk
+            room = max(self.limit - len(self.kept), 0)
+            self.kept += data[:room]
+            self.truncated = self.truncated or len(data) > room
+
+    def text(self) -> str:
+        return self.kept.decode("utf-8", errors="replace")
+
+
+class ModalSandbox:
+    """One Modal sandbox. See :class:`rllm_core.ports.Sandbox` for the contract."""
+
+    merges_output = False
+
+    def __init__(self, handle: Any, *, spec: SandboxSpec, backend: ModalBackend) -> None:
+        self.handle = handle
+        self.spec = spec
+        self.workdir = spec.workdir
+        self._backend = backend
+        self._config = backend.config
+        self._closed = False
+
+    @property
+    def sandbox_id(self) -> str:
+        return str(getattr(self.handle, "object_id", "?"))
+
+    def __repr__(self) -> str:
+        return f"ModalSandbox({self.sandbox_id}, workdir={self.workdir!r})"
+
+    # ---------------------------------------------------------------- helpers
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise SandboxGone(
+                f"{what}: modal sandbox {self.sandbox_id} is closed; create a new one"
+            )
+
+    def _path(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.workdir, path))
+
+    async def _sdk(self, what: str, call: Callable[[], Awaitable[T]], *, retry: bool) -> T:
+        """Await an SDK call, translating its errors; retry transient ones when ``retry``."""
+
+        async def once() -> T:
+            try:
+                return await call()
+            except Exception as exc:
+                raise translate(exc, f"{what} in modal sandbox {self.sandbox_id}") from exc
+
+        if not retry:
+            return await once()
+        return await self._backend.retrying(once, what)
+
+    # ---------------------------------------------------------------- exec
+
+    async def exec(
+        self,
+        command: str,
+        timeout: float,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        self._check_open("exec")
+        directory = self._path(cwd) if cwd else self.workdir
+        script = command_script(command, cwd=directory, env={**self.spec.env, **(env or {})})
+        exec_id = uuid.uuid4().hex
+        argv = exec_argv(script, exec_id=exec_id, user=user or self.spec.user)
+        what = f"exec {command[:200]!r}"
+        started = time.monotonic()
+        # Modal's own deadline is a backstop one second past ours; when it fires first,
+        # wait() returns -1 and the command is handled as timed out all the same.
+        process = await self._sdk(
+            what,
+            lambda: self.handle.exec.aio(*argv, timeout=math.ceil(timeout) + 1, text=False),
+            retry=False,
+        )
+        out = _Capture(self._config.output_limit_bytes)
+        err = _Capture(self._config.output_limit_bytes)
+        waiter = asyncio.ensure_future(process.wait.aio())
+        tasks = {
+            waiter,
+            asyncio.ensure_future(out.drain(process.stdout)),
+            asyncio.ensure_future(err.drain(process.stderr)),
+        }
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=timeout)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for task in done:
+            exc = task.exception()
+            if exc is not None:
+                raise translate(exc, f"{what} in modal sandbox {self.sandbox_id}") from exc
+        code = waiter.result() if waiter in done else None
+        if pending or code == -1:
+            await self._kill(exec_id, what)
+            raise SandboxCommandTimeout(
+                f"{what} ran past its {timeout:g} s timeout in modal sandbox {self.sandbox_id}"
+                " and its process group was killed; raise the timeout or make the command"
+                " finish sooner",
+                command=command,
+                timeout_s=timeout,
+            )
+        assert code is not None
+        return ExecResult(
+            exit_code=code,
+            stdout=out.text(),
+            stderr=err.text(),
+            truncated=out.truncated or err.truncated,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def _kill(self, exec_id: str, what: str) -> None:
+        """Kill the process group of a timed-out command; a failure here is logged, since the
+        timeout is what the caller must hear about."""
+        try:
+            process = await self.handle.exec.aio(
+                *kill_argv(exec_id), timeout=math.ceil(self._config.kill_timeout_s), text=False
+            )
+            await asyncio.wait_for(process.wait.aio(), self._config.kill_timeout_s)
+        except Exception as exc:
+            _log.warning(
+                "could not kill the process group of timed-out %s in modal sandbox %s: %s",
+                what,
+                self.sandbox_id,
+                exc,
+            )
+
+    # ---------------------------------------------------------------- files
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        self._check_open("write_file")
+        target = self._path(path)
+        payload = bytes(data)
+        await self._sdk(
+            f"write_file {target}",
+            lambda: self.handle.filesystem.write_bytes.aio(payload, target),
+            retry=True,
+        )
+
+    async def read_file(self, path: str) -> bytes:
+        self._check_open("read_file")
+        target = self._path(path)
+        try:
+            data = await self._sdk(
+                f"read_file {target}",
+                lambda: self.handle.filesystem.read_bytes.aio(target),
+                retry=True,
+            )
+        except SandboxError as exc:
+            if _is_not_a_directory(exc.__cause__):
+                raise SandboxFileNotFound(f"read_file: no file {target} in the sandbox") from exc
+            raise
+        return bytes(data)
+
+    async def list_files(self, path: str) -> list[FileInfo]:
+        self._check_open("list_files")
+        target = self._path(path)
+        entries = await self._sdk(
+            f"list_files {target}",
+            lambda: self.handle.filesystem.list_files.aio(target),
+            retry=True,
+        )
+        infos = [
+            FileInfo(path=posixpath.join(target, e.name), size=int(e.size), is_dir=e.is_dir())
+            for e in entries
+        ]
+        return sorted(infos, key=lambda info: info.path)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def is_alive(self) -> bool:
+        if self._closed:
+            return False
+        try:
+            code = await asyncio.wait_for(self.handle.poll.aio(), _STATUS_TIMEOUT_S)
+        except Exception:
+            return False
+        return code is None
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._backend.forget(self)
+        try:
+            await self._sdk("terminate", lambda: self.handle.terminate.aio(), retry=True)
+        except SandboxGone:
+            pass
+        except SandboxError as exc:
+            _log.warning(
+                "could not terminate modal sandbox %s (its lifetime of %g s still bounds it;"
+                " ModalBackend.cleanup() finds it by its %s tag): %s",
+                self.sandbox_id,
+                self.spec.lifetime_s,
+                RUN_TAG,
+                exc,
+            )
+
+    async def __aenter__(self) -> ModalSandbox:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _is_not_a_directory(exc: BaseException | None) -> bool:
+    from modal.exception import SandboxFilesystemNotADirectoryError
+
+    return isinstance(exc, SandboxFilesystemNotADirectoryError)
+
+
+class ModalBackend:
+    """Creates :class:`ModalSandbox` es in the Modal app named by the config.
+
+    ``client`` replaces the ``modal`` module (an object with ``App``, ``Sandbox`` and ``Image``
+    shaped like the SDK's); ``clock`` and ``sleep`` pace creations and retries and can be
+    replaced in tests. Creation requests are spaced ``create_interval_s`` apart, and
+    creation, file and lifecycle calls that fail transiently are retried with exponential
+    backoff; commands are never retried, since they may not be idempotent.
+    """
+
+    def __init__(
+        self,
+        config: ModalConfig | None = None,
+        *,
+        client: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.config = config or ModalConfig()
+        self.modal = client if client is not None else _modal_module()
+        self.run_id = self.config.run_id or secrets.token_hex(6)
+        self._sleep = sleep
+        self._pace = MinInterval(self.config.create_interval_s, clock=clock, sleep=sleep)
+        self._app: Any = None
+        self._sandboxes: list[ModalSandbox] = []
+
+    # ---------------------------------------------------------------- helpers
+
+    async def retrying(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """Await ``call()`` (which raises translated errors), retrying transient failures."""
+        return await with_retries(
+            call,
+            what=what,
+            retries=self.config.retries,
+            backoff_s=self.config.retry_backoff_s,
+            backoff_max_s=self.config.retry_backoff_max_s,
+            sleep=self._sleep,
+        )
+
+    async def app(self) -> Any:
+        """The hydrated Modal app, looked up (and created when missing) once."""
+        if self._app is None:
+            name = self.config.app_name
+
+            async def lookup() -> Any:
+                try:
+                    return await self.modal.App.lookup.aio(
+                        name,
+                        create_if_missing=True,
+                        environment_name=self.config.environment_name,
+                    )
+                except Exception as exc:
+                    raise translate(exc, f"looking up modal app {name!r}", creating=True) from exc
+
+            self._app = await self.retrying(lookup, f"looking up modal app {name!r}")
+        return self._app
+
+    def tags(self, spec: SandboxSpec) -> dict[str, str]:
+        """The spec's labels plus this run's tag; raises ``SandboxCreateError`` for a label
+        Modal would refuse."""
+        tags = {**spec.labels, RUN_TAG: self.run_id}
+        for key, value in tags.items():
+            for part in (key, value):
+                if not _TAG.match(part):
+                    raise SandboxCreateError(
+                        f"sandbox label {key!r}={value!r} cannot be a modal tag: use 1 to 63"
+                        " letters, digits, '.', '_' or '-'"
+                    )
+        return tags
+
+    def image(self, spec: SandboxSpec, scratch: Path) -> Any:
+        """The Modal image for ``spec``; a Dockerfile is written under ``scratch``, which must
+        outlive the creation call."""
+        images = self.modal.Image
+        if spec.image:
+            return images.from_registry(spec.image)
+        if spec.dockerfile:
+            path = scratch / "Dockerfile"
+            path.write_text(spec.dockerfile)
+            return images.from_dockerfile(path)
+        if self.config.default_image:
+            return images.from_registry(self.config.default_image)
+        return images.debian_slim()
+
+    def create_kwargs(self, spec: SandboxSpec, app: Any, image: Any) -> dict[str, Any]:
+        """The keyword arguments of ``modal.Sandbox.create`` for ``spec``."""
+        kwargs: dict[str, Any] = {
+            "app": app,
+            "image": image,
+            "tags": self.tags(spec),
+            "env": dict(spec.env),
+            "timeout": max(1, math.ceil(spec.lifetime_s)),
+            "workdir": spec.workdir,
+            "cpu": float(spec.cpu),
+            "memory": int(spec.memory_mb),
+            "block_network": spec.network == NetworkPolicy.NONE,
+        }
+        if self.config.idle_timeout_s is not None:
+            kwargs["idle_timeout"] = self.config.idle_timeout_s
+        if self.config.region is not None:
+            kwargs["region"] = self.config.region
+        return kwargs
+
+    # ---------------------------------------------------------------- contract
+
+    async def create(self, spec: SandboxSpec) -> ModalSandbox:
+        if not posixpath.isabs(spec.workdir):
+            raise SandboxCreateError(
+                f"workdir {spec.workdir!r} is relative; a modal sandbox needs an absolute one"
+            )
+        if spec.cpu <= 0 or spec.memory_mb <= 0:
+            raise SandboxCreateError(
+                f"cpu={spec.cpu} and memory_mb={spec.memory_mb} must both be positive"
+            )
+        app = await self.app()
+        with tempfile.TemporaryDirectory(prefix="rllm-modal-") as scratch:
+            kwargs = self.create_kwargs(spec, app, self.image(spec, Path(scratch)))
+
+            async def create_once() -> Any:
+                await self._pace.wait()
+                try:
+                    return await self.modal.Sandbox.create.aio(**kwargs)
+                except Exception as exc:
+                    raise translate(exc, "creating a modal sandbox", creating=True) from exc
+
+            handle = await self.retrying(create_once, "creating a modal sandbox")
+        sandbox = ModalSandbox(handle, spec=spec, backend=self)
+        self._sandboxes.append(sandbox)
+        try:
+            await self._prepare(sandbox)
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    async def _prepare(self, sandbox: ModalSandbox) -> None:
+        """Create the workdir and, for a spec user, check the user exists and owns it."""
+        spec = sandbox.spec
+        workdir = spec.workdir
+        try:
+            await sandbox._sdk(
+                f"creating workdir {workdir}",
+                lambda: sandbox.handle.filesystem.make_directory.aio(workdir),
+                retry=True,
+            )
+        except SandboxError as exc:
+            raise SandboxCreateError(f"cannot create workdir {workdir}: {exc}") from exc
+        if spec.user:
+            check = (
+                'id -u "$1" >/dev/null 2>&1 || { echo "no user $1 in the image" >&2; exit 3; };'
+                ' chown "$1" "$2"'
+            )
+            args = " ".join(shlex.quote(arg) for arg in (check, "rllm-user", spec.user, workdir))
+            result = await sandbox.exec(
+                f"bash -c {args}",
+                timeout=60,
+                user="root",
+            )
+            if result.exit_code != 0:
+                raise SandboxCreateError(
+                    f"cannot run as user {spec.user!r}: {result.stderr.strip() or result.stdout}"
+                    f" (exit {result.exit_code}); create the user in the image or leave user"
+                    " unset"
+                )
+
+    def forget(self, sandbox: ModalSandbox) -> None:
+        if sandbox in self._sandboxes:
+            self._sandboxes.remove(sandbox)
+
+    async def close(self) -> None:
+        sandboxes = list(self._sandboxes)
+        await asyncio.gather(*(sb.close() for sb in sandboxes), return_exceptions=True)
+
+    # ---------------------------------------------------------------- leaks
+
+    async def cleanup(self, labels: Mapping[str, str] | None = None) -> int:
+        """Terminate every running sandbox of the app whose tags include ``labels``.
+
+        ``labels`` defaults to this backend's ``{"rllm-run": run_id}``, which removes what a
+        run left behind; pass ``{"rllm-run": "<id>"}`` to clean up another run. Returns how
+        many sandboxes were terminated.
+        """
+        wanted = dict(labels) if labels else {RUN_TAG: self.run_id}
+        app = await self.app()
+        what = f"listing modal sandboxes tagged {wanted}"
+        try:
+            found = [sb async for sb in self.modal.Sandbox.list.aio(app_id=app.app_id, tags=wanted)]
+        except Exception as exc:
+            raise translate(exc, what) from exc
+        for handle in found:
+            with contextlib.suppress(SandboxGone):
+                await self.retrying(lambda h=handle: _terminate(h), "terminating a leaked sandbox")
+        return len(found)
+
+
+async def _terminate(handle: Any) -> None:
+    try:
+        await handle.terminate.aio()
+    except Exception as exc:
+        raise translate(exc, f"terminating modal sandbox {handle.object_id}") from exc

@@ -1,5 +1,0 @@
-"""Daytona sandboxes for rllm-core.
-
-The entry module (:mod:`rllm_sandbox_daytona.plugin`) imports nothing heavy; the backend in
-:mod:`rllm_sandbox_daytona.backend` imports the daytona SDK when a plan builds it.
-"""

@@ -1,7 +1,0 @@
-"""Trace stores for rllm-core.
-
-Components: the trace store ``deltachain`` (:mod:`rllm_storage_deltachain.store`, append-only
-compressed segment files) and the trace store ``memory`` (:mod:`rllm_storage_deltachain.memory`).
-The entry module is :mod:`rllm_storage_deltachain.plugin`; it imports only rllm-core, pydantic
-and the standard library.
-"""

@@ -1,0 +1,242 @@
+"""The Fireworks trainer backend: the policy lives on a Fireworks trainer job, the sampler on
+a deployment that hot-loads each new version of the weights."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fireworks.training.sdk import types as fw
+from rllm_core.algorithms.objective import Objective
+from rllm_core.errors import PlanError, PlanIssue
+from rllm_core.types import Datum
+
+from rllm_trainer_backend_fireworks.losses import StepLoss, to_sdk_datum
+from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
+from rllm_trainer_backend_fireworks.sampler import FireworksSampler
+
+__all__ = ["STATE_FILE", "FireworksBackend"]
+
+STATE_FILE = "fireworks-state.json"
+"""The file ``save_state`` writes into its folder: the trainer checkpoint's remote path and
+the backend's counters."""
+
+
+class FireworksBackend:
+    """A :class:`~rllm_core.ports.TrainerBackend` over the Fireworks training API.
+
+    ``service`` is a ``FiretitanServiceClient`` (or an object with the same
+    ``create_training_client`` method); unset, one is created from the config, which provisions
+    a trainer job and a hot-load deployment on Fireworks. Every loss runs client-side on the
+    logprobs the trainer returns (``forward_backward_custom``), so a loss that reduces through
+    ``ctx.aggregate`` is normalized over the whole call and the trainer adds no normalization
+    of its own. After each ``optim_step`` the new weights are saved for sampling and the
+    deployment hot-loads them before ``weight_version`` moves.
+
+    ``save_state(path)`` saves a trainer checkpoint (weights and optimizer) on Fireworks and
+    writes its remote path with the counters to ``path/fireworks-state.json``; the folder is
+    only a pointer, and loading it needs the same Fireworks account.
+    """
+
+    def __init__(self, config: FireworksBackendConfig, *, service: Any = None) -> None:
+        if config.logprob_temperature != 1.0:
+            raise PlanError(
+                [
+                    PlanIssue(
+                        path="plan",
+                        section="trainer",
+                        key="logprob_temperature",
+                        value=config.logprob_temperature,
+                        message=(
+                            f"the Fireworks trainer computes logprobs at temperature 1 only, not"
+                            f" {config.logprob_temperature}"
+                        ),
+                        hint="set logprob_temperature = 1.0 and [sampling].temperature = 1.0",
+                    )
+                ]
+            )
+        self.config = config
+        self._service = service if service is not None else _connect(config)
+        self._timeout = config.request_timeout_s
+        self._training = self._service.create_training_client(
+            base_model=config.base_model,
+            lora_rank=config.lora_rank,
+            seed=config.seed,
+            lora_alpha=config.lora_alpha,
+        )
+        self._version = 0
+        self._steps = 0
+        self._publishes = 0
+        self._saves = 0
+        self._sampling: Any = None
+        self._sampler_path = ""
+        self._closed = False
+        self._publish()
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self._steps
+
+    @property
+    def sampling_client(self) -> Any:
+        """The SDK sampling client bound to the newest published weights."""
+        self._check_open()
+        return self._sampling
+
+    @property
+    def sampler_path(self) -> str:
+        """The Fireworks snapshot the deployment serves now."""
+        return self._sampler_path
+
+    def sampler(self) -> FireworksSampler:
+        return FireworksSampler(self)
+
+    def forward_backward(
+        self, datums: Sequence[Datum], objective: Objective
+    ) -> Mapping[str, float]:
+        """One forward and one backward pass on the trainer over all ``datums``.
+
+        Returns the objective's metrics, ``tokens`` and ``sequences``, and the trainer's own
+        figures prefixed ``fireworks/``.
+        """
+        self._check_open()
+        if not datums:
+            raise ValueError("forward_backward got no datums; pass at least one datum to train")
+        step_loss = StepLoss(datums, objective)
+        future = self._training.forward_backward_custom(
+            [to_sdk_datum(d) for d in datums], step_loss
+        )
+        output = future.result(timeout=self._timeout)
+        metrics = dict(step_loss.metrics)
+        for key, value in (output.metrics or {}).items():
+            if key not in metrics:
+                metrics[f"fireworks/{key}"] = float(value)
+        return metrics
+
+    def optim_step(self) -> dict[str, float]:
+        """Apply the accumulated gradients with Adam, then publish the new weights to the
+        sampling deployment. Returns ``learning_rate``, ``step`` and the trainer's figures
+        prefixed ``fireworks/``."""
+        self._check_open()
+        params = fw.AdamParams(
+            learning_rate=self.config.learning_rate,
+            beta1=self.config.betas[0],
+            beta2=self.config.betas[1],
+            eps=self.config.eps,
+            weight_decay=self.config.weight_decay,
+            grad_clip_norm=self.config.max_grad_norm,
+        )
+        response = self._training.optim_step(params).result(timeout=self._timeout)
+        self._steps += 1
+        self._version += 1
+        self._publish()
+        metrics = {"learning_rate": self.config.learning_rate, "step": float(self._steps)}
+        for key, value in (response.metrics or {}).items():
+            metrics[f"fireworks/{key}"] = float(value)
+        return metrics
+
+    def save_state(self, path: str) -> None:
+        self._check_open()
+        self._saves += 1
+        name = f"rllm-state-step{self._steps}-{self._saves}"
+        checkpoint = self._training.save_state(name).result(timeout=self._timeout).path
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {
+            "checkpoint": checkpoint,
+            "base_model": self.config.base_model,
+            "lora_rank": self.config.lora_rank,
+            "weight_version": self._version,
+            "optimizer_steps": self._steps,
+        }
+        tmp = folder / f"{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, folder / STATE_FILE)
+
+    def load_state(self, path: str) -> None:
+        self._check_open()
+        file = Path(path) / STATE_FILE
+        if not file.is_file():
+            raise FileNotFoundError(
+                f"{file} does not exist; pass a folder written by the fireworks backend's"
+                " save_state"
+            )
+        state = json.loads(file.read_text())
+        for key in ("base_model", "lora_rank"):
+            if state[key] != getattr(self.config, key):
+                raise ValueError(
+                    f"{file} was saved with {key} {state[key]!r} but this backend trains"
+                    f" {getattr(self.config, key)!r}; load it with the same [trainer] settings"
+                )
+        self._training.load_state_with_optimizer(state["checkpoint"]).result(timeout=self._timeout)
+        self._steps = int(state["optimizer_steps"])
+        self._version = int(state["weight_version"])
+        self._publish()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for resource in (self._sampling, self._service):
+            closer = getattr(resource, "close", None)
+            if callable(closer):
+                closer()
+
+    def _publish(self) -> None:
+        """Save the current weights for sampling and bind a sampling client to them; the
+        SDK returns once the deployment serves that snapshot."""
+        self._publishes += 1
+        name = f"rllm-weights-v{self._version}-{self._publishes}"
+        saved = self._training.save_weights_for_sampler(name).result(timeout=self._timeout)
+        previous = self._sampling
+        self._sampling = self._training.create_sampling_client(saved.path)
+        self._sampler_path = saved.path
+        if previous is not None and previous is not self._sampling:
+            closer = getattr(previous, "close", None)
+            if callable(closer):
+                closer()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Fireworks backend is closed; build a new one from the plan")
+
+
+def _connect(config: FireworksBackendConfig) -> Any:
+    api_key = os.environ.get(config.api_key_env, "")
+    if not api_key:
+        raise PlanError(
+            [
+                PlanIssue(
+                    path="plan",
+                    section="trainer",
+                    key="api_key_env",
+                    value=config.api_key_env,
+                    message=f"the Fireworks trainer needs an API key and ${config.api_key_env}"
+                    " is not set",
+                    hint=f"export {config.api_key_env}=<a training-scoped Fireworks API key>",
+                )
+            ]
+        )
+    from fireworks.training.sdk import FiretitanServiceClient
+
+    managed: dict[str, Any] = {
+        "base_model": config.base_model,
+        "lora_rank": config.lora_rank,
+        "lora_alpha": config.lora_alpha if config.lora_rank else None,
+        "seed": config.seed,
+        "learning_rate": config.learning_rate,
+    }
+    if config.training_shape_id is not None:
+        managed["training_shape_id"] = config.training_shape_id
+    if config.deployment_id is not None:
+        managed["deployment_id"] = config.deployment_id
+    return FiretitanServiceClient.from_firetitan_config(
+        api_key=api_key, base_url=config.base_url, **managed
+    )

@@ -1,0 +1,92 @@
+"""Entry module of rllm-trainer-backend-fireworks: the config model and the spec the registry hook
+yields.
+
+Imports only ``rllm_core``, pydantic and the standard library; the backend is named with
+:func:`rllm_core.lazy`, so the Fireworks SDK and torch load only when a plan builds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from rllm_core import TrainerBackendSpec, hookimpl, lazy
+
+__all__ = ["FireworksBackendConfig", "rllm_trainer_backends"]
+
+
+class FireworksBackendConfig(BaseModel):
+    """Options of the ``fireworks`` trainer backend (plan section ``[trainer]``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    base_model: str = Field(
+        min_length=1,
+        description=(
+            "Fireworks model resource to train, such as 'accounts/fireworks/models/qwen3-8b'."
+        ),
+    )
+    lora_rank: int = Field(
+        16, ge=0, description="LoRA rank of the trained adapter; 0 trains every parameter."
+    )
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha; the update is scaled by alpha/rank.")
+    seed: int = Field(0, description="Seed of the adapter initialization on the trainer.")
+    learning_rate: float = Field(1e-5, gt=0.0, description="Adam learning rate.")
+    betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="Adam's moving-average coefficients (beta1, beta2)."
+    )
+    eps: float = Field(1e-8, gt=0.0, description="Adam's denominator epsilon.")
+    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay.")
+    max_grad_norm: float = Field(
+        1.0, ge=0.0, description="Global gradient-norm clip applied by the trainer; 0 disables it."
+    )
+    logprob_temperature: float = Field(
+        1.0,
+        gt=0.0,
+        description=(
+            "Temperature of the logprobs the trainer recomputes. The Fireworks trainer computes"
+            " them at temperature 1 only, so any other value is refused when the backend is"
+            " built; sample at temperature 1.0 for on-policy ratios."
+        ),
+    )
+    training_shape_id: str | None = Field(
+        None,
+        description=(
+            "Fireworks training shape (accelerators, sharding) for the managed trainer job;"
+            " unset lets Fireworks choose the validated shape for base_model."
+        ),
+    )
+    deployment_id: str | None = Field(
+        None,
+        description=(
+            "Reuse this Fireworks deployment as the hot-load sampling target; unset creates one"
+            " for the run and removes it on close."
+        ),
+    )
+    api_key_env: str = Field(
+        "FIREWORKS_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable that holds the training-scoped Fireworks API key.",
+    )
+    base_url: str | None = Field(None, description="Fireworks API URL; unset uses the SDK default.")
+    request_timeout_s: float = Field(
+        900.0, gt=0.0, description="Longest wait for one trainer operation (forward, step, save)."
+    )
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        for value in betas:
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"each of betas must be in [0, 1), got {list(betas)}")
+        return betas
+
+
+@hookimpl
+def rllm_trainer_backends() -> Iterator[TrainerBackendSpec]:
+    yield TrainerBackendSpec(
+        name="fireworks",
+        factory=lazy("rllm_trainer_backend_fireworks.backend:FireworksBackend"),
+        config=FireworksBackendConfig,
+        summary="Fireworks training API (remote LoRA/full, custom losses) + hot-loaded sampler",
+    )

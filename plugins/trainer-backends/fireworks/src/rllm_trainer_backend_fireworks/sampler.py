@@ -1,0 +1,76 @@
+"""The Sampler over the Fireworks deployment that serves the newest published weights."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fireworks.training.sdk import types as fw
+from rllm_core.types import SampleRequest, SampleResult
+
+if TYPE_CHECKING:
+    from rllm_trainer_backend_fireworks.backend import FireworksBackend
+
+__all__ = ["FireworksSampler"]
+
+
+class FireworksSampler:
+    """Token ids in, token ids and logprobs out, from the deployment the backend hot-loaded.
+
+    ``weight_version`` is the backend's: it moves when ``optim_step`` publishes new weights.
+    A completion that ended on a stop token must include that token, since training uses the
+    sampled ids as they are; a response that drops it or lacks logprobs raises.
+    """
+
+    def __init__(self, backend: FireworksBackend) -> None:
+        self._backend = backend
+
+    @property
+    def weight_version(self) -> int:
+        return self._backend.weight_version
+
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        params = request.params
+        version = self._backend.weight_version
+        client = self._backend.sampling_client
+        response = await client.sample_async(
+            fw.ModelInput.from_ints(list(request.prompt_token_ids)),
+            1,
+            fw.SamplingParams(
+                max_tokens=params.max_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                stop=list(params.stop_token_ids) or None,
+                seed=params.seed,
+            ),
+        )
+        if len(response.sequences) != 1:
+            raise RuntimeError(
+                f"the Fireworks sampler returned {len(response.sequences)} sequences for one"
+                f" request {request.request_id!r}; expected exactly 1"
+            )
+        sequence = response.sequences[0]
+        tokens = [int(t) for t in sequence.tokens]
+        logprobs = sequence.logprobs
+        if logprobs is None or len(logprobs) != len(tokens):
+            raise RuntimeError(
+                f"the Fireworks sampler returned {len(tokens)} tokens with"
+                f" {'no' if logprobs is None else len(logprobs)} logprobs for request"
+                f" {request.request_id!r}; training needs one logprob per sampled token"
+            )
+        finish = "stop" if sequence.stop_reason == "stop" else "length"
+        if (
+            finish == "stop"
+            and params.stop_token_ids
+            and (not tokens or tokens[-1] not in params.stop_token_ids)
+        ):
+            raise RuntimeError(
+                f"the Fireworks sampler stopped request {request.request_id!r} without returning"
+                f" the stop token (last token {tokens[-1] if tokens else None}, stop tokens"
+                f" {list(params.stop_token_ids)}); the sampled ids must include it to be trained"
+            )
+        return SampleResult(
+            completion_token_ids=tokens,
+            logprobs=[float(x) for x in logprobs],
+            finish_reason=finish,
+            weight_version=version,
+        )

@@ -1,0 +1,244 @@
+"""The ``tinker`` trainer backend: LoRA training and sampling on Tinker's hosted models."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import tinker
+from rllm_core.algorithms.objective import Objective
+from rllm_core.types import Datum
+
+from rllm_trainer_backend_tinker.batch import build_batch
+from rllm_trainer_backend_tinker.checkpoint import read_state, write_state
+from rllm_trainer_backend_tinker.loss import CustomLoss
+from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
+from rllm_trainer_backend_tinker.sampler import TinkerSampler
+
+__all__ = ["TinkerBackend"]
+
+
+class TinkerBackend:
+    """A :class:`~rllm_core.ports.TrainerBackend` on a Tinker LoRA training run.
+
+    How it trains: the plan's loss and auxiliary losses are rllm-core loss plugins, run on
+    this machine. ``forward_backward`` calls Tinker's ``forward_backward_custom``: Tinker runs
+    the forward pass and returns each datum's per-token logprobs, the losses see them in a
+    :class:`~rllm_core.ports.LossContext` exactly as on the torch backend (one context over the
+    whole call, so the aggregation normalizers count every datum), and Tinker back-propagates
+    the gradient of the summed loss with respect to those logprobs through the model. The
+    logprobs are at temperature 1, so plans sample at temperature 1.
+
+    ``optim_step`` runs Tinker's AdamW step with the configured hyperparameters, then saves the
+    weights for sampling and publishes the new ``SamplingClient`` as the next weight version.
+    ``save_state`` saves weights and optimizer state on Tinker and writes their ``tinker://``
+    path into ``tinker_state.json`` in the state folder; ``load_state`` starts a new training
+    client from that checkpoint. Tinker's RNG is not part of the state, so resuming continues
+    the same weights, optimizer and counters but not bitwise the same samples.
+
+    ``service_client`` replaces the ``tinker.ServiceClient`` the backend would otherwise
+    create (tests pass a fake; a caller may share one session between backends). A client
+    passed in is not closed by :meth:`close`.
+    """
+
+    def __init__(self, config: TinkerBackendConfig, *, service_client: Any = None) -> None:
+        self.config = config
+        self._owns_service = service_client is None
+        self._service = service_client if service_client is not None else _connect(config)
+        self._lock = threading.Lock()
+        self._training = self._wait(
+            self._service.create_lora_training_client(
+                base_model=config.base_model,
+                rank=config.lora_rank,
+                seed=config.seed,
+                train_mlp=config.train_mlp,
+                train_attn=config.train_attn,
+                train_unembed=config.train_unembed,
+            ),
+            "creating the LoRA training client",
+        )
+        self._sampling_client = self._publish()
+        self._version = 0
+        self._steps = 0
+        self._pending = False
+        self._sampler: TinkerSampler | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def weight_version(self) -> int:
+        """Increments with every ``optim_step``; restored by ``load_state``."""
+        with self._lock:
+            return self._version
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer steps taken, counting those restored by ``load_state``."""
+        return self._steps
+
+    @property
+    def training_client(self) -> Any:
+        """The current Tinker ``TrainingClient`` (replaced by ``load_state``)."""
+        return self._training
+
+    def current_sampling_client(self) -> tuple[Any, int]:
+        """The newest published ``SamplingClient`` and its weight version, read together."""
+        with self._lock:
+            return self._sampling_client, self._version
+
+    def sampler(self) -> TinkerSampler:
+        """The sampler on the newest published weights (one per backend)."""
+        self._check_open()
+        if self._sampler is None:
+            self._sampler = TinkerSampler(self)
+        return self._sampler
+
+    # ------------------------------------------------------------------ training
+
+    def forward_backward(self, datums: Sequence[Datum], objective: Objective) -> dict[str, float]:
+        """Add the gradient of ``objective`` over ``datums`` on Tinker.
+
+        Invalid datums raise ``ValueError`` before anything is sent. Returns the metrics of
+        :class:`~rllm_trainer_backend_tinker.loss.CustomLoss` (the objective's, token and sequence
+        counts) plus Tinker's own numeric metrics prefixed ``tinker/``.
+        """
+        self._check_open()
+        batch = build_batch(datums)
+        custom = CustomLoss(batch, objective)
+        output = self._wait(
+            self._training.forward_backward_custom(batch.tinker_datums, custom),
+            "forward_backward",
+        )
+        self._pending = True
+        metrics = dict(custom.metrics)
+        for key, value in (output.metrics or {}).items():
+            if key not in metrics and isinstance(value, int | float):
+                metrics[f"tinker/{key}"] = float(value)
+        return metrics
+
+    def optim_step(self) -> dict[str, float]:
+        """Step Tinker's AdamW, publish the new weights to the sampler and return
+        ``learning_rate``, ``step`` and Tinker's step metrics (prefixed ``tinker/``). Raises
+        ``RuntimeError`` when no ``forward_backward`` preceded it."""
+        self._check_open()
+        if not self._pending:
+            raise RuntimeError("optim_step() without gradients: call forward_backward(...) first")
+        config = self.config
+        params = tinker.types.AdamParams(
+            learning_rate=config.learning_rate,
+            beta1=config.betas[0],
+            beta2=config.betas[1],
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+            grad_clip_norm=config.max_grad_norm,
+        )
+        response = self._wait(self._training.optim_step(params), "optim_step")
+        self._pending = False
+        self._steps += 1
+        client = self._publish()
+        with self._lock:
+            self._sampling_client = client
+            self._version += 1
+        metrics = {"learning_rate": config.learning_rate, "step": float(self._steps)}
+        for key, value in (response.metrics or {}).items():
+            metrics[f"tinker/{key}"] = float(value)
+        return metrics
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def identity(self) -> dict[str, Any]:
+        """What a state folder must match to load into this backend."""
+        config = self.config
+        return {
+            "base_model": config.base_model,
+            "lora_rank": config.lora_rank,
+            "train_mlp": config.train_mlp,
+            "train_attn": config.train_attn,
+            "train_unembed": config.train_unembed,
+        }
+
+    def save_state(self, path: str) -> None:
+        """Save weights and optimizer state on Tinker as ``<checkpoint_prefix>-step<N>`` and
+        write ``tinker_state.json`` into the folder ``path``. Raises ``RuntimeError`` between
+        ``forward_backward`` and ``optim_step``, where saving would drop the gradients."""
+        self._check_open()
+        if self._pending:
+            raise RuntimeError(
+                "save_state() after forward_backward() and before optim_step() would lose the"
+                " accumulated gradients; call optim_step() first"
+            )
+        name = f"{self.config.checkpoint_prefix}-step{self._steps:06d}"
+        saved = self._wait(
+            self._training.save_state(
+                name, ttl_seconds=self.config.checkpoint_ttl_s, overwrite=True
+            ),
+            f"saving checkpoint {name!r}",
+        )
+        write_state(
+            path,
+            tinker_path=saved.path,
+            identity=self.identity(),
+            counters={"optimizer_steps": self._steps, "weight_version": self.weight_version},
+        )
+
+    def load_state(self, path: str) -> None:
+        """Continue from a folder written by :meth:`save_state`: a new Tinker training client
+        starts from its weights and optimizer state, its sampler weights are published, and
+        the counters are restored. Raises
+        :class:`~rllm_trainer_backend_tinker.checkpoint.CheckpointError` for a folder of another
+        base model or LoRA shape. Pending gradients are dropped."""
+        self._check_open()
+        tinker_path, counters = read_state(path, identity=self.identity())
+        training = self._wait(
+            self._service.create_training_client_from_state_with_optimizer(tinker_path),
+            f"loading checkpoint {tinker_path}",
+        )
+        self._training = training
+        client = self._publish()
+        self._pending = False
+        self._steps = counters["optimizer_steps"]
+        with self._lock:
+            self._sampling_client = client
+            self._version = counters["weight_version"]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Stop using Tinker; closes the service client when the backend created it. Calling
+        it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sampler = None
+        if self._owns_service:
+            self._service.close()
+
+    def _publish(self) -> Any:
+        return self._wait(
+            self._training.save_weights_and_get_sampling_client(),
+            "publishing sampler weights",
+        )
+
+    def _wait(self, future: Any, what: str) -> Any:
+        try:
+            return future.result(timeout=self.config.request_timeout_s)
+        except TimeoutError as exc:
+            raise TimeoutError(
+                f"Tinker did not finish {what} within {self.config.request_timeout_s} s;"
+                " raise request_timeout_s in [trainer] or check Tinker's status"
+            ) from exc
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this TinkerBackend is closed; build a new one")
+
+
+def _connect(config: TinkerBackendConfig) -> Any:
+    try:
+        return tinker.ServiceClient(base_url=config.base_url)
+    except tinker.AuthenticationError as exc:
+        raise RuntimeError(
+            f"Tinker refused the credentials ({exc}); set TINKER_API_KEY to a valid key"
+        ) from exc

@@ -1,0 +1,160 @@
+"""The trainer's state on disk: one folder per checkpoint.
+
+Layout:
+
+- ``weights.safetensors``: the trainable parameters under their module names (only the adapter
+  weights with LoRA; every parameter for full training).
+- ``trainer.pt``: optimizer and scheduler state dicts and the random generators' states
+  (Python, torch CPU, and every CUDA device when CUDA is initialized).
+- ``state.json``: format version, counters (optimizer steps, weight version) and the identity
+  of the model the state belongs to. Written last: a folder without it is not a checkpoint.
+
+Loading checks the identity first and refuses a state saved for another model, another LoRA
+shape or another dtype, naming both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from rllm_core.errors import RllmError
+from safetensors.torch import load_file, save_file
+
+__all__ = ["FORMAT", "CheckpointError", "describe", "read_state", "write_state"]
+
+FORMAT = 1
+WEIGHTS = "weights.safetensors"
+TRAINER = "trainer.pt"
+STATE = "state.json"
+
+
+class CheckpointError(RllmError, ValueError):
+    """A checkpoint folder is missing, incomplete, or belongs to another model or shape."""
+
+
+def describe(identity: Mapping[str, Any]) -> str:
+    """One line naming what an identity describes, for error messages."""
+    training = identity.get("training")
+    if training == "lora":
+        lora = identity.get("lora") or {}
+        shape = (
+            f"LoRA rank {lora.get('rank')}, alpha {lora.get('alpha')}, on"
+            f" {','.join(lora.get('target_modules', []))}"
+        )
+    else:
+        shape = "full-parameter training"
+    return f"model {identity.get('model')!r} ({shape}, {identity.get('dtype')})"
+
+
+def digest(identity: Mapping[str, Any]) -> str:
+    """A short, stable hash of an identity."""
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def write_state(
+    folder: str | os.PathLike[str],
+    *,
+    parameters: Mapping[str, torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    identity: Mapping[str, Any],
+    counters: Mapping[str, int],
+) -> None:
+    """Write a checkpoint into ``folder`` (created if needed; files of an older one are
+    replaced)."""
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / STATE).unlink(missing_ok=True)
+    weights = {name: param.detach().contiguous().cpu() for name, param in parameters.items()}
+    save_file(weights, str(target / WEIGHTS))
+    torch.save(
+        {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": _rng_state(),
+        },
+        target / TRAINER,
+    )
+    state = {
+        "format": FORMAT,
+        "counters": dict(counters),
+        "identity": dict(identity),
+        "digest": digest(identity),
+    }
+    temporary = target / (STATE + ".tmp")
+    temporary.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    temporary.replace(target / STATE)
+
+
+def read_state(
+    folder: str | os.PathLike[str],
+    *,
+    parameters: Mapping[str, torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    identity: Mapping[str, Any],
+) -> dict[str, int]:
+    """Restore a checkpoint written by :func:`write_state` into the given objects, in place,
+    and return its counters. Raises :class:`CheckpointError` when the folder is not a
+    checkpoint or its identity differs from ``identity``."""
+    source = Path(folder)
+    state_file = source / STATE
+    if not state_file.is_file():
+        raise CheckpointError(
+            f"{source} is not a trainer checkpoint (no {STATE}); give the folder that"
+            " save_state wrote"
+        )
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    if state.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{source} holds checkpoint format {state.get('format')!r}; this version of"
+            f" rllm-trainer-backend-torch reads format {FORMAT}"
+        )
+    saved = state.get("identity", {})
+    if saved != dict(identity):
+        differing = sorted(
+            key for key in {*saved, *identity} if saved.get(key) != identity.get(key)
+        )
+        raise CheckpointError(
+            f"{source} was saved for {describe(saved)}, but this backend trains"
+            f" {describe(identity)} (differing: {', '.join(differing)}); build the backend with"
+            " the checkpoint's settings or start from scratch"
+        )
+    weights = load_file(str(source / WEIGHTS))
+    if set(weights) != set(parameters):
+        raise CheckpointError(
+            f"{source}/{WEIGHTS} holds {len(weights)} tensors but this backend trains"
+            f" {len(parameters)} parameters with other names; the checkpoint is damaged or"
+            " from another model"
+        )
+    trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
+    with torch.no_grad():
+        for name, param in parameters.items():
+            param.copy_(weights[name])
+    optimizer.load_state_dict(trainer["optimizer"])
+    scheduler.load_state_dict(trainer["scheduler"])
+    _set_rng_state(trainer["rng"])
+    return {key: int(value) for key, value in state["counters"].items()}
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,147 @@
+"""Build the policy: pick the device, seed the generators, load the model, add LoRA adapters."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import random
+import sys
+
+import torch
+from rllm_core.errors import ComponentError
+from rllm_core.models import resolve_model
+
+from rllm_trainer_backend_torch.plugin import TorchBackendConfig
+
+__all__ = ["DTYPES", "load_policy", "release_free_memory", "resolve_device", "seed_everything"]
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _config_error(message: str) -> ComponentError:
+    return ComponentError(message, kind="trainer_backend", name="torch")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's and torch's global generators (every CUDA device's too).
+
+    LoRA initialization and dropout draw from torch's global generator, so they follow."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``auto`` → ``cuda:0`` when CUDA is available, else ``cpu``; other values are checked."""
+    if spec == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise _config_error(
+                f"device {spec!r} asks for CUDA, but torch {torch.__version__} sees no CUDA"
+                " device; set device = 'auto' or 'cpu'"
+            )
+        index = device.index or 0
+        count = torch.cuda.device_count()
+        if index >= count:
+            raise _config_error(
+                f"device {spec!r} does not exist: {count} CUDA device(s) are visible"
+                f" (cuda:0 .. cuda:{count - 1})"
+            )
+        return torch.device("cuda", index)
+    return device
+
+
+def load_policy(config: TorchBackendConfig, device: torch.device) -> torch.nn.Module:
+    """Load ``config.model`` in ``config.dtype`` on ``device``, in eval mode.
+
+    With ``lora.rank > 0`` the result is a peft model whose only trainable parameters are the
+    adapters; with ``rank = 0`` every parameter of the plain model is trainable. Call
+    :func:`seed_everything` first: adapter initialization draws from torch's generator.
+    ``config.model`` is resolved with :func:`rllm_core.models.resolve_model`, whose
+    ``ModelError`` subclasses say how to fix an unknown or uncached model.
+    """
+    from transformers import AutoModelForCausalLM
+
+    folder = resolve_model(config.model)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:
+        raise _config_error(f"could not load model {config.model!r} from {folder}: {exc}") from exc
+    # Converting after loading gives the same weights whatever dtype the loader picked.
+    model = model.to(device=device, dtype=DTYPES[config.dtype])
+    if config.gradient_checkpointing:
+        _enable_checkpointing(model)
+    if config.lora.full:
+        model.requires_grad_(True)
+    else:
+        model = _add_lora(model, config)
+    model.eval()
+    return model
+
+
+def _enable_checkpointing(model: torch.nn.Module) -> None:
+    # transformers 5 renamed the method; older releases only have the first name.
+    options = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+
+
+def _add_lora(model: torch.nn.Module, config: TorchBackendConfig) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    lora = config.lora
+    targets = list(lora.target_modules)
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [target for target in targets if target not in names]
+    if missing:
+        linear = sorted(
+            {
+                name.rsplit(".", 1)[-1]
+                for name, module in model.named_modules()
+                if isinstance(module, torch.nn.Linear)
+            }
+        )
+        raise _config_error(
+            f"lora.target_modules names {missing} but model {config.model!r} has no such"
+            f" module; its linear modules are: {', '.join(linear)}"
+        )
+    peft_config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_config)
+
+
+def release_free_memory() -> None:
+    """Hand the memory the C allocator holds free back to the system (glibc's
+    ``malloc_trim``; nothing elsewhere).
+
+    glibc keeps freed blocks for reuse, in one pool per thread that allocated them: what the
+    sampler's thread freed stays resident while the trainer's thread allocates its own. It
+    costs a few milliseconds; call it when a phase ends, not per tensor.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim

@@ -1,0 +1,222 @@
+"""Entry module of rllm-trainer-backend-torch: the config models and the spec the registry hook
+yields.
+
+Imports only ``rllm_core``, pydantic and the standard library; the backend is named with
+:func:`rllm_core.lazy`, so torch and transformers load only when a plan builds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from rllm_core import PlanPath, TrainerBackendSpec, hookimpl, lazy
+
+__all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "TorchBackendConfig", "rllm_trainer_backends"]
+
+DEFAULT_TARGET_MODULES: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+"""Every linear projection of attention and MLP in Llama-family models (SmolLM2, Qwen2.5)."""
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class LoraSettings(_Config):
+    """LoRA adapters (peft) on the base model's linear layers, or full-parameter training."""
+
+    rank: int = Field(
+        16,
+        ge=0,
+        description=(
+            "LoRA rank r. 0 trains every parameter of the model instead (full fine-tuning);"
+            " the other LoRA keys are then ignored."
+        ),
+    )
+    alpha: float = Field(
+        32.0, gt=0.0, description="LoRA alpha; the adapter's update is scaled by alpha / rank."
+    )
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Dropout on the adapter's input during training."
+    )
+    target_modules: tuple[str, ...] = Field(
+        DEFAULT_TARGET_MODULES,
+        min_length=1,
+        description=(
+            "Names of the linear modules that get adapters (matched against the end of each"
+            " module's dotted name). The default covers every attention and MLP projection of"
+            " Llama-family models."
+        ),
+    )
+
+    @property
+    def full(self) -> bool:
+        """True when every parameter is trained (``rank = 0``)."""
+        return self.rank == 0
+
+
+class TorchBackendConfig(_Config):
+    """Options of the ``torch`` trainer backend (plan section ``[trainer]``)."""
+
+    model: Annotated[str, PlanPath(or_name=True)] = Field(
+        "smollm2-135m-instruct",
+        min_length=1,
+        description=(
+            "A model catalog name (such as 'smollm2-135m-instruct') or a local folder holding a"
+            " transformers model (config.json, safetensors weights)."
+        ),
+    )
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
+        description=(
+            "'auto' picks the first CUDA device when one is present and the CPU otherwise;"
+            " 'cpu', 'cuda' or 'cuda:N' force one."
+        ),
+    )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Threads torch computes with on the CPU (`torch.set_num_threads`, for the whole"
+            " process); unset: torch's default, one per core. Fewer leave cores to sandbox"
+            " commands and the gateway that run while the sampler decodes."
+        ),
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description=(
+            "Dtype of the model weights. Logprobs and losses are always computed in float32."
+        ),
+    )
+    seed: int = Field(
+        0,
+        description=(
+            "Seeds Python's and torch's random generators when the backend is built, so LoRA"
+            " initialization and dropout are reproducible."
+        ),
+    )
+    deterministic: bool = Field(
+        True,
+        description=(
+            "Reproducible numerics: MKL's strict reproducible mode, torch's deterministic"
+            " algorithms and, on CUDA, cuDNN's deterministic kernels. `rllm-core run` sets it"
+            " from [run].deterministic."
+        ),
+    )
+    lora: LoraSettings = Field(
+        default_factory=LoraSettings,
+        description="LoRA settings (`rank`, `alpha`, `dropout`, `target_modules`); rank 0 is"
+        " full-parameter training.",
+    )
+    learning_rate: float = Field(2e-4, gt=0.0, description="Peak learning rate of AdamW.")
+    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay of AdamW.")
+    betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="AdamW's moving-average coefficients (beta1, beta2)."
+    )
+    eps: float = Field(1e-8, gt=0.0, description="AdamW's denominator epsilon.")
+    max_grad_norm: float = Field(
+        1.0,
+        ge=0.0,
+        description=(
+            "Gradients are rescaled so their global L2 norm is at most this; 0 disables"
+            " clipping. The norm before clipping is reported as `grad_norm`."
+        ),
+    )
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description=(
+            "Learning-rate schedule after warmup: constant, or a linear or cosine decay that"
+            " reaches 0 after `total_steps` optimizer steps."
+        ),
+    )
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Optimizer steps of linear warmup: step k (from 1) uses k / warmup_steps of the"
+            " learning rate until it reaches the peak."
+        ),
+    )
+    total_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Length of the schedule in optimizer steps; required by 'linear' and 'cosine'.",
+    )
+    micro_batch_size: int = Field(
+        4,
+        ge=1,
+        description=(
+            "Sequences per forward pass. A forward_backward call is split into micro-batches of"
+            " this size; the gradient does not depend on it, only speed and memory do."
+        ),
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description=(
+            "Recompute activations during the backward pass instead of storing them: less"
+            " memory, about a third more compute."
+        ),
+    )
+    logprob_temperature: float = Field(
+        1.0,
+        gt=0.0,
+        description=(
+            "Logits are divided by this before the log-softmax, so recomputed logprobs compare"
+            " with the sampler's when the sampler used that temperature."
+        ),
+    )
+    max_batch_size: int = Field(
+        32, ge=1, description="Sampler: most sequences decoded together in one batch."
+    )
+    max_seq_len: int | None = Field(
+        None,
+        ge=2,
+        description=(
+            "Sampler: longest prompt plus completion, in tokens. Unset uses the model's context"
+            " length."
+        ),
+    )
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        for value in betas:
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"each of betas must be in [0, 1), got {list(betas)}")
+        return betas
+
+    @model_validator(mode="after")
+    def _schedule_has_a_length(self) -> TorchBackendConfig:
+        if self.lr_schedule != "constant":
+            if self.total_steps is None:
+                raise ValueError(
+                    f"lr_schedule {self.lr_schedule!r} decays over total_steps optimizer steps;"
+                    " set total_steps (or use lr_schedule = 'constant')"
+                )
+            if self.warmup_steps >= self.total_steps:
+                raise ValueError(
+                    f"warmup_steps ({self.warmup_steps}) must be smaller than total_steps"
+                    f" ({self.total_steps}) for lr_schedule {self.lr_schedule!r}"
+                )
+        return self
+
+
+@hookimpl
+def rllm_trainer_backends() -> Iterator[TrainerBackendSpec]:
+    yield TrainerBackendSpec(
+        name="torch",
+        factory=lazy("rllm_trainer_backend_torch.backend:TorchBackend"),
+        config=TorchBackendConfig,
+        summary="local transformers model: LoRA or full training and a batched KV-cache sampler",
+        proximal_modes=("rollout", "recompute"),
+    )
