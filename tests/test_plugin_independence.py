@@ -1,6 +1,7 @@
 """No plugin imports another plugin: code that several plugins use lives in ``rllm_core.kit``.
 
-A plugin's ``src/`` may import ``rllm_core``, its own package and third-party libraries. Its
+A plugin's ``src/`` may import ``rllm_core``, its own package (and modules its tests name after
+it) and third-party libraries. Its
 ``tests/`` may also import the plugins its ``test`` extra names (the torch backend's tests train
 with a real loss), since those are what the tests install. Checked over the AST of every file,
 function bodies included, so a lazy import counts too.
@@ -47,7 +48,7 @@ def _foreign(package: Any, part: str, allowed: set[str], root: Path = REPO_ROOT)
     problems = []
     for path in sorted((package.folder / part).rglob("*.py")):
         for module, line in sorted(_imports(path)):
-            if PLUGIN_MODULE.match(module) and module != own and module not in allowed:
+            if PLUGIN_MODULE.match(module) and not module.startswith(own) and module not in allowed:
                 problems.append(f"{path.relative_to(root)}:{line} imports {module}")
     return problems
 

@@ -29,7 +29,7 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
     },
     Kind.RENDERER: {
         "chatml": "rllm-renderer-chatml",
-        "qwen3": "rllm-renderer-qwen3",
+        "qwen3": "rllm-renderer-chatml",
         "hf": "rllm-renderer-hf",
     },
     Kind.SANDBOX_BACKEND: {

@@ -19,7 +19,7 @@ DISTRIBUTION = "rllm-renderer-chatml"
 def test_manager_collects_the_renderer(qwen25_tokenizer_dir):
     manager = PluginManager(load_entry_points=False)
     manager.register(plugin, name="chatml", distribution=DISTRIBUTION)
-    assert manager.names(Kind.RENDERER) == ["chatml"]
+    assert manager.names(Kind.RENDERER) == ["chatml", "qwen3"]
     spec = manager.get(Kind.RENDERER, "chatml")
     assert known_provider(spec.kind, spec.name) == DISTRIBUTION
     renderer = spec.build({"tokenizer": str(qwen25_tokenizer_dir), "template": "qwen2.5"})

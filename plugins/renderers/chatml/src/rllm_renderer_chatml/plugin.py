@@ -1,4 +1,4 @@
-"""Entry module: the ``chatml`` renderer's config and spec.
+"""Entry module: the configs and specs of the ``chatml`` and ``qwen3`` renderers.
 
 Imports only rllm-core, pydantic and the standard library; the renderer and the tokenizers
 library load when a plan builds the component.
@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from rllm_core import PlanPath, RendererSpec, hookimpl, lazy
 
-__all__ = ["ChatMLConfig"]
+__all__ = ["ChatMLConfig", "Qwen3Config"]
 
 
 class ChatMLConfig(BaseModel):
@@ -36,6 +36,28 @@ class ChatMLConfig(BaseModel):
     )
 
 
+class Qwen3Config(BaseModel):
+    """Keys of ``[renderer] name = "qwen3"``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokenizer: Annotated[str, PlanPath()] = Field(
+        description="local folder of a Hugging Face tokenizer with a Qwen vocabulary (Qwen3's,"
+        " or Qwen2.5's, where <think> is plain text); its tokenizer.json is used"
+    )
+    keep_reasoning: bool = Field(
+        default=False,
+        description="false: drop past reasoning at a new user turn as Qwen3's template does"
+        " (the bridge then refuses and the prompt is re-rendered); true: keep every turn's"
+        " think block, so every next prompt extends the last",
+    )
+    enable_thinking: bool = Field(
+        default=True,
+        description="false: the generation prompt carries an empty think block, as the"
+        " template's enable_thinking=False does",
+    )
+
+
 @hookimpl
 def rllm_renderers() -> Iterator[RendererSpec]:
     yield RendererSpec(
@@ -44,4 +66,11 @@ def rllm_renderers() -> Iterator[RendererSpec]:
         config=ChatMLConfig,
         summary="ChatML templates of SmolLM2-Instruct and Qwen2.5-Instruct (tools, tool"
         " results), with a bridge that never re-tokenizes the past",
+    )
+    yield RendererSpec(
+        name="qwen3",
+        factory=lazy("rllm_renderer_chatml.qwen3:Qwen3Renderer.from_config"),
+        config=Qwen3Config,
+        summary="Qwen3 thinking template: <think> reasoning parsed out, past reasoning dropped"
+        " or kept across turns",
     )

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 from rllm_core.kit.toolcalls import format_tool_call, split_tool_calls
 from rllm_core.types import Message, ParsedToolCall, ToolSpec
+
 from rllm_renderer_chatml.templates import (
     GENERATION_PROMPT,
     ChatTemplate,

@@ -6,8 +6,8 @@ import pytest
 from rllm_core.testing.conversations import conversations, corpus
 from rllm_core.testing.suites.renderers import Conversation, ReferenceRender, RendererConformance
 from rllm_core.testing.tokenizers import hf_tokenizer, reference_render
-from rllm_renderer_qwen3.plugin import Qwen3Config
-from rllm_renderer_qwen3.renderer import Qwen3Renderer
+from rllm_renderer_chatml.plugin import Qwen3Config
+from rllm_renderer_chatml.qwen3 import Qwen3Renderer
 
 CASES = conversations(corpus(exclude=("parity_only",)))
 # With thinking disabled the prompt closes an empty think block, so no sampled turn can hold

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from rllm_core.types import Message, ToolCall
-from rllm_renderer_qwen3.plugin import Qwen3Config
-from rllm_renderer_qwen3.renderer import Qwen3Renderer
+from rllm_renderer_chatml.plugin import Qwen3Config
+from rllm_renderer_chatml.qwen3 import Qwen3Renderer
 
 
 def _m(role: str, content: str = "", **kw) -> Message:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rllm_core.testing.conversations import corpus, simulate_rollout
 from rllm_core.types import Message, ToolCall, ToolSpec
-from rllm_renderer_qwen3.plugin import Qwen3Config
-from rllm_renderer_qwen3.renderer import Qwen3Renderer
+from rllm_renderer_chatml.plugin import Qwen3Config
+from rllm_renderer_chatml.qwen3 import Qwen3Renderer
 
 CASES = corpus(exclude=("parity_only",))
 UNTHINKING = corpus(exclude=("parity_only", "reasoning", "raw_think"))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from rllm_core.testing.conversations import corpus
 from rllm_core.testing.tokenizers import hf_tokenizer, reference_render
-from rllm_renderer_qwen3.plugin import Qwen3Config
-from rllm_renderer_qwen3.renderer import Qwen3Renderer
+from rllm_renderer_chatml.plugin import Qwen3Config
+from rllm_renderer_chatml.qwen3 import Qwen3Renderer
 
 CASES = corpus()
 

@@ -6,14 +6,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rllm_core.types import Message, ToolCall, ToolSpec
+
+from rllm_renderer_chatml.qwen3_template import THINK_CLOSE, THINK_OPEN, Qwen3Template, is_query
 from rllm_renderer_chatml.renderer import ChatMLRenderer
 from rllm_renderer_chatml.templates import GENERATION_PROMPT
 from rllm_renderer_chatml.tokenizer import TextTokenizer
 
-from rllm_renderer_qwen3.template import THINK_CLOSE, THINK_OPEN, Qwen3Template, is_query
-
 if TYPE_CHECKING:
-    from rllm_renderer_qwen3.plugin import Qwen3Config
+    from rllm_renderer_chatml.plugin import Qwen3Config
 
 __all__ = ["Qwen3Renderer"]
 
@@ -35,7 +35,7 @@ class Qwen3Renderer(ChatMLRenderer):
       bridges over neither). The check re-renders the sampled turn as the template will and
       compares token ids, so it cannot accept a prompt the template would not produce.
     - ``True``: every assistant turn keeps its think block (see
-      :mod:`rllm_renderer_qwen3.template`), the render never rewrites the past and the bridge
+      :mod:`rllm_renderer_chatml.qwen3_template`), the render never rewrites the past and the bridge
       always extends, exactly like the ``chatml`` renderer.
     """
 
