@@ -12,11 +12,11 @@ template: it runs with the same environment, so it reads ``$OPENAI_BASE_URL`` an
 from __future__ import annotations
 
 import posixpath
-import string
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import HarnessSpec, hookimpl, lazy
+from rllm_core.kit.templates import template_fields
 
 __all__ = ["DEFAULT_ENV", "PLACEHOLDERS", "CliConfig"]
 
@@ -46,21 +46,7 @@ DEFAULT_ENV = {
 """Variables every agent gets; ``env`` adds to them and may replace them."""
 
 
-def _check_template(template: str, key: str) -> str:
-    try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    except ValueError as exc:
-        raise ValueError(
-            f"{key} is not a valid template ({exc}); write literal braces as {{{{ and }}}}"
-        ) from None
-    for name in sorted(names):
-        if name not in PLACEHOLDERS:
-            raise ValueError(
-                f"{key} uses the placeholder {{{name}}}, which is not one of "
-                + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
-                + "; write literal braces as {{ and }} (a shell ${{VAR}} as $VAR or ${{{{VAR}}}})"
-            )
-    return template
+_SHELL_HINT = " (a shell ${{VAR}} as $VAR or ${{{{VAR}}}})"
 
 
 class CliConfig(BaseModel):
@@ -105,7 +91,8 @@ class CliConfig(BaseModel):
     @field_validator("invocation")
     @classmethod
     def _invocation_template(cls, value: str) -> str:
-        return _check_template(value, "invocation")
+        template_fields(value, PLACEHOLDERS, "invocation", hint=_SHELL_HINT)
+        return value
 
     @field_validator("env")
     @classmethod
@@ -113,7 +100,7 @@ class CliConfig(BaseModel):
         for name, template in value.items():
             if not name or "=" in name or "\0" in name:
                 raise ValueError(f"env has the invalid variable name {name!r}")
-            _check_template(template, f"env.{name}")
+            template_fields(template, PLACEHOLDERS, f"env.{name}", hint=_SHELL_HINT)
         return value
 
     @field_validator("agent_dir")

@@ -10,11 +10,11 @@ validated.
 
 from __future__ import annotations
 
-import string
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from rllm_core import HarnessSpec, hookimpl, lazy
+from rllm_core.kit.templates import template_fields
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -58,24 +58,6 @@ PLACEHOLDERS: dict[str, tuple[str, ...]] = {
     "truncation_marker": ("cut",),
 }
 """The placeholders each prompt key may use."""
-
-
-def _check_template(template: str, key: str) -> str:
-    allowed = PLACEHOLDERS[key]
-    try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    except ValueError as exc:
-        raise ValueError(
-            f"{key} is not a valid template ({exc}); write literal braces as {{{{ and }}}}"
-        ) from None
-    for name in sorted(names):
-        if name not in allowed:
-            raise ValueError(
-                f"{key} uses the placeholder {{{name}}}, which is not one of "
-                + ", ".join(f"{{{a}}}" for a in allowed)
-                + "; write literal braces as {{ and }}"
-            )
-    return template
 
 
 class ShellConfig(BaseModel):
@@ -169,7 +151,7 @@ class ShellConfig(BaseModel):
         for key in PLACEHOLDERS:
             value = getattr(self, key)
             if value is not None:
-                _check_template(value, key)
+                template_fields(value, PLACEHOLDERS[key], key)
         return self
 
 

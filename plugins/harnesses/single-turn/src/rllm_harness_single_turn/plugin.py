@@ -6,35 +6,16 @@ client) loads when a plan builds it.
 
 from __future__ import annotations
 
-import string
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import HarnessSpec, hookimpl, lazy
+from rllm_core.kit.templates import template_fields
 
-__all__ = ["USER_TEMPLATE_FIELDS", "SingleTurnConfig", "template_fields"]
+__all__ = ["USER_TEMPLATE_FIELDS", "SingleTurnConfig"]
 
 USER_TEMPLATE_FIELDS = ("instruction", "task_id")
 """The placeholders ``user_template`` may use."""
-
-
-def template_fields(template: str, allowed: tuple[str, ...], key: str) -> set[str]:
-    """The ``{name}`` placeholders of ``template``; raises ``ValueError`` naming ``key`` when one
-    is not in ``allowed`` or the template is not valid ``str.format`` syntax."""
-    try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    except ValueError as exc:
-        raise ValueError(
-            f"{key} is not a valid template ({exc}); write literal braces as {{{{ and }}}}"
-        ) from None
-    for name in sorted(names):
-        if name not in allowed:
-            raise ValueError(
-                f"{key} uses the placeholder {{{name}}}, which is not one of "
-                + ", ".join(f"{{{a}}}" for a in allowed)
-                + "; write literal braces as {{ and }}"
-            )
-    return names
 
 
 class SingleTurnConfig(BaseModel):
