@@ -1,8 +1,10 @@
-"""Every first-party plugin shows up in ``rllm-core plugins`` as it should, and the core's
-catalog of who provides what agrees with what the plugins really provide."""
+"""Every first-party plugin shows up in ``rllm-core plugins`` as it should, the core's catalog
+of who provides what agrees with what the plugins really provide, and every component's config
+describes each of its keys (the plan reference is generated from those descriptions)."""
 
 from __future__ import annotations
 
+from rllm_core.plugins import PluginManager
 from rllm_core.plugins.catalog import FIRST_PARTY
 
 
@@ -42,3 +44,21 @@ def test_table_lists_every_plugin(first_party_plugins, run_cli):
     assert result.returncode == 0, result
     for package in first_party_plugins:
         assert package.distribution in result.stdout
+
+
+def test_every_config_forbids_unknown_keys_and_describes_each_key(first_party_plugins):
+    ours = {p.distribution for p in first_party_plugins}
+    manager = PluginManager(disabled=())
+    problems = []
+    for record in manager.plugins():
+        if record.distribution not in ours:
+            continue
+        for key in record.components:
+            kind, _, name = key.partition(":")
+            config = manager.get_record(kind, name).spec.config
+            if config.model_config.get("extra") != "forbid":
+                problems.append(f"{key} ({record.distribution}): config accepts unknown keys")
+            for field, info in config.model_fields.items():
+                if not info.description:
+                    problems.append(f"{key} ({record.distribution}): key {field!r} undescribed")
+    assert problems == []

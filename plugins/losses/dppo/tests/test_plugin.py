@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import subprocess
 import sys
 
 import pytest
 from pydantic import ValidationError
 from rllm_core.plugins import Kind, PluginManager
-from rllm_core.plugins.catalog import known_provider
 from rllm_loss_dppo import plugin
 
 DISTRIBUTION = "rllm-loss-dppo"
@@ -22,26 +20,6 @@ def test_manager_collects_both_losses():
     assert manager.names(Kind.LOSS) == ["dppo-kl", "dppo-tv"]
     assert manager.get_loss("DPPO_TV").role == "policy"
     assert manager.get_loss("dppo-kl").role == "policy"
-
-
-def test_entry_point_names_the_plugin_module():
-    (entry_point,) = [
-        ep for ep in importlib.metadata.entry_points(group="rllm_core") if ep.name == "dppo"
-    ]
-    assert entry_point.value == "rllm_loss_dppo.plugin"
-    assert entry_point.dist is not None and entry_point.dist.name == DISTRIBUTION
-
-
-def test_core_catalog_points_at_this_distribution():
-    for spec in SPECS:
-        assert known_provider(spec.kind, spec.name) == DISTRIBUTION, spec.key
-
-
-@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.key)
-def test_every_option_is_described(spec):
-    assert spec.config.model_config.get("extra") == "forbid"
-    for name, field in spec.config.model_fields.items():
-        assert field.description, f"{spec.key}: option {name!r} has no description"
 
 
 def test_defaults():
