@@ -3,45 +3,14 @@ sampler and an in-memory trace store, and a scripted fake sandbox with in-memory
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from reference.toy_renderer import ToyChatRenderer
-from reference_stores import MemoryTraceStore
+from reference.gateway_fixtures import gateway, store, toy  # noqa: F401
 from rllm_core.errors import SandboxCommandTimeout, SandboxFileNotFound
-from rllm_core.gateway.server import Gateway
-from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.types import ExecResult
-
-
-@pytest.fixture
-def toy() -> ToyChatRenderer:
-    return ToyChatRenderer()
-
-
-@pytest.fixture
-def store() -> MemoryTraceStore:
-    return MemoryTraceStore()
-
-
-@pytest.fixture
-def gateway(toy, store) -> Iterator[Callable[..., tuple[Gateway, ScriptedSampler]]]:
-    """``gateway(script)`` serves a gateway whose sampler answers from ``script``; returns it
-    with the sampler. Every gateway is stopped after the test."""
-    started: list[Gateway] = []
-
-    def start(script: Any, **options: Any):
-        sampler = ScriptedSampler(script, renderer=toy)
-        server = Gateway(renderer=toy, sampler=sampler, trace_store=store, **options)
-        server.start()
-        started.append(server)
-        return server, sampler
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 @dataclass
