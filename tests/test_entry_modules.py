@@ -154,6 +154,7 @@ FOLDER_KINDS = {
     "sample-buffers": "sample_buffer",
     "object-stores": "object_store",
     "loggers": "logger",
+    "samplers": "sampler",
 }
 """Each plugin folder and the component kind it holds (``rllm-core plugins`` prints the kind
 before ``:name``): the folder is the kind in the plural, with ``-`` for ``_``."""

@@ -12,6 +12,7 @@ from rllm_core import (
     ObjectStoreSpec,
     RendererSpec,
     SampleBufferSpec,
+    SamplerSpec,
     SandboxBackendSpec,
     TaskSourceSpec,
     TraceStoreSpec,
@@ -128,6 +129,12 @@ def test_rllm_object_stores(plugin_manager, register_plugin):
 
 def test_rllm_loggers(plugin_manager, register_plugin):
     check_registry_hook(plugin_manager, register_plugin, "rllm_loggers", LoggerSpec, "get_logger")
+
+
+def test_rllm_samplers(plugin_manager, register_plugin):
+    check_registry_hook(
+        plugin_manager, register_plugin, "rllm_samplers", SamplerSpec, "get_sampler"
+    )
 
 
 RUN = RunInfo(run_id="r1", name="demo", output_dir="runs/demo-1")

@@ -34,6 +34,9 @@ __all__ = [
     "TaskProblem",
     "TaskSetupError",
     "UnknownComponentError",
+    "UpstreamError",
+    "UpstreamRejectedError",
+    "UpstreamUnavailableError",
     "VerifierCrashed",
     "VerifierError",
     "VerifierTimeout",
@@ -323,6 +326,31 @@ class ObjectNotFoundError(StorageError, KeyError):
 
 class ObjectExistsError(StorageError):
     """A conditional put found an object already stored under the key."""
+
+
+# ---------------------------------------------------------------- model servers
+
+
+class UpstreamError(RllmError):
+    """A sampler's model server failed to produce a completion (a bad answer, or retries
+    exhausted). The gateway answers it with a 502."""
+
+
+class UpstreamUnavailableError(UpstreamError):
+    """No model server could be reached within the sampler's retry budget (a 503)."""
+
+
+class UpstreamRejectedError(UpstreamError):
+    """A model server refused the request (an HTTP 4xx other than 429); retrying will not help.
+
+    ``status`` is the server's status code and ``detail`` its error message. The gateway
+    answers 400 for 400, 413 and 422 (the request itself is at fault) and 502 otherwise.
+    """
+
+    def __init__(self, message: str, *, status: int, detail: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
 
 
 # ---------------------------------------------------------------- cached assets and models

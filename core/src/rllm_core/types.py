@@ -50,6 +50,7 @@ __all__ = [
     "Trace",
     "TraceRecord",
     "Trajectory",
+    "WorkerStatus",
 ]
 
 
@@ -161,6 +162,23 @@ class SampleResult(msgspec.Struct, kw_only=True, frozen=True):
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
     weight_version: int
+
+
+class WorkerStatus(msgspec.Struct, kw_only=True, frozen=True):
+    """One server of a :class:`~rllm_core.ports.WorkerPool` as the pool sees it.
+
+    ``in_flight`` counts requests now being served, ``sessions`` the routing keys that stick to
+    it, ``served`` its successful answers, ``failures`` its failed ones (connection errors and
+    error statuses); ``last_error`` is the latest of those, or ``None``.
+    """
+
+    url: str
+    healthy: bool
+    in_flight: int
+    sessions: int
+    served: int
+    failures: int
+    last_error: str | None
 
 
 # --------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from urllib.parse import parse_qs
 
 import msgspec
 
+from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
 from rllm_core.gateway import protocol
 from rllm_core.gateway.engine import ChatRequest as EngineChatRequest
 from rllm_core.gateway.engine import (
@@ -54,12 +55,8 @@ from rllm_core.gateway.engine import (
 )
 from rllm_core.gateway.metrics import GatewayMetrics
 from rllm_core.gateway.protocol import HTTPError
-from rllm_core.gateway.upstreams import (
-    UpstreamError,
-    UpstreamRejectedError,
-    UpstreamUnavailableError,
-    routing_key,
-)
+from rllm_core.ports import WorkerPool
+from rllm_core.routing import routing_key
 from rllm_core.types import SamplingParams
 
 __all__ = ["GatewayApp"]
@@ -147,9 +144,9 @@ class GatewayApp:
     or directly for a custom server.
 
     ``token`` is the bearer token every route but ``/health`` requires (``None``: no auth).
-    ``default_params`` fills the sampling fields a request leaves out. ``upstreams`` (an
-    :class:`~rllm_core.gateway.upstreams.HttpWorkerPool`, optional) is reported by
-    ``/health`` and ``/metrics``.
+    ``default_params`` fills the sampling fields a request leaves out. ``upstreams`` (the sampler,
+    when it is a :class:`~rllm_core.ports.WorkerPool`) is reported by ``/health`` and
+    ``/metrics``.
     """
 
     def __init__(
@@ -161,7 +158,7 @@ class GatewayApp:
         heartbeat_interval_s: float = 10.0,
         request_timeout_s: float = 1800.0,
         default_params: SamplingParams | None = None,
-        upstreams: Any = None,
+        upstreams: WorkerPool | None = None,
     ) -> None:
         self.engine = engine
         self.model = engine.model

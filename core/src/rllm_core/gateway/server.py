@@ -28,8 +28,7 @@ from collections.abc import Callable
 from rllm_core.gateway.app import GatewayApp
 from rllm_core.gateway.engine import GatewayEngine
 from rllm_core.gateway.serving import AsgiServer
-from rllm_core.gateway.upstreams import HttpWorkerPool
-from rllm_core.ports import Renderer, Sampler, TraceStore
+from rllm_core.ports import Renderer, Sampler, TraceStore, WorkerPool
 from rllm_core.types import LLMEndpoint, SamplingParams
 
 __all__ = ["Gateway", "is_loopback", "new_token"]
@@ -57,8 +56,8 @@ class Gateway:
 
     Pass ``engine`` or the three components (``renderer``, ``sampler``, ``trace_store``) with
     the engine options (``cumulative``, ``model``, ``max_prompt_tokens``). ``upstreams`` is the
-    :class:`~rllm_core.gateway.upstreams.HttpWorkerPool` when the sampler is one (it is then
-    reported by ``/health`` and closed on stop). The HTTP options are those of
+    sampler when it is a :class:`~rllm_core.ports.WorkerPool` (it is then reported by
+    ``/health`` and closed on stop). The HTTP options are those of
     :class:`~rllm_core.gateway.app.GatewayApp`.
     """
 
@@ -121,7 +120,7 @@ class Gateway:
         self.engine = engine
         self.host = host
         self.token = token
-        self.upstreams = engine.sampler if isinstance(engine.sampler, HttpWorkerPool) else None
+        self.upstreams = engine.sampler if isinstance(engine.sampler, WorkerPool) else None
         self.app = GatewayApp(
             engine,
             token=token,

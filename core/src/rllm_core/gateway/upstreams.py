@@ -51,13 +51,12 @@ import email.utils
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
 
-from rllm_core.errors import RllmError
+from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
 from rllm_core.gateway.httpclient import (
     HttpClient,
     HttpConnectError,
@@ -65,7 +64,8 @@ from rllm_core.gateway.httpclient import (
     HttpResponse,
     Origin,
 )
-from rllm_core.types import SampleRequest, SampleResult
+from rllm_core.routing import routed, routing_key
+from rllm_core.types import SampleRequest, SampleResult, WorkerStatus
 
 __all__ = [
     "HttpWorkerPool",
@@ -78,40 +78,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-routing_key: ContextVar[str | None] = ContextVar("rllm_core_routing_key", default=None)
-"""The key the current request is routed by (the gateway sets it to the session id)."""
-
-
-@contextlib.contextmanager
-def routed(key: str) -> Iterator[None]:
-    """Route the model calls made inside the block by ``key``."""
-    token = routing_key.set(key)
-    try:
-        yield
-    finally:
-        routing_key.reset(token)
-
-
-class UpstreamError(RllmError):
-    """A worker failed to produce a completion (bad answer, or retries exhausted)."""
-
-
-class UpstreamUnavailableError(UpstreamError):
-    """No worker could be reached within the retry budget."""
-
-
-class UpstreamRejectedError(UpstreamError):
-    """A worker refused the request with a 4xx other than 429; retrying will not help.
-
-    ``status`` is the worker's status code and ``detail`` its error message.
-    """
-
-    def __init__(self, message: str, *, status: int, detail: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.detail = detail
-
 
 # ------------------------------------------------------------------------------ wire format
 
@@ -204,18 +170,6 @@ class _Worker:
     served: int = 0
     failures: int = 0
     last_error: str | None = None
-
-
-class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """One worker as the pool sees it, for ``/health`` and ``/metrics``."""
-
-    url: str
-    healthy: bool
-    in_flight: int
-    sessions: int
-    served: int
-    failures: int
-    last_error: str | None
 
 
 class HttpWorkerPool:

@@ -67,6 +67,9 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "wandb": "rllm-logger-wandb",
         "mlflow": "rllm-logger-mlflow",
     },
+    Kind.SAMPLER: {
+        "vllm": "rllm-sampler-vllm",
+    },
 }
 
 

@@ -47,6 +47,7 @@ from rllm_core.plugins.specs import (
     ObjectStoreSpec,
     RendererSpec,
     SampleBufferSpec,
+    SamplerSpec,
     SandboxBackendSpec,
     TaskSourceSpec,
     TraceStoreSpec,
@@ -240,6 +241,24 @@ def rllm_loggers() -> Iterable[LoggerSpec]:
         def rllm_loggers():
             yield LoggerSpec(name="jsonl", factory=lazy("my_pkg.log:JsonlLogger"),
                              config=JsonlLoggerConfig, summary="one JSON line per step")
+    """
+
+
+@hookspec
+def rllm_samplers() -> Iterable[SamplerSpec]:
+    """Yield the samplers this plugin provides: inference servers reached over the network.
+
+    ``rllm-core gateway serve`` selects one (``--upstream URL`` builds ``sampler:vllm`` with
+    ``{"urls": [...]}``); a training run samples from its trainer backend instead. The factory
+    returns a :class:`~rllm_core.ports.Sampler`, usually also a
+    :class:`~rllm_core.ports.WorkerPool` so that the gateway can report and close it.
+
+    Example::
+
+        @hookimpl
+        def rllm_samplers():
+            yield SamplerSpec(name="vllm", factory=lazy("my_pkg.pool:from_config"),
+                              config=VllmConfig, summary="vLLM servers over HTTP")
     """
 
 

@@ -39,6 +39,7 @@ from rllm_core.plugins.specs import (
     ObjectStoreSpec,
     RendererSpec,
     SampleBufferSpec,
+    SamplerSpec,
     SandboxBackendSpec,
     TaskSourceSpec,
     TraceStoreSpec,
@@ -469,6 +470,9 @@ class PluginManager:
 
     def get_logger(self, name: str) -> LoggerSpec:
         return self._typed(Kind.LOGGER, name, LoggerSpec)
+
+    def get_sampler(self, name: str) -> SamplerSpec:
+        return self._typed(Kind.SAMPLER, name, SamplerSpec)
 
     def has_errors(self) -> bool:
         return any(r.status in (PluginStatus.ERROR, PluginStatus.CONFLICT) for r in self.plugins())

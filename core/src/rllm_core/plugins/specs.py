@@ -30,6 +30,7 @@ __all__ = [
     "ObjectStoreSpec",
     "RendererSpec",
     "SampleBufferSpec",
+    "SamplerSpec",
     "SandboxBackendSpec",
     "TaskSourceSpec",
     "TraceStoreSpec",
@@ -53,6 +54,7 @@ class Kind(enum.StrEnum):
     SAMPLE_BUFFER = "sample_buffer"
     OBJECT_STORE = "object_store"
     LOGGER = "logger"
+    SAMPLER = "sampler"
 
     @property
     def hook_name(self) -> str:
@@ -75,6 +77,7 @@ _HOOK_NAMES = {
     Kind.SAMPLE_BUFFER: "rllm_sample_buffers",
     Kind.OBJECT_STORE: "rllm_object_stores",
     Kind.LOGGER: "rllm_loggers",
+    Kind.SAMPLER: "rllm_samplers",
 }
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
@@ -256,6 +259,14 @@ class LoggerSpec(ComponentSpec):
     kind: ClassVar[Kind] = Kind.LOGGER
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SamplerSpec(ComponentSpec):
+    """A sampler that lives outside the trainer (inference servers reached over the network).
+    ``rllm-core gateway serve`` selects one; a training run samples from its trainer."""
+
+    kind: ClassVar[Kind] = Kind.SAMPLER
+
+
 SPEC_TYPES: Mapping[Kind, type[ComponentSpec]] = {
     spec.kind: spec
     for spec in (
@@ -270,5 +281,6 @@ SPEC_TYPES: Mapping[Kind, type[ComponentSpec]] = {
         SampleBufferSpec,
         ObjectStoreSpec,
         LoggerSpec,
+        SamplerSpec,
     )
 }

@@ -23,6 +23,7 @@ from rllm_core.ports.training import (
     NumericsReport,
     Sampler,
     TrainerBackend,
+    WorkerPool,
 )
 
 __all__ = [
@@ -46,4 +47,5 @@ __all__ = [
     "TaskSource",
     "TraceStore",
     "TrainerBackend",
+    "WorkerPool",
 ]

@@ -5,12 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from rllm_core.types import Datum, SampleRequest, SampleResult
+from rllm_core.types import Datum, SampleRequest, SampleResult, WorkerStatus
 
 if TYPE_CHECKING:
     from rllm_core.algorithms.objective import Objective
 
-__all__ = ["BusyClock", "LogprobScorer", "NumericsReport", "Sampler", "TrainerBackend"]
+__all__ = [
+    "BusyClock",
+    "LogprobScorer",
+    "NumericsReport",
+    "Sampler",
+    "TrainerBackend",
+    "WorkerPool",
+]
 
 
 @runtime_checkable
@@ -25,6 +32,12 @@ class Sampler(Protocol):
     - It always samples from the newest published weights and reports their
       ``weight_version``.
     - Stop tokens that ended the completion are included in it, with ``finish_reason="stop"``.
+    - A sampler over several servers may read :data:`rllm_core.routing.routing_key` (the
+      gateway sets it to the session id around each call) to keep a session on one server, so
+      that the server's prefix cache keeps serving it; the key never changes what is sampled.
+    - A sampler whose model servers fail raises :class:`~rllm_core.errors.UpstreamError`:
+      :class:`~rllm_core.errors.UpstreamRejectedError` when a server refused the request
+      itself, :class:`~rllm_core.errors.UpstreamUnavailableError` when none could be reached.
 
     Example::
 
@@ -36,6 +49,21 @@ class Sampler(Protocol):
     def weight_version(self) -> int: ...
 
     async def sample(self, request: SampleRequest) -> SampleResult: ...
+
+
+@runtime_checkable
+class WorkerPool(Protocol):
+    """What a sampler over model servers may also offer: their state, and a way to close it.
+
+    ``status()`` returns one :class:`~rllm_core.types.WorkerStatus` per server, in a fixed
+    order; the gateway reports them on ``/health`` (healthy and total) and ``/metrics`` (all of
+    them), and reports itself degraded when none is healthy. ``aclose()`` stops background work
+    and closes connections; it is idempotent, and the gateway calls it when it stops.
+    """
+
+    def status(self) -> Sequence[WorkerStatus]: ...
+
+    async def aclose(self) -> None: ...
 
 
 @runtime_checkable
