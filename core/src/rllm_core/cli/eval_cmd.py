@@ -60,6 +60,7 @@ def eval_(
     from rllm_core.numerics import conditions, prepare_environment
     from rllm_core.plan.load import load_plan
     from rllm_core.training.components import BuildError, build_components
+    from rllm_core.training.runlog import RunLog
 
     if temperature is not None:
         overrides = (*overrides, f"sampling.temperature={temperature!r}")
@@ -82,17 +83,18 @@ def eval_(
     console.print(f"eval folder: {folder.path}", markup=False, soft_wrap=True)
     deterministic = resolved.plan.run.deterministic
     prepare_environment(deterministic)
-    try:
-        components = build_components(resolved, training=False)
-    except BuildError as exc:
-        fail(str(exc), EXIT_FAILURE)
-    folder.record_numerics(conditions(deterministic, components.placed), resume=False)
-    try:
-        failure = _evaluate(
-            console, resolved, components, folder, state_dir, split, limit, attempts, plain
-        )
-    finally:
-        asyncio.run(components.aclose())
+    with RunLog(folder.log):
+        try:
+            components = build_components(resolved, training=False)
+        except BuildError as exc:
+            fail(str(exc), EXIT_FAILURE)
+        folder.record_numerics(conditions(deterministic, components.placed), resume=False)
+        try:
+            failure = _evaluate(
+                console, resolved, components, folder, state_dir, split, limit, attempts, plain
+            )
+        finally:
+            asyncio.run(components.aclose())
     if failure is not None:
         fail(
             f"{failure}\nResults of every attempt: {folder.results}, summary: {folder.summary}",

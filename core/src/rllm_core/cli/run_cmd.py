@@ -77,6 +77,7 @@ def run(
     from rllm_core.training.folder import RunFolder
     from rllm_core.training.gateway_address import GatewayBindError
     from rllm_core.training.loop import ResumeError, TrainingLoop
+    from rllm_core.training.runlog import RunLog
 
     console = Console(highlight=False)
     if resume is not None:
@@ -112,6 +113,7 @@ def run(
     display = make_display(console, resolved.plan.run.steps, quiet=quiet, plain=plain)
     deterministic = resolved.plan.run.deterministic
     prepare_environment(deterministic)
+    run_log = RunLog(folder.log)
     try:
         try:
             components = build_components(
@@ -144,6 +146,7 @@ def run(
             )
     finally:
         display.close()
+        run_log.close()
     if result.status == "failed":
         fail(
             f"{result.reason}\nThe run stopped at step {result.step + 1} without training it;"

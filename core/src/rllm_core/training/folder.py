@@ -11,6 +11,7 @@ Layout of ``<output_dir>/<name>-<YYYYmmdd-HHMMSS>/``::
     checkpoints/step-N/  trainer state and loop state (see rllm_core.training.checkpoints)
     reward.png loss.png  plots, rewritten after every step
     summary.json         written when the run ends
+    run.log              library warnings and captured ``warnings`` (rllm_core.training.runlog)
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ class RunFolder:
     @property
     def summary(self) -> Path:
         return self.path / "summary.json"
+
+    @property
+    def log(self) -> Path:
+        return self.path / "run.log"
 
     @property
     def numerics(self) -> Path:
