@@ -133,7 +133,13 @@ def test_optim_step_sends_adam_settings_and_publishes_new_weights(
     adam = service.training.adam[0]
     assert (adam.learning_rate, adam.beta1, adam.beta2, adam.eps) == (1e-5, 0.9, 0.999, 1e-8)
     assert (adam.weight_decay, adam.grad_clip_norm) == (0.0, 1.0)
-    assert metrics == {"learning_rate": 1e-5, "step": 1.0, "fireworks/grad_norm": 0.25}
+    assert metrics == {
+        "learning_rate": 1e-5,
+        "step": 1.0,
+        "fireworks/grad_norm": 0.25,
+        "fireworks/retries": 0.0,
+        "fireworks/sampler_retries": 0.0,
+    }
     assert backend.weight_version == 1
     assert service.training.saved_for_sampler[-1] == "rllm-weights-v1-2"
     assert backend.sampling_client.path == "snapshots/rllm-weights-v1-2"

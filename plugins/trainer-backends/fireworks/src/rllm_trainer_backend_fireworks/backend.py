@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fireworks.training.sdk import types as fw
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError, PlanIssue
+from rllm_core.kit.retry import RetrySettings, retry_sync
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_fireworks.losses import StepLoss, to_sdk_datum
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_trainer_backend_fireworks.sampler import FireworksSampler
+from rllm_trainer_backend_fireworks.transient import is_transient, retry_after_s
 
 __all__ = ["STATE_FILE", "FireworksBackend"]
 
@@ -39,6 +42,13 @@ class FireworksBackend:
     ``save_state(path)`` saves a trainer checkpoint (weights and optimizer) on Fireworks and
     writes its remote path with the counters to ``path/fireworks-state.json``; the folder is
     only a pointer, and loading it needs the same Fireworks account.
+
+    Every trainer call and sampling request that fails transiently (see
+    :mod:`rllm_trainer_backend_fireworks.transient`) is sent again, up to ``retries`` times
+    with jittered exponential backoff; other errors fail at once. ``forward_backward`` reports
+    its retries as ``fireworks/retries``; ``optim_step`` reports its own (publishing included)
+    as ``fireworks/retries`` and the sampler's since the previous step as
+    ``fireworks/sampler_retries``.
     """
 
     def __init__(self, config: FireworksBackendConfig, *, service: Any = None) -> None:
@@ -61,6 +71,8 @@ class FireworksBackend:
         self.config = config
         self._service = service if service is not None else _connect(config)
         self._timeout = config.request_timeout_s
+        self._lock = threading.Lock()
+        self._sampler_retries = 0
         self._training = self._service.create_training_client(
             base_model=config.base_model,
             lora_rank=config.lora_rank,
@@ -74,7 +86,7 @@ class FireworksBackend:
         self._sampling: Any = None
         self._sampler_path = ""
         self._closed = False
-        self._publish()
+        self._publish([])
 
     @property
     def weight_version(self) -> int:
@@ -95,6 +107,15 @@ class FireworksBackend:
         """The Fireworks snapshot the deployment serves now."""
         return self._sampler_path
 
+    @property
+    def retry_settings(self) -> RetrySettings:
+        return self.config
+
+    def note_sampler_retry(self) -> None:
+        """Count one retried sampling request; ``optim_step`` reports the count."""
+        with self._lock:
+            self._sampler_retries += 1
+
     def sampler(self) -> FireworksSampler:
         return FireworksSampler(self)
 
@@ -110,14 +131,18 @@ class FireworksBackend:
         if not datums:
             raise ValueError("forward_backward got no datums; pass at least one datum to train")
         step_loss = StepLoss(datums, objective)
-        future = self._training.forward_backward_custom(
-            [to_sdk_datum(d) for d in datums], step_loss
+        sdk_datums = [to_sdk_datum(d) for d in datums]
+        retries: list[int] = []
+        output = self._call(
+            lambda: self._training.forward_backward_custom(sdk_datums, step_loss),
+            "forward_backward",
+            retries,
         )
-        output = future.result(timeout=self._timeout)
         metrics = dict(step_loss.metrics)
         for key, value in (output.metrics or {}).items():
             if key not in metrics:
                 metrics[f"fireworks/{key}"] = float(value)
+        metrics["fireworks/retries"] = float(len(retries))
         return metrics
 
     def optim_step(self) -> dict[str, float]:
@@ -133,20 +158,25 @@ class FireworksBackend:
             weight_decay=self.config.weight_decay,
             grad_clip_norm=self.config.max_grad_norm,
         )
-        response = self._training.optim_step(params).result(timeout=self._timeout)
+        retries: list[int] = []
+        response = self._call(lambda: self._training.optim_step(params), "optim_step", retries)
         self._steps += 1
         self._version += 1
-        self._publish()
+        self._publish(retries)
+        with self._lock:
+            sampler_retries, self._sampler_retries = self._sampler_retries, 0
         metrics = {"learning_rate": self.config.learning_rate, "step": float(self._steps)}
         for key, value in (response.metrics or {}).items():
             metrics[f"fireworks/{key}"] = float(value)
+        metrics["fireworks/retries"] = float(len(retries))
+        metrics["fireworks/sampler_retries"] = float(sampler_retries)
         return metrics
 
     def save_state(self, path: str) -> None:
         self._check_open()
         self._saves += 1
         name = f"rllm-state-step{self._steps}-{self._saves}"
-        checkpoint = self._training.save_state(name).result(timeout=self._timeout).path
+        checkpoint = self._call(lambda: self._training.save_state(name), "save_state").path
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         state = {
@@ -175,10 +205,12 @@ class FireworksBackend:
                     f"{file} was saved with {key} {state[key]!r} but this backend trains"
                     f" {getattr(self.config, key)!r}; load it with the same [trainer] settings"
                 )
-        self._training.load_state_with_optimizer(state["checkpoint"]).result(timeout=self._timeout)
+        self._call(
+            lambda: self._training.load_state_with_optimizer(state["checkpoint"]), "load_state"
+        )
         self._steps = int(state["optimizer_steps"])
         self._version = int(state["weight_version"])
-        self._publish()
+        self._publish([])
 
     def close(self) -> None:
         if self._closed:
@@ -189,12 +221,15 @@ class FireworksBackend:
             if callable(closer):
                 closer()
 
-    def _publish(self) -> None:
+    def _publish(self, retries: list[int]) -> None:
         """Save the current weights for sampling and bind a sampling client to them; the
-        SDK returns once the deployment serves that snapshot."""
+        SDK returns once the deployment serves that snapshot. Retries are appended to
+        ``retries``."""
         self._publishes += 1
         name = f"rllm-weights-v{self._version}-{self._publishes}"
-        saved = self._training.save_weights_for_sampler(name).result(timeout=self._timeout)
+        saved = self._call(
+            lambda: self._training.save_weights_for_sampler(name), "publishing weights", retries
+        )
         previous = self._sampling
         self._sampling = self._training.create_sampling_client(saved.path)
         self._sampler_path = saved.path
@@ -202,6 +237,19 @@ class FireworksBackend:
             closer = getattr(previous, "close", None)
             if callable(closer):
                 closer()
+
+    def _call(self, submit: Callable[[], Any], what: str, retries: list[int] | None = None) -> Any:
+        """Submit a request with ``submit()`` and wait up to ``request_timeout_s`` for its
+        result, sending it again while it fails transiently; each retry's number is appended
+        to ``retries``."""
+        return retry_sync(
+            lambda: submit().result(timeout=self._timeout),
+            self.config,
+            transient=is_transient,
+            what=f"Fireworks {what}",
+            hint=retry_after_s,
+            on_retry=None if retries is None else lambda n, error, wait: retries.append(n),
+        )
 
     def _check_open(self) -> None:
         if self._closed:

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 from rllm_core import TrainerBackendSpec, hookimpl, lazy
+from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["FireworksBackendConfig", "rllm_trainer_backends"]
 
 
-class FireworksBackendConfig(BaseModel):
-    """Options of the ``fireworks`` trainer backend (plan section ``[trainer]``)."""
+class FireworksBackendConfig(RetrySettings):
+    """Options of the ``fireworks`` trainer backend (plan section ``[trainer]``).
+
+    ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls
+    to Fireworks that fail transiently (training steps, sampling, checkpoints).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

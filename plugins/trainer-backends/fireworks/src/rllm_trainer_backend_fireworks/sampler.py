@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from fireworks.training.sdk import types as fw
+from rllm_core.kit.retry import RetrySettings, retry_async
 from rllm_core.types import SampleRequest, SampleResult
 
-if TYPE_CHECKING:
-    from rllm_trainer_backend_fireworks.backend import FireworksBackend
+from rllm_trainer_backend_fireworks.transient import is_transient, retry_after_s
 
-__all__ = ["FireworksSampler"]
+__all__ = ["FireworksSampler", "SamplingSource"]
+
+
+class SamplingSource(Protocol):
+    """What the sampler needs from its backend: the sampling client of the newest published
+    weights with their version, the retry settings, and a place to count retries."""
+
+    @property
+    def weight_version(self) -> int: ...
+
+    @property
+    def sampling_client(self) -> Any: ...
+
+    @property
+    def retry_settings(self) -> RetrySettings: ...
+
+    def note_sampler_retry(self) -> None: ...
 
 
 class FireworksSampler:
@@ -18,30 +34,41 @@ class FireworksSampler:
 
     ``weight_version`` is the backend's: it moves when ``optim_step`` publishes new weights.
     A completion that ended on a stop token must include that token, since training uses the
-    sampled ids as they are; a response that drops it or lacks logprobs raises.
+    sampled ids as they are; a response that drops it or lacks logprobs raises. A request
+    that fails transiently is sent again (to the newest weights) up to the backend's
+    ``retries``; each retry is counted by ``source.note_sampler_retry()``.
     """
 
-    def __init__(self, backend: FireworksBackend) -> None:
-        self._backend = backend
+    def __init__(self, source: SamplingSource) -> None:
+        self._source = source
 
     @property
     def weight_version(self) -> int:
-        return self._backend.weight_version
+        return self._source.weight_version
 
     async def sample(self, request: SampleRequest) -> SampleResult:
         params = request.params
-        version = self._backend.weight_version
-        client = self._backend.sampling_client
-        response = await client.sample_async(
-            fw.ModelInput.from_ints(list(request.prompt_token_ids)),
-            1,
-            fw.SamplingParams(
-                max_tokens=params.max_tokens,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                stop=list(params.stop_token_ids) or None,
-                seed=params.seed,
-            ),
+        prompt = fw.ModelInput.from_ints(list(request.prompt_token_ids))
+        sdk_params = fw.SamplingParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            stop=list(params.stop_token_ids) or None,
+            seed=params.seed,
+        )
+
+        async def once() -> tuple[Any, int]:
+            version = self._source.weight_version
+            client = self._source.sampling_client
+            return await client.sample_async(prompt, 1, sdk_params), version
+
+        response, version = await retry_async(
+            once,
+            self._source.retry_settings,
+            transient=is_transient,
+            what=f"Fireworks sampling request {request.request_id!r}",
+            hint=retry_after_s,
+            on_retry=lambda n, error, wait: self._source.note_sampler_retry(),
         )
         if len(response.sequences) != 1:
             raise RuntimeError(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tinker
 from rllm_core.algorithms.objective import Objective
+from rllm_core.kit.retry import RetrySettings, retry_sync
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_tinker.batch import build_batch
@@ -15,6 +16,7 @@ from rllm_trainer_backend_tinker.checkpoint import read_state, write_state
 from rllm_trainer_backend_tinker.loss import CustomLoss
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
 from rllm_trainer_backend_tinker.sampler import TinkerSampler
+from rllm_trainer_backend_tinker.transient import is_transient, retry_after_s
 
 __all__ = ["TinkerBackend"]
 
@@ -37,6 +39,12 @@ class TinkerBackend:
     client from that checkpoint. Tinker's RNG is not part of the state, so resuming continues
     the same weights, optimizer and counters but not bitwise the same samples.
 
+    Every call to Tinker that fails transiently (see
+    :mod:`rllm_trainer_backend_tinker.transient`) is sent again, up to ``retries`` times with
+    jittered exponential backoff; other errors fail at once. ``forward_backward`` reports its
+    retries as ``tinker/retries``; ``optim_step`` reports its own (publishing included) as
+    ``tinker/retries`` and the sampler's since the previous step as ``tinker/sampler_retries``.
+
     ``service_client`` replaces the ``tinker.ServiceClient`` the backend would otherwise
     create (tests pass a fake; a caller may share one session between backends). A client
     passed in is not closed by :meth:`close`.
@@ -47,8 +55,9 @@ class TinkerBackend:
         self._owns_service = service_client is None
         self._service = service_client if service_client is not None else _connect(config)
         self._lock = threading.Lock()
-        self._training = self._wait(
-            self._service.create_lora_training_client(
+        self._sampler_retries = 0
+        self._training = self._call(
+            lambda: self._service.create_lora_training_client(
                 base_model=config.base_model,
                 rank=config.lora_rank,
                 seed=config.seed,
@@ -58,7 +67,7 @@ class TinkerBackend:
             ),
             "creating the LoRA training client",
         )
-        self._sampling_client = self._publish()
+        self._sampling_client = self._publish([])
         self._version = 0
         self._steps = 0
         self._pending = False
@@ -88,6 +97,15 @@ class TinkerBackend:
         with self._lock:
             return self._sampling_client, self._version
 
+    @property
+    def retry_settings(self) -> RetrySettings:
+        return self.config
+
+    def note_sampler_retry(self) -> None:
+        """Count one retried sampling request; ``optim_step`` reports the count."""
+        with self._lock:
+            self._sampler_retries += 1
+
     def sampler(self) -> TinkerSampler:
         """The sampler on the newest published weights (one per backend)."""
         self._check_open()
@@ -107,15 +125,18 @@ class TinkerBackend:
         self._check_open()
         batch = build_batch(datums)
         custom = CustomLoss(batch, objective)
-        output = self._wait(
-            self._training.forward_backward_custom(batch.tinker_datums, custom),
+        retries: list[int] = []
+        output = self._call(
+            lambda: self._training.forward_backward_custom(batch.tinker_datums, custom),
             "forward_backward",
+            retries,
         )
         self._pending = True
         metrics = dict(custom.metrics)
         for key, value in (output.metrics or {}).items():
             if key not in metrics and isinstance(value, int | float):
                 metrics[f"tinker/{key}"] = float(value)
+        metrics["tinker/retries"] = float(len(retries))
         return metrics
 
     def optim_step(self) -> dict[str, float]:
@@ -134,16 +155,20 @@ class TinkerBackend:
             weight_decay=config.weight_decay,
             grad_clip_norm=config.max_grad_norm,
         )
-        response = self._wait(self._training.optim_step(params), "optim_step")
+        retries: list[int] = []
+        response = self._call(lambda: self._training.optim_step(params), "optim_step", retries)
         self._pending = False
         self._steps += 1
-        client = self._publish()
+        client = self._publish(retries)
         with self._lock:
             self._sampling_client = client
             self._version += 1
+            sampler_retries, self._sampler_retries = self._sampler_retries, 0
         metrics = {"learning_rate": config.learning_rate, "step": float(self._steps)}
         for key, value in (response.metrics or {}).items():
             metrics[f"tinker/{key}"] = float(value)
+        metrics["tinker/retries"] = float(len(retries))
+        metrics["tinker/sampler_retries"] = float(sampler_retries)
         return metrics
 
     # ------------------------------------------------------------------ checkpoints
@@ -170,8 +195,8 @@ class TinkerBackend:
                 " accumulated gradients; call optim_step() first"
             )
         name = f"{self.config.checkpoint_prefix}-step{self._steps:06d}"
-        saved = self._wait(
-            self._training.save_state(
+        saved = self._call(
+            lambda: self._training.save_state(
                 name, ttl_seconds=self.config.checkpoint_ttl_s, overwrite=True
             ),
             f"saving checkpoint {name!r}",
@@ -191,12 +216,12 @@ class TinkerBackend:
         base model or LoRA shape. Pending gradients are dropped."""
         self._check_open()
         tinker_path, counters = read_state(path, identity=self.identity())
-        training = self._wait(
-            self._service.create_training_client_from_state_with_optimizer(tinker_path),
+        training = self._call(
+            lambda: self._service.create_training_client_from_state_with_optimizer(tinker_path),
             f"loading checkpoint {tinker_path}",
         )
         self._training = training
-        client = self._publish()
+        client = self._publish([])
         self._pending = False
         self._steps = counters["optimizer_steps"]
         with self._lock:
@@ -215,20 +240,36 @@ class TinkerBackend:
         if self._owns_service:
             self._service.close()
 
-    def _publish(self) -> Any:
-        return self._wait(
-            self._training.save_weights_and_get_sampling_client(),
+    def _publish(self, retries: list[int]) -> Any:
+        return self._call(
+            lambda: self._training.save_weights_and_get_sampling_client(),
             "publishing sampler weights",
+            retries,
         )
 
-    def _wait(self, future: Any, what: str) -> Any:
-        try:
-            return future.result(timeout=self.config.request_timeout_s)
-        except TimeoutError as exc:
-            raise TimeoutError(
-                f"Tinker did not finish {what} within {self.config.request_timeout_s} s;"
-                " raise request_timeout_s in [trainer] or check Tinker's status"
-            ) from exc
+    def _call(self, submit: Callable[[], Any], what: str, retries: list[int] | None = None) -> Any:
+        """Submit a request with ``submit()`` and wait for its result, sending it again while
+        it fails transiently; each retry's number is appended to ``retries``. A wait past
+        ``request_timeout_s`` is not retried: the request may still be running on Tinker."""
+
+        def once() -> Any:
+            future = submit()
+            try:
+                return future.result(timeout=self.config.request_timeout_s)
+            except TimeoutError as exc:
+                raise TimeoutError(
+                    f"Tinker did not finish {what} within {self.config.request_timeout_s} s;"
+                    " raise request_timeout_s in [trainer] or check Tinker's status"
+                ) from exc
+
+        return retry_sync(
+            once,
+            self.config,
+            transient=is_transient,
+            what=f"Tinker {what}",
+            hint=retry_after_s,
+            on_retry=None if retries is None else lambda n, error, wait: retries.append(n),
+        )
 
     def _check_open(self) -> None:
         if self._closed:

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 from rllm_core import TrainerBackendSpec, hookimpl, lazy
+from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["TinkerBackendConfig", "rllm_trainer_backends"]
 
 
-class TinkerBackendConfig(BaseModel):
+class TinkerBackendConfig(RetrySettings):
     """Options of the ``tinker`` trainer backend (plan section ``[trainer]``).
+
+    ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls
+    to Tinker that fail transiently (training steps, sampling, checkpoints).
 
     Credentials never appear here: the Tinker SDK reads ``TINKER_API_KEY`` (or its stored
     credentials) itself.

@@ -5,18 +5,27 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import tinker
+from rllm_core.kit.retry import RetrySettings, retry_async
 from rllm_core.types import SampleRequest, SampleResult, SamplingParams
+
+from rllm_trainer_backend_tinker.transient import is_transient, retry_after_s
 
 __all__ = ["SamplerSource", "TinkerSampler", "tinker_sampling_params"]
 
 
 class SamplerSource(Protocol):
-    """What the sampler needs from its backend: the newest sampling client with its version."""
+    """What the sampler needs from its backend: the newest sampling client with its version,
+    the retry settings, and a place to count retries."""
 
     @property
     def weight_version(self) -> int: ...
 
+    @property
+    def retry_settings(self) -> RetrySettings: ...
+
     def current_sampling_client(self) -> tuple[Any, int]: ...
+
+    def note_sampler_retry(self) -> None: ...
 
 
 class TinkerSampler:
@@ -30,6 +39,8 @@ class TinkerSampler:
       nothing, not even end-of-sequence, as the gateway passes the renderer's stop ids. A
       stop token that ended the completion is in the returned ids (``finish_reason="stop"``).
     - Requests run concurrently; Tinker batches them on its side.
+    - A request that fails transiently is sent again (on the newest client) up to the
+      backend's ``retries``; each retry is counted by ``source.note_sampler_retry()``.
     """
 
     def __init__(self, source: SamplerSource) -> None:
@@ -40,13 +51,22 @@ class TinkerSampler:
         return self._source.weight_version
 
     async def sample(self, request: SampleRequest) -> SampleResult:
-        client, version = self._source.current_sampling_client()
-        future = client.sample(
-            prompt=tinker.types.ModelInput.from_ints(list(request.prompt_token_ids)),
-            num_samples=1,
-            sampling_params=tinker_sampling_params(request.params),
+        prompt = tinker.types.ModelInput.from_ints(list(request.prompt_token_ids))
+        params = tinker_sampling_params(request.params)
+
+        async def once() -> tuple[Any, int]:
+            client, version = self._source.current_sampling_client()
+            future = client.sample(prompt=prompt, num_samples=1, sampling_params=params)
+            return await future.result_async(), version
+
+        response, version = await retry_async(
+            once,
+            self._source.retry_settings,
+            transient=is_transient,
+            what=f"Tinker sampling request {request.request_id!r}",
+            hint=retry_after_s,
+            on_retry=lambda n, error, wait: self._source.note_sampler_retry(),
         )
-        response = await future.result_async()
         if len(response.sequences) != 1:
             raise RuntimeError(
                 f"Tinker returned {len(response.sequences)} sequences for request"

@@ -1,0 +1,166 @@
+"""Transient failures of Fireworks calls are retried within the configured bound and counted
+in the step's metrics; a 400 fails at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from fake_fireworks import FakeService, reply
+from fireworks.training.sdk import (
+    APIConnectionError,
+    APITimeoutError,
+    RequestFailedError,
+    SamplingRequestError,
+    TrainingAPIError,
+)
+from fireworks.training.sdk import types as fw
+from fireworks.training.sdk._core import (
+    BadRequestError,
+    InternalServerError,
+    RateLimitError,
+    UnprocessableEntityError,
+)
+from rllm_core.algorithms.objective import Objective
+from rllm_core.ports import LossContext, LossOutput
+from rllm_core.types import Datum, SampleRequest
+from rllm_trainer_backend_fireworks.backend import FireworksBackend
+from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
+from rllm_trainer_backend_fireworks.transient import is_transient, retry_after_s
+
+REQUEST = httpx.Request("POST", "https://fireworks.invalid/training")
+
+
+def status_error(kind: type, code: int, **headers: str):
+    response = httpx.Response(code, request=REQUEST, headers=headers)
+    return kind(f"answer {code}", response=response, body=None)
+
+
+class Reinforce:
+    name = "reinforce"
+
+    def __call__(self, ctx: LossContext) -> LossOutput:
+        return LossOutput(loss=ctx.aggregate(-ctx.advantages * ctx.logprobs, ctx.action_mask))
+
+
+DATUMS = [
+    Datum(
+        token_ids=[5, 6, 7],
+        logprobs=[0.0, -0.5, -0.6],
+        advantages=[0.0, 1.0, 1.0],
+        action_mask=[False, True, True],
+        observation_mask=[False] * 3,
+    )
+]
+
+
+def failing(obj, name: str, *errors: BaseException) -> list[int]:
+    """Make ``obj.name`` raise ``errors`` in turn, then behave; returns the call log."""
+    real = getattr(obj, name)
+    queue = list(errors)
+    calls: list[int] = []
+
+    def wrapper(*args, **kwargs):
+        calls.append(len(calls) + 1)
+        if queue:
+            raise queue.pop(0)
+        return real(*args, **kwargs)
+
+    setattr(obj, name, wrapper)
+    return calls
+
+
+@pytest.fixture
+def service() -> FakeService:
+    return FakeService()
+
+
+def backend_over(service: FakeService, **config) -> FireworksBackend:
+    settings = {"base_model": "accounts/fireworks/models/qwen3-8b", "retry_backoff_s": 0.0}
+    return FireworksBackend(FireworksBackendConfig(**{**settings, **config}), service=service)
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (status_error(InternalServerError, 503), True),
+        (status_error(RateLimitError, 429), True),
+        (APIConnectionError(request=REQUEST), True),
+        (APITimeoutError(request=REQUEST), True),
+        (ConnectionResetError("peer"), True),
+        (TrainingAPIError("unavailable", status_code=502), True),
+        (SamplingRequestError(final_status=504), True),
+        (RequestFailedError("crashed", "r1", fw.RequestErrorCategory.Server), True),
+        (RequestFailedError("bad", "r1", fw.RequestErrorCategory.User), False),
+        (TrainingAPIError("bad shape", status_code=400), False),
+        (SamplingRequestError(final_status=400), False),
+        (status_error(BadRequestError, 400), False),
+        (status_error(UnprocessableEntityError, 422), False),
+        (ValueError("bad datum"), False),
+    ],
+)
+def test_which_errors_are_transient(error, transient):
+    assert is_transient(error) is transient
+
+
+def test_retry_after_is_read_from_the_answer():
+    assert retry_after_s(status_error(RateLimitError, 429, **{"Retry-After": "1.5"})) == 1.5
+    assert retry_after_s(status_error(RateLimitError, 429)) is None
+
+
+def test_forward_backward_and_optim_step_retry_and_count(service):
+    backend = backend_over(service)
+    training = service.training
+    fb_calls = failing(
+        training,
+        "forward_backward_custom",
+        status_error(InternalServerError, 500),
+        APITimeoutError(request=REQUEST),
+    )
+    metrics = backend.forward_backward(DATUMS, Objective.of(Reinforce()))
+    assert len(fb_calls) == 3 and metrics["fireworks/retries"] == 2.0
+    assert len(training.sent_inputs) == 1
+    step_calls = failing(training, "optim_step", status_error(RateLimitError, 429))
+    publish_calls = failing(
+        training, "save_weights_for_sampler", TrainingAPIError("busy", status_code=503)
+    )
+    metrics = backend.optim_step()
+    assert (len(step_calls), len(publish_calls)) == (2, 2)
+    assert metrics["fireworks/retries"] == 2.0
+    assert training.steps == 1 and backend.weight_version == 1
+
+
+def test_a_bad_request_is_not_retried(service):
+    backend = backend_over(service, retries=5)
+    bad = status_error(BadRequestError, 400)
+    calls = failing(service.training, "optim_step", bad)
+    with pytest.raises(BadRequestError) as caught:
+        backend.optim_step()
+    assert caught.value is bad and calls == [1]
+    assert backend.optimizer_steps == 0
+
+
+def test_retries_stop_at_the_bound(service):
+    backend = backend_over(service, retries=1)
+    errors = [APIConnectionError(request=REQUEST) for _ in range(3)]
+    calls = failing(service.training, "forward_backward_custom", *errors)
+    with pytest.raises(APIConnectionError) as caught:
+        backend.forward_backward(DATUMS, Objective.of(Reinforce()))
+    assert caught.value is errors[1] and len(calls) == 2
+
+
+def test_sampler_retries_are_counted_in_the_next_optim_step(service):
+    backend = backend_over(service)
+    service.training.replies.append(reply([11, 2], [-0.25, -0.5]))
+    sampling = backend.sampling_client
+    calls = failing(
+        sampling, "sample_async", status_error(InternalServerError, 502), ConnectionResetError()
+    )
+    result = asyncio.run(backend.sampler().sample(SampleRequest(prompt_token_ids=[1])))
+    assert len(calls) == 3 and result.completion_token_ids == [11, 2]
+    failing(sampling, "sample_async", status_error(BadRequestError, 400))
+    with pytest.raises(BadRequestError):
+        asyncio.run(backend.sampler().sample(SampleRequest(prompt_token_ids=[1])))
+    assert backend.optim_step()["fireworks/sampler_retries"] == 2.0
+    assert backend.optim_step()["fireworks/sampler_retries"] == 0.0
