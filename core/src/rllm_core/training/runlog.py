@@ -133,5 +133,5 @@ def _import_if_installed(module: str) -> ModuleType | None:
         if importlib.util.find_spec(module.split(".")[0]) is None:
             return None
         return importlib.import_module(module)
-    except ImportError:
+    except Exception:  # a broken install must not stop a run that may never use it
         return None
