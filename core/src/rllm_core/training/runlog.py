@@ -32,9 +32,9 @@ class _Formatter(logging.Formatter):
 
 
 class RunLog:
-    """Route library warnings, captured ``warnings`` and progress bars to ``path`` until
-    :meth:`close`; usable as a context manager. ``path`` is appended to, so a resumed run
-    adds to the log of its start."""
+    """Send library warnings and captured ``warnings`` to ``path`` and switch library progress
+    bars off until :meth:`close`; usable as a context manager. ``path`` is appended to, so a
+    resumed run adds to the log of its start."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
