@@ -99,6 +99,23 @@ def test_async_retries_await_the_given_sleep():
     assert result == "ok" and len(waits) == 1
 
 
+def test_async_retries_await_what_a_lambda_returns():
+    flaky = Flaky(1, ConnectionError("reset"))
+
+    async def call(tag: str) -> str:
+        return tag + flaky()
+
+    async def no_sleep(seconds: float) -> None:
+        pass
+
+    result = asyncio.run(
+        retry_async(
+            lambda: call("got "), RetrySettings(), transient=transient, what="x", sleep=no_sleep
+        )
+    )
+    assert result == "got ok" and flaky.calls == 2
+
+
 def test_pacer_spaces_concurrent_callers_in_order():
     now = [0.0]
     slept: list[float] = []

@@ -112,11 +112,19 @@ async def retry_async(
     hint: Hint | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
-    """Await ``call()``, retrying it while it raises an error ``transient`` accepts."""
+    """Await ``call()``, retrying it while it raises an error ``transient`` accepts.
+
+    ``call`` may be any callable that returns an awaitable (a lambda included), not only a
+    coroutine function."""
+
+    # tenacity awaits only coroutine functions; a lambda's coroutine would be returned as is.
+    async def attempt() -> T:
+        return await call()
+
     retrying = tenacity.AsyncRetrying(
         sleep=sleep, **_arguments(settings, transient, what, on_retry, hint)
     )
-    return await retrying(call)
+    return await retrying(attempt)
 
 
 def retry_sync(
