@@ -44,7 +44,7 @@ def test_config_defaults_and_validation():
     config = plugin.ModalConfig()
     assert (config.app_name, config.retries, config.create_interval_s) == (
         "rllm-sandboxes",
-        4,
+        3,
         0.2,
     )
     assert config.output_limit_bytes == 1 << 20

@@ -37,12 +37,13 @@ from rllm_core.errors import (
     SandboxError,
     SandboxFileNotFound,
     SandboxGone,
+    SandboxTransientError,
 )
+from rllm_core.kit.retry import Pacer, retry_async
 from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_modal.errors import translate
 from rllm_sandbox_backend_modal.plugin import ModalConfig
-from rllm_sandbox_backend_modal.retry import MinInterval, with_retries
 from rllm_sandbox_backend_modal.shell import command_script, exec_argv, kill_argv
 
 __all__ = ["RUN_TAG", "ModalBackend", "ModalSandbox"]
@@ -293,6 +294,10 @@ def _is_not_a_directory(exc: BaseException | None) -> bool:
     return isinstance(exc, SandboxFilesystemNotADirectoryError)
 
 
+def _is_transient(error: BaseException) -> bool:
+    return isinstance(error, SandboxTransientError)
+
+
 class ModalBackend:
     """Creates :class:`ModalSandbox` es in the Modal app named by the config.
 
@@ -315,22 +320,29 @@ class ModalBackend:
         self.modal = client if client is not None else _modal_module()
         self.run_id = self.config.run_id or secrets.token_hex(6)
         self._sleep = sleep
-        self._pace = MinInterval(self.config.create_interval_s, clock=clock, sleep=sleep)
+        self._pace = Pacer(self.config.create_interval_s, clock=clock, sleep=sleep)
         self._app: Any = None
         self._sandboxes: list[ModalSandbox] = []
 
     # ---------------------------------------------------------------- helpers
 
     async def retrying(self, call: Callable[[], Awaitable[T]], what: str) -> T:
-        """Await ``call()`` (which raises translated errors), retrying transient failures."""
-        return await with_retries(
-            call,
-            what=what,
-            retries=self.config.retries,
-            backoff_s=self.config.retry_backoff_s,
-            backoff_max_s=self.config.retry_backoff_max_s,
-            sleep=self._sleep,
-        )
+        """Await ``call()`` (which raises translated errors), retrying a
+        ``SandboxTransientError`` up to ``retries`` times. When they run out, the last one is
+        raised with the attempt count and what to do added, its SDK error as ``__cause__``;
+        any other error is raised at once."""
+        retries = self.config.retries
+        try:
+            return await retry_async(
+                call, self.config, transient=_is_transient, what=what, sleep=self._sleep
+            )
+        except SandboxTransientError as exc:
+            if retries == 0:
+                raise
+            raise SandboxTransientError(
+                f"{exc} (gave up after {retries + 1} attempts; raise `retries` in the"
+                " [sandbox] config or try again later)"
+            ) from (exc.__cause__ or exc)
 
     async def app(self) -> Any:
         """The hydrated Modal app, looked up (and created when missing) once."""

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from rllm_core import SandboxBackendSpec, hookimpl, lazy
+from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["ModalConfig"]
 
 
-class ModalConfig(BaseModel):
+class ModalConfig(RetrySettings):
     """Keys of ``[sandbox] name = "modal"``.
+
+    ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of creation,
+    file and lifecycle calls that failed transiently (connection lost, 5xx, rate limited);
+    commands are never retried, since they may not be idempotent.
 
     Credentials come from the modal SDK's own configuration (``MODAL_TOKEN_ID`` and
     ``MODAL_TOKEN_SECRET``, or ``~/.modal.toml``); they are never plan keys.
@@ -54,18 +59,6 @@ class ModalConfig(BaseModel):
         ge=0.0,
         description="least time between two sandbox creation requests from this backend"
         " (0 disables the limit)",
-    )
-    retries: int = Field(
-        default=4,
-        ge=0,
-        description="retries of a creation, file or lifecycle call that failed transiently"
-        " (connection lost, 5xx, rate limited); commands are never retried",
-    )
-    retry_backoff_s: float = Field(
-        default=1.0, ge=0.0, description="wait before the first retry; doubles on each retry"
-    )
-    retry_backoff_max_s: float = Field(
-        default=30.0, ge=0.0, description="longest wait between two retries"
     )
     idle_timeout_s: int | None = Field(
         default=None,
