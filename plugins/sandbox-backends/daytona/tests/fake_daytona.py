@@ -54,9 +54,9 @@ def fast_config(**overrides: Any) -> DaytonaSandboxConfig:
     values: dict[str, Any] = {
         "run_label": "testrun",
         "poll_interval_s": 0.05,
-        "retry_base_delay_s": 0.001,
-        "retry_max_delay_s": 0.01,
-        "creates_per_second": 1000.0,
+        "retry_backoff_s": 0.001,
+        "retry_backoff_max_s": 0.01,
+        "create_interval_s": 0.001,
     }
     values.update(overrides)
     return DaytonaSandboxConfig(**values)

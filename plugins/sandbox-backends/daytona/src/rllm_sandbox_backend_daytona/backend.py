@@ -39,6 +39,7 @@ from rllm_core.errors import (
     SandboxGone,
     SandboxTransientError,
 )
+from rllm_core.kit.retry import Pacer, retry_async
 from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_daytona.errors import Context, retry_after_s, translate
@@ -66,6 +67,10 @@ _MAX_INLINE_COMMAND = 100_000
 # Extra seconds the daemon's own timeout allows beyond ours, so that ours always fires first.
 _DAEMON_GRACE_S = 30
 _KILL_TIMEOUT_S = 30.0
+
+
+def _is_transient(error: BaseException) -> bool:
+    return isinstance(error, SandboxTransientError)
 
 
 def _gib(mib: int) -> int:
@@ -373,19 +378,28 @@ class DaytonaBackend:
 
     Every sandbox carries the labels ``rllm-managed=true`` and ``rllm-run=<run_label>`` plus
     the config's and the spec's labels, so :meth:`cleanup` can find a run's leftovers.
-    Creation is limited to ``max_concurrent_creates`` in flight and ``creates_per_second``
-    started, and retried with exponential backoff on transient errors.
+    Creation is limited to ``max_concurrent_creates`` in flight, started at least
+    ``create_interval_s`` apart, and retried with jittered exponential backoff on transient
+    errors. ``clock`` and ``sleep`` drive the pacing and the retry waits; tests replace them.
     """
 
-    def __init__(self, config: DaytonaSandboxConfig | None = None, *, client: Any = None) -> None:
+    def __init__(
+        self,
+        config: DaytonaSandboxConfig | None = None,
+        *,
+        client: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.config = config or DaytonaSandboxConfig()
+        self._sleep = sleep
+        self._pacer = Pacer(self.config.create_interval_s, clock=clock, sleep=sleep)
         self.run_label = self.config.run_label or uuid.uuid4().hex[:12]
         self._injected = client
         self._sdk_client: Any = None
         self._sdk_loop: asyncio.AbstractEventLoop | None = None
         self._sandboxes: list[DaytonaSandbox] = []
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
-        self._next_create_at = 0.0
 
     # ---------------------------------------------------------------- SDK plumbing
 
@@ -409,40 +423,46 @@ class DaytonaBackend:
 
     async def retrying(self, what: str, context: Context, call: Callable[[], Awaitable[T]]) -> T:
         """Await ``call()``, retrying up to ``retries`` times on transient errors with
-        exponential backoff (at least what a rate limit's ``Retry-After`` asks). Raises the
-        translated error from the SDK's exception."""
-        config = self.config
-        attempt = 0
-        while True:
+        jittered exponential backoff (a rate limit's ``Retry-After``, capped at
+        ``retry_backoff_max_s``, replaces the drawn wait). Raises the translated error from the
+        SDK's exception; when the retries run out, with the attempt count and what to do."""
+
+        async def once() -> T:
             try:
                 return await call()
             except Exception as exc:
                 error = translate(exc, context=context, what=what)
-                if not isinstance(error, SandboxTransientError) or attempt >= config.retries:
-                    if error is exc:
-                        raise
-                    raise error from exc
-                delay = min(config.retry_max_delay_s, config.retry_base_delay_s * 2**attempt)
-                asked = retry_after_s(exc)
-                if asked is not None:
-                    delay = max(delay, min(asked, config.retry_max_delay_s))
-                log.info("%s; retry %d in %.2f s", error, attempt + 1, delay)
-                attempt += 1
-                await asyncio.sleep(delay)
+                if error is exc:
+                    raise
+                raise error from exc
+
+        retries = self.config.retries
+        try:
+            return await retry_async(
+                once,
+                self.config,
+                transient=_is_transient,
+                what=what,
+                hint=self._retry_after,
+                sleep=self._sleep,
+            )
+        except SandboxTransientError as exc:
+            if retries == 0:
+                raise
+            raise SandboxTransientError(
+                f"{exc} (gave up after {retries + 1} attempts; raise `retries` in the"
+                " [sandbox] config or try again later)"
+            ) from (exc.__cause__ or exc)
+
+    def _retry_after(self, error: BaseException) -> float | None:
+        asked = retry_after_s(error.__cause__) if error.__cause__ is not None else None
+        return None if asked is None else min(asked, self.config.retry_backoff_max_s)
 
     def _create_slots(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
         if self._slots is None or self._slots[0] is not loop:
             self._slots = (loop, asyncio.Semaphore(self.config.max_concurrent_creates))
         return self._slots[1]
-
-    async def _pace(self) -> None:
-        """Wait for this creation's start slot (at most ``creates_per_second``)."""
-        now = time.monotonic()
-        start = max(now, self._next_create_at)
-        self._next_create_at = start + 1.0 / self.config.creates_per_second
-        if start > now:
-            await asyncio.sleep(start - now)
 
     # ---------------------------------------------------------------- creation
 
@@ -504,7 +524,7 @@ class DaytonaBackend:
         params = self.create_params(spec)
         client = await self.client()
         async with self._create_slots():
-            await self._pace()
+            await self._pacer.wait()
             try:
                 created = await self.retrying(
                     "create Daytona sandbox",

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from rllm_core import SandboxBackendSpec, hookimpl, lazy
+from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["DaytonaSandboxConfig"]
 
 
-class DaytonaSandboxConfig(BaseModel):
+class DaytonaSandboxConfig(RetrySettings):
     """Keys of ``[sandbox] name = "daytona"``.
+
+    ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of a
+    creation, file transfer, poll or delete that failed with a transient error (connection,
+    5xx, rate limit); commands are never retried.
 
     Credentials left unset are read by the SDK from ``DAYTONA_API_KEY``, ``DAYTONA_API_URL``
     and ``DAYTONA_TARGET`` when the first sandbox is created.
@@ -76,19 +81,12 @@ class DaytonaSandboxConfig(BaseModel):
     max_concurrent_creates: int = Field(
         default=8, ge=1, description="creations in flight at once, per backend"
     )
-    creates_per_second: float = Field(
-        default=4.0, gt=0, description="most creations started per second, per backend"
+    create_interval_s: float = Field(
+        default=0.25,
+        ge=0.0,
+        description="least time between two sandbox creation requests from this backend"
+        " (0 disables the limit)",
     )
-    retries: int = Field(
-        default=4,
-        ge=0,
-        description="retries of a creation, file transfer, poll or delete that failed with a"
-        " transient error (connection, 5xx, rate limit)",
-    )
-    retry_base_delay_s: float = Field(
-        default=1.0, ge=0, description="first retry delay; doubles with every retry"
-    )
-    retry_max_delay_s: float = Field(default=30.0, ge=0, description="longest retry delay")
 
 
 @hookimpl
