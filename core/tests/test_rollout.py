@@ -20,6 +20,7 @@ from rllm_core.errors import (
     TaskSetupError,
     VerifierCrashed,
 )
+from rllm_core.gateway.engine import is_session_id
 from rllm_core.gateway.server import Gateway
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout import (
@@ -28,10 +29,13 @@ from rllm_core.rollout import (
     RolloutEvent,
     RolloutRunner,
     RolloutSettings,
+    SessionGateway,
+    SessionKey,
     infra_outcome,
     rollout_session_id,
 )
 from rllm_core.testing.samplers import ScriptedSampler, scripted_logprob
+from rllm_core.training.sessions import SeededGateway, session_seed
 from rllm_core.types import (
     ExecResult,
     Grade,
@@ -676,6 +680,64 @@ def test_session_ids_are_safe_for_the_gateway_and_distinct():
     long_b = rollout_session_id("r", 0, "t" * 300, 1, 0)
     assert len(long_a) == len(long_b) == 256 and long_a != long_b
     assert long_a.startswith("r-s0-ttt")
+
+
+@pytest.mark.parametrize(
+    ("key", "task"),
+    [
+        (SessionKey("run-1", 3, "t-7", 1, 2), "t-7"),
+        (SessionKey("my run/1", 12, "a/b c", 0, 0), "a_b_c"),
+        (SessionKey("-x", 0, "t", 0, 1), "t"),
+        (SessionKey("r" * 400, 5, "task", 3, 1), "task"),
+        (SessionKey("r", 9, "t" * 300, 4, 2), None),
+    ],
+)
+def test_a_session_key_encodes_to_a_gateway_id_and_parses_back(key, task):
+    session_id = key.encode()
+    assert is_session_id(session_id)
+    parsed = SessionKey.parse(session_id, run=key.run)
+    assert parsed is not None
+    assert (parsed.run, parsed.step, parsed.index, parsed.attempt) == (
+        key.run,
+        key.step,
+        key.index,
+        key.attempt,
+    )
+    if task is not None:
+        assert parsed.task == task
+    else:
+        assert parsed.task.startswith("ttt") and len(session_id) == 256
+    assert parsed.encode() == session_id
+    assert parsed.tail() == key.tail()
+
+
+def test_parse_finds_no_key_in_another_runs_or_a_foreign_id():
+    session_id = SessionKey("run-1", 1, "t", 0, 0).encode()
+    assert SessionKey.parse(session_id, run="run-2") is None
+    assert SessionKey.parse("run-1-chat", run="run-1") is None
+    assert SessionKey.parse("run-1-s1-t-0-a", run="run-1") is None
+
+
+def test_the_session_seed_ignores_the_run_name_and_separates_rollouts():
+    a = SessionKey("run 1", 2, "t", 0, 0)
+    assert session_seed(7, a) == session_seed(7, SessionKey("run-2", 2, "t", 0, 0))
+    others = [SessionKey("run 1", 2, "t", 1, 0), SessionKey("run 1", 3, "t", 0, 0)]
+    assert session_seed(7, a) not in {session_seed(7, k) for k in others}
+    assert session_seed(7, a) != session_seed(8, a)
+
+
+def test_the_gateway_and_its_seeded_view_are_what_the_runner_uses():
+    store = memory_store()
+    gateway = Gateway(renderer=TOY, sampler=ScriptedSampler(["x"], renderer=TOY), trace_store=store)
+    seeded = SeededGateway(gateway, seed=3, run_id="my run")
+    assert isinstance(gateway, SessionGateway) and isinstance(seeded, SessionGateway)
+    key = SessionKey("my run", 1, "t", 0, 0)
+    seeded.configure_session(key.encode(), enforced=SamplingParams(max_tokens=5))
+    assert gateway.engine._sessions[key.encode()].enforced == SamplingParams(
+        max_tokens=5, seed=session_seed(3, key)
+    )
+    seeded.release_session(key.encode())
+    assert key.encode() not in gateway.engine.session_ids()
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import random
+import shutil
 
+from reference.run_fakes import TOY, CrashingSource, FakeTrainer
+from rich.console import Console
+from rllm_core.plan import ResolvedPlan
+from rllm_core.plan.load import parse_plan
+from rllm_core.plugins import PluginManager
+from rllm_core.rollout import SessionKey
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from rllm_core.training.components import Components
+from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder, folder_name
+from rllm_core.training.loop import TrainingLoop
 from rllm_core.training.metrics import reward_stats, step_metrics, summarize
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs
 
@@ -108,3 +120,44 @@ def test_sampler_utilization_is_busy_time_over_rollout_time_of_the_clocked_steps
     # 6 busy seconds over the 10 rollout seconds of the clocked steps; step 1 is left out.
     assert summarize([unclocked, first, second])["sampler_utilization"] == 0.6
     assert summarize([unclocked])["sampler_utilization"] is None
+
+
+def test_resume_forgets_the_interrupted_steps_sessions_of_a_run_whose_name_is_sanitised(tmp_path):
+    plugins = PluginManager()
+    plan = parse_plan(
+        {
+            "run": {"steps": 2, "save_every": 1, "seed": 3},
+            "algorithm": {"batch_size": 1, "group_size": 2},
+            "sampling": {"max_tokens": 4},
+        },
+        path="plan.toml",
+    )
+    store = plugins.get_trace_store("memory").build({})
+    folder = RunFolder.create(tmp_path / "runs", "r")
+
+    def loop(trainer: FakeTrainer, *, resume: bool) -> TrainingLoop:
+        components = Components(
+            trainer=trainer,
+            renderer=TOY,
+            harness=plugins.get_harness("single-turn").build({"max_retries": 0}),
+            tasks=CrashingSource(),
+            trace_store=store,
+            loss=object(),  # type: ignore[arg-type]
+            advantage=plugins.get_advantage_estimator("grpo").build({}),
+        )
+        return TrainingLoop(
+            resolved=ResolvedPlan(path="plan.toml", plan=plan),
+            components=components,
+            folder=folder,
+            display=QuietDisplay(Console(file=io.StringIO()), 2),
+            resume=resume,
+            run_id="my run/1",
+        )
+
+    assert asyncio.run(loop(FakeTrainer(), resume=False).run()).status == "finished"
+    steps = sorted({SessionKey.parse(s, run="my run/1").step for s in store.sessions()})
+    assert steps == [1, 2] and all(s.startswith("my_run_1-s") for s in store.sessions())
+    # Step 2 was interrupted before its checkpoint: the resumed run reruns it.
+    shutil.rmtree(folder.checkpoints / "step-2")
+    loop(FakeTrainer(), resume=True)._initial_state()
+    assert {SessionKey.parse(s, run="my run/1").step for s in store.sessions()} == {1}

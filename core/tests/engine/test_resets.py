@@ -230,3 +230,35 @@ def test_sub_agent_does_not_reset_the_parent(toy, store, scripted) -> None:
     assert (resumed.lineage_id, resumed.mode) == ("main", "extend")
     assert engine.session_stats("s").resets == {}
     assert resumed.prompt_token_ids[: len(first.prompt_token_ids)] == first.prompt_token_ids
+
+
+def test_plain_mode_logs_no_reset_and_cumulative_mode_logs_each_reset_once(
+    toy, store, scripted, caplog
+) -> None:
+    # Every reply stops on <|endoftext|>, which renders back as <|im_end|>: in plain mode no
+    # turn after the first chains, yet nothing is reset.
+    plain = GatewayEngine(
+        renderer=toy,
+        sampler=scripted([[*enc(f"x{n}"), END_OF_TEXT] for n in range(4)]),
+        trace_store=store,
+        cumulative=False,
+    )
+    messages = [user("q0")]
+    with caplog.at_level(logging.DEBUG, logger="rllm_core"):
+        for n in range(4):
+            result = chat(plain, "plain", messages)
+            messages += [result.message, user(f"q{n + 1}")]
+    assert plain.session_stats("plain").resets == {"renderer_no_bridge": 3}
+    assert reset_lines(caplog) == []
+
+    cumulative = GatewayEngine(
+        renderer=toy, sampler=scripted(["a", "b", "c"]), trace_store=store, cumulative=True
+    )
+    first = chat(cumulative, "cumulative", [user("q")])
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="rllm_core"):
+        chat(cumulative, "cumulative", [user("q"), first.message, user("r")])
+        chat(cumulative, "cumulative", [user("q"), assistant("edited"), user("r")])
+    (line,) = reset_lines(caplog)
+    assert line.startswith("token reset session=cumulative lineage=main reason=prefix_changed")
+    assert [r.levelno for r in caplog.records] == [logging.INFO]

@@ -146,10 +146,9 @@ def serve(
     """
     import asyncio
     import gc
-    import logging
     import signal
 
-    from rllm_core.gateway.server import Gateway, is_loopback
+    from rllm_core.gateway.server import Gateway, is_loopback, log_events
     from rllm_core.gateway.upstreams import HttpWorkerPool
     from rllm_core.types import SamplingParams
 
@@ -163,10 +162,7 @@ def serve(
         fail("--no-auth and --token contradict each other; pass one", EXIT_USAGE)
     if max_tokens < 1:
         fail(f"--max-tokens is {max_tokens}; it must be at least 1", EXIT_USAGE)
-    logging.getLogger("rllm_core").setLevel(log_level.upper())
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("rllm_core").addHandler(handler)
+    log_events(log_level)
 
     renderer_obj = _build("renderer", renderer, {"tokenizer": tokenizer} if tokenizer else {})
     store = _build("trace_store", trace_store, {"path": trace_dir} if trace_dir else {})

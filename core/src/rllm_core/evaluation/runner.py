@@ -1,6 +1,7 @@
 """Run an evaluation: ``k`` attempts of every task through the in-process gateway.
 
-:class:`Evaluation` reuses the training path: the trainer's sampler behind a loopback
+:class:`Evaluation` reuses the training path
+(:func:`~rllm_core.rollout.context.open_rollouts`): the trainer's sampler behind a loopback
 :class:`~rllm_core.gateway.server.Gateway`, the plan's ``[sampling]`` enforced on every
 session (with a per-attempt seed from ``run.seed``), and a
 :class:`~rllm_core.rollout.RolloutRunner` with ``group_size = attempts`` and the plan's
@@ -18,20 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from rllm_core.evaluation.scoring import TaskResult, summarize, task_results
-from rllm_core.gateway.server import Gateway
 from rllm_core.plan.schema import Plan
 from rllm_core.rollout import (
     RolloutEvent,
-    RolloutRunner,
     RolloutSettings,
     TooManyFailedRollouts,
     failure_report,
 )
+from rllm_core.rollout.context import open_rollouts, rollout_settings
 from rllm_core.training.checkpoints import TRAINER_DIR
 from rllm_core.training.components import Components
-from rllm_core.training.gateway_address import gateway_bind_error
-from rllm_core.training.sessions import SeededGateway
-from rllm_core.types import SamplingParams, Task
+from rllm_core.types import Task
 
 __all__ = ["CheckpointNotFound", "EvalResult", "Evaluation", "checkpoint_state_dir"]
 
@@ -102,51 +100,22 @@ class Evaluation:
     def settings(self) -> RolloutSettings:
         """The rollout settings: the plan's ``[rollout]`` and ``[sampling]``, ``attempts``
         rollouts per task."""
-        sampling = self.plan.sampling
-        return RolloutSettings(
-            group_size=self.attempts,
-            max_concurrency=self.plan.rollout.max_concurrency,
-            max_infra_retries=self.plan.rollout.max_infra_retries,
-            enforced=SamplingParams(
-                max_tokens=sampling.max_tokens,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-            ),
-        )
+        return rollout_settings(self.plan, group_size=self.attempts)
 
     async def run(self) -> EvalResult:
         """Run every attempt and score them. Raises
         :class:`~rllm_core.training.gateway_address.GatewayBindError` when the gateway cannot
         bind the plan's ``[gateway]`` address."""
         began = time.monotonic()
-        gateway = Gateway(
-            renderer=self.c.renderer,
-            sampler=self.c.trainer.sampler(),
-            trace_store=self.c.trace_store,
-            cumulative=self.plan.gateway.token_mode == "cumulative",
-            host=self.plan.gateway.host,
-            port=self.plan.gateway.port,
-        )
-        try:
-            await gateway.astart()
-        except OSError as exc:
-            raise gateway_bind_error(
-                exc, host=gateway.host, port=self.plan.gateway.port, plan_path=self.plan_path
-            ) from None
-        try:
-            runner = RolloutRunner(
-                task_source=self.c.tasks,
-                harness=self.c.harness,
-                sandbox_backend=self.c.sandbox,
-                gateway=SeededGateway(gateway, seed=self.plan.run.seed, run_id=self.run_id),
-                trace_store=self.c.trace_store,
-                settings=self.settings(),
-                run_id=self.run_id,
-                on_event=self.on_event,
-            )
-            batch = await runner.run(self.tasks, step=0)
-        finally:
-            await gateway.astop()
+        async with open_rollouts(
+            self.plan,
+            self.c,
+            settings=self.settings(),
+            run_id=self.run_id,
+            on_event=self.on_event,
+            plan_path=self.plan_path,
+        ) as rollouts:
+            batch = await rollouts.runner.run(self.tasks, step=0)
         results = task_results(self.tasks, batch)
         summary = summarize(results, attempts=self.attempts, wall_s=time.monotonic() - began)
         failure = None

@@ -363,7 +363,8 @@ class TokenAccumulator:
 
     def commit(self, plan: TurnPlan, completion_token_ids: Sequence[int], reply: Message) -> None:
         """Make ``plan``'s call (sampled as ``completion_token_ids``, answered with ``reply``)
-        the head of its lineage, count it, and log a reset."""
+        the head of its lineage and count it; a reset in cumulative mode is logged once, at
+        INFO, on the ``rllm_core.gateway`` logger (plain mode logs none)."""
         lineage = plan.lineage
         previous = lineage.head
         lineage.head = Head(
@@ -388,6 +389,9 @@ class TokenAccumulator:
             return
         reason = plan.reset_reason or ""
         self.resets[reason] += 1
+        if not self.cumulative:
+            # Plain mode renders every call in full: a turn that does not chain resets nothing.
+            return
         where = f" divergent_message={plan.divergent_message}" if reason == PREFIX_CHANGED else ""
         logger.info(
             "token reset session=%s lineage=%s reason=%s%s turn=%d prev_prompt_tokens=%d"

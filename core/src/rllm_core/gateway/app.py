@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qs
@@ -45,14 +44,16 @@ import msgspec
 
 from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
 from rllm_core.gateway import protocol
-from rllm_core.gateway.engine import ChatRequest as EngineChatRequest
 from rllm_core.gateway.engine import (
+    MAX_SESSION_ID,
     GatewayEngine,
     GatewayError,
     InvalidChatRequestError,
     PromptTooLongError,
     UnknownSessionError,
+    is_session_id,
 )
+from rllm_core.gateway.engine import ChatRequest as EngineChatRequest
 from rllm_core.gateway.metrics import GatewayMetrics
 from rllm_core.gateway.protocol import HTTPError
 from rllm_core.ports import WorkerPool
@@ -67,7 +68,6 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,255}$")
 _JSON = (b"content-type", b"application/json")
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -260,11 +260,11 @@ class GatewayApp:
         # parts[0] is "" for the leading slash.
         if len(parts) >= 3 and parts[1] == "sessions":
             sid = parts[2]
-            if not _SESSION_ID.match(sid):
+            if not is_session_id(sid):
                 raise HTTPError(
                     400,
                     f"session id {sid!r} is invalid: use letters, digits and '._:@-', at most"
-                    " 256 characters, starting with a letter or digit",
+                    f" {MAX_SESSION_ID} characters, starting with a letter or digit",
                     param="session_id",
                     code="invalid_session_id",
                 )

@@ -16,6 +16,7 @@ all three derive from :class:`GatewayError`. Sampler exceptions propagate unchan
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from rllm_core.types import (
 
 __all__ = [
     "COMPLETIONS_LINEAGE",
+    "MAX_SESSION_ID",
     "ChatRequest",
     "ChatResult",
     "CompletionResult",
@@ -51,10 +53,22 @@ __all__ = [
     "PromptTooLongError",
     "SessionStats",
     "UnknownSessionError",
+    "is_session_id",
 ]
 
 COMPLETIONS_LINEAGE = "completions"
 """The lineage every ``/v1/completions`` call of a session is recorded in (each a root)."""
+
+MAX_SESSION_ID = 256
+"""The gateway accepts session ids of at most this many characters."""
+
+_SESSION_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:@-]{{0,{MAX_SESSION_ID - 1}}}")
+
+
+def is_session_id(text: str) -> bool:
+    """Whether the gateway accepts ``text`` as a session id: letters, digits and ``._:@-``,
+    starting with a letter or digit, at most :data:`MAX_SESSION_ID` characters."""
+    return _SESSION_ID.fullmatch(text) is not None
 
 
 # --------------------------------------------------------------------------------------------

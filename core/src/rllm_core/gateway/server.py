@@ -23,7 +23,9 @@ from __future__ import annotations
 import ipaddress
 import logging
 import secrets
+import sys
 from collections.abc import Callable
+from typing import TextIO
 
 from rllm_core.gateway.app import GatewayApp
 from rllm_core.gateway.engine import GatewayEngine
@@ -31,9 +33,33 @@ from rllm_core.gateway.serving import AsgiServer
 from rllm_core.ports import Renderer, Sampler, TraceStore, WorkerPool
 from rllm_core.types import LLMEndpoint, SamplingParams
 
-__all__ = ["Gateway", "is_loopback", "new_token"]
+__all__ = ["Gateway", "is_loopback", "log_events", "new_token"]
 
 log = logging.getLogger("rllm_core.gateway")
+
+
+class _EventsHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`log_events` adds (told apart from any other on the logger)."""
+
+
+def log_events(level: str, stream: TextIO | None = None) -> logging.Handler:
+    """Write the ``rllm_core`` loggers' records at ``level`` and above to ``stream`` (stderr),
+    one timestamped line per record, as ``rllm-core gateway serve`` does; returns the handler.
+
+    The ``rllm_core`` logger then stops propagating, so a handler on the root logger (the
+    command line sets one up) does not write each record a second time. Calling it again
+    replaces the handler it added before.
+    """
+    package = logging.getLogger("rllm_core")
+    for old in list(package.handlers):
+        if isinstance(old, _EventsHandler):
+            package.removeHandler(old)
+    handler = _EventsHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    package.addHandler(handler)
+    package.setLevel(level.upper())
+    package.propagate = False
+    return handler
 
 
 def is_loopback(host: str) -> bool:
@@ -167,6 +193,11 @@ class Gateway:
     def configure_session(self, session_id: str, *, enforced: SamplingParams | None) -> None:
         """Enforce (or, with ``None``, stop enforcing) sampling parameters for a session."""
         self.engine.configure_session(session_id, enforced=enforced)
+
+    def release_session(self, session_id: str) -> None:
+        """Forget a finished session's live state; its traces stay in the trace store. Unknown
+        ids are ignored."""
+        self.engine.release_session(session_id)
 
     # ---------------------------------------------------------------- serving
 

@@ -26,9 +26,10 @@ from rllm_core.rollout.failures import (
     failure_hint,
     failure_report,
 )
+from rllm_core.rollout.gateway import SessionGateway
 from rllm_core.rollout.records import EventKind, InfraFailure, RolloutBatch, RolloutEvent
 from rllm_core.rollout.runner import RolloutRunner
-from rllm_core.rollout.sessions import release_session, rollout_session_id
+from rllm_core.rollout.sessions import SessionKey, rollout_session_id
 from rllm_core.rollout.settings import RolloutSettings
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "RolloutEvent",
     "RolloutRunner",
     "RolloutSettings",
+    "SessionGateway",
+    "SessionKey",
     "TooManyFailedRollouts",
     "check_failures",
     "classify_exception",
@@ -47,6 +50,5 @@ __all__ = [
     "failure_report",
     "infra_outcome",
     "model_server_failed",
-    "release_session",
     "rollout_session_id",
 ]

@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any
 
 import msgspec
 
@@ -20,7 +19,7 @@ from rllm_core.ports.agents import Harness, TaskSource
 from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
 from rllm_core.ports.storage import TraceStore
 from rllm_core.rollout.classify import InfraError, classify_exception, infra_outcome
-from rllm_core.rollout.sessions import release_session
+from rllm_core.rollout.gateway import SessionGateway
 from rllm_core.rollout.settings import RolloutSettings
 from rllm_core.tasks import prepare_sandbox
 from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination
@@ -62,7 +61,7 @@ class AttemptRunner:
         task_source: TaskSource,
         harness: Harness,
         sandbox_backend: SandboxBackend | None,
-        gateway: Any,
+        gateway: SessionGateway,
         trace_store: TraceStore,
         settings: RolloutSettings,
     ) -> None:
@@ -119,7 +118,7 @@ class AttemptRunner:
         finally:
             if sandbox is not None:
                 await close_sandbox(sandbox, self.settings.close_timeout_s, session_id)
-            release_session(self.gateway, session_id)
+            self.gateway.release_session(session_id)
 
     async def _create(self, task: Task) -> Sandbox | None:
         if task.environment is None:

@@ -13,8 +13,9 @@ from rllm_core.ports.sandboxes import SandboxBackend
 from rllm_core.ports.storage import TraceStore
 from rllm_core.rollout.attempt import AttemptRunner
 from rllm_core.rollout.classify import InfraError
+from rllm_core.rollout.gateway import SessionGateway
 from rllm_core.rollout.records import EventKind, InfraFailure, RolloutBatch, RolloutEvent
-from rllm_core.rollout.sessions import rollout_session_id
+from rllm_core.rollout.sessions import SessionKey
 from rllm_core.rollout.settings import RolloutSettings
 from rllm_core.types import Episode, Task
 
@@ -36,7 +37,7 @@ class RolloutRunner:
     """Runs ``group_size`` rollouts of every task through the gateway and grades them.
 
     One rollout attempt: a gateway session ``{run_id}-s{step}-{task_id}-{index}-a{attempt}``
-    (made safe, see :func:`~rllm_core.rollout.sessions.rollout_session_id`) configured with
+    (made safe, see :class:`~rllm_core.rollout.sessions.SessionKey`) configured with
     ``settings.enforced``; a sandbox from ``sandbox_backend.create(task.environment)`` when the
     task has an environment (else ``None``); preparation (the source's ``prepare(task,
     sandbox)`` coroutine when it has one, else ``prepare_sandbox`` for Harbor tasks); the
@@ -75,7 +76,7 @@ class RolloutRunner:
         task_source: TaskSource,
         harness: Harness,
         sandbox_backend: SandboxBackend | None,
-        gateway: Any,
+        gateway: SessionGateway,
         trace_store: TraceStore,
         settings: RolloutSettings,
         run_id: str,
@@ -168,7 +169,7 @@ class RolloutRunner:
     ) -> Episode | InfraFailure:
         last = self.settings.max_infra_retries
         for attempt in range(last + 1):
-            session_id = rollout_session_id(self.run_id, step, task.task_id, index, attempt)
+            session_id = SessionKey(self.run_id, step, task.task_id, index, attempt).encode()
 
             def emit(kind: EventKind, **fields: Any) -> None:
                 self._emit(

@@ -27,7 +27,17 @@ from rllm_core.plan.resolve import resolve_plan
 from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import Kind
-from rllm_core.ports.loggers import Logger
+from rllm_core.ports import (
+    AdvantageEstimator,
+    Harness,
+    Logger,
+    Loss,
+    Renderer,
+    SandboxBackend,
+    TaskSource,
+    TraceStore,
+    TrainerBackend,
+)
 
 __all__ = [
     "LOGS_FOLDER",
@@ -180,15 +190,15 @@ class Components:
     (``"[loggers[0]] jsonl"``); they are in ``built`` too, so :meth:`aclose` closes them.
     ``placed`` maps each plan location (``"[trainer]"``) to its component."""
 
-    trainer: Any
-    renderer: Any
-    harness: Any
-    tasks: Any
-    trace_store: Any
-    loss: Any = None
-    advantage: Any = None
-    sandbox: Any = None
-    aux_losses: list[tuple[Any, float]] = field(default_factory=list)
+    trainer: TrainerBackend
+    renderer: Renderer
+    harness: Harness
+    tasks: TaskSource
+    trace_store: TraceStore
+    loss: Loss | None = None
+    advantage: AdvantageEstimator | None = None
+    sandbox: SandboxBackend | None = None
+    aux_losses: list[tuple[Loss, float]] = field(default_factory=list)
     loggers: list[tuple[str, Logger]] = field(default_factory=list)
     built: list[Any] = field(default_factory=list)
     placed: dict[str, Any] = field(default_factory=dict)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,23 +50,22 @@ from typing import Any
 
 from rllm_core.algorithms import DatumBuilder
 from rllm_core.algorithms.objective import Objective
-from rllm_core.gateway.server import Gateway
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports.training import BusyClock
-from rllm_core.rollout import RolloutRunner, RolloutSettings, TooManyFailedRollouts, check_failures
+from rllm_core.rollout import RolloutRunner, TooManyFailedRollouts, check_failures
+from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
+from rllm_core.rollout.sessions import SessionKey
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from rllm_core.training.components import Components
 from rllm_core.training.folder import RunFolder, write_json
-from rllm_core.training.gateway_address import gateway_bind_error
 from rllm_core.training.metrics import episode_record, step_metrics, summarize
 from rllm_core.training.observers import RunObservers
 from rllm_core.training.plots import write_plots
-from rllm_core.training.sessions import SeededGateway
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.training.update import build_objective, update_policy
-from rllm_core.types import RunInfo, RunStatus, SamplingParams
+from rllm_core.types import RunInfo, RunStatus
 
 __all__ = ["ResumeError", "RunResult", "TrainingLoop"]
 
@@ -120,7 +120,7 @@ class TrainingLoop:
         self._rollout_task: asyncio.Task[Any] | None = None
         self._stop = False
         self._trainer_executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._sampler: Any = None
+        self._rollouts: RolloutContext | None = None
         self.observers = RunObservers(
             loggers=components.loggers,
             plugins=plugins if plugins is not None else get_plugin_manager(),
@@ -163,11 +163,10 @@ class TrainingLoop:
         """Delete traces of steps after ``step`` (the interrupted step reruns with the same
         session ids)."""
         store = self.c.trace_store
-        for later in range(step + 1, self.plan.run.steps + 1):
-            prefix = f"{self.run_id}-s{later}-"
-            for session in store.sessions():
-                if session.startswith(prefix):
-                    store.delete_session(session)
+        for session in store.sessions():
+            key = SessionKey.parse(session, run=self.run_id)
+            if key is not None and key.step > step:
+                store.delete_session(session)
 
     # ------------------------------------------------------------------ signals
 
@@ -186,10 +185,12 @@ class TrainingLoop:
 
     async def run(self) -> RunResult:
         """Run the steps left; see the module docstring."""
+        rollouts = contextlib.AsyncExitStack()
         try:
             state = self._initial_state()
-            gateway, runner, builder = await self._start()
+            runner, builder = await self._start(rollouts)
         except BaseException:
+            await rollouts.aclose()
             self.observers.close_loggers()
             raise
         saved_step = state.step if self.resume else -1
@@ -217,7 +218,7 @@ class TrainingLoop:
                     elif failure is not None:
                         status, exit_code = "failed", 1
             finally:
-                await gateway.astop()
+                await rollouts.aclose()
                 if self._trainer_executor is not None:
                     self._trainer_executor.shutdown(wait=True)
                     self._trainer_executor = None
@@ -248,49 +249,23 @@ class TrainingLoop:
             reason=str(failure) if failure is not None else None,
         )
 
-    async def _start(self) -> tuple[Gateway, RolloutRunner, DatumBuilder]:
-        """Start the gateway; build the rollout runner and the datum builder."""
+    async def _start(self, stack: contextlib.AsyncExitStack) -> tuple[RolloutRunner, DatumBuilder]:
+        """Open the rollout context on ``stack``; build the datum builder."""
         algorithm = self.plan.algorithm
-        self._sampler = self.c.trainer.sampler()
-        gateway = Gateway(
-            renderer=self.c.renderer,
-            sampler=self._sampler,
-            trace_store=self.c.trace_store,
-            cumulative=self.plan.gateway.token_mode == "cumulative",
-            host=self.plan.gateway.host,
-            port=self.plan.gateway.port,
-        )
-        try:
-            await gateway.astart()
-        except OSError as exc:
-            raise gateway_bind_error(
-                exc, host=gateway.host, port=self.plan.gateway.port, plan_path=self.plan_path
-            ) from None
-        sampling = self.plan.sampling
-        settings = RolloutSettings(
-            group_size=algorithm.group_size,
-            max_concurrency=self.plan.rollout.max_concurrency,
-            max_infra_retries=self.plan.rollout.max_infra_retries,
-            enforced=SamplingParams(
-                max_tokens=sampling.max_tokens,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-            ),
-        )
-        runner = RolloutRunner(
-            task_source=self.c.tasks,
-            harness=self.c.harness,
-            sandbox_backend=self.c.sandbox,
-            gateway=SeededGateway(gateway, seed=self.plan.run.seed, run_id=self.run_id),
-            trace_store=self.c.trace_store,
-            settings=settings,
-            run_id=self.run_id,
-            on_event=self.display.on_event,
+        self._rollouts = await stack.enter_async_context(
+            open_rollouts(
+                self.plan,
+                self.c,
+                settings=rollout_settings(self.plan, group_size=algorithm.group_size),
+                run_id=self.run_id,
+                on_event=self.display.on_event,
+                plan_path=self.plan_path,
+            )
         )
         builder = DatumBuilder(
             self.c.advantage, drop_zero_variance_groups=algorithm.drop_zero_variance_groups
         )
-        return gateway, runner, builder
+        return self._rollouts.runner, builder
 
     def _run_info(self) -> RunInfo:
         return RunInfo(
@@ -436,7 +411,7 @@ class TrainingLoop:
         return await asyncio.get_running_loop().run_in_executor(self._trainer_executor, call)
 
     def _sampler_busy(self) -> float | None:
-        sampler = self._sampler
+        sampler = self._rollouts.sampler if self._rollouts is not None else None
         return sampler.busy_seconds if isinstance(sampler, BusyClock) else None
 
     def _warn_about(self, line: Mapping[str, Any]) -> None:

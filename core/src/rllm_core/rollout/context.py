@@ -1,0 +1,109 @@
+"""The rollout context of a run or an evaluation: the gateway and the runner, opened together.
+
+``rllm-core run`` and ``rllm-core eval`` roll out the same way::
+
+    settings = rollout_settings(plan, group_size=4)
+    async with open_rollouts(plan, components, settings=settings, run_id="run-1") as rollouts:
+        batch = await rollouts.runner.run(tasks, step=1)
+
+:func:`open_rollouts` starts a loopback :class:`~rllm_core.gateway.server.Gateway` as a task on
+the running loop, on ``components.trainer.sampler()`` (the one sampler of the context) and
+``components.renderer``, recording into ``components.trace_store``, in the plan's
+``[gateway].token_mode``, on ``[gateway].host`` and ``[gateway].port``. It then builds a
+:class:`~rllm_core.rollout.RolloutRunner` on ``components.tasks``, ``components.harness`` and
+``components.sandbox`` whose sessions are seeded from ``[run].seed``
+(:class:`~rllm_core.training.sessions.SeededGateway`). The gateway stops when the block exits,
+however it exits. A gateway that cannot bind raises
+:class:`~rllm_core.training.gateway_address.GatewayBindError` naming ``plan_path``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rllm_core.gateway.server import Gateway
+from rllm_core.plan.schema import Plan
+from rllm_core.ports import Sampler
+from rllm_core.rollout.records import RolloutEvent
+from rllm_core.rollout.runner import RolloutRunner
+from rllm_core.rollout.settings import RolloutSettings
+from rllm_core.training.gateway_address import gateway_bind_error
+from rllm_core.training.sessions import SeededGateway
+from rllm_core.types import SamplingParams
+
+if TYPE_CHECKING:
+    from rllm_core.training.components import Components
+
+__all__ = ["RolloutContext", "open_rollouts", "rollout_settings"]
+
+
+@dataclass(frozen=True)
+class RolloutContext:
+    """An open rollout context: the serving ``gateway``, the ``sampler`` behind it and the
+    ``runner`` that rolls out through it."""
+
+    gateway: Gateway
+    sampler: Sampler
+    runner: RolloutRunner
+
+
+def rollout_settings(plan: Plan, *, group_size: int) -> RolloutSettings:
+    """``group_size`` rollouts per task with the plan's ``[rollout]`` concurrency and
+    infrastructure retries, enforcing its ``[sampling]`` on every session."""
+    sampling = plan.sampling
+    return RolloutSettings(
+        group_size=group_size,
+        max_concurrency=plan.rollout.max_concurrency,
+        max_infra_retries=plan.rollout.max_infra_retries,
+        enforced=SamplingParams(
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+        ),
+    )
+
+
+@asynccontextmanager
+async def open_rollouts(
+    plan: Plan,
+    components: Components,
+    *,
+    settings: RolloutSettings,
+    run_id: str,
+    on_event: Callable[[RolloutEvent], None] | None = None,
+    plan_path: str = "plan.toml",
+) -> AsyncIterator[RolloutContext]:
+    """Open the rollout context of ``plan`` (see the module docstring); ``run_id`` prefixes
+    every session id, ``on_event`` gets every rollout event."""
+    sampler = components.trainer.sampler()
+    gateway = Gateway(
+        renderer=components.renderer,
+        sampler=sampler,
+        trace_store=components.trace_store,
+        cumulative=plan.gateway.token_mode == "cumulative",
+        host=plan.gateway.host,
+        port=plan.gateway.port,
+    )
+    try:
+        await gateway.astart()
+    except OSError as exc:
+        raise gateway_bind_error(
+            exc, host=gateway.host, port=plan.gateway.port, plan_path=plan_path
+        ) from None
+    try:
+        runner = RolloutRunner(
+            task_source=components.tasks,
+            harness=components.harness,
+            sandbox_backend=components.sandbox,
+            gateway=SeededGateway(gateway, seed=plan.run.seed, run_id=run_id),
+            trace_store=components.trace_store,
+            settings=settings,
+            run_id=run_id,
+            on_event=on_event,
+        )
+        yield RolloutContext(gateway=gateway, sampler=sampler, runner=runner)
+    finally:
+        await gateway.astop()
