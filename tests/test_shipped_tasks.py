@@ -1,7 +1,7 @@
 """The task sets shipped in examples/tasks.
 
-Every shell task runs twice through the real ``local`` sandbox backend and the core's task
-API: its reference solution must earn reward 1 and an agent that does nothing must get 0, so
+Every shell task runs twice through the real ``local`` sandbox backend and the ``harbor`` task
+source: its reference solution must earn reward 1 and an agent that does nothing must get 0, so
 each verifier both accepts the solution and rejects the starting state. The same holds when
 the whole set goes through ``rllm-core tasks check --solve --noop``. The JSON-lines sets must
 be exactly what their generator writes, and load through the ``jsonl`` task source.
@@ -18,7 +18,7 @@ from types import ModuleType
 
 import pytest
 from rllm_core.plugins import PluginManager
-from rllm_core.tasks import load_dataset, prepare_sandbox, run_solution, run_verifier
+from rllm_core.ports.agents import CheckableTaskSource
 from rllm_core.types import HarnessOutcome, Task, Termination
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -42,26 +42,37 @@ def local_backend():
     return PluginManager().get_sandbox_backend("local").build({"isolation": "bwrap"})
 
 
-async def reward_of(task: Task, *, solve: bool) -> tuple[float, str]:
+async def reward_of(source: CheckableTaskSource, task: Task, *, solve: bool) -> tuple[float, str]:
     """Create a fresh sandbox, optionally run the solution, then the verifier."""
     backend = local_backend()
     try:
         async with await backend.create(task.environment) as sandbox:
-            await prepare_sandbox(task, sandbox)
+            await source.prepare(task, sandbox)
             log = ""
             if solve:
-                result = await run_solution(task, sandbox)
+                result = await source.run_solution(task, sandbox)
                 log = f"solve.sh exited {result.exit_code}: {result.stdout}{result.stderr}"
                 assert result.exit_code == 0, log
-            grade = await run_verifier(task, sandbox)
+            outcome = HarnessOutcome(termination=Termination.DONE)
+            grade = await source.grade(task, outcome, sandbox)
             return grade.reward, log
     finally:
         await backend.close()
 
 
 @pytest.fixture(scope="module")
-def shell_tasks() -> dict[str, Task]:
-    return {task.task_id: task for task in load_dataset(SHELL_DIR)}
+def shell_source() -> CheckableTaskSource:
+    pytest.importorskip(
+        "rllm_task_source_harbor", reason="rllm-task-source-harbor is not installed"
+    )
+    source = PluginManager().get_task_source("harbor").build({"path": str(SHELL_DIR)})
+    assert isinstance(source, CheckableTaskSource)
+    return source
+
+
+@pytest.fixture(scope="module")
+def shell_tasks(shell_source) -> dict[str, Task]:
+    return {task.task_id: task for task in shell_source.tasks()}
 
 
 def test_shell_set_has_at_least_twenty_complete_tasks(shell_tasks):
@@ -94,11 +105,11 @@ def test_shell_tasks_use_no_copy_and_write_the_reward_file():
 
 
 @pytest.mark.parametrize("name", SHELL_TASKS)
-def test_solution_earns_1_and_a_noop_agent_gets_0(name, shell_tasks):
+def test_solution_earns_1_and_a_noop_agent_gets_0(name, shell_source, shell_tasks):
     task = shell_tasks[name]
-    solved, log = asyncio.run(reward_of(task, solve=True))
+    solved, log = asyncio.run(reward_of(shell_source, task, solve=True))
     assert solved == 1.0, log
-    untouched, _ = asyncio.run(reward_of(task, solve=False))
+    untouched, _ = asyncio.run(reward_of(shell_source, task, solve=False))
     assert untouched == 0.0
 
 

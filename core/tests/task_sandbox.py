@@ -4,8 +4,8 @@ paths built on the reference subprocess backend.
 Harbor tasks use absolute paths (/tests, /solution, /logs/verifier, /app). The reference
 backend runs on the host filesystem, so :class:`RootedBackend` gives each sandbox a private
 root directory and maps those paths into it: in file calls, in ``cwd`` and in the command
-text the core sends. Scripts run inside see the root as ``$SANDBOX_ROOT`` and write their
-reward to ``$SANDBOX_ROOT/logs/verifier/...``. This module holds no tests.
+text the harbor task source sends. Scripts run inside see the root as ``$SANDBOX_ROOT`` and
+write their reward to ``$SANDBOX_ROOT/logs/verifier/...``. This module holds no tests.
 """
 
 from __future__ import annotations

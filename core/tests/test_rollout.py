@@ -460,25 +460,30 @@ def test_create_and_setup_failures_are_infrastructure():
     assert len(backend.sandboxes) == 2 and all(s.closed for s in backend.sandboxes)
 
 
-def test_harbor_tasks_are_prepared_in_their_sandbox():
-    backend = FakeBackend()
+def test_only_the_task_source_prepares_the_sandbox():
+    class Preparing(FakeSource):
+        async def prepare(self, task: Task, sandbox: Any) -> None:
+            await sandbox.exec(f"touch {task.task_id}", timeout=5)
+
     task = Task(
         task_id="h",
         instruction="do it",
         data={"reward": 1.0, "task_dir": "/nowhere", "setup_commands": ["touch /app/x"]},
         environment=SandboxSpec(workdir="/app"),
     )
-    batch, _ = asyncio.run(
-        run_batch(
-            [task],
-            harness=FakeHarness(done),
-            source=FakeSource(),
-            backend=backend,
-            rollout=settings(group_size=1),
+    for source, commands in ((FakeSource(), []), (Preparing(), ["touch h"])):
+        backend = FakeBackend()
+        batch, _ = asyncio.run(
+            run_batch(
+                [task],
+                harness=FakeHarness(done),
+                source=source,
+                backend=backend,
+                rollout=settings(group_size=1),
+            )
         )
-    )
-    assert batch.episodes_done == 1
-    assert backend.commands == ["mkdir -p /app", "touch /app/x"]
+        assert batch.episodes_done == 1
+        assert backend.commands == commands
 
 
 def test_sandboxes_get_the_reproducible_environment_under_the_tasks_own(monkeypatch):

@@ -12,7 +12,6 @@ from reference.toy_renderer import IM_END, ToyChatRenderer
 from rllm_core.gateway.server import Gateway
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout import RolloutRunner, RolloutSettings
-from rllm_core.tasks import load_task
 from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.types import Termination
 
@@ -35,13 +34,14 @@ def require_bubblewrap() -> None:
 def test_the_shell_harness_solves_a_harbor_task_in_several_turns():
     require_bubblewrap()
     plugins = PluginManager()
-    task = load_task(COUNT_LINES)
     # Concurrency 1: rollout 0 makes its two calls, then rollout 1. Rollout 0 solves the
     # task, rollout 1 writes a wrong count.
     sampler = ScriptedSampler([*SCRIPTS["right"], *SCRIPTS["wrong"]], renderer=TOY)
     backend = plugins.get_sandbox_backend("local").build({"isolation": "bwrap"})
     harness = plugins.get_harness("shell").build({"max_turns": 4, "max_retries": 0})
-    source = plugins.get_task_source("harbor").build({"path": str(COUNT_LINES.parent)})
+    # The source prepares each sandbox (workdir, replayed RUN steps) before the harness runs.
+    source = plugins.get_task_source("harbor").build({"path": str(COUNT_LINES)})
+    (task,) = source.tasks()
     store = plugins.get_trace_store("memory").build({})
 
     async def main() -> Any:

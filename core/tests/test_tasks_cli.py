@@ -1,169 +1,187 @@
-"""``rllm-core tasks check``: listing, problems and exit codes, --solve and --noop."""
+"""``rllm-core tasks check`` reaches the task format only through the ``harbor`` task source's
+:class:`~rllm_core.ports.agents.CheckableTaskSource` methods: here a source of the test's own,
+and no source at all. The harbor package's own tests run the command over real task
+directories."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from rllm_core import SandboxBackendSpec, hookimpl
+from pydantic import BaseModel, ConfigDict
+from reference.subprocess_sandbox import SubprocessBackend
+from rllm_core import SandboxBackendSpec, TaskSourceSpec, hookimpl
 from rllm_core.cli import main, tasks_cmd
+from rllm_core.errors import TaskProblem
 from rllm_core.plugins import PluginManager
-from task_sandbox import GOOD_SOLVE, RootedBackend, write_task
+from rllm_core.ports.agents import CheckableTaskSource, DatasetCheck, TaskCheck
+from rllm_core.types import ExecResult, Grade, SandboxSpec, Task
 
 
-@pytest.fixture
-def backends(tmp_path, monkeypatch):
-    """Make ``--sandbox rooted`` build a :class:`RootedBackend`; returns the ones built."""
-    built: list[RootedBackend] = []
+class FolderConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    def factory(config):
-        backend = RootedBackend(tmp_path / f"backend-{len(built)}")
-        built.append(backend)
-        return backend
+    path: Path
+    replay_dockerfile: bool | None = None
 
+
+class FolderSource:
+    """Every ``*.txt`` file of the folder is a task whose text is the command that solves it;
+    the verifier gives 1 when ``done`` exists in the sandbox's working directory."""
+
+    def __init__(self, config: FolderConfig) -> None:
+        self.config = config
+        self.calls: list[tuple[str, str]] = []
+        BUILT.append(self)
+
+    def tasks(self, split: str = "train") -> list[Task]:
+        return [c.task for c in self.check(split).tasks if c.task is not None]
+
+    def check(self, split: str = "train", *, require_solution: bool = False) -> DatasetCheck:
+        report = DatasetCheck(path=self.config.path, name=self.config.path.name)
+        for file in sorted(self.config.path.glob("*.txt")):
+            check = TaskCheck(task_dir=file, task_id=file.stem)
+            command = file.read_text().strip()
+            check.has_solution = bool(command)
+            if require_solution and not command:
+                check.problems.append(TaskProblem(task=file.stem, field="text", message="empty"))
+            else:
+                check.task = Task(
+                    task_id=file.stem,
+                    instruction="make done",
+                    source="folder",
+                    data={"command": command},
+                    environment=SandboxSpec(workdir=str(file.parent / f"{file.stem}-work")),
+                )
+                check.settings = {"replay": self.config.replay_dockerfile}
+                check.setup = "mkdir"
+            report.tasks.append(check)
+        return report
+
+    async def prepare(self, task: Task, sandbox: Any) -> None:
+        self.calls.append(("prepare", task.task_id))
+        workdir = task.environment.workdir
+        await sandbox.exec(f"rm -rf {workdir} && mkdir -p {workdir}", timeout=10, cwd="/")
+
+    async def run_solution(self, task: Task, sandbox: Any) -> ExecResult:
+        self.calls.append(("solve", task.task_id))
+        return await sandbox.exec(task.data["command"], timeout=10, cwd=task.environment.workdir)
+
+    async def grade(self, task: Task, outcome: Any, sandbox: Any) -> Grade:
+        self.calls.append(("grade", task.task_id))
+        result = await sandbox.exec("test -e done", timeout=10, cwd=task.environment.workdir)
+        return Grade(reward=1.0 if result.exit_code == 0 else 0.0)
+
+
+BUILT: list[FolderSource] = []
+
+
+def use(monkeypatch, *, harbor: bool) -> None:
     class Plugin:
         @hookimpl
         def rllm_sandbox_backends(self):
-            yield SandboxBackendSpec(name="rooted", factory=factory, summary="test double")
+            yield SandboxBackendSpec(
+                name="subprocess", factory=lambda config: SubprocessBackend(), summary="test"
+            )
+
+        if harbor:
+
+            @hookimpl
+            def rllm_task_sources(self):
+                yield TaskSourceSpec(
+                    name="harbor", factory=FolderSource, config=FolderConfig, summary="test"
+                )
 
     manager = PluginManager(load_entry_points=False, strict=True)
-    manager.register(Plugin(), name="rooted")
+    manager.register(Plugin(), name="test")
     monkeypatch.setattr(tasks_cmd, "get_plugin_manager", lambda: manager)
-    return built
-
-
-@pytest.fixture
-def dataset(tmp_path) -> Path:
-    root = tmp_path / "set"
-    write_task(root, "alpha")
-    write_task(root, "beta", toml="[agent]\ntimeout_sec = 7\n[environment]\nmemory = '1G'\n")
-    (root / "dataset.toml").write_text('name = "tiny"\n')
-    return root
+    BUILT.clear()
 
 
 def invoke(*args: str):
     return CliRunner().invoke(main, ["tasks", "check", *args])
 
 
-def test_lists_tasks_with_settings(dataset):
-    result = invoke(str(dataset))
-    assert result.exit_code == 0, result.output
-    assert "tiny: 2 task(s)" in result.output
-    assert "alpha" in result.output and "beta" in result.output
-    assert "1 cpu 1024M" in result.output
-    assert "7/600s" in result.output
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    (tmp_path / "a.txt").write_text("touch done\n")
+    (tmp_path / "b.txt").write_text("true\n")
+    return tmp_path
 
 
-def test_json_report(dataset):
-    result = invoke(str(dataset), "--json")
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
-    assert report["ok"] is True
-    assert report["dataset"] == "tiny"
-    assert [t["task_id"] for t in report["tasks"]] == ["alpha", "beta"]
-    beta = report["tasks"][1]["settings"]
-    assert beta["memory_mb"] == 1024
-    assert beta["agent_timeout_s"] == 7.0
-    assert beta["workdir"] == "/app"
-    assert beta["setup_steps"] == 1
-    assert beta["replay_dockerfile"] is True
-    assert report["tasks"][0]["runs"] == {}
+def test_the_fake_implements_the_protocol(folder):
+    assert isinstance(FolderSource(FolderConfig(path=folder)), CheckableTaskSource)
 
 
-def test_format_problems_exit_2_naming_task_and_field(dataset):
-    write_task(dataset, "gamma", toml="[environment]\nmemory = 'lots'\n", test_sh=None)
-    result = invoke(str(dataset))
+def test_without_the_harbor_plugin_it_names_the_package_to_install(monkeypatch, folder):
+    use(monkeypatch, harbor=False)
+    result = invoke(str(folder))
     assert result.exit_code == 2
-    assert "task format error (2 problems)" in result.output
-    assert "gamma: [environment].memory: 'lots' is not a size" in result.output
-    assert "gamma: tests/test.sh: missing" in result.output
-
-
-def test_format_problems_as_json(dataset):
-    write_task(dataset, "gamma", toml="[agent]\ntimeout_sec = 0\n")
-    result = invoke(str(dataset), "--json")
-    assert result.exit_code == 2
-    report = json.loads(result.output)
+    assert "pip install rllm-task-source-harbor" in result.output
+    report = json.loads(invoke(str(folder), "--json").output)
     assert report["ok"] is False
-    assert report["problems"] == [
-        {"task": "gamma", "field": "[agent].timeout_sec", "message": "must be positive, got 0"}
-    ]
+    assert "pip install rllm-task-source-harbor" in report["error"]
 
 
-def test_solve_and_noop_get_the_expected_rewards(dataset, backends):
-    result = invoke(str(dataset), "--solve", "--noop", "--sandbox", "rooted", "--json")
+def test_a_source_without_the_check_methods_is_refused(monkeypatch, folder):
+    class Plain:
+        def __init__(self, config):
+            pass
+
+        def tasks(self, split="train"):
+            return []
+
+        async def grade(self, task, outcome, sandbox):
+            return Grade(reward=0.0)
+
+    class Plugin:
+        @hookimpl
+        def rllm_task_sources(self):
+            yield TaskSourceSpec(name="harbor", factory=Plain, config=FolderConfig, summary="x")
+
+    manager = PluginManager(load_entry_points=False, strict=True)
+    manager.register(Plugin(), name="plain")
+    monkeypatch.setattr(tasks_cmd, "get_plugin_manager", lambda: manager)
+    result = invoke(str(folder))
+    assert result.exit_code == 2
+    assert "cannot check tasks" in result.output
+    assert "pip install -U rllm-task-source-harbor" in result.output
+
+
+def test_the_source_reads_the_directory_and_its_settings_are_listed(monkeypatch, folder):
+    use(monkeypatch, harbor=True)
+    result = invoke(str(folder), "--no-replay", "--json")
     assert result.exit_code == 0, result.output
+    (source,) = BUILT
+    assert source.config == FolderConfig(path=folder, replay_dockerfile=False)
     report = json.loads(result.output)
-    runs = {t["task_id"]: t["runs"] for t in report["tasks"]}
-    for task_id in ("alpha", "beta"):
-        assert runs[task_id]["solve"]["reward"] == 1.0
-        assert runs[task_id]["noop"]["reward"] == 0.0
-        assert runs[task_id]["solve"]["passed"] and runs[task_id]["noop"]["passed"]
-    assert len(backends) == 1
-    assert len(backends[0].specs) == 4
-    assert backends[0]._sandboxes == []
-
-
-def test_solve_table_output(dataset, backends):
-    result = invoke(str(dataset), "--solve", "--sandbox", "rooted", "--jobs", "2")
-    assert result.exit_code == 0, result.output
-    assert "solve (want 1)" in result.output
-    assert "all 2 run(s) got the expected reward" in result.output
-
-
-def test_wrong_solution_exits_1(dataset, backends):
-    (dataset / "beta" / "solution" / "solve.sh").write_text("echo nope > output.txt\n")
-    result = invoke(str(dataset), "--solve", "--sandbox", "rooted")
-    assert result.exit_code == 1
-    assert "1 of 2 run(s) did not get the expected reward" in result.output
-
-
-def test_noop_that_passes_exits_1(dataset, backends):
-    logs = '"$SANDBOX_ROOT/logs/verifier"'
-    (dataset / "alpha" / "tests" / "test.sh").write_text(
-        f"mkdir -p {logs}; echo 1 > {logs}/reward.txt\n"
+    assert [t["task_id"] for t in report["tasks"]] == ["a", "b"]
+    settings = report["tasks"][0]["settings"]
+    assert (settings["replay"], settings["setup"], settings["has_solution"]) == (
+        False,
+        "mkdir",
+        True,
     )
-    result = invoke(str(dataset), "--noop", "--sandbox", "rooted", "--json")
-    assert result.exit_code == 1
-    runs = {t["task_id"]: t["runs"]["noop"] for t in json.loads(result.output)["tasks"]}
-    assert (runs["alpha"]["reward"], runs["alpha"]["passed"]) == (1.0, False)
-    assert (runs["beta"]["reward"], runs["beta"]["passed"]) == (0.0, True)
 
 
-def test_verifier_error_is_reported_and_exits_1(dataset, backends):
-    (dataset / "alpha" / "tests" / "test.sh").write_text("echo broken >&2; exit 5\n")
-    result = invoke(str(dataset), "--solve", "--sandbox", "rooted", "--json")
-    assert result.exit_code == 1
-    alpha = json.loads(result.output)["tasks"][0]["runs"]["solve"]
-    assert alpha["reward"] is None
-    assert alpha["error"].startswith("VerifierCrashed: task alpha: tests/test.sh exited 5")
+def test_solve_and_noop_go_through_prepare_run_solution_and_grade(monkeypatch, folder):
+    use(monkeypatch, harbor=True)
+    result = invoke(str(folder), "--solve", "--noop", "--sandbox", "subprocess", "--json")
+    assert result.exit_code == 1, result.output
+    runs = {t["task_id"]: t["runs"] for t in json.loads(result.output)["tasks"]}
+    assert (runs["a"]["solve"]["reward"], runs["a"]["noop"]["reward"]) == (1.0, 0.0)
+    assert (runs["b"]["solve"]["passed"], runs["b"]["noop"]["passed"]) == (False, True)
+    (source,) = BUILT
+    solve_calls = [name for name, task in source.calls if task == "a"]
+    assert solve_calls.count("prepare") == 2 and solve_calls.count("solve") == 1
 
 
-def test_solve_needs_every_solution(dataset, backends):
-    (dataset / "beta" / "solution" / "solve.sh").unlink()
-    result = invoke(str(dataset), "--solve", "--sandbox", "rooted")
+def test_solve_asks_the_source_for_solutions(monkeypatch, folder):
+    use(monkeypatch, harbor=True)
+    (folder / "c.txt").write_text("")
+    result = invoke(str(folder), "--solve", "--sandbox", "subprocess")
     assert result.exit_code == 2
-    assert "beta: solution/solve.sh: missing; --solve needs a reference solution" in result.output
-    assert backends == []
-
-
-def test_unknown_sandbox_exits_2(dataset, backends):
-    result = invoke(str(dataset), "--solve", "--sandbox", "nosuch")
-    assert result.exit_code == 2
-    assert "no sandbox backend named 'nosuch' is installed" in result.output
-
-
-def test_no_replay_flag(dataset):
-    result = invoke(str(dataset), "--no-replay", "--json")
-    settings = json.loads(result.output)["tasks"][0]["settings"]
-    assert (settings["replay_dockerfile"], settings["setup_steps"]) == (False, 0)
-
-
-def test_verbose_shows_replay_notes(tmp_path):
-    dockerfile = "FROM debian\nCOPY in.txt /app/\n"
-    write_task(tmp_path / "set", "a", dockerfile=dockerfile, solve_sh=GOOD_SOLVE)
-    result = invoke(str(tmp_path / "set"), "-v")
-    assert result.exit_code == 0, result.output
-    assert "a: Dockerfile line 2: COPY in.txt /app/ skipped on replay" in result.output
+    assert "c: text: empty" in result.output

@@ -1,4 +1,9 @@
-"""``rllm-core tasks check``: validate a Harbor dataset; optionally solve each task in a sandbox."""
+"""``rllm-core tasks check``: validate a Harbor dataset; optionally solve each task in a sandbox.
+
+The core does not read the format: the command builds the ``harbor`` task source through the
+plugin manager and calls the methods of :class:`~rllm_core.ports.agents.CheckableTaskSource`
+on it.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +12,20 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
 from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, console, err_console, print_json
-from rllm_core.errors import ComponentError, RllmError, TaskProblem
+from rllm_core.errors import ComponentError, RllmError, UnknownComponentError
 from rllm_core.plugins.manager import get_plugin_manager
-from rllm_core.tasks import (
-    DatasetCheck,
-    TaskCheck,
-    check_dataset,
-    prepare_sandbox,
-    run_solution,
-    run_verifier,
-)
-from rllm_core.types import Task
+from rllm_core.ports.agents import CheckableTaskSource, DatasetCheck, TaskCheck
+from rllm_core.types import HarnessOutcome, Task, Termination
+
+HARBOR = "harbor"
+HARBOR_DISTRIBUTION = "rllm-task-source-harbor"
 
 
 @dataclass
@@ -108,18 +109,8 @@ def check(
     With --solve (reward 1 expected) or --noop (reward 0 expected) every task runs in a fresh
     sandbox; the command exits 1 when a reward is not the expected one or a run fails.
     """
-    dataset = check_dataset(directory, replay_dockerfile=replay)
-    if solve:
-        for task_check in dataset.tasks:
-            task = task_check.task
-            if task is not None and not task.data.get("has_solution"):
-                task_check.problems.append(
-                    TaskProblem(
-                        task=task.task_id,
-                        field="solution/solve.sh",
-                        message="missing; --solve needs a reference solution",
-                    )
-                )
+    source = _harbor_source(directory, replay, as_json=as_json)
+    dataset = source.check("train", require_solution=solve)
     problems = dataset.all_problems
     if problems:
         _report(dataset, [], as_json=as_json, verbose=verbose)
@@ -128,23 +119,59 @@ def check(
     if solve or noop:
         modes = [mode for mode, on in (("solve", solve), ("noop", noop)) if on]
         try:
-            runs = asyncio.run(_run_all(dataset, modes, sandbox_name, jobs))
+            runs = asyncio.run(_run_all(source, dataset, modes, sandbox_name, jobs))
         except ComponentError as exc:
-            if as_json:
-                print_json({"ok": False, "error": str(exc)})
-            else:
-                err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
-            sys.exit(EXIT_USAGE)
+            _fail(str(exc), as_json=as_json)
     _report(dataset, runs, as_json=as_json, verbose=verbose)
     if any(not run.passed for run in runs):
         sys.exit(EXIT_FAILURE)
+
+
+def _fail(message: str, *, as_json: bool) -> NoReturn:
+    if as_json:
+        print_json({"ok": False, "error": message})
+    else:
+        err_console.print(f"[bold red]error:[/] {escape(message)}")
+    sys.exit(EXIT_USAGE)
+
+
+def _harbor_source(directory: Path, replay: bool | None, *, as_json: bool) -> Any:
+    """The ``harbor`` task source reading ``directory`` as its train split; exits 2 naming
+    the package to install when no plugin provides it."""
+    try:
+        spec = get_plugin_manager().get_task_source(HARBOR)
+    except UnknownComponentError as exc:
+        _fail(
+            f"rllm-core tasks check reads tasks through the {HARBOR} task source, which is not"
+            f" installed: pip install {HARBOR_DISTRIBUTION} ({exc})",
+            as_json=as_json,
+        )
+    config: dict[str, Any] = {"path": str(directory)}
+    if replay is not None:
+        config["replay_dockerfile"] = replay
+    try:
+        source = spec.build(config)
+    except (ComponentError, ValueError) as exc:
+        _fail(f"could not build the {HARBOR} task source for {directory}: {exc}", as_json=as_json)
+    if not isinstance(source, CheckableTaskSource):
+        _fail(
+            f"the installed {HARBOR} task source ({type(source).__name__}) cannot check tasks:"
+            " it lacks check, prepare or run_solution; upgrade it with"
+            f" pip install -U {HARBOR_DISTRIBUTION}",
+            as_json=as_json,
+        )
+    return source
 
 
 # ---------------------------------------------------------------- running
 
 
 async def _run_all(
-    dataset: DatasetCheck, modes: list[str], sandbox_name: str, jobs: int
+    source: CheckableTaskSource,
+    dataset: DatasetCheck,
+    modes: list[str],
+    sandbox_name: str,
+    jobs: int,
 ) -> list[_Run]:
     backend = get_plugin_manager().get_sandbox_backend(sandbox_name).build({})
     limit = asyncio.Semaphore(jobs)
@@ -152,7 +179,7 @@ async def _run_all(
 
     async def one(task: Task, mode: str) -> _Run:
         async with limit:
-            return await _run_task(backend, task, mode)
+            return await _run_task(source, backend, task, mode)
 
     try:
         return list(await asyncio.gather(*(one(task, mode) for task in tasks for mode in modes)))
@@ -160,17 +187,18 @@ async def _run_all(
         await backend.close()
 
 
-async def _run_task(backend: Any, task: Task, mode: str) -> _Run:
+async def _run_task(source: CheckableTaskSource, backend: Any, task: Task, mode: str) -> _Run:
     run = _Run(task_id=task.task_id, mode=mode)
     started = time.monotonic()
     try:
         async with await backend.create(task.environment) as sandbox:
-            await prepare_sandbox(task, sandbox)
+            await source.prepare(task, sandbox)
             if mode == "solve":
-                result = await run_solution(task, sandbox)
+                result = await source.run_solution(task, sandbox)
                 if result.exit_code != 0:
                     run.detail = f"solve.sh exited {result.exit_code}"
-            grade = await run_verifier(task, sandbox)
+            outcome = HarnessOutcome(termination=Termination.DONE)
+            grade = await source.grade(task, outcome, sandbox)
             run.reward = grade.reward
             run.signals = dict(grade.signals)
     except RllmError as exc:
@@ -198,11 +226,10 @@ def _settings(check: TaskCheck) -> dict[str, Any]:
         "verifier_timeout_s": task.verifier_timeout_s,
         "lifetime_s": spec.lifetime_s,
         "agent_user": spec.user,
-        "verifier_user": task.data.get("verifier_user"),
-        "replay_dockerfile": task.data.get("replay_dockerfile"),
-        "setup_steps": len(task.data.get("setup_commands") or []),
+        **check.settings,
         "env": dict(spec.env),
-        "has_solution": task.data.get("has_solution"),
+        "has_solution": check.has_solution,
+        "setup": check.setup,
     }
 
 
@@ -272,7 +299,6 @@ def _print_settings(dataset: DatasetCheck) -> None:
         if not s:
             table.add_row(escape(check.task_id), "[red]invalid[/]", *[""] * 5)
             continue
-        setup = f"{s['setup_steps']} RUN" if s["replay_dockerfile"] else "image"
         resources = f"{s['cpu']:g} cpu {s['memory_mb']}M"
         if s["network"] != "none":
             resources += f" net={s['network']}"
@@ -282,7 +308,7 @@ def _print_settings(dataset: DatasetCheck) -> None:
             escape(s["workdir"]),
             resources,
             f"{s['agent_timeout_s']:g}/{s['verifier_timeout_s']:g}s",
-            setup,
+            escape(s["setup"] or "-"),
             "yes" if s["has_solution"] else "no",
         )
     console.print(table)

@@ -21,7 +21,6 @@ from rllm_core.ports.storage import TraceStore
 from rllm_core.rollout.classify import InfraError, classify_exception, infra_outcome
 from rllm_core.rollout.gateway import SessionGateway
 from rllm_core.rollout.settings import RolloutSettings
-from rllm_core.tasks import prepare_sandbox
 from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination
 
 __all__ = ["AttemptRunner", "close_sandbox"]
@@ -135,13 +134,12 @@ class AttemptRunner:
         return await self.sandbox_backend.create(spec)
 
     async def _prepare(self, task: Task, sandbox: Sandbox | None) -> None:
-        """The source's own ``prepare(task, sandbox)`` coroutine when it has one, else the
-        Harbor preparation for tasks read from a Harbor directory (``data["task_dir"]``)."""
+        """The source's own ``prepare(task, sandbox)`` coroutine when it has one (see
+        :class:`~rllm_core.ports.agents.TaskSource`); without it the sandbox stays as the
+        backend created it."""
         prepare = getattr(self.task_source, "prepare", None)
         if prepare is not None and inspect.iscoroutinefunction(prepare):
             await prepare(task, sandbox)
-        elif sandbox is not None and "task_dir" in task.data:
-            await prepare_sandbox(task, sandbox)
 
     async def _play(self, task: Task, session_id: str, sandbox: Sandbox | None) -> HarnessOutcome:
         deadline_s = task.agent_timeout_s + self.settings.deadline_margin_s

@@ -1,7 +1,7 @@
-"""A shipped Harbor task, end to end: the task loaded by ``rllm_core.tasks.load_task`` and
-prepared by ``prepare_sandbox`` in the real local sandbox, the shell harness driven by a
-scripted model (the task's solution commands, one per turn) through the real gateway, the
-verifier's reward, and the trace chain the gateway recorded. Every component is built through
+"""A shipped Harbor task, end to end: the task read and its sandbox prepared by the ``harbor``
+task source in the real local sandbox, the shell harness driven by a scripted model (the
+task's solution commands, one per turn) through the real gateway, the verifier's reward (the
+source's grade), and the trace chain the gateway recorded. Every component is built through
 the plugin manager from the installed distributions, as a plan would build it."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import pytest
 from reference.toy_renderer import ToyChatRenderer
 from rllm_core.gateway.server import Gateway
 from rllm_core.plugins import PluginManager
-from rllm_core.tasks import load_task, prepare_sandbox, run_verifier
 from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.types import Termination
 
@@ -48,7 +47,8 @@ def manager() -> PluginManager:
 def play(manager: PluginManager, task_name: str, script: list[str]):
     """Run one episode of a shipped task; returns the outcome, the grade, the recorded traces
     and the renderer that rendered them."""
-    task = load_task(TASKS / task_name)
+    source = manager.get_task_source("harbor").build({"path": str(TASKS / task_name)})
+    (task,) = source.tasks()
     toy = ToyChatRenderer()
     store = manager.get_trace_store("memory").build({})
     sampler = ScriptedSampler(script, renderer=toy)
@@ -58,9 +58,9 @@ def play(manager: PluginManager, task_name: str, script: list[str]):
     async def episode():
         sandbox = await backend.create(task.environment)
         try:
-            await prepare_sandbox(task, sandbox)
+            await source.prepare(task, sandbox)
             outcome = await harness.run(task, gateway.endpoint("episode-1"), sandbox)
-            grade = await run_verifier(task, sandbox)
+            grade = await source.grade(task, outcome, sandbox)
         finally:
             await backend.close()
         return outcome, grade

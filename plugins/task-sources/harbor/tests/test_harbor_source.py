@@ -12,6 +12,7 @@ import pytest
 from rllm_core.errors import SandboxFileNotFound, TaskFormatError, VerifierError
 from rllm_core.plugins import PluginManager
 from rllm_core.ports import TaskSource
+from rllm_core.ports.agents import CheckableTaskSource
 from rllm_core.types import ExecResult, Grade, HarnessOutcome, Termination
 from rllm_task_source_harbor import plugin
 from rllm_task_source_harbor.plugin import HarborConfig
@@ -70,7 +71,7 @@ def test_entry_module_imports_no_implementation():
     code = (
         "import sys, rllm_task_source_harbor.plugin\n"
         "print(sorted(m for m in sys.modules if m.startswith(('rllm_task_source_harbor',"
-        " 'rllm_core.tasks'))))"
+        " 'rllm_core.kit'))))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -159,3 +160,36 @@ def test_grade_without_a_sandbox_is_a_verifier_error(dataset):
     outcome = HarnessOutcome(termination=Termination.DONE)
     with pytest.raises(VerifierError, match="task a: a harbor task is graded in its sandbox"):
         asyncio.run(source.grade(task, outcome, None))
+
+
+def test_checks_tasks_for_rllm_core_tasks_check(dataset):
+    source = HarborTaskSource(HarborConfig(path=dataset / "train", limit=1))
+    assert isinstance(source, CheckableTaskSource)
+    report = source.check()
+    assert report.ok and [c.task_id for c in report.tasks] == ["a", "b", "c"]
+    first = report.tasks[0]
+    assert (first.has_solution, first.setup) == (False, "1 RUN")
+    assert first.settings == {
+        "verifier_user": "checker",
+        "replay_dockerfile": True,
+        "setup_steps": 1,
+    }
+    strict = source.check(require_solution=True)
+    assert [str(p) for p in strict.all_problems] == [
+        f"{name}: solution/solve.sh: missing; --solve needs a reference solution"
+        for name in ("a", "b", "c")
+    ]
+    with pytest.raises(KeyError, match="no split 'eval'"):
+        source.check("eval")
+
+
+def test_prepare_replays_the_dockerfile_in_the_sandbox(dataset):
+    source = HarborTaskSource(HarborConfig(path=dataset / "train"))
+    task = source.tasks()[0]
+    sandbox = FakeSandbox({})
+    asyncio.run(source.prepare(task, sandbox))
+    assert [command for command, _ in sandbox.execs] == [
+        "mkdir -p /app",
+        "mkdir -p /app && cd /app && touch seed",
+    ]
+    asyncio.run(source.prepare(task, None))

@@ -1,16 +1,21 @@
-"""The ``harbor`` task source over the core's Harbor reader and verifier."""
+"""The ``harbor`` task source: the reader, sandbox preparation, reference solutions and the
+verifier of this package behind the core's task source contracts."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from rllm_core.errors import VerifierError
+from rllm_core.errors import TaskProblem, VerifierError
+from rllm_core.ports.agents import DatasetCheck
 from rllm_core.ports.sandboxes import Sandbox
-from rllm_core.tasks import load_dataset, run_verifier
-from rllm_core.types import Grade, HarnessOutcome, Task
+from rllm_core.types import ExecResult, Grade, HarnessOutcome, Task
 
 from rllm_task_source_harbor.plugin import HarborConfig
+from rllm_task_source_harbor.prepare import prepare_sandbox
+from rllm_task_source_harbor.reader import check_dataset, load_dataset
+from rllm_task_source_harbor.solution import run_solution
+from rllm_task_source_harbor.verifier import run_verifier
 
 __all__ = ["HarborTaskSource"]
 
@@ -19,7 +24,10 @@ class HarborTaskSource:
     """Tasks from Harbor dataset directories, one per split.
 
     A split is read on first use and kept; a format problem raises ``TaskFormatError`` then,
-    naming every bad field. ``grade`` runs the task's verifier in the episode's sandbox.
+    naming every bad field. ``prepare`` sets the episode's sandbox up, ``grade`` runs the
+    task's verifier in it. Implements
+    :class:`~rllm_core.ports.agents.CheckableTaskSource`, so ``rllm-core tasks check`` can
+    check a split and run each task's reference solution.
     """
 
     def __init__(self, config: HarborConfig) -> None:
@@ -34,12 +42,16 @@ class HarborTaskSource:
     def splits(self) -> list[str]:
         return list(self._paths)
 
-    def tasks(self, split: str = "train") -> Sequence[Task]:
+    def _path(self, split: str) -> Path:
         if split not in self._paths:
             raise KeyError(
                 f"the harbor task source has no split {split!r}; it has"
                 f" {', '.join(self._paths)} (set eval_path or splits to add one)"
             )
+        return self._paths[split]
+
+    def tasks(self, split: str = "train") -> Sequence[Task]:
+        self._path(split)
         if split not in self._loaded:
             tasks = load_dataset(
                 self._paths[split],
@@ -61,3 +73,35 @@ class HarborTaskSource:
                 task_id=task.task_id,
             )
         return await run_verifier(task, sandbox)
+
+    def check(self, split: str = "train", *, require_solution: bool = False) -> DatasetCheck:
+        """Read every task of ``split`` afresh, without raising (``limit`` does not apply);
+        with ``require_solution`` a task without ``solution/solve.sh`` is a problem."""
+        report = check_dataset(
+            self._path(split),
+            replay_dockerfile=self.config.replay_dockerfile,
+            verifier_user=self.config.verifier_user,
+        )
+        if require_solution:
+            for task_check in report.tasks:
+                if task_check.task is not None and not task_check.has_solution:
+                    task_check.problems.append(
+                        TaskProblem(
+                            task=task_check.task_id,
+                            field="solution/solve.sh",
+                            message="missing; --solve needs a reference solution",
+                        )
+                    )
+        return report
+
+    async def prepare(self, task: Task, sandbox: Sandbox | None) -> None:
+        """Create the task's workdir and replay its Dockerfile's ``RUN`` steps in ``sandbox``
+        (see :func:`~rllm_task_source_harbor.prepare.prepare_sandbox`); with no sandbox there
+        is nothing to prepare."""
+        if sandbox is not None:
+            await prepare_sandbox(task, sandbox)
+
+    async def run_solution(self, task: Task, sandbox: Sandbox) -> ExecResult:
+        """Run ``solution/solve.sh`` as the agent would (see
+        :func:`~rllm_task_source_harbor.solution.run_solution`)."""
+        return await run_solution(task, sandbox)

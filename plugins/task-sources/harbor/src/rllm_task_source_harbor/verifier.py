@@ -24,9 +24,10 @@ from rllm_core.errors import (
     VerifierTimeout,
 )
 from rllm_core.ports.sandboxes import Sandbox
-from rllm_core.tasks.output import output_tail
-from rllm_core.tasks.upload import upload_dir
 from rllm_core.types import Grade, Task
+
+from rllm_task_source_harbor.output import output_tail
+from rllm_task_source_harbor.upload import upload_dir
 
 __all__ = ["REWARD_FILES", "TESTS_DIR", "parse_reward", "run_verifier"]
 

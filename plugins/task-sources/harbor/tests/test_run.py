@@ -21,8 +21,11 @@ from rllm_core.errors import (
     VerifierError,
     VerifierTimeout,
 )
-from rllm_core.tasks import load_task, prepare_sandbox, run_solution, run_verifier
 from rllm_core.types import Grade, Task
+from rllm_task_source_harbor.prepare import prepare_sandbox
+from rllm_task_source_harbor.reader import load_task
+from rllm_task_source_harbor.solution import run_solution
+from rllm_task_source_harbor.verifier import run_verifier
 from task_sandbox import GOOD_TOML, RootedBackend, RootedSandbox, write_task
 
 LOGS = '"$SANDBOX_ROOT/logs/verifier"'

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rllm_core.tasks.dockerfile import DEFAULT_PATH, RunStep, parse_dockerfile
+from rllm_core.kit.dockerfile import DEFAULT_PATH, RunStep, parse_dockerfile
 
 
 def commands(text: str) -> list[str]:

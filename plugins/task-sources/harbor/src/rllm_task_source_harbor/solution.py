@@ -6,8 +6,9 @@ from pathlib import Path
 
 from rllm_core.errors import TaskFormatError, TaskProblem
 from rllm_core.ports.sandboxes import Sandbox
-from rllm_core.tasks.upload import upload_dir
 from rllm_core.types import ExecResult, Task
+
+from rllm_task_source_harbor.upload import upload_dir
 
 __all__ = ["SOLUTION_DIR", "run_solution"]
 

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 from rllm_core.errors import TaskFormatError, TaskProblem
-from rllm_core.tasks import check_dataset, check_task, load_dataset, load_task
 from rllm_core.types import NetworkPolicy, SandboxSpec
+from rllm_task_source_harbor.reader import check_dataset, check_task, load_dataset, load_task
 from task_sandbox import GOOD_DOCKERFILE, write_task
 
 FULL_TOML = """\
@@ -277,7 +277,7 @@ def test_unknown_fields_warn_and_do_not_fail(tmp_path, caplog):
         'homepage = "x"\n[extras]\na = 1\n[agent]\ntimeout_sec = 5\nmodel = "m"\n'
         "[environment]\nshm_size = 1\n"
     )
-    with caplog.at_level(logging.WARNING, logger="rllm_core.tasks"):
+    with caplog.at_level(logging.WARNING, logger="rllm_task_source_harbor"):
         task = load_task(write_task(tmp_path, "t", toml=toml))
     assert task.agent_timeout_s == 5.0
     assert sorted(r.getMessage() for r in caplog.records) == [
@@ -302,7 +302,7 @@ def test_replay_notes_say_what_is_skipped(tmp_path, caplog):
     assert check_task(task_dir).notes == [
         "t: Dockerfile line 5: COPY data.csv /srv/ skipped on replay"
     ]
-    with caplog.at_level(logging.INFO, logger="rllm_core.tasks"):
+    with caplog.at_level(logging.INFO, logger="rllm_task_source_harbor"):
         load_task(task_dir)
     assert [r.levelno for r in caplog.records] == [logging.INFO]
 
@@ -389,4 +389,25 @@ def test_shipped_dockerfile_fixture_is_replayed(tmp_path):
     assert task.environment.workdir == "/app"
     assert task.data["setup_commands"] == [
         "mkdir -p /app && cd /app && printf 'a\\nb\\n' > input.txt"
+    ]
+
+
+def test_a_bad_value_is_quoted_as_written_and_the_rest_still_read(tmp_path):
+    toml = "[environment]\nenv = { A = { b = 1 }, B = 2 }\ncpus = 2\n[metadata]\nsource = 'x'\n"
+    check = check_task(write_task(tmp_path, "t", toml=toml))
+    assert [str(p) for p in check.problems] == [
+        "t: [environment].env.A: must be a string or number, got {'b': 1}"
+    ]
+    fixed = "[environment]\nenv = { B = 2 }\ncpus = 2\n[metadata]\nsource = 'x'\n"
+    task = load_task(write_task(tmp_path, "u", toml=fixed))
+    assert (task.environment.env["B"], task.environment.cpu) == ("2", 2.0)
+    assert task.metadata == {"version": "", "source": "x"}
+
+
+def test_memory_mb_alone_and_storage_both_ways(tmp_path):
+    toml = "[environment]\nmemory_mb = 512\nstorage = '1G'\nstorage_mb = 1024\n"
+    with pytest.raises(TaskFormatError) as info:
+        load_task(write_task(tmp_path, "t", toml=toml))
+    assert [(p.field, p.message) for p in info.value.problems] == [
+        ("[environment].storage", "both storage and storage_mb are set; keep one")
     ]

@@ -7,9 +7,10 @@ import time
 
 from rllm_core.errors import SandboxCommandTimeout, SandboxError, TaskSetupError
 from rllm_core.ports.sandboxes import Sandbox
-from rllm_core.tasks.harbor import DEFAULT_BUILD_TIMEOUT_S
-from rllm_core.tasks.output import output_tail
 from rllm_core.types import Task
+
+from rllm_task_source_harbor.output import output_tail
+from rllm_task_source_harbor.task_toml import DEFAULT_BUILD_TIMEOUT_S
 
 __all__ = ["prepare_sandbox"]
 

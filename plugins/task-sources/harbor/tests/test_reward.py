@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from rllm_core.errors import RewardFileInvalid
-from rllm_core.tasks import parse_reward
 from rllm_core.types import Grade
+from rllm_task_source_harbor.verifier import parse_reward
 
 TXT = "/logs/verifier/reward.txt"
 JSON = "/logs/verifier/reward.json"
