@@ -2,7 +2,7 @@
 
 :class:`DaytonaBackend` creates Daytona sandboxes from a :class:`~rllm_core.types.SandboxSpec`;
 :class:`DaytonaSandbox` runs commands and moves files in one. Commands go through the shell
-protocol of :mod:`rllm_sandbox_backend_daytona.wrapper`; SDK exceptions are translated by
+protocol of :mod:`rllm_core.kit.remote_exec`; SDK exceptions are translated by
 :mod:`rllm_sandbox_backend_daytona.errors`.
 
 Pass ``client=`` to use an already built ``AsyncDaytona`` (or a stand-in with the same
@@ -39,19 +39,19 @@ from rllm_core.errors import (
     SandboxGone,
     SandboxTransientError,
 )
-from rllm_core.kit.retry import Pacer, retry_async
-from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
-
-from rllm_sandbox_backend_daytona.errors import Context, retry_after_s, translate
-from rllm_sandbox_backend_daytona.plugin import DaytonaSandboxConfig
-from rllm_sandbox_backend_daytona.wrapper import (
-    WRAP_ROOT,
+from rllm_core.kit.remote_exec import (
+    EXEC_ROOT,
     kill_script,
     launcher,
     parse_report,
     validate_user,
     wrap,
 )
+from rllm_core.kit.retry import Pacer, retry_async
+from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
+
+from rllm_sandbox_backend_daytona.errors import Context, retry_after_s, translate
+from rllm_sandbox_backend_daytona.plugin import DaytonaSandboxConfig
 
 __all__ = ["MANAGED_LABEL", "RUN_LABEL", "DaytonaBackend", "DaytonaSandbox", "cleanup"]
 
@@ -168,6 +168,7 @@ class DaytonaSandbox:
                 env={**self.spec.env, **(env or {})},
                 user=user,
                 output_limit_bytes=config.output_limit_bytes,
+                merge_output=True,
             )
         except ValueError as exc:
             raise SandboxError(f"cannot run {command[:200]!r}: {exc}") from exc
@@ -185,7 +186,7 @@ class DaytonaSandbox:
             )
         return ExecResult(
             exit_code=report.exit_code,
-            stdout=report.output.decode("utf-8", errors="replace"),
+            stdout=report.stdout.decode("utf-8", errors="replace"),
             stderr="",
             truncated=report.truncated,
             duration_s=time.monotonic() - started,
@@ -195,7 +196,7 @@ class DaytonaSandbox:
         remote = launcher(script)
         if len(remote) <= _MAX_INLINE_COMMAND:
             return remote
-        path = f"{WRAP_ROOT}/{call_id}.sh"
+        path = f"{EXEC_ROOT}/{call_id}.sh"
         await self.write_file(path, script.encode("utf-8"))
         return f"sh {path}; r=$?; rm -f {path}; exit $r"
 

@@ -1,24 +1,29 @@
-"""The shell protocol the backend speaks inside a Daytona sandbox.
+"""The shell protocol a remote sandbox backend uses to run one command with a timeout.
 
-Daytona runs a command string through the sandbox's shell and returns its merged output as
-text. To get exit codes, output caps, user switching, env and a killable process tree right on
-every image, each command is wrapped in a POSIX ``sh`` script (sent base64-encoded, so no
-quoting reaches the remote shell) that:
+A backend whose service runs a command string (or an argument vector) in a sandbox, but gives
+no reliable exit code, output cap, user switch or way to kill what the command started, wraps
+the command with :func:`wrap` and runs the result with ``sh``. The wrapper, a POSIX ``sh``
+script that carries the command and its set-up base64-encoded (so no quoting reaches the
+remote shell):
 
-- makes a per-call directory ``/tmp/.rllm-daytona/<call id>`` holding ``cmd.sh`` (the command
-  as given) and ``run.sh`` (exports, then ``sh cmd.sh`` in the background and ``wait``, so the shell
-  prints no job notice when a signal kills the command);
+- makes a per-call directory ``<EXEC_ROOT>/<call id>`` holding ``cmd.sh`` (the command as
+  given) and ``run.sh`` (exports, then ``sh cmd.sh`` in the background and ``wait``, so the
+  shell prints no job notice when a signal kills the command);
 - changes to ``cwd``, switches to ``user`` (``runuser``/``su`` when the sandbox's own user is
   root, ``sudo -n`` otherwise) and starts ``run.sh`` under ``setsid``, so the command and
   everything it starts share one new process group whose id ``run.sh`` writes to ``pgid``;
-- pipes the merged output through ``head -c <limit + 1>`` and drains the rest, so a command
-  never blocks on a full pipe and a huge output never leaves the sandbox;
-- prints one report line ``<marker> <exit code> <truncated 0|1> <output in base64> <marker>``
-  and removes the call directory.
+- pipes stdout and stderr (or, with ``merge_output``, both together) through
+  ``head -c <limit + 1>`` and drains the rest, so a command never blocks on a full pipe and a
+  huge output never leaves the sandbox;
+- prints one report line ``<marker> <exit code> <out truncated 0|1> <err truncated 0|1>
+  <stdout in base64> . <stderr in base64> <marker>`` on its own stdout, removes the call
+  directory and exits with the command's exit code (``128 + n`` when signal ``n`` killed it).
 
-A timeout is enforced by the caller, which then runs :func:`kill_script` to kill the process
-group. The image needs ``sh``, ``base64``, ``head``, ``setsid`` and, to switch users,
-``runuser``/``su`` or ``sudo``: coreutils and util-linux (or busybox) provide them.
+The caller enforces the timeout, then runs :func:`kill_script` (as a second command) to kill
+the process group; a kill that comes before the command started keeps it from starting.
+:func:`parse_report` reads the report back. The image needs ``sh``, ``base64``, ``head``,
+``setsid`` and, to switch users, ``runuser``/``su`` or ``sudo``: coreutils and util-linux (or
+busybox) provide them.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
-    "WRAP_ROOT",
+    "EXEC_ROOT",
     "Report",
     "WrappedCommand",
     "kill_script",
@@ -42,11 +47,12 @@ __all__ = [
     "wrap",
 ]
 
-WRAP_ROOT = "/tmp/.rllm-daytona"
+EXEC_ROOT = "/tmp/.rllm-exec"
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?\Z")
 _CALL_ID = re.compile(r"[a-z0-9]+\Z")
+_B64 = r"([A-Za-z0-9+/=\s]*)"
 
 
 def validate_env(env: Mapping[str, str]) -> None:
@@ -69,25 +75,27 @@ def validate_user(user: str) -> None:
         )
 
 
+def _check_call_id(call_id: str) -> None:
+    if not _CALL_ID.match(call_id):
+        raise ValueError(f"call id {call_id!r} must be lowercase letters and digits")
+
+
 @dataclass(frozen=True, slots=True)
 class WrappedCommand:
-    """A wrapped command: ``script`` runs it, ``marker`` delimits its report."""
+    """A wrapped command: ``sh -c script`` runs it, ``marker`` delimits its report."""
 
     call_id: str
     script: str
     marker: str
 
-    @property
-    def call_dir(self) -> str:
-        return f"{WRAP_ROOT}/{self.call_id}"
-
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """What the wrapper printed: the command's exit code and its kept output bytes."""
+    """What the wrapper printed: the exit code and the kept bytes of each stream."""
 
     exit_code: int
-    output: bytes
+    stdout: bytes
+    stderr: bytes
     truncated: bool
 
 
@@ -103,20 +111,25 @@ def wrap(
     env: Mapping[str, str],
     user: str | None,
     output_limit_bytes: int,
+    merge_output: bool = False,
+    root: str = EXEC_ROOT,
 ) -> WrappedCommand:
     """Build the script that runs ``command`` as described in the module docstring.
 
+    ``call_id`` (lowercase letters and digits) names the call for :func:`kill_script`;
     ``env`` is exported before the command runs (after any user switch, so it survives
-    ``su``). Raises ValueError for a NUL in the command, an invalid env name or user.
+    ``su``); ``merge_output`` sends stderr into stdout, in order. Raises ValueError for a NUL
+    in the command, an invalid env name, user or call id.
     """
     if "\0" in command:
         raise ValueError("the command contains a NUL byte, which no shell can run; remove it")
-    if not _CALL_ID.match(call_id):
-        raise ValueError(f"call id {call_id!r} must be lowercase letters and digits")
+    if "\0" in cwd:
+        raise ValueError(f"working directory {cwd!r} contains a NUL byte; remove it")
+    _check_call_id(call_id)
     validate_env(env)
     if user is not None:
         validate_user(user)
-    directory = f"{WRAP_ROOT}/{call_id}"
+    directory = f"{root}/{call_id}"
     marker = f"@@rllm-{call_id}@@"
     exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
     run = (
@@ -127,14 +140,17 @@ def wrap(
         f"echo $? > {directory}/rc\n"
     )
     limit = int(output_limit_bytes)
+    # fd 3 carries stdout past the stderr pipe; merged output sends stderr the same way.
+    streams = "1>&3 2>&1" if merge_output else "2>&1 1>&3"
     script = f"""D={directory}
 U={shlex.quote(user or "")}
-mkdir -p {WRAP_ROOT} 2>/dev/null
-chmod 1777 {WRAP_ROOT} 2>/dev/null
+mkdir -p {root} 2>/dev/null
+chmod 1777 {root} 2>/dev/null
 if ! mkdir -m 777 "$D"; then
-  echo "cannot create the call directory $D"
+  echo "cannot create the call directory $D" >&2
   exit 125
 fi
+: > "$D/out"; : > "$D/err"
 printf %s {_b64(command)} | base64 -d > "$D/cmd.sh"
 printf %s {_b64(run)} | base64 -d > "$D/run.sh"
 chmod 644 "$D/cmd.sh" "$D/run.sh"
@@ -150,18 +166,22 @@ start() {{
   else sudo -n -u "$U" -- $S sh "$D/run.sh"
   fi
 }}
-if cd -- {shlex.quote(cwd)} 2>"$D/out"; then
-  {{ start </dev/null 2>&1; echo $? > "$D/rc0"; }} |
+if cd -- {shlex.quote(cwd)} 2>"$D/{"out" if merge_output else "err"}"; then
+  {{ {{ start </dev/null; echo $? > "$D/rc0"; }} {streams} 3>&- |
+      {{ head -c {limit + 1} > "$D/err"; cat >/dev/null; }}; }} 3>&1 |
     {{ head -c {limit + 1} > "$D/out"; cat >/dev/null; }}
 else
   echo 1 > "$D/rc0"
 fi
 rc=$(cat "$D/rc" 2>/dev/null || cat "$D/rc0" 2>/dev/null)
 [ -n "$rc" ] || rc=125
-t=0
-[ "$(wc -c < "$D/out")" -gt {limit} ] && t=1
-printf '\\n{marker} %s %s ' "$rc" "$t"
+to=0; te=0
+[ "$(wc -c < "$D/out")" -gt {limit} ] && to=1
+[ "$(wc -c < "$D/err")" -gt {limit} ] && te=1
+printf '\\n{marker} %s %s %s ' "$rc" "$to" "$te"
 head -c {limit} "$D/out" | base64
+printf ' . '
+head -c {limit} "$D/err" | base64
 printf ' {marker}\\n'
 rm -rf "$D"
 exit "$rc"
@@ -170,17 +190,15 @@ exit "$rc"
 
 
 def launcher(script: str) -> str:
-    """The command string that makes the sandbox's shell (sh, bash or zsh) run ``script``."""
+    """A command string that makes any shell (sh, bash or zsh) run ``script``."""
     return f'sh -c "$(echo {_b64(script)} | base64 -d)"'
 
 
-def kill_script(call_id: str) -> str:
+def kill_script(call_id: str, *, root: str = EXEC_ROOT) -> str:
     """A script that kills the process group of call ``call_id`` (waiting up to 5 s for it
     to start) and keeps a late start from running the command at all."""
-    if not _CALL_ID.match(call_id):
-        raise ValueError(f"call id {call_id!r} must be lowercase letters and digits")
-    directory = f"{WRAP_ROOT}/{call_id}"
-    return f"""D={directory}
+    _check_call_id(call_id)
+    return f"""D={root}/{call_id}
 [ -d "$D" ] || exit 0
 : > "$D/killed" 2>/dev/null
 i=0
@@ -193,13 +211,20 @@ exit 0
 
 
 def parse_report(text: str, marker: str) -> Report | None:
-    """Read the report line out of the shell's output; ``None`` when there is none."""
-    pattern = re.escape(marker) + r" (-?\d+) ([01]) ([A-Za-z0-9+/=\s]*) " + re.escape(marker)
-    found = re.search(pattern, text)
+    """Read the report line out of the wrapper's output; ``None`` when there is none."""
+    m = re.escape(marker)
+    found = re.search(rf"{m} (-?\d+) ([01]) ([01]) {_B64} \. {_B64} {m}", text)
     if found is None:
         return None
     try:
-        output = base64.b64decode("".join(found.group(3).split()), validate=True)
+        out, err = (
+            base64.b64decode("".join(found.group(i).split()), validate=True) for i in (4, 5)
+        )
     except binascii.Error:
         return None
-    return Report(exit_code=int(found.group(1)), output=output, truncated=found.group(2) == "1")
+    return Report(
+        exit_code=int(found.group(1)),
+        stdout=out,
+        stderr=err,
+        truncated=found.group(2) == "1" or found.group(3) == "1",
+    )
