@@ -3,6 +3,7 @@ a clean stop on SIGTERM."""
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
@@ -120,6 +121,34 @@ def test_an_unknown_renderer_is_a_usage_error():
     result = gateway_cli("--upstream", "http://127.0.0.1:1", "--renderer", "no-such-renderer")
     assert result.returncode == 2
     assert "no renderer named 'no-such-renderer' is installed" in result.stderr
+
+
+def test_upstream_without_the_vllm_sampler_says_what_to_install(monkeypatch):
+    from click.testing import CliRunner
+    from rllm_core.cli.gateway_cmd import gateway
+    from rllm_core.plugins import manager
+
+    monkeypatch.setattr(manager, "_DEFAULT", PluginManager(load_entry_points=False))
+    # serve sets up logging for the process; keep it from reaching the other tests.
+    package = logging.getLogger("rllm_core")
+    level, propagate = package.level, package.propagate
+    monkeypatch.setattr(package, "handlers", list(package.handlers))
+    try:
+        result = CliRunner().invoke(
+            gateway, ["serve", "--upstream", "http://127.0.0.1:1", "--renderer", "x"]
+        )
+    finally:
+        package.setLevel(level)
+        package.propagate = propagate
+    assert result.exit_code == 2
+    assert "--upstream needs sampler:vllm: no sampler named 'vllm' is installed" in result.output
+    assert "pip install rllm-sampler-vllm" in result.output
+
+
+def test_a_bad_upstream_url_is_a_usage_error_naming_it():
+    result = gateway_cli("--upstream", "localhost:8000", "--renderer", "x")
+    assert result.returncode == 2
+    assert "worker URL 'localhost:8000' is invalid" in result.stderr
 
 
 def test_a_served_session_records_traces_and_stops_on_sigterm(fake_distributions, workers):

@@ -7,7 +7,7 @@ import logging
 
 import openai
 import pytest
-from rllm_core.gateway.upstreams import UpstreamError, UpstreamUnavailableError
+from rllm_core.errors import UpstreamError, UpstreamUnavailableError
 from rllm_core.testing.samplers import ScriptedSampler
 
 CHAT = "/sessions/s/v1/chat/completions"

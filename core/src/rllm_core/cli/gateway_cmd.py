@@ -1,8 +1,9 @@
 """``rllm-core gateway serve``: the session gateway as a standalone server.
 
 For evaluation, or agents outside a training run: it renders chat requests with an installed
-renderer plugin, samples from one or more vLLM-style HTTP workers, and records every call in an
-installed trace store. The server and its dependencies load only when the command runs.
+renderer plugin, samples from one or more vLLM servers through the ``sampler:vllm`` plugin
+(rllm-sampler-vllm), and records every call in an installed trace store. The server and its
+dependencies load only when the command runs.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ def gateway() -> None:
     """The OpenAI-compatible session gateway."""
 
 
-def _build(kind: str, name: str, values: dict[str, Any]) -> Any:
-    """Build an installed component, turning lookup and config errors into usage errors."""
+def _build(kind: str, name: str, values: dict[str, Any], *, needed_by: str | None = None) -> Any:
+    """Build an installed component, turning lookup and config errors into usage errors.
+
+    ``needed_by`` names the option that asked for the component, for the message when it is
+    not installed."""
     from pydantic import ValidationError
 
     from rllm_core.errors import UnknownComponentError
@@ -33,7 +37,7 @@ def _build(kind: str, name: str, values: dict[str, Any]) -> Any:
     try:
         spec = manager.get(kind, name)
     except UnknownComponentError as exc:
-        fail(str(exc), EXIT_USAGE)
+        fail(f"{needed_by} needs {kind}:{name}: {exc}" if needed_by else str(exc), EXIT_USAGE)
     try:
         config = spec.validate_config(values)
     except ValidationError as exc:
@@ -54,7 +58,8 @@ def _build(kind: str, name: str, values: dict[str, Any]) -> Any:
     multiple=True,
     required=True,
     metavar="URL",
-    help="A vLLM-style worker (repeat for several), e.g. http://10.0.0.5:8000.",
+    help="A vLLM server (repeat for several), e.g. http://10.0.0.5:8000; needs the"
+    " rllm-sampler-vllm plugin.",
 )
 @click.option("--upstream-model", default=None, help="Model name sent to the workers.")
 @click.option(
@@ -149,7 +154,6 @@ def serve(
     import signal
 
     from rllm_core.gateway.server import Gateway, is_loopback, log_events
-    from rllm_core.gateway.upstreams import HttpWorkerPool
     from rllm_core.types import SamplingParams
 
     if no_auth and not is_loopback(host):
@@ -164,13 +168,22 @@ def serve(
         fail(f"--max-tokens is {max_tokens}; it must be at least 1", EXIT_USAGE)
     log_events(log_level)
 
+    sampler_keys: dict[str, Any] = {"urls": list(upstreams)}
+    if upstream_model:
+        sampler_keys["model"] = upstream_model
+    if upstream_api_key:
+        sampler_keys["api_key"] = upstream_api_key
+    # Built first: it opens nothing, so a missing plugin or a bad URL leaves no store open.
+    try:
+        sampler = _build("sampler", "vllm", sampler_keys, needed_by="--upstream")
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
     renderer_obj = _build("renderer", renderer, {"tokenizer": tokenizer} if tokenizer else {})
     store = _build("trace_store", trace_store, {"path": trace_dir} if trace_dir else {})
     try:
-        pool = HttpWorkerPool(upstreams, model=upstream_model, api_key=upstream_api_key)
         server = Gateway(
             renderer=renderer_obj,
-            sampler=pool,
+            sampler=sampler,
             trace_store=store,
             cumulative=cumulative,
             model=model,

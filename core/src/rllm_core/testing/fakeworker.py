@@ -1,6 +1,6 @@
 """A stand-in for a vLLM worker: the completions API with token ids, answered at once.
 
-For tests and benchmarks of the gateway and :class:`~rllm_core.gateway.upstreams.HttpWorkerPool`
+For tests and benchmarks of the gateway and of samplers over vLLM servers (``sampler:vllm``)
 without a model. ``POST /v1/completions`` answers like vLLM does for a token-id prompt with
 ``return_token_ids`` and ``return_tokens_as_token_ids``; ``GET /health`` answers 200. The
 completion is ``reply(prompt_ids, max_tokens, stop_ids)`` (by default: the last ``echo`` prompt

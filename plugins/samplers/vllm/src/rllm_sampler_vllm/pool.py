@@ -1,46 +1,20 @@
-"""Sampling from HTTP workers that speak the vLLM completions API with token ids.
+"""The vLLM sampler: :class:`HttpWorkerPool`, the :class:`~rllm_core.ports.Sampler` port over
+one or more vLLM OpenAI-compatible servers (``vllm serve``, or anything that answers the same
+way), sending and reading token ids. The exchange is described in this package's README.
 
-:class:`HttpWorkerPool` implements the :class:`~rllm_core.ports.Sampler` port over one or more
-workers (vLLM ``serve`` processes, or anything that answers the same way).
+Routing: a request is routed by :data:`rllm_core.routing.routing_key` (the gateway session),
+else by its request id. A key sticks to the worker that served it first while that worker is
+healthy, so the worker's prefix cache keeps serving the session; a new key goes to the healthy
+worker with the fewest requests in flight (then the fewest sessions).
 
-The exchange, per model call (``POST {worker}/v1/completions``)::
-
-    {"prompt": [151644, 872, ...],          # token ids, sent as they are
-     "max_tokens": 256, "temperature": 1.0, "top_p": 1.0, "seed": 7,   # seed only when set
-     "stop_token_ids": [151645],
-     "n": 1, "stream": false,
-     "logprobs": 0,                         # the sampled token's logprob only
-     "return_token_ids": true,              # choices[0].token_ids (vLLM >= 0.10.2)
-     "return_tokens_as_token_ids": true,    # logprobs.tokens as "token_id:<id>" (older vLLM)
-     "skip_special_tokens": false,
-     "model": "<name>"}                     # only when the pool is given one
-
-and the answer it reads::
-
-    {"choices": [{"token_ids": [9707, 0, 151645],
-                  "logprobs": {"token_logprobs": [-0.1, -0.7, -0.01],
-                               "tokens": ["token_id:9707", "token_id:0", "token_id:151645"]},
-                  "finish_reason": "stop"}],        # or "length"
-     "weight_version": 3}                           # optional; see weight_version below
-
-Completion ids come from ``choices[0].token_ids``, or, for a server without
-``return_token_ids``, from the ``token_id:<id>`` strings. vLLM includes the stop token that
-ended a completion in its token ids, as the port requires. The port also wants logprobs after
-temperature: start vLLM with ``--logprobs-mode processed_logprobs`` (its default reports the
-raw model distribution).
-
-Routing: a request carries a routing key (the gateway session, set through
-:data:`routing_key`, else the request id). A key sticks to the worker that served it first
-while that worker is healthy, so the worker's prefix cache keeps serving the session; a new key
-goes to the healthy worker with the fewest requests in flight (then the fewest sessions).
-
-Failures: a connection error marks the worker down and the request moves to another worker; a
-``429`` or ``5xx`` answer is retried after the worker's ``Retry-After`` (seconds or an HTTP
-date) or an exponential backoff. Retries are bounded by ``max_attempts`` and by
+Failures: a connection error marks the worker down and the request moves to another worker at
+once (or, when none is up, after a backoff); a ``429`` or ``5xx`` answer is retried after the
+worker's ``Retry-After`` (seconds or an HTTP date) or a jittered backoff, through
+:func:`rllm_core.kit.retry.retry_async`. Retries are bounded by ``retries`` and by
 ``retry_budget_s`` of total time. A background task checks ``GET {worker}/health`` every
 ``health_interval_s`` and brings workers back. When no worker is up the request waits for one
-within the budget, then fails with :class:`UpstreamUnavailableError`, which names every
-worker and its last error.
+within the budget, then fails with :class:`~rllm_core.errors.UpstreamUnavailableError`, which
+names every worker and its last error.
 """
 
 from __future__ import annotations
@@ -53,9 +27,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
-
 from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
 from rllm_core.gateway.httpclient import (
     HttpClient,
@@ -64,20 +38,38 @@ from rllm_core.gateway.httpclient import (
     HttpResponse,
     Origin,
 )
-from rllm_core.routing import routed, routing_key
+from rllm_core.kit.retry import RetrySettings, retry_async
+from rllm_core.routing import routing_key
 from rllm_core.types import SampleRequest, SampleResult, WorkerStatus
 
-__all__ = [
-    "HttpWorkerPool",
-    "UpstreamError",
-    "UpstreamRejectedError",
-    "UpstreamUnavailableError",
-    "WorkerStatus",
-    "routed",
-    "routing_key",
-]
+if TYPE_CHECKING:
+    from rllm_sampler_vllm.plugin import VllmSamplerConfig
+
+__all__ = ["HttpWorkerPool", "parse_retry_after"]
 
 log = logging.getLogger(__name__)
+
+# When health checks are off, a request waiting for a worker probes at most this often.
+_MIN_PROBE_INTERVAL_S = 0.05
+
+
+class _AttemptFailed(UpstreamError):
+    """One attempt failed in a way a later attempt may not: a connection error (``moved``: the
+    worker is marked down) or a 429/5xx answer (with the worker's ``Retry-After``, if any)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, moved: bool = False):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.moved = moved
+
+
+class _OverBudget(Exception):
+    """The next wait would end past ``retry_budget_s``."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay)
+        self.delay = delay
+
 
 # ------------------------------------------------------------------------------ wire format
 
@@ -173,12 +165,14 @@ class _Worker:
 
 
 class HttpWorkerPool:
-    """A :class:`~rllm_core.ports.Sampler` over HTTP workers; see the module docstring.
+    """A :class:`~rllm_core.ports.Sampler` and :class:`~rllm_core.ports.WorkerPool` over vLLM
+    servers; see the module docstring.
 
     ``model`` is sent as the request's ``model`` field (vLLM's served model name) when given;
     ``api_key`` as a bearer token. ``weight_version`` is what results report unless a worker
     answers with its own ``weight_version`` field; the run loop sets it when it publishes new
-    weights to the workers.
+    weights to the workers. ``retry`` holds the retry keys (``retries``, ``retry_backoff_s``,
+    ``retry_backoff_max_s``).
 
     The pool belongs to the event loop it is first used in. :meth:`start` begins health
     checks (the first :meth:`sample` starts them too); :meth:`aclose` stops them and closes
@@ -187,7 +181,7 @@ class HttpWorkerPool:
     Example::
 
         pool = HttpWorkerPool(["http://10.0.0.5:8000", "http://10.0.0.6:8000"])
-        with routed("session-1"):
+        with rllm_core.routing.routed("session-1"):
             result = await pool.sample(SampleRequest(prompt_token_ids=ids))
     """
 
@@ -198,10 +192,8 @@ class HttpWorkerPool:
         model: str | None = None,
         api_key: str | None = None,
         weight_version: int = 0,
-        max_attempts: int = 5,
+        retry: RetrySettings | None = None,
         retry_budget_s: float = 60.0,
-        backoff_s: float = 0.25,
-        max_backoff_s: float = 5.0,
         connect_timeout_s: float = 5.0,
         request_timeout_s: float = 900.0,
         health_interval_s: float = 5.0,
@@ -213,21 +205,19 @@ class HttpWorkerPool:
         if isinstance(urls, str):
             urls = [urls]
         if not urls:
-            raise ValueError("HttpWorkerPool needs at least one worker URL")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+            raise ValueError("the vLLM sampler needs at least one worker URL")
         workers = []
         for url in urls:
             try:
                 workers.append(_Worker(url=url.rstrip("/"), origin=Origin.parse(url)))
             except ValueError as exc:
-                raise ValueError(f"worker URL {url!r} is invalid: {exc}") from None
+                raise ValueError(
+                    f"worker URL {url!r} is invalid: {exc}; write it as http://host:port"
+                ) from None
         self._workers = workers
         self.model = model
-        self.max_attempts = max_attempts
+        self.retry = retry if retry is not None else RetrySettings()
         self.retry_budget_s = retry_budget_s
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
         self.request_timeout_s = request_timeout_s
         self.health_interval_s = health_interval_s
         self.health_path = health_path
@@ -244,6 +234,19 @@ class HttpWorkerPool:
         self._health_task: asyncio.Task[None] | None = None
         self._health_changed: asyncio.Event | None = None
         self._closed = False
+
+    @classmethod
+    def from_config(cls, config: VllmSamplerConfig) -> HttpWorkerPool:
+        """The pool the ``sampler:vllm`` keys describe."""
+        return cls(
+            config.urls,
+            model=config.model,
+            api_key=config.api_key,
+            retry=config,
+            retry_budget_s=config.retry_budget_s,
+            request_timeout_s=config.request_timeout_s,
+            health_interval_s=config.health_interval_s,
+        )
 
     # ---------------------------------------------------------------- Sampler port
 
@@ -283,67 +286,112 @@ class HttpWorkerPool:
         if request.request_id:
             headers = {**headers, "x-request-id": request.request_id}
         started = loop.time()
-        deadline = started + self.retry_budget_s
         failures: list[str] = []
-        attempt = 0
+        attempts = 0
+
+        async def attempt() -> SampleResult:
+            nonlocal attempts
+            worker = await self._worker_for(key, started)
+            attempts += 1
+            try:
+                return await self._post(worker, body, headers)
+            except _AttemptFailed as exc:
+                failures.append(str(exc))
+                raise
+
+        def within_budget(number: int, error: BaseException, delay: float) -> None:
+            if loop.time() - started + delay > self.retry_budget_s:
+                raise _OverBudget(delay)
+
+        try:
+            return await retry_async(
+                attempt,
+                self.retry,
+                transient=lambda error: isinstance(error, _AttemptFailed),
+                what="a vLLM completion",
+                on_retry=within_budget,
+                hint=self._next_wait,
+            )
+        except _AttemptFailed:
+            raise self._gave_up(attempts, started, failures, None) from None
+        except _OverBudget as over:
+            raise self._gave_up(attempts, started, failures, over.delay) from None
+
+    async def _worker_for(self, key: str | None, started: float) -> _Worker:
+        """The worker for ``key``, waiting for one to come back within the retry budget."""
+        loop = asyncio.get_running_loop()
         while True:
             worker = self._pick(key)
-            if worker is None:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise self._unavailable(started)
-                await self._wait_for_health(remaining)
-                continue
-            attempt += 1
-            worker.in_flight += 1
-            try:
-                response = await self._client.request(
-                    "POST",
-                    worker.origin,
-                    self.completions_path,
-                    body=body,
-                    headers=headers,
-                    timeout_s=self.request_timeout_s,
-                )
-            except (HttpConnectError, HttpProtocolError) as exc:
-                self._mark_down(worker, str(exc))
-                failures.append(f"{worker.url}: {exc}")
-                delay = 0.0 if any(w.healthy for w in self._workers) else self._backoff(attempt)
-            except TimeoutError:
-                worker.failures += 1
-                raise UpstreamError(
-                    f"worker {worker.url} did not answer within {self.request_timeout_s}s;"
-                    " raise request_timeout_s for long generations, or check the worker"
-                ) from None
-            else:
-                if response.status == 200:
-                    worker.served += 1
-                    return self._result(worker, response)
-                detail = _error_detail(response)
-                worker.failures += 1
-                worker.last_error = f"HTTP {response.status}: {detail}"
-                if response.status != 429 and response.status < 500:
-                    raise UpstreamRejectedError(
-                        f"worker {worker.url} rejected the request with HTTP {response.status}:"
-                        f" {detail}",
-                        status=response.status,
-                        detail=detail,
-                    )
-                failures.append(f"{worker.url}: HTTP {response.status}: {detail}")
-                retry_after = parse_retry_after(response.headers.get("retry-after"))
-                delay = self._backoff(attempt) if retry_after is None else retry_after
-            finally:
-                worker.in_flight -= 1
-            elapsed = loop.time() - started
-            if attempt >= self.max_attempts or elapsed + delay > self.retry_budget_s:
-                raise UpstreamError(
-                    f"gave up after {attempt} attempt(s) in {elapsed:.1f}s"
-                    f" (max_attempts={self.max_attempts},"
-                    f" retry_budget_s={self.retry_budget_s}, next wait {delay:.1f}s): "
-                    + "; ".join(failures[-3:])
-                )
-            if delay > 0:
-                await asyncio.sleep(delay)
+            if worker is not None:
+                return worker
+            remaining = started + self.retry_budget_s - loop.time()
+            if remaining <= 0:
+                raise self._unavailable(started)
+            await self._wait_for_health(remaining)
+
+    async def _post(self, worker: _Worker, body: bytes, headers: dict[str, str]) -> SampleResult:
+        """One completion request to ``worker``; :class:`_AttemptFailed` when it may be
+        retried."""
+        worker.in_flight += 1
+        try:
+            response = await self._client.request(
+                "POST",
+                worker.origin,
+                self.completions_path,
+                body=body,
+                headers=headers,
+                timeout_s=self.request_timeout_s,
+            )
+        except (HttpConnectError, HttpProtocolError) as exc:
+            self._mark_down(worker, str(exc))
+            raise _AttemptFailed(f"{worker.url}: {exc}", moved=True) from None
+        except TimeoutError:
+            worker.failures += 1
+            raise UpstreamError(
+                f"worker {worker.url} did not answer within {self.request_timeout_s}s;"
+                " raise request_timeout_s for long generations, or check the worker"
+            ) from None
+        finally:
+            worker.in_flight -= 1
+        if response.status == 200:
+            worker.served += 1
+            return self._result(worker, response)
+        detail = _error_detail(response)
+        worker.failures += 1
+        worker.last_error = f"HTTP {response.status}: {detail}"
+        if response.status != 429 and response.status < 500:
+            raise UpstreamRejectedError(
+                f"worker {worker.url} rejected the request with HTTP {response.status}: {detail}",
+                status=response.status,
+                detail=detail,
+            )
+        raise _AttemptFailed(
+            f"{worker.url}: HTTP {response.status}: {detail}",
+            retry_after=parse_retry_after(response.headers.get("retry-after")),
+        )
+
+    def _next_wait(self, error: BaseException) -> float | None:
+        """The wait before retrying after ``error``: the worker's ``Retry-After``; none after a
+        connection error while another worker is up; else ``None`` (the jittered backoff)."""
+        if not isinstance(error, _AttemptFailed):
+            return None
+        if error.retry_after is not None:
+            return error.retry_after
+        if error.moved and any(w.healthy for w in self._workers):
+            return 0.0
+        return None
+
+    def _gave_up(
+        self, attempts: int, started: float, failures: list[str], delay: float | None
+    ) -> UpstreamError:
+        elapsed = asyncio.get_running_loop().time() - started
+        limits = f"retries={self.retry.retries}, retry_budget_s={self.retry_budget_s}"
+        if delay is not None:
+            limits += f", next wait {delay:.1f}s"
+        return UpstreamError(
+            f"gave up after {attempts} attempt(s) in {elapsed:.1f}s ({limits}): "
+            + "; ".join(failures[-3:])
+        )
 
     # ---------------------------------------------------------------- routing
 
@@ -372,9 +420,6 @@ class HttpWorkerPool:
                 evicted.sessions -= 1
         return best
 
-    def _backoff(self, attempt: int) -> float:
-        return min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
-
     def _mark_down(self, worker: _Worker, error: str) -> None:
         worker.failures += 1
         worker.last_error = error
@@ -387,7 +432,7 @@ class HttpWorkerPool:
         states = "; ".join(f"{w.url} ({w.last_error or 'not answering'})" for w in self._workers)
         return UpstreamUnavailableError(
             f"no upstream worker is reachable after {waited:.1f}s: {states};"
-            " start the workers or fix the --upstream URLs"
+            " start the workers, or fix the sampler's urls (--upstream of gateway serve)"
         )
 
     def _result(self, worker: _Worker, response: HttpResponse) -> SampleResult:
@@ -488,7 +533,8 @@ class HttpWorkerPool:
     async def _wait_for_health(self, timeout: float) -> None:
         """Wait until a health check brings a worker back, at most ``timeout`` seconds."""
         if self._health_task is None:
-            await asyncio.sleep(min(timeout, self.backoff_s))
+            interval = max(self.retry.retry_backoff_s, _MIN_PROBE_INTERVAL_S)
+            await asyncio.sleep(min(timeout, interval))
             await self.check_health()
             return
         if self._health_changed is None:

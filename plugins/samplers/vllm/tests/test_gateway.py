@@ -1,13 +1,18 @@
-"""The whole path: the ``openai`` client, the gateway, ``HttpWorkerPool`` and fake vLLM workers
+"""The whole path: the ``openai`` client, the gateway, the vLLM sampler and fake vLLM workers
 over real sockets. Retries at both ends, replays, and sessions sticking to their worker."""
 
 from __future__ import annotations
 
+import json
+import socket
+import urllib.request
+
 import openai
 import pytest
 from reference.toy_renderer import IM_END
-from rllm_core.gateway.upstreams import HttpWorkerPool
+from rllm_core.kit.retry import RetrySettings
 from rllm_core.testing.fakeworker import fake_logprob, fixed_reply
+from rllm_sampler_vllm.pool import HttpWorkerPool
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -36,7 +41,8 @@ def test_a_502_from_exhausted_retries_is_retried_by_the_openai_client(
 ):
     worker = workers(reply=fixed_reply(toy.encode("finally")))
     worker.fail_next(500, count=2, message="engine crashed")
-    pool = HttpWorkerPool([worker.url], max_attempts=2, backoff_s=0.01, health_interval_s=0)
+    retry = RetrySettings(retries=1, retry_backoff_s=0.01)
+    pool = HttpWorkerPool([worker.url], retry=retry, health_interval_s=0)
     gateway = serve(pool)
 
     api = client(gateway, "s", max_retries=1)
@@ -85,19 +91,21 @@ def test_sessions_stick_to_one_worker_across_turns(serve, client, workers, toy):
     assert not agents(first) & agents(second)
 
 
-def test_every_worker_down_is_a_503_naming_them(serve, raw, toy):
-    import socket
-
+def test_every_worker_down_is_a_503_naming_them(serve, client, toy):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    pool = HttpWorkerPool([url], retry_budget_s=0.3, backoff_s=0.05, health_interval_s=0.1)
+    retry = RetrySettings(retry_backoff_s=0.05)
+    pool = HttpWorkerPool([url], retry=retry, retry_budget_s=0.3, health_interval_s=0.1)
     gateway = serve(pool)
-    response = raw(gateway)("POST", "/sessions/s/v1/chat/completions", {"messages": HI})
-    assert response.status == 503
-    assert response.error["code"] == "upstream_unavailable"
-    assert f"{url} (could not connect to {url}" in response.error["message"]
-    health = raw(gateway)("GET", "/health", token=None).json()
+    with pytest.raises(openai.InternalServerError) as unavailable:
+        client(gateway, "s").chat.completions.create(model="policy", messages=HI)
+    assert unavailable.value.status_code == 503
+    error = unavailable.value.response.json()["error"]
+    assert error["code"] == "upstream_unavailable"
+    assert f"{url} (could not connect to {url}" in error["message"]
+    with urllib.request.urlopen(f"{gateway.base_url}/health", timeout=30) as response:
+        health = json.load(response)
     assert health["status"] == "degraded"
     assert health["upstreams"] == {"healthy": 0, "total": 1}
 

@@ -1,5 +1,6 @@
 """``HttpWorkerPool`` against real local HTTP workers (fake vLLM servers): the exchange, retries
-honouring ``Retry-After``, dead workers, health checks, stickiness and least-loaded routing."""
+honouring ``Retry-After`` within the retry budget, dead workers, health checks, stickiness and
+least-loaded routing."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ import socket
 import time
 
 import pytest
-from rllm_core.gateway.upstreams import (
-    HttpWorkerPool,
-    UpstreamError,
-    UpstreamRejectedError,
-    UpstreamUnavailableError,
-    parse_retry_after,
-    routed,
-)
+from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
+from rllm_core.kit.retry import RetrySettings
+from rllm_core.ports import Sampler, WorkerPool
+from rllm_core.routing import routed
 from rllm_core.testing.fakeworker import FakeWorker, fake_logprob
 from rllm_core.types import SampleRequest, SamplingParams
+from rllm_sampler_vllm.pool import HttpWorkerPool, parse_retry_after
 
 PROMPT = [101, 7, 8, 9, 10]
 PARAMS = SamplingParams(max_tokens=32, temperature=0.6, top_p=0.9, stop_token_ids=(2,), seed=11)
@@ -109,12 +107,13 @@ def test_a_429_with_retry_after_is_retried_after_that_delay(workers):
     assert 0.4 <= elapsed < 2.0
 
 
-def test_5xx_answers_are_retried_with_backoff_until_attempts_run_out(workers):
+def test_5xx_answers_are_retried_with_backoff_until_retries_run_out(workers):
     worker = workers()
     worker.fail_next(503, count=3, message="engine restarting")
 
     async def main():
-        pool = HttpWorkerPool([worker.url], max_attempts=3, backoff_s=0.01, health_interval_s=0)
+        retry = RetrySettings(retries=2, retry_backoff_s=0.01)
+        pool = HttpWorkerPool([worker.url], retry=retry, health_interval_s=0)
         try:
             with pytest.raises(UpstreamError) as failure:
                 await sample_with(pool)
@@ -125,7 +124,29 @@ def test_5xx_answers_are_retried_with_backoff_until_attempts_run_out(workers):
     message = run(main())
     assert len(worker.requests) == 3
     assert message.startswith("gave up after 3 attempt(s)")
+    assert "(retries=2, retry_budget_s=60.0)" in message
     assert f"{worker.url}: HTTP 503: engine restarting" in message
+
+
+def test_the_retry_budget_bounds_retries_that_would_go_on(workers):
+    worker = workers()
+    worker.fail_next(503, count=1000, message="overloaded")
+
+    async def main():
+        retry = RetrySettings(retries=1000, retry_backoff_s=0.05, retry_backoff_max_s=0.05)
+        pool = HttpWorkerPool([worker.url], retry=retry, retry_budget_s=0.4, health_interval_s=0)
+        started = time.perf_counter()
+        try:
+            with pytest.raises(UpstreamError, match=r"^gave up after \d+ attempt\(s\)") as failure:
+                await sample_with(pool)
+        finally:
+            await pool.aclose()
+        return str(failure.value), time.perf_counter() - started
+
+    message, elapsed = run(main())
+    assert elapsed < 1.5
+    assert 2 <= len(worker.requests) < 1000
+    assert "retry_budget_s=0.4, next wait" in message
 
 
 def test_a_retry_after_beyond_the_budget_gives_up_at_once(workers):
@@ -189,7 +210,12 @@ def test_every_worker_down_is_a_clear_error_within_the_budget():
     urls = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
 
     async def main():
-        pool = HttpWorkerPool(urls, retry_budget_s=0.5, backoff_s=0.05, health_interval_s=0.1)
+        pool = HttpWorkerPool(
+            urls,
+            retry=RetrySettings(retry_backoff_s=0.05),
+            retry_budget_s=0.5,
+            health_interval_s=0.1,
+        )
         started = time.perf_counter()
         try:
             with pytest.raises(UpstreamUnavailableError) as down:
@@ -202,7 +228,7 @@ def test_every_worker_down_is_a_clear_error_within_the_budget():
     assert message.startswith("no upstream worker is reachable after")
     for url in urls:
         assert f"{url} (could not connect to {url}" in message
-    assert message.endswith("start the workers or fix the --upstream URLs")
+    assert message.endswith("fix the sampler's urls (--upstream of gateway serve)")
     assert elapsed < 2.0
 
 
@@ -334,12 +360,19 @@ def test_bad_worker_urls_are_refused_up_front():
         HttpWorkerPool([])
 
 
+def test_the_pool_is_a_sampler_and_a_worker_pool():
+    pool = HttpWorkerPool(["http://127.0.0.1:1"])
+    assert isinstance(pool, Sampler)
+    assert isinstance(pool, WorkerPool)
+
+
 def test_fake_worker_is_usable_as_a_context_manager():
     with FakeWorker() as worker:
         url = worker.url
 
     async def main():
-        pool = HttpWorkerPool([url], retry_budget_s=0.2, backoff_s=0.05, health_interval_s=0)
+        retry = RetrySettings(retry_backoff_s=0.05)
+        pool = HttpWorkerPool([url], retry=retry, retry_budget_s=0.2, health_interval_s=0)
         try:
             with pytest.raises(UpstreamUnavailableError):
                 await sample_with(pool)
