@@ -142,8 +142,8 @@ def _harbor_source(directory: Path, replay: bool | None, *, as_json: bool) -> An
         spec = get_plugin_manager().get_task_source(HARBOR)
     except UnknownComponentError as exc:
         _fail(
-            f"rllm-core tasks check reads tasks through the {HARBOR} task source, which is not"
-            f" installed: pip install {HARBOR_DISTRIBUTION} ({exc})",
+            f"rllm-core tasks check reads tasks through the {HARBOR} task source"
+            f" (pip install {HARBOR_DISTRIBUTION}), which is not available: {exc}",
             as_json=as_json,
         )
     config: dict[str, Any] = {"path": str(directory)}
