@@ -152,6 +152,10 @@ def test_a_bad_upstream_url_is_a_usage_error_naming_it():
 
 
 def test_a_served_session_records_traces_and_stops_on_sigterm(fake_distributions, workers):
+    try:
+        PluginManager(strict=False).get_sampler("vllm")
+    except UnknownComponentError:
+        pytest.skip("rllm-sampler-vllm is needed")
     fake_distributions.add(
         "rllm-toy-cli",
         entry_points={"toy_cli": "toy_cli_plugin"},
@@ -199,8 +203,11 @@ def test_serve_with_the_real_plugins_writes_a_trace_directory(tmp_path, workers)
     try:
         manager.get_renderer("chatml")
         manager.get_trace_store("deltachain")
+        manager.get_sampler("vllm")
     except UnknownComponentError:
-        pytest.skip("rllm-renderer-chatml and rllm-trace-store-deltachain are needed")
+        pytest.skip(
+            "rllm-renderer-chatml, rllm-trace-store-deltachain and rllm-sampler-vllm are needed"
+        )
     from rllm_core.testing.tokenizers import smollm2_tokenizer_dir
 
     worker = workers()
