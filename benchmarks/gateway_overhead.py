@@ -542,7 +542,7 @@ def in_process_figures(
     from rllm_core.types import SamplingParams
 
     manager = PluginManager()
-    renderer = manager.get_renderer("chatml").build({"tokenizer": tokenizer})
+    renderer = manager.get("renderer", "chatml").build({"tokenizer": tokenizer})
     engine = GatewayEngine(
         renderer=renderer,
         sampler=_InstantSampler([*reply_ids, renderer.stop_token_ids()[0]]),
@@ -617,7 +617,7 @@ def tokenizing_figures(tokenizer: str, words: int) -> dict[str, float]:
     from rllm_core.types import Message
     from tokenizers import Tokenizer
 
-    renderer = PluginManager().get_renderer("chatml").build({"tokenizer": tokenizer})
+    renderer = PluginManager().get("renderer", "chatml").build({"tokenizer": tokenizer})
     library = Tokenizer.from_file(str(Path(tokenizer) / "tokenizer.json"))
     rng = random.Random("tokenizing")
     texts = ["user\n" + user_message(rng, words) for _ in range(300)]
@@ -783,7 +783,7 @@ def main() -> int:
 
     load_before = os.getloadavg()
     tokenizer = str(smollm2_tokenizer_dir())
-    renderer = PluginManager().get_renderer("chatml").build({"tokenizer": tokenizer})
+    renderer = PluginManager().get("renderer", "chatml").build({"tokenizer": tokenizer})
     reply_ids = renderer.encode(REPLY)
     worker_port = free_port()
     worker = Process(

@@ -136,7 +136,7 @@ def test_two_steps_train_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp
     resolved = json.loads((run_dir / "plan.resolved.json").read_text())
     (store_entry,) = [c for c in resolved["components"] if c["where"] == "[trace_store]"]
     config = dict(store_entry["config"], path=str(tmp_path / store_entry["config"]["path"]))
-    store = PluginManager().get_trace_store(store_entry["name"]).build(config)
+    store = PluginManager().get("trace_store", store_entry["name"]).build(config)
     try:
         merged = 0
         for episode in episodes:

@@ -39,7 +39,7 @@ def local_backend():
         "rllm_sandbox_backend_local", reason="rllm-sandbox-backend-local is not installed"
     )
     require_bubblewrap()
-    return PluginManager().get_sandbox_backend("local").build({"isolation": "bwrap"})
+    return PluginManager().get("sandbox_backend", "local").build({"isolation": "bwrap"})
 
 
 async def reward_of(source: CheckableTaskSource, task: Task, *, solve: bool) -> tuple[float, str]:
@@ -65,7 +65,7 @@ def shell_source() -> CheckableTaskSource:
     pytest.importorskip(
         "rllm_task_source_harbor", reason="rllm-task-source-harbor is not installed"
     )
-    source = PluginManager().get_task_source("harbor").build({"path": str(SHELL_DIR)})
+    source = PluginManager().get("task_source", "harbor").build({"path": str(SHELL_DIR)})
     assert isinstance(source, CheckableTaskSource)
     return source
 
@@ -184,7 +184,7 @@ def test_word_problem_answers_follow_from_their_numbers():
 def test_jsonl_sets_load_and_grade_through_the_jsonl_source():
     pytest.importorskip("rllm_task_source_jsonl", reason="rllm-task-source-jsonl is not installed")
     manager = PluginManager()
-    spec = manager.get_task_source("jsonl")
+    spec = manager.get("task_source", "jsonl")
     arithmetic = spec.build(
         {
             "path": str(TASKS_DIR / "arithmetic.jsonl"),

@@ -7,7 +7,7 @@ def loss_plugin(name: str, summary: str = "a fake loss") -> str:
     return f'''
 from pydantic import BaseModel, ConfigDict
 
-from rllm_core import LossSpec, hookimpl
+from rllm_core import ComponentSpec, hookimpl
 
 
 class Config(BaseModel):
@@ -21,7 +21,9 @@ def build(config):
 
 @hookimpl
 def rllm_losses():
-    yield LossSpec(name="{name}", factory=build, config=Config, summary="{summary}")
+    yield ComponentSpec(
+        kind="loss", name="{name}", factory=build, config=Config, summary="{summary}"
+    )
 '''
 
 
@@ -30,29 +32,31 @@ raise RuntimeError("this plugin is broken on purpose")
 """
 
 MISSPELLED = """
-from rllm_core import LossSpec, hookimpl
+from rllm_core import ComponentSpec, hookimpl
 
 
 @hookimpl
 def rllm_loses():
-    yield LossSpec(name="misspelled", factory=print, summary="never seen")
+    yield ComponentSpec(kind="loss", name="misspelled", factory=print, summary="never seen")
 """
 
 UNMARKED = """
-from rllm_core import LossSpec
+from rllm_core import ComponentSpec
 
 
 def rllm_losses():
-    yield LossSpec(name="unmarked", factory=print, summary="never seen")
+    yield ComponentSpec(kind="loss", name="unmarked", factory=print, summary="never seen")
 """
 
 WRONG_SPEC = """
-from rllm_core import RendererSpec, hookimpl
+from rllm_core import ComponentSpec, hookimpl
 
 
 @hookimpl
 def rllm_losses():
-    yield RendererSpec(name="oops", factory=print, summary="a renderer in the loss hook")
+    yield ComponentSpec(
+        kind="renderer", name="oops", factory=print, summary="a renderer in the loss hook"
+    )
 """
 
 RAISING_HOOK = """

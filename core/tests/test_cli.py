@@ -254,8 +254,7 @@ def test_run_names_every_missing_component(fake_distributions, tmp_path):
 
 
 EVERYTHING = """
-from rllm_core import (AdvantageEstimatorSpec, HarnessSpec, LossSpec, RendererSpec,
-                       TaskSourceSpec, TraceStoreSpec, TrainerBackendSpec, hookimpl)
+from rllm_core import ComponentSpec, hookimpl
 
 class Closable:
     def __init__(self, config):
@@ -268,26 +267,26 @@ def explode(config):
 
 @hookimpl
 def rllm_losses():
-    yield LossSpec(name="l", factory=Closable, summary="s")
+    yield ComponentSpec(kind="loss", name="l", factory=Closable, summary="s")
 @hookimpl
 def rllm_advantage_estimators():
-    yield AdvantageEstimatorSpec(name="a", factory=Closable, summary="s")
+    yield ComponentSpec(kind="advantage_estimator", name="a", factory=Closable, summary="s")
 @hookimpl
 def rllm_renderers():
-    yield RendererSpec(name="r", factory=Closable, summary="s")
+    yield ComponentSpec(kind="renderer", name="r", factory=Closable, summary="s")
 @hookimpl
 def rllm_harnesses():
-    yield HarnessSpec(name="h", factory=Closable, summary="s")
+    yield ComponentSpec(kind="harness", name="h", factory=Closable, summary="s")
 @hookimpl
 def rllm_task_sources():
-    yield TaskSourceSpec(name="t", factory=Closable, summary="s")
+    yield ComponentSpec(kind="task_source", name="t", factory=Closable, summary="s")
 @hookimpl
 def rllm_trace_stores():
-    yield TraceStoreSpec(name="ts", factory=Closable, summary="s")
-    yield TraceStoreSpec(name="boom", factory=explode, summary="s")
+    yield ComponentSpec(kind="trace_store", name="ts", factory=Closable, summary="s")
+    yield ComponentSpec(kind="trace_store", name="boom", factory=explode, summary="s")
 @hookimpl
 def rllm_trainer_backends():
-    yield TrainerBackendSpec(name="tb", factory=Closable, summary="s")
+    yield ComponentSpec(kind="trainer_backend", name="tb", factory=Closable, summary="s")
 """
 
 

@@ -5,18 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict
 from rllm_core import (
-    AdvantageEstimatorSpec,
-    HarnessSpec,
-    LoggerSpec,
-    LossSpec,
-    ObjectStoreSpec,
-    RendererSpec,
-    SampleBufferSpec,
-    SamplerSpec,
-    SandboxBackendSpec,
-    TaskSourceSpec,
-    TraceStoreSpec,
-    TrainerBackendSpec,
+    ComponentSpec,
     hookimpl,
 )
 from rllm_core.plugins import Kind, PluginManager
@@ -28,113 +17,79 @@ class Config(BaseModel):
     size: int = 1
 
 
-def provide(register_plugin, hook: str, spec_type, name: str = "thing"):
-    """Register a plugin whose ``hook`` yields one spec of ``spec_type``."""
+def provide(register_plugin, kind: Kind, name: str = "thing"):
+    """Register a plugin whose registry hook for ``kind`` yields one spec."""
 
     def impl():
-        yield spec_type(
+        yield ComponentSpec(
+            kind=kind,
             name=name,
             factory=lambda config: ("built", name, config.size),
             config=Config,
-            summary=f"a {spec_type.kind.label}",
+            summary=f"a {kind.label}",
         )
 
-    impl.__name__ = hook
-    plugin = type("Plugin", (), {hook: staticmethod(hookimpl(impl))})
-    return register_plugin(plugin, name=f"provides-{hook}")
+    impl.__name__ = kind.hook_name
+    plugin = type("Plugin", (), {kind.hook_name: staticmethod(hookimpl(impl))})
+    return register_plugin(plugin, name=f"provides-{kind.hook_name}")
 
 
-def check_registry_hook(plugin_manager, register_plugin, hook, spec_type, getter):
-    record = provide(register_plugin, hook, spec_type)
-    assert record.components == [f"{spec_type.kind.value}:thing"]
-    spec = getattr(plugin_manager, getter)("thing")
-    assert isinstance(spec, spec_type)
+def check_registry_hook(plugin_manager, register_plugin, kind: str):
+    kind = Kind(kind)
+    record = provide(register_plugin, kind)
+    assert record.components == [f"{kind.value}:thing"]
+    spec = plugin_manager.get(kind, "thing")
+    assert spec.kind is kind
     assert spec.build({"size": 4}) == ("built", "thing", 4)
-    assert plugin_manager.names(spec_type.kind) == ["thing"]
+    assert plugin_manager.names(kind) == ["thing"]
 
 
 def test_rllm_losses(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_losses", LossSpec, "get_loss")
+    check_registry_hook(plugin_manager, register_plugin, "loss")
 
 
 def test_rllm_advantage_estimators(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager,
-        register_plugin,
-        "rllm_advantage_estimators",
-        AdvantageEstimatorSpec,
-        "get_advantage_estimator",
-    )
+    check_registry_hook(plugin_manager, register_plugin, "advantage_estimator")
 
 
 def test_rllm_renderers(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager, register_plugin, "rllm_renderers", RendererSpec, "get_renderer"
-    )
+    check_registry_hook(plugin_manager, register_plugin, "renderer")
 
 
 def test_rllm_sandbox_backends(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager,
-        register_plugin,
-        "rllm_sandbox_backends",
-        SandboxBackendSpec,
-        "get_sandbox_backend",
-    )
+    check_registry_hook(plugin_manager, register_plugin, "sandbox_backend")
 
 
 def test_rllm_trainer_backends(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager,
-        register_plugin,
-        "rllm_trainer_backends",
-        TrainerBackendSpec,
-        "get_trainer_backend",
-    )
+    check_registry_hook(plugin_manager, register_plugin, "trainer_backend")
 
 
 def test_rllm_harnesses(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager, register_plugin, "rllm_harnesses", HarnessSpec, "get_harness"
-    )
+    check_registry_hook(plugin_manager, register_plugin, "harness")
 
 
 def test_rllm_task_sources(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager, register_plugin, "rllm_task_sources", TaskSourceSpec, "get_task_source"
-    )
+    check_registry_hook(plugin_manager, register_plugin, "task_source")
 
 
 def test_rllm_trace_stores(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager, register_plugin, "rllm_trace_stores", TraceStoreSpec, "get_trace_store"
-    )
+    check_registry_hook(plugin_manager, register_plugin, "trace_store")
 
 
 def test_rllm_sample_buffers(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager,
-        register_plugin,
-        "rllm_sample_buffers",
-        SampleBufferSpec,
-        "get_sample_buffer",
-    )
+    check_registry_hook(plugin_manager, register_plugin, "sample_buffer")
 
 
 def test_rllm_object_stores(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager, register_plugin, "rllm_object_stores", ObjectStoreSpec, "get_object_store"
-    )
+    check_registry_hook(plugin_manager, register_plugin, "object_store")
 
 
 def test_rllm_loggers(plugin_manager, register_plugin):
-    check_registry_hook(plugin_manager, register_plugin, "rllm_loggers", LoggerSpec, "get_logger")
+    check_registry_hook(plugin_manager, register_plugin, "logger")
 
 
 def test_rllm_samplers(plugin_manager, register_plugin):
-    check_registry_hook(
-        plugin_manager, register_plugin, "rllm_samplers", SamplerSpec, "get_sampler"
-    )
+    check_registry_hook(plugin_manager, register_plugin, "sampler")
 
 
 RUN = RunInfo(run_id="r1", name="demo", output_dir="runs/demo-1")

@@ -11,7 +11,7 @@ from fake_plugins import (
     WRONG_SPEC,
     loss_plugin,
 )
-from rllm_core import LossSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 from rllm_core.errors import ComponentConflictError, PluginLoadError, UnknownComponentError
 from rllm_core.plugins import Kind, PluginManager, PluginStatus
 from rllm_core.plugins.catalog import FIRST_PARTY
@@ -39,7 +39,7 @@ def test_discovers_a_fake_distribution(fake_distributions):
     assert alpha.status is PluginStatus.ACTIVE
     assert alpha.version == "2.3.4"
     assert alpha.components == ["loss:alpha"]
-    spec = pm.get_loss("alpha")
+    spec = pm.get("loss", "alpha")
     assert spec.build({"scale": 3}) == ("built", 3.0)
 
 
@@ -51,7 +51,7 @@ def test_broken_import_is_recorded_not_raised(fake_distributions):
     assert broken.status is PluginStatus.ERROR
     assert "this plugin is broken on purpose" in broken.error
     assert "RuntimeError" in broken.traceback
-    assert pm.get_loss("alpha").name == "alpha"
+    assert pm.get("loss", "alpha").name == "alpha"
     assert pm.has_errors()
 
 
@@ -95,7 +95,7 @@ def test_conflict_names_both_distributions(fake_distributions):
     assert record(pm, "rllm-loss-two").status is PluginStatus.CONFLICT
     assert "also provided by rllm-loss-two 2.0" in record(pm, "rllm-loss-one").conflicts[0]
     with pytest.raises(ComponentConflictError) as info:
-        pm.get_loss("x")
+        pm.get("loss", "x")
     assert info.value.providers == ["rllm-loss-one 1.0", "rllm-loss-two 2.0"]
     assert "rllm-loss-one 1.0 and rllm-loss-two 2.0" in str(info.value)
     assert "x" not in pm.names(Kind.LOSS)
@@ -106,7 +106,7 @@ def test_conflict_names_both_distributions(fake_distributions):
     [
         (MISSPELLED, "rllm_loses is not an rllm-core hook; did you mean rllm_losses?"),
         (UNMARKED, "rllm_losses is not marked with @hookimpl"),
-        (WRONG_SPEC, "rllm_losses() yielded RendererSpec, expected LossSpec"),
+        (WRONG_SPEC, "rllm_losses() yielded a renderer spec, expected a ComponentSpec of kind"),
         (RAISING_HOOK, "rllm_losses() raised ValueError: cannot list losses"),
     ],
     ids=["misspelled", "unmarked", "wrong-spec", "raising-hook"],
@@ -127,12 +127,12 @@ def test_unknown_component_suggests_and_lists(plugin_manager, register_plugin):
     class Losses:
         @hookimpl
         def rllm_losses(self):
-            yield LossSpec(name="dppo-tv", factory=print, summary="a")
-            yield LossSpec(name="ppo-clip", factory=print, summary="b")
+            yield ComponentSpec(kind="loss", name="dppo-tv", factory=print, summary="a")
+            yield ComponentSpec(kind="loss", name="ppo-clip", factory=print, summary="b")
 
     register_plugin(Losses(), name="losses")
     with pytest.raises(UnknownComponentError) as info:
-        plugin_manager.get_loss("dppo_tvv")
+        plugin_manager.get("loss", "dppo_tvv")
     assert info.value.suggestion == "dppo-tv"
     assert info.value.available == ["dppo-tv", "ppo-clip"]
     assert "did you mean 'dppo-tv'?" in str(info.value)
@@ -140,7 +140,7 @@ def test_unknown_component_suggests_and_lists(plugin_manager, register_plugin):
 
 def test_unknown_first_party_component_names_its_package(plugin_manager):
     with pytest.raises(UnknownComponentError) as info:
-        plugin_manager.get_trainer_backend("torch")
+        plugin_manager.get("trainer_backend", "torch")
     assert info.value.provider == "rllm-trainer-backend-torch"
     assert "pip install rllm-trainer-backend-torch" in str(info.value)
 
@@ -152,7 +152,7 @@ def test_missing_component_of_a_broken_first_party_plugin_shows_the_failure(
     fake(fake_distributions, "rllm-loss-omega", "fake_omega", BROKEN_IMPORT)
     pm = manager()
     with pytest.raises(UnknownComponentError) as info:
-        pm.get_loss("omega")
+        pm.get("loss", "omega")
     message = str(info.value)
     assert "rllm-loss-omega 1.0.0, which failed to load" in message
     assert "this plugin is broken on purpose" in message
@@ -162,11 +162,11 @@ def test_names_are_canonical(plugin_manager, register_plugin):
     class Losses:
         @hookimpl
         def rllm_losses(self):
-            yield LossSpec(name="My_Loss", factory=print, summary="a")
+            yield ComponentSpec(kind="loss", name="My_Loss", factory=print, summary="a")
 
     register_plugin(Losses(), name="losses")
-    assert plugin_manager.get_loss("MY-LOSS").name == "my-loss"
-    assert plugin_manager.get_loss("my_loss").name == "my-loss"
+    assert plugin_manager.get("loss", "MY-LOSS").name == "my-loss"
+    assert plugin_manager.get("loss", "my_loss").name == "my-loss"
 
 
 def test_lazy_factory_imports_on_build_only(fake_distributions):
@@ -175,12 +175,13 @@ def test_lazy_factory_imports_on_build_only(fake_distributions):
         entry_points={"fake_lazy": "fake_lazy"},
         modules={
             "fake_lazy": """
-                from rllm_core import LossSpec, hookimpl, lazy
+                from rllm_core import ComponentSpec, hookimpl, lazy
 
                 @hookimpl
                 def rllm_losses():
-                    yield LossSpec(name="lazy", factory=lazy("fake_lazy_impl:Loss"),
-                                   summary="built on demand")
+                    yield ComponentSpec(kind="loss", name="lazy",
+                                        factory=lazy("fake_lazy_impl:Loss"),
+                                        summary="built on demand")
             """,
             "fake_lazy_impl": """
                 class Loss:
@@ -192,7 +193,7 @@ def test_lazy_factory_imports_on_build_only(fake_distributions):
     import sys
 
     pm = manager(strict=True)
-    spec = pm.get_loss("lazy")
+    spec = pm.get("loss", "lazy")
     assert "fake_lazy_impl" not in sys.modules
     assert spec.factory_path == "fake_lazy_impl:Loss"
     built = spec.build()
@@ -215,7 +216,7 @@ def test_unregister_removes_components(plugin_manager, register_plugin):
     class Losses:
         @hookimpl
         def rllm_losses(self):
-            yield LossSpec(name="gone-soon", factory=print, summary="a")
+            yield ComponentSpec(kind="loss", name="gone-soon", factory=print, summary="a")
 
     register_plugin(Losses(), name="losses")
     assert plugin_manager.names(Kind.LOSS) == ["gone-soon"]
@@ -230,4 +231,4 @@ def test_missing_component_of_a_disabled_first_party_plugin_says_so(
     fake(fake_distributions, "rllm-loss-omega", "fake_omega", loss_plugin("omega"))
     pm = manager(disabled=["rllm-loss-omega"])
     with pytest.raises(UnknownComponentError, match="which is disabled by RLLM_CORE_DISABLE"):
-        pm.get_loss("omega")
+        pm.get("loss", "omega")

@@ -5,11 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 from rllm_core import (
-    LossSpec,
-    ObjectStoreSpec,
-    RendererSpec,
-    SampleBufferSpec,
-    TrainerBackendSpec,
+    ComponentSpec,
     hookimpl,
 )
 from rllm_core.errors import PlanError
@@ -29,15 +25,28 @@ class CoefConfig(BaseModel):
 class Components:
     @hookimpl
     def rllm_losses(self):
-        yield LossSpec(name="dppo-tv", factory=dict, config=DeltaConfig, summary="policy")
-        yield LossSpec(
-            name="echo", factory=dict, config=CoefConfig, summary="aux", role="auxiliary"
+        yield ComponentSpec(
+            kind="loss", name="dppo-tv", factory=dict, config=DeltaConfig, summary="policy"
         )
-        yield LossSpec(name="plain-aux", factory=dict, summary="aux without coef", role="auxiliary")
+        yield ComponentSpec(
+            kind="loss",
+            name="echo",
+            factory=dict,
+            config=CoefConfig,
+            summary="aux",
+            traits={"role": "auxiliary"},
+        )
+        yield ComponentSpec(
+            kind="loss",
+            name="plain-aux",
+            factory=dict,
+            summary="aux without coef",
+            traits={"role": "auxiliary"},
+        )
 
     @hookimpl
     def rllm_renderers(self):
-        yield RendererSpec(name="chatml", factory=dict, summary="renderer")
+        yield ComponentSpec(kind="renderer", name="chatml", factory=dict, summary="renderer")
 
 
 @pytest.fixture
@@ -121,7 +130,7 @@ def test_aux_losses_take_coefficients(plan_builder, components):
             }
         }
     )
-    coefs = [c.coef for c in resolved if c.spec.role == "auxiliary"]
+    coefs = [c.coef for c in resolved if c.spec.trait("role") == "auxiliary"]
     assert coefs == [0.05, 0.5, 0.0]
 
 
@@ -206,12 +215,15 @@ def test_resolution_against_an_explicit_manager(plugin_manager, components):
 class Trainers:
     @hookimpl
     def rllm_trainer_backends(self):
-        yield TrainerBackendSpec(name="remote", factory=dict, summary="rollout logprobs only")
-        yield TrainerBackendSpec(
+        yield ComponentSpec(
+            kind="trainer_backend", name="remote", factory=dict, summary="rollout logprobs only"
+        )
+        yield ComponentSpec(
+            kind="trainer_backend",
             name="local",
             factory=dict,
             summary="recomputes logprobs",
-            proximal_modes=("rollout", "recompute"),
+            traits={"proximal_modes": ("rollout", "recompute")},
         )
 
 
@@ -234,11 +246,11 @@ def test_storage_sections_no_run_uses_are_refused(plan_builder, section, registe
     class Stores:
         @hookimpl
         def rllm_sample_buffers(self):
-            yield SampleBufferSpec(name="file", factory=dict, summary="buffer")
+            yield ComponentSpec(kind="sample_buffer", name="file", factory=dict, summary="buffer")
 
         @hookimpl
         def rllm_object_stores(self):
-            yield ObjectStoreSpec(name="file", factory=dict, summary="objects")
+            yield ComponentSpec(kind="object_store", name="file", factory=dict, summary="objects")
 
     register_plugin(Stores(), name="stores", distribution="rllm-test-stores")
     with pytest.raises(PlanError) as info:

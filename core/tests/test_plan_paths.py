@@ -15,10 +15,9 @@ from typing import Annotated
 import pytest
 import tomli_w
 from pydantic import BaseModel, ConfigDict
-from rllm_core import LoggerSpec, PlanPath, RendererSpec, TaskSourceSpec, TraceStoreSpec, hookimpl
+from rllm_core import ComponentSpec, PlanPath, hookimpl
 from rllm_core.plan.load import load_plan
 from rllm_core.plan.resolve import resolve_plan
-from rllm_core.plugins.specs import TrainerBackendSpec
 
 
 class _Config(BaseModel):
@@ -59,23 +58,33 @@ class LoggerConfig(_Config):
 class Components:
     @hookimpl
     def rllm_task_sources(self):
-        yield TaskSourceSpec(name="files", factory=dict, config=TasksConfig, summary="tasks")
+        yield ComponentSpec(
+            kind="task_source", name="files", factory=dict, config=TasksConfig, summary="tasks"
+        )
 
     @hookimpl
     def rllm_trainer_backends(self):
-        yield TrainerBackendSpec(name="local", factory=dict, config=TrainerConfig, summary="t")
+        yield ComponentSpec(
+            kind="trainer_backend", name="local", factory=dict, config=TrainerConfig, summary="t"
+        )
 
     @hookimpl
     def rllm_renderers(self):
-        yield RendererSpec(name="tok", factory=dict, config=RendererConfig, summary="renderer")
+        yield ComponentSpec(
+            kind="renderer", name="tok", factory=dict, config=RendererConfig, summary="renderer"
+        )
 
     @hookimpl
     def rllm_trace_stores(self):
-        yield TraceStoreSpec(name="dir", factory=dict, config=StoreConfig, summary="store")
+        yield ComponentSpec(
+            kind="trace_store", name="dir", factory=dict, config=StoreConfig, summary="store"
+        )
 
     @hookimpl
     def rllm_loggers(self):
-        yield LoggerSpec(name="files", factory=dict, config=LoggerConfig, summary="logger")
+        yield ComponentSpec(
+            kind="logger", name="files", factory=dict, config=LoggerConfig, summary="logger"
+        )
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def settings(**overrides: Any) -> RolloutSettings:
 
 
 def memory_store() -> Any:
-    return PLUGINS.get_trace_store("memory").build({})
+    return PLUGINS.get("trace_store", "memory").build({})
 
 
 async def run_batch(
@@ -102,11 +102,11 @@ def jsonl_source(tmp_path: Path) -> Any:
         {"id": "mul", "question": "What is 2*3?", "answer": "6"},
     ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return PLUGINS.get_task_source("jsonl").build({"path": str(path)})
+    return PLUGINS.get("task_source", "jsonl").build({"path": str(path)})
 
 
 def single_turn() -> Any:
-    return PLUGINS.get_harness("single-turn").build({"max_retries": 0})
+    return PLUGINS.get("harness", "single-turn").build({"max_retries": 0})
 
 
 def answers(script: dict[str, list[str]]) -> Callable[[Any], str]:

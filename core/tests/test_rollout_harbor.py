@@ -37,12 +37,12 @@ def test_the_shell_harness_solves_a_harbor_task_in_several_turns():
     # Concurrency 1: rollout 0 makes its two calls, then rollout 1. Rollout 0 solves the
     # task, rollout 1 writes a wrong count.
     sampler = ScriptedSampler([*SCRIPTS["right"], *SCRIPTS["wrong"]], renderer=TOY)
-    backend = plugins.get_sandbox_backend("local").build({"isolation": "bwrap"})
-    harness = plugins.get_harness("shell").build({"max_turns": 4, "max_retries": 0})
+    backend = plugins.get("sandbox_backend", "local").build({"isolation": "bwrap"})
+    harness = plugins.get("harness", "shell").build({"max_turns": 4, "max_retries": 0})
     # The source prepares each sandbox (workdir, replayed RUN steps) before the harness runs.
-    source = plugins.get_task_source("harbor").build({"path": str(COUNT_LINES)})
+    source = plugins.get("task_source", "harbor").build({"path": str(COUNT_LINES)})
     (task,) = source.tasks()
-    store = plugins.get_trace_store("memory").build({})
+    store = plugins.get("trace_store", "memory").build({})
 
     async def main() -> Any:
         try:

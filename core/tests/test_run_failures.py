@@ -123,11 +123,11 @@ def components(source: Any, trainer: FakeTrainer) -> Components:
     return Components(
         trainer=trainer,
         renderer=TOY,
-        harness=PLUGINS.get_harness("single-turn").build({"max_retries": 0}),
+        harness=PLUGINS.get("harness", "single-turn").build({"max_retries": 0}),
         tasks=source,
-        trace_store=PLUGINS.get_trace_store("memory").build({}),
+        trace_store=PLUGINS.get("trace_store", "memory").build({}),
         loss=object(),
-        advantage=PLUGINS.get_advantage_estimator("grpo").build({}),
+        advantage=PLUGINS.get("advantage_estimator", "grpo").build({}),
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from reference.run_fakes import TOY, CrashingSource, FakeTrainer
 from rich.console import Console
-from rllm_core import LoggerSpec, hookimpl
+from rllm_core import ComponentSpec, hookimpl
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
 from rllm_core.plan.resolve import ResolvedComponent, resolve_plan
@@ -102,11 +102,11 @@ def make_loop(
     components = Components(
         trainer=trainer or FakeTrainer(loss=0.25),
         renderer=TOY,
-        harness=PLUGINS.get_harness("single-turn").build({"max_retries": 0}),
+        harness=PLUGINS.get("harness", "single-turn").build({"max_retries": 0}),
         tasks=source or CrashingSource(),
-        trace_store=PLUGINS.get_trace_store("memory").build({}),
+        trace_store=PLUGINS.get("trace_store", "memory").build({}),
         loss=resolved.get("[algorithm].loss").build(),
-        advantage=PLUGINS.get_advantage_estimator("grpo").build({}),
+        advantage=PLUGINS.get("advantage_estimator", "grpo").build({}),
         loggers=loggers or [],
     )
     loop = TrainingLoop(
@@ -352,8 +352,12 @@ class MaybePathConfig(BaseModel):
 class PathLoggers:
     @hookimpl
     def rllm_loggers(self):
-        yield LoggerSpec(name="needs-path", factory=lambda c: c, config=PathConfig, summary="x")
-        yield LoggerSpec(name="may-path", factory=lambda c: c, config=MaybePathConfig, summary="x")
+        yield ComponentSpec(
+            kind="logger", name="needs-path", factory=lambda c: c, config=PathConfig, summary="x"
+        )
+        yield ComponentSpec(
+            kind="logger", name="may-path", factory=lambda c: c, config=MaybePathConfig, summary="x"
+        )
 
 
 def test_a_required_logger_path_defaults_inside_the_run_folder(

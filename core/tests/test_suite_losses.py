@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 torch = pytest.importorskip("torch")
 
-from rllm_core import AdvantageEstimatorSpec, LossSpec, NoConfig  # noqa: E402
+from rllm_core import ComponentSpec, NoConfig  # noqa: E402
 from rllm_core.ports import AdvantageResult, LossContext, LossOutput  # noqa: E402
 from rllm_core.testing.suites.losses import (  # noqa: E402
     AdvantageEstimatorConformance,
@@ -70,47 +70,55 @@ class MeanBaseline:
         return AdvantageResult(advantages=advantages, zero_variance_groups=flat)
 
 
-REINFORCE_SPEC = LossSpec(
-    name="reinforce-ref", factory=Reinforce, config=ReinforceConfig, summary="reference loss"
+REINFORCE_SPEC = ComponentSpec(
+    kind="loss",
+    name="reinforce-ref",
+    factory=Reinforce,
+    config=ReinforceConfig,
+    summary="reference loss",
 )
-OBSERVATION_SPEC = LossSpec(
+OBSERVATION_SPEC = ComponentSpec(
+    kind="loss",
     name="observation-nll",
     factory=ObservationNLL,
     summary="reference auxiliary loss",
-    role="auxiliary",
+    traits={"role": "auxiliary"},
 )
-BASELINE_SPEC = AdvantageEstimatorSpec(
-    name="mean-baseline", factory=MeanBaseline, summary="reference estimator"
+BASELINE_SPEC = ComponentSpec(
+    kind="advantage_estimator",
+    name="mean-baseline",
+    factory=MeanBaseline,
+    summary="reference estimator",
 )
 
 
 class TestReinforceConformance(LossConformance):
     @pytest.fixture
-    def loss_spec(self) -> LossSpec:
+    def loss_spec(self) -> ComponentSpec:
         return REINFORCE_SPEC
 
     @pytest.fixture
-    def loss(self, loss_spec: LossSpec) -> Any:
+    def loss(self, loss_spec: ComponentSpec) -> Any:
         return loss_spec.build({"scale": 0.5})
 
 
 class TestObservationNLLConformance(LossConformance):
     @pytest.fixture
-    def loss_spec(self) -> LossSpec:
+    def loss_spec(self) -> ComponentSpec:
         return OBSERVATION_SPEC
 
     @pytest.fixture
-    def loss(self, loss_spec: LossSpec) -> Any:
+    def loss(self, loss_spec: ComponentSpec) -> Any:
         return loss_spec.build()
 
 
 class TestMeanBaselineConformance(AdvantageEstimatorConformance):
     @pytest.fixture
-    def estimator_spec(self) -> AdvantageEstimatorSpec:
+    def estimator_spec(self) -> ComponentSpec:
         return BASELINE_SPEC
 
     @pytest.fixture
-    def estimator(self, estimator_spec: AdvantageEstimatorSpec) -> Any:
+    def estimator(self, estimator_spec: ComponentSpec) -> Any:
         return estimator_spec.build()
 
 
@@ -269,7 +277,9 @@ def test_catches_tensor_metrics() -> None:
 def test_catches_a_config_that_does_not_round_trip() -> None:
     # The loss keeps a config of another class, so the suite uses the spec defaults: but the
     # spec's config has a required key.
-    spec = LossSpec(name="needs-scale", factory=Reinforce, config=RequiredKeyConfig, summary="s")
+    spec = ComponentSpec(
+        kind="loss", name="needs-scale", factory=Reinforce, config=RequiredKeyConfig, summary="s"
+    )
     with pytest.raises(pytest.fail.Exception, match=r"store the validated config on self\.config"):
         LOSS_SUITE.test_config_round_trip(Reinforce(ReinforceConfig()), spec)
 
@@ -285,13 +295,17 @@ def test_catches_a_rebuilt_loss_that_differs() -> None:
         def __call__(self, ctx: LossContext) -> LossOutput:
             return Reinforce(ReinforceConfig(scale=self.scale))(ctx)
 
-    spec = LossSpec(name="stateful", factory=Reinforce, config=ReinforceConfig, summary="s")
+    spec = ComponentSpec(
+        kind="loss", name="stateful", factory=Reinforce, config=ReinforceConfig, summary="s"
+    )
     with pytest.raises(AssertionError, match="computes a different loss"):
         LOSS_SUITE.test_config_round_trip(StateBesideConfig(ReinforceConfig(), 2.0), spec)
 
 
 def test_catches_a_config_that_accepts_unknown_keys() -> None:
-    spec = LossSpec(name="loose", factory=Reinforce, config=LooseConfig, summary="s")
+    spec = ComponentSpec(
+        kind="loss", name="loose", factory=Reinforce, config=LooseConfig, summary="s"
+    )
     with pytest.raises(pytest.fail.Exception, match="accepted the unknown key"):
         LOSS_SUITE.test_config_rejects_unknown_keys(spec)
 

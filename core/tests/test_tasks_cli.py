@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 from reference.subprocess_sandbox import SubprocessBackend
-from rllm_core import SandboxBackendSpec, TaskSourceSpec, hookimpl
+from rllm_core import ComponentSpec, hookimpl
 from rllm_core.cli import main, tasks_cmd
 from rllm_core.errors import TaskProblem
 from rllm_core.plugins import PluginManager
@@ -83,16 +83,23 @@ def use(monkeypatch, *, harbor: bool) -> None:
     class Plugin:
         @hookimpl
         def rllm_sandbox_backends(self):
-            yield SandboxBackendSpec(
-                name="subprocess", factory=lambda config: SubprocessBackend(), summary="test"
+            yield ComponentSpec(
+                kind="sandbox_backend",
+                name="subprocess",
+                factory=lambda config: SubprocessBackend(),
+                summary="test",
             )
 
         if harbor:
 
             @hookimpl
             def rllm_task_sources(self):
-                yield TaskSourceSpec(
-                    name="harbor", factory=FolderSource, config=FolderConfig, summary="test"
+                yield ComponentSpec(
+                    kind="task_source",
+                    name="harbor",
+                    factory=FolderSource,
+                    config=FolderConfig,
+                    summary="test",
                 )
 
     manager = PluginManager(load_entry_points=False, strict=True)
@@ -140,7 +147,9 @@ def test_a_source_without_the_check_methods_is_refused(monkeypatch, folder):
     class Plugin:
         @hookimpl
         def rllm_task_sources(self):
-            yield TaskSourceSpec(name="harbor", factory=Plain, config=FolderConfig, summary="x")
+            yield ComponentSpec(
+                kind="task_source", name="harbor", factory=Plain, config=FolderConfig, summary="x"
+            )
 
     manager = PluginManager(load_entry_points=False, strict=True)
     manager.register(Plugin(), name="plain")

@@ -132,18 +132,18 @@ def test_resume_forgets_the_interrupted_steps_sessions_of_a_run_whose_name_is_sa
         },
         path="plan.toml",
     )
-    store = plugins.get_trace_store("memory").build({})
+    store = plugins.get("trace_store", "memory").build({})
     folder = RunFolder.create(tmp_path / "runs", "r")
 
     def loop(trainer: FakeTrainer, *, resume: bool) -> TrainingLoop:
         components = Components(
             trainer=trainer,
             renderer=TOY,
-            harness=plugins.get_harness("single-turn").build({"max_retries": 0}),
+            harness=plugins.get("harness", "single-turn").build({"max_retries": 0}),
             tasks=CrashingSource(),
             trace_store=store,
             loss=object(),  # type: ignore[arg-type]
-            advantage=plugins.get_advantage_estimator("grpo").build({}),
+            advantage=plugins.get("advantage_estimator", "grpo").build({}),
         )
         return TrainingLoop(
             resolved=ResolvedPlan(path="plan.toml", plan=plan),

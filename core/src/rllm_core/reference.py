@@ -78,8 +78,9 @@ def hooks_markdown() -> str:
         "",
         textwrap.dedent(hookspecs.__doc__ or "").strip(),
         "",
-        "Implement a hook with `from rllm_core import hookimpl`. Registry hooks yield specs from",
-        "`rllm_core` (`LossSpec`, `RendererSpec`, ...); lifecycle hooks return nothing.",
+        "Implement a hook with `from rllm_core import hookimpl`. Each registry hook declares a"
+        " component kind and yields `rllm_core.ComponentSpec`s of that kind; lifecycle hooks"
+        " return nothing.",
         "",
     ]
     for fn in hook_functions():

@@ -20,7 +20,7 @@ from rllm_core.plugins.manager import PluginManager
 CORE_TESTS = Path(__file__).resolve().parent.parent
 
 TOY_PLUGIN = """
-from rllm_core import RendererSpec, TraceStoreSpec, hookimpl
+from rllm_core import ComponentSpec, hookimpl
 
 
 def build_renderer(config):
@@ -37,12 +37,16 @@ def build_store(config):
 
 @hookimpl
 def rllm_renderers():
-    yield RendererSpec(name="toy", factory=build_renderer, summary="toy renderer for CLI tests")
+    yield ComponentSpec(
+        kind="renderer", name="toy", factory=build_renderer, summary="toy renderer for CLI tests"
+    )
 
 
 @hookimpl
 def rllm_trace_stores():
-    yield TraceStoreSpec(name="toy-memory", factory=build_store, summary="memory store for tests")
+    yield ComponentSpec(
+        kind="trace_store", name="toy-memory", factory=build_store, summary="memory store for tests"
+    )
 """
 
 
@@ -153,7 +157,7 @@ def test_a_bad_upstream_url_is_a_usage_error_naming_it():
 
 def test_a_served_session_records_traces_and_stops_on_sigterm(fake_distributions, workers):
     try:
-        PluginManager(strict=False).get_sampler("vllm")
+        PluginManager(strict=False).get("sampler", "vllm")
     except UnknownComponentError:
         pytest.skip("rllm-sampler-vllm is needed")
     fake_distributions.add(
@@ -201,9 +205,9 @@ def test_a_served_session_records_traces_and_stops_on_sigterm(fake_distributions
 def test_serve_with_the_real_plugins_writes_a_trace_directory(tmp_path, workers):
     manager = PluginManager(strict=False)
     try:
-        manager.get_renderer("chatml")
-        manager.get_trace_store("deltachain")
-        manager.get_sampler("vllm")
+        manager.get("renderer", "chatml")
+        manager.get("trace_store", "deltachain")
+        manager.get("sampler", "vllm")
     except UnknownComponentError:
         pytest.skip(
             "rllm-renderer-chatml, rllm-trace-store-deltachain and rllm-sampler-vllm are needed"
@@ -236,7 +240,7 @@ def test_serve_with_the_real_plugins_writes_a_trace_directory(tmp_path, workers)
         api.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
     finally:
         assert served.stop() == 0
-    store = manager.get_trace_store("deltachain").build({"path": str(traces)})
+    store = manager.get("trace_store", "deltachain").build({"path": str(traces)})
     try:
         [trace] = store.session("real")
         assert trace.prompt_token_ids == worker.requests[0]["prompt"]

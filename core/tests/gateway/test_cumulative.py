@@ -38,7 +38,7 @@ def renderer(request, toy) -> Renderer:
     if request.param == "toy":
         return toy
     try:
-        spec = PluginManager(strict=False).get_renderer("chatml")
+        spec = PluginManager(strict=False).get("renderer", "chatml")
     except UnknownComponentError:
         pytest.skip("rllm-renderer-chatml is not installed")
     folder = request.getfixturevalue("qwen25_tokenizer_dir")

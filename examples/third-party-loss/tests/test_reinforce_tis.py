@@ -9,7 +9,7 @@ import sys
 import pydantic
 import pytest
 import torch
-from rllm_core import LossSpec
+from rllm_core import ComponentSpec
 from rllm_core.algorithms.aggregation import make_aggregate, step_normalizers
 from rllm_core.plugins import PluginManager
 from rllm_core.ports import LossContext
@@ -113,10 +113,10 @@ def test_entry_module_does_not_import_torch() -> None:
 
 class TestReinforceTISConformance(LossConformance):
     @pytest.fixture
-    def loss_spec(self) -> LossSpec:
+    def loss_spec(self) -> ComponentSpec:
         (spec,) = plugin.rllm_losses()
         return spec
 
     @pytest.fixture(params=[{}, {"cap": 1.2, "beta": 0.1}], ids=["defaults", "with-kl"])
-    def loss(self, loss_spec: LossSpec, request: pytest.FixtureRequest) -> ReinforceTIS:
+    def loss(self, loss_spec: ComponentSpec, request: pytest.FixtureRequest) -> ReinforceTIS:
         return loss_spec.build(request.param)

@@ -139,7 +139,7 @@ def _harbor_source(directory: Path, replay: bool | None, *, as_json: bool) -> An
     """The ``harbor`` task source reading ``directory`` as its train split; exits 2 naming
     the package to install when no plugin provides it."""
     try:
-        spec = get_plugin_manager().get_task_source(HARBOR)
+        spec = get_plugin_manager().get("task_source", HARBOR)
     except UnknownComponentError as exc:
         _fail(
             f"rllm-core tasks check reads tasks through the {HARBOR} task source"
@@ -173,7 +173,7 @@ async def _run_all(
     sandbox_name: str,
     jobs: int,
 ) -> list[_Run]:
-    backend = get_plugin_manager().get_sandbox_backend(sandbox_name).build({})
+    backend = get_plugin_manager().get("sandbox_backend", sandbox_name).build({})
     limit = asyncio.Semaphore(jobs)
     tasks = [check.task for check in dataset.tasks if check.task is not None]
 

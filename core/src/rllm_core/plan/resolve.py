@@ -16,9 +16,9 @@ from pydantic import BaseModel, ValidationError
 
 from rllm_core.errors import ComponentConflictError, PlanError, PlanIssue, UnknownComponentError
 from rllm_core.plan.load import issues_from_validation, load_plan
-from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef, Plan
+from rllm_core.plan.schema import ComponentRef, Plan, component_sections
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
-from rllm_core.plugins.specs import ComponentSpec, Kind, LossSpec
+from rllm_core.plugins.specs import ComponentSpec, Kind
 
 __all__ = ["ResolvedComponent", "ResolvedPlan", "resolve_plan", "resolve_plan_file"]
 
@@ -126,7 +126,7 @@ class _Resolver:
             self.resolve(
                 ref, Kind.LOSS, section="algorithm", key=f"aux_losses[{index}]", role="auxiliary"
             )
-        for section, kind in COMPONENT_SECTIONS.items():
+        for section, kind in component_sections(type(self.plan)).items():
             ref = getattr(self.plan, section)
             if ref is not None:
                 self.resolve(ref, kind, section=section, key=None)
@@ -168,7 +168,7 @@ class _Resolver:
                 )
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
-        modes = getattr(trainer.spec, "proximal_modes", ("rollout",)) if trainer else None
+        modes = trainer.spec.trait("proximal_modes") if trainer else None
         if modes is not None and proximal not in modes:
             self.issues.append(
                 PlanIssue(
@@ -207,15 +207,18 @@ class _Resolver:
             )
             return
         spec = record.spec
-        if role is not None and isinstance(spec, LossSpec) and spec.role != role:
-            wanted = "aux_losses" if spec.role == "auxiliary" else "loss"
+        if role is not None and spec.kind is Kind.LOSS and spec.trait("role") != role:
+            wanted = "aux_losses" if spec.trait("role") == "auxiliary" else "loss"
             self.issues.append(
                 PlanIssue(
                     path=self.path,
                     section=section,
                     key=name_key,
                     value=ref.name,
-                    message=f"loss {spec.name!r} is {_ROLE[spec.role]} loss, not {_ROLE[role]} one",
+                    message=(
+                        f"loss {spec.name!r} is {_ROLE[spec.trait('role')]} loss,"
+                        f" not {_ROLE[role]} one"
+                    ),
                     hint=f"select it with [algorithm].{wanted}",
                 )
             )

@@ -24,6 +24,8 @@ __all__ = [
     "RolloutSection",
     "RunSection",
     "SamplingSection",
+    "component_section",
+    "component_sections",
 ]
 
 AggregationMode = Literal[AGGREGATION_MODES]  # type: ignore[valid-type]
@@ -213,17 +215,21 @@ class GatewaySection(_Section):
     )
 
 
-COMPONENT_SECTIONS: dict[str, Kind] = {
-    "trainer": Kind.TRAINER_BACKEND,
-    "renderer": Kind.RENDERER,
-    "sandbox": Kind.SANDBOX_BACKEND,
-    "harness": Kind.HARNESS,
-    "tasks": Kind.TASK_SOURCE,
-    "trace_store": Kind.TRACE_STORE,
-    "sample_buffer": Kind.SAMPLE_BUFFER,
-    "object_store": Kind.OBJECT_STORE,
-}
-"""Top-level sections that each select one component of a kind."""
+def component_section(kind: str, description: str) -> Any:
+    """A plan section that selects one component of ``kind`` (``[trainer] name = "torch"``):
+    declare it as a field of :class:`Plan` with this default, and the plan loader, resolver
+    and reference page find it."""
+    return Field(None, description=description, json_schema_extra={"kind": kind})
+
+
+def component_sections(plan: type[BaseModel]) -> dict[str, Kind]:
+    """The sections of ``plan`` declared with :func:`component_section`, with their kinds."""
+    found = {}
+    for name, info in plan.model_fields.items():
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and "kind" in extra:
+            found[name] = Kind(str(extra["kind"]))
+    return found
 
 
 class Plan(_Section):
@@ -243,12 +249,16 @@ class Plan(_Section):
     gateway: GatewaySection = Field(
         default_factory=GatewaySection, description="The gateway a run serves its model through."
     )
-    trainer: ComponentRef | None = Field(None, description="Trainer backend.")
-    renderer: ComponentRef | None = Field(None, description="Chat renderer.")
-    sandbox: ComponentRef | None = Field(None, description="Sandbox backend.")
-    harness: ComponentRef | None = Field(None, description="Harness (agent loop).")
-    tasks: ComponentRef | None = Field(None, description="Task source.")
-    trace_store: ComponentRef | None = Field(None, description="Trace store.")
-    sample_buffer: ComponentRef | None = Field(None, description="Sample buffer.")
-    object_store: ComponentRef | None = Field(None, description="Object store.")
+    trainer: ComponentRef | None = component_section("trainer_backend", "Trainer backend.")
+    renderer: ComponentRef | None = component_section("renderer", "Chat renderer.")
+    sandbox: ComponentRef | None = component_section("sandbox_backend", "Sandbox backend.")
+    harness: ComponentRef | None = component_section("harness", "Harness (agent loop).")
+    tasks: ComponentRef | None = component_section("task_source", "Task source.")
+    trace_store: ComponentRef | None = component_section("trace_store", "Trace store.")
+    sample_buffer: ComponentRef | None = component_section("sample_buffer", "Sample buffer.")
+    object_store: ComponentRef | None = component_section("object_store", "Object store.")
     loggers: list[ComponentRef] = Field(default_factory=list, description="Metrics loggers.")
+
+
+COMPONENT_SECTIONS: dict[str, Kind] = component_sections(Plan)
+"""Top-level sections that each select one component of a kind."""

@@ -1,6 +1,6 @@
 """The plugin system: hook specifications, specs and the manager."""
 
-from rllm_core.plugins.hookspecs import hookimpl, hookspec
+from rllm_core.plugins.hookspecs import component_hookspec, hookimpl, hookspec
 from rllm_core.plugins.manager import (
     ComponentRecord,
     PluginManager,
@@ -9,47 +9,19 @@ from rllm_core.plugins.manager import (
     get_plugin_manager,
     reset_plugin_manager,
 )
-from rllm_core.plugins.specs import (
-    AdvantageEstimatorSpec,
-    ComponentSpec,
-    HarnessSpec,
-    Kind,
-    LoggerSpec,
-    LossSpec,
-    NoConfig,
-    ObjectStoreSpec,
-    PlanPath,
-    RendererSpec,
-    SampleBufferSpec,
-    SamplerSpec,
-    SandboxBackendSpec,
-    TaskSourceSpec,
-    TraceStoreSpec,
-    TrainerBackendSpec,
-    lazy,
-)
+from rllm_core.plugins.specs import ComponentSpec, Kind, NoConfig, PlanPath, Trait, lazy
 
 __all__ = [
-    "AdvantageEstimatorSpec",
     "ComponentRecord",
     "ComponentSpec",
-    "HarnessSpec",
     "Kind",
-    "LoggerSpec",
-    "LossSpec",
     "NoConfig",
-    "ObjectStoreSpec",
     "PlanPath",
     "PluginManager",
     "PluginRecord",
     "PluginStatus",
-    "RendererSpec",
-    "SampleBufferSpec",
-    "SamplerSpec",
-    "SandboxBackendSpec",
-    "TaskSourceSpec",
-    "TraceStoreSpec",
-    "TrainerBackendSpec",
+    "Trait",
+    "component_hookspec",
     "get_plugin_manager",
     "hookimpl",
     "hookspec",

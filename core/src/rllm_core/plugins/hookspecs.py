@@ -35,23 +35,25 @@ heavy dependencies load inside the factory, usually through :func:`~rllm_core.pl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import pluggy
 
-from rllm_core.plugins.specs import (
-    AdvantageEstimatorSpec,
-    HarnessSpec,
-    LoggerSpec,
-    LossSpec,
-    ObjectStoreSpec,
-    RendererSpec,
-    SampleBufferSpec,
-    SamplerSpec,
-    SandboxBackendSpec,
-    TaskSourceSpec,
-    TraceStoreSpec,
-    TrainerBackendSpec,
+from rllm_core.plugins.specs import ComponentSpec, Kind, Trait
+from rllm_core.ports import (
+    AdvantageEstimator,
+    Harness,
+    Logger,
+    Loss,
+    ObjectStore,
+    Renderer,
+    SampleBuffer,
+    Sampler,
+    SandboxBackend,
+    TaskSource,
+    TraceStore,
+    TrainerBackend,
 )
 from rllm_core.types import RunInfo, RunStatus
 
@@ -61,31 +63,62 @@ PROJECT_NAME = "rllm_core"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def component_hookspec(
+    kind: str, *, port: type | None, traits: Mapping[str, Trait] | None = None
+) -> Callable[[F], F]:
+    """Declare a component kind by its registry hookspec.
+
+    The decorated function's name is the hook a plugin implements; each spec it yields must be
+    a :class:`~rllm_core.plugins.specs.ComponentSpec` of ``kind``. ``port`` is the Protocol
+    the built component implements (the reference for its behaviour) and ``traits`` the
+    kind's spec traits with their defaults. Declaring a kind is all the plugin manager,
+    ``rllm-core plugins`` and the hook reference need; a plan selects it once a plan section
+    names the kind (:func:`rllm_core.plan.schema.component_section`).
+    """
+
+    def declare(function: F) -> F:
+        Kind.declare(kind, hook_name=function.__name__, port=port, traits=traits)
+        return hookspec(function)
+
+    return declare
+
 
 # -------------------------------------------------------------------------------------------
 # Registry hooks: one per component kind
 # -------------------------------------------------------------------------------------------
 
 
-@hookspec
-def rllm_losses() -> Iterable[LossSpec]:
+@component_hookspec(
+    "loss",
+    port=Loss,
+    traits={"role": Trait("policy", choices=("policy", "auxiliary"))},
+)
+def rllm_losses() -> Iterable[ComponentSpec]:
     """Yield the policy and auxiliary losses this plugin provides.
 
     A plan selects a policy loss with ``[algorithm].loss`` and stacks auxiliary losses
-    (``role="auxiliary"``) with ``[algorithm].aux_losses``. The factory receives the validated
-    config and returns a :class:`~rllm_core.ports.Loss`.
+    (``traits={"role": "auxiliary"}``) with ``[algorithm].aux_losses``. The factory receives
+    the validated config and returns a :class:`~rllm_core.ports.Loss`.
 
     Example::
 
         @hookimpl
         def rllm_losses():
-            yield LossSpec(name="reinforce-baseline", factory=lazy("my_pkg.loss:Baseline"),
-                           config=BaselineConfig, summary="REINFORCE with a moving baseline")
+            yield ComponentSpec(
+                kind="loss",
+                name="reinforce-baseline",
+                factory=lazy("my_pkg.loss:Baseline"),
+                config=BaselineConfig,
+                summary="REINFORCE with a moving baseline",
+            )
     """
 
 
-@hookspec
-def rllm_advantage_estimators() -> Iterable[AdvantageEstimatorSpec]:
+@component_hookspec("advantage_estimator", port=AdvantageEstimator)
+def rllm_advantage_estimators() -> Iterable[ComponentSpec]:
     """Yield the advantage estimators this plugin provides.
 
     A plan selects one with ``[algorithm].advantage``. The factory returns an
@@ -95,13 +128,18 @@ def rllm_advantage_estimators() -> Iterable[AdvantageEstimatorSpec]:
 
         @hookimpl
         def rllm_advantage_estimators():
-            yield AdvantageEstimatorSpec(name="grpo", factory=lazy("my_pkg.adv:GRPO"),
-                                         config=GRPOConfig, summary="group mean/std baseline")
+            yield ComponentSpec(
+                kind="advantage_estimator",
+                name="grpo",
+                factory=lazy("my_pkg.adv:GRPO"),
+                config=GRPOConfig,
+                summary="group mean/std baseline",
+            )
     """
 
 
-@hookspec
-def rllm_renderers() -> Iterable[RendererSpec]:
+@component_hookspec("renderer", port=Renderer)
+def rllm_renderers() -> Iterable[ComponentSpec]:
     """Yield the chat renderers this plugin provides.
 
     A plan selects one with ``[renderer].name``. The factory returns a
@@ -111,13 +149,18 @@ def rllm_renderers() -> Iterable[RendererSpec]:
 
         @hookimpl
         def rllm_renderers():
-            yield RendererSpec(name="chatml", factory=lazy("my_pkg.chatml:ChatML"),
-                               config=ChatMLConfig, summary="ChatML templates")
+            yield ComponentSpec(
+                kind="renderer",
+                name="chatml",
+                factory=lazy("my_pkg.chatml:ChatML"),
+                config=ChatMLConfig,
+                summary="ChatML templates",
+            )
     """
 
 
-@hookspec
-def rllm_sandbox_backends() -> Iterable[SandboxBackendSpec]:
+@component_hookspec("sandbox_backend", port=SandboxBackend)
+def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
     """Yield the sandbox backends this plugin provides.
 
     A plan selects one with ``[sandbox].name``. The factory returns a
@@ -127,29 +170,46 @@ def rllm_sandbox_backends() -> Iterable[SandboxBackendSpec]:
 
         @hookimpl
         def rllm_sandbox_backends():
-            yield SandboxBackendSpec(name="local", factory=lazy("my_pkg.local:LocalBackend"),
-                                     config=LocalConfig, summary="bubblewrap sandboxes")
+            yield ComponentSpec(
+                kind="sandbox_backend",
+                name="local",
+                factory=lazy("my_pkg.local:LocalBackend"),
+                config=LocalConfig,
+                summary="bubblewrap sandboxes",
+            )
     """
 
 
-@hookspec
-def rllm_trainer_backends() -> Iterable[TrainerBackendSpec]:
+@component_hookspec(
+    "trainer_backend",
+    port=TrainerBackend,
+    traits={"proximal_modes": Trait(("rollout",), choices=("rollout", "recompute"))},
+)
+def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     """Yield the trainer backends this plugin provides.
 
     A plan selects one with ``[trainer].name``. The factory returns a
-    :class:`~rllm_core.ports.TrainerBackend`.
+    :class:`~rllm_core.ports.TrainerBackend`. The trait ``proximal_modes`` lists the
+    ``[algorithm].proximal`` choices the backend honours (``"rollout"`` always;
+    ``"recompute"`` when it implements :class:`~rllm_core.ports.LogprobScorer`); ``plan
+    check`` refuses any other choice, naming the backend.
 
     Example::
 
         @hookimpl
         def rllm_trainer_backends():
-            yield TrainerBackendSpec(name="torch", factory=lazy("my_pkg.backend:TorchBackend"),
-                                     config=TorchConfig, summary="local transformers model")
+            yield ComponentSpec(
+                kind="trainer_backend",
+                name="torch",
+                factory=lazy("my_pkg.backend:TorchBackend"),
+                config=TorchConfig,
+                summary="local transformers model",
+            )
     """
 
 
-@hookspec
-def rllm_harnesses() -> Iterable[HarnessSpec]:
+@component_hookspec("harness", port=Harness)
+def rllm_harnesses() -> Iterable[ComponentSpec]:
     """Yield the harnesses (agent loops) this plugin provides.
 
     A plan selects one with ``[harness].name``. The factory returns a
@@ -159,13 +219,18 @@ def rllm_harnesses() -> Iterable[HarnessSpec]:
 
         @hookimpl
         def rllm_harnesses():
-            yield HarnessSpec(name="shell", factory=lazy("my_pkg.shell:ShellAgent"),
-                              config=ShellConfig, summary="one shell command per turn")
+            yield ComponentSpec(
+                kind="harness",
+                name="shell",
+                factory=lazy("my_pkg.shell:ShellAgent"),
+                config=ShellConfig,
+                summary="one shell command per turn",
+            )
     """
 
 
-@hookspec
-def rllm_task_sources() -> Iterable[TaskSourceSpec]:
+@component_hookspec("task_source", port=TaskSource)
+def rllm_task_sources() -> Iterable[ComponentSpec]:
     """Yield the task sources this plugin provides.
 
     A plan selects one with ``[tasks].name``. The factory returns a
@@ -175,13 +240,18 @@ def rllm_task_sources() -> Iterable[TaskSourceSpec]:
 
         @hookimpl
         def rllm_task_sources():
-            yield TaskSourceSpec(name="jsonl", factory=lazy("my_pkg.jsonl:JsonlTasks"),
-                                 config=JsonlConfig, summary="question/answer JSONL files")
+            yield ComponentSpec(
+                kind="task_source",
+                name="jsonl",
+                factory=lazy("my_pkg.jsonl:JsonlTasks"),
+                config=JsonlConfig,
+                summary="question/answer JSONL files",
+            )
     """
 
 
-@hookspec
-def rllm_trace_stores() -> Iterable[TraceStoreSpec]:
+@component_hookspec("trace_store", port=TraceStore)
+def rllm_trace_stores() -> Iterable[ComponentSpec]:
     """Yield the trace stores this plugin provides.
 
     A plan selects one with ``[trace_store].name``. The factory returns a
@@ -191,13 +261,18 @@ def rllm_trace_stores() -> Iterable[TraceStoreSpec]:
 
         @hookimpl
         def rllm_trace_stores():
-            yield TraceStoreSpec(name="deltachain", factory=lazy("my_pkg.store:DeltaChain"),
-                                 config=DeltaChainConfig, summary="delta-chain segment files")
+            yield ComponentSpec(
+                kind="trace_store",
+                name="deltachain",
+                factory=lazy("my_pkg.store:DeltaChain"),
+                config=DeltaChainConfig,
+                summary="delta-chain segment files",
+            )
     """
 
 
-@hookspec
-def rllm_sample_buffers() -> Iterable[SampleBufferSpec]:
+@component_hookspec("sample_buffer", port=SampleBuffer)
+def rllm_sample_buffers() -> Iterable[ComponentSpec]:
     """Yield the sample buffers this plugin provides.
 
     A plan selects one with ``[sample_buffer].name``. The factory returns a
@@ -207,13 +282,18 @@ def rllm_sample_buffers() -> Iterable[SampleBufferSpec]:
 
         @hookimpl
         def rllm_sample_buffers():
-            yield SampleBufferSpec(name="file", factory=lazy("my_pkg.buffer:FileBuffer"),
-                                   config=FileBufferConfig, summary="fsynced append-only log")
+            yield ComponentSpec(
+                kind="sample_buffer",
+                name="file",
+                factory=lazy("my_pkg.buffer:FileBuffer"),
+                config=FileBufferConfig,
+                summary="fsynced append-only log",
+            )
     """
 
 
-@hookspec
-def rllm_object_stores() -> Iterable[ObjectStoreSpec]:
+@component_hookspec("object_store", port=ObjectStore)
+def rllm_object_stores() -> Iterable[ComponentSpec]:
     """Yield the object stores this plugin provides.
 
     A plan selects one with ``[object_store].name``. The factory returns an
@@ -223,13 +303,18 @@ def rllm_object_stores() -> Iterable[ObjectStoreSpec]:
 
         @hookimpl
         def rllm_object_stores():
-            yield ObjectStoreSpec(name="file", factory=lazy("my_pkg.objects:FileStore"),
-                                  config=FileStoreConfig, summary="objects in a directory")
+            yield ComponentSpec(
+                kind="object_store",
+                name="file",
+                factory=lazy("my_pkg.objects:FileStore"),
+                config=FileStoreConfig,
+                summary="objects in a directory",
+            )
     """
 
 
-@hookspec
-def rllm_loggers() -> Iterable[LoggerSpec]:
+@component_hookspec("logger", port=Logger)
+def rllm_loggers() -> Iterable[ComponentSpec]:
     """Yield the metrics loggers this plugin provides.
 
     A plan enables loggers with ``[[loggers]]`` entries. The factory returns a
@@ -239,13 +324,18 @@ def rllm_loggers() -> Iterable[LoggerSpec]:
 
         @hookimpl
         def rllm_loggers():
-            yield LoggerSpec(name="jsonl", factory=lazy("my_pkg.log:JsonlLogger"),
-                             config=JsonlLoggerConfig, summary="one JSON line per step")
+            yield ComponentSpec(
+                kind="logger",
+                name="jsonl",
+                factory=lazy("my_pkg.log:JsonlLogger"),
+                config=JsonlLoggerConfig,
+                summary="one JSON line per step",
+            )
     """
 
 
-@hookspec
-def rllm_samplers() -> Iterable[SamplerSpec]:
+@component_hookspec("sampler", port=Sampler)
+def rllm_samplers() -> Iterable[ComponentSpec]:
     """Yield the samplers this plugin provides: inference servers reached over the network.
 
     ``rllm-core gateway serve`` selects one (``--upstream URL`` builds ``sampler:vllm`` with
@@ -257,8 +347,13 @@ def rllm_samplers() -> Iterable[SamplerSpec]:
 
         @hookimpl
         def rllm_samplers():
-            yield SamplerSpec(name="vllm", factory=lazy("my_pkg.pool:from_config"),
-                              config=VllmConfig, summary="vLLM servers over HTTP")
+            yield ComponentSpec(
+                kind="sampler",
+                name="vllm",
+                factory=lazy("my_pkg.pool:from_config"),
+                config=VllmConfig,
+                summary="vLLM servers over HTTP",
+            )
     """
 
 

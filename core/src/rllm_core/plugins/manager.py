@@ -6,8 +6,7 @@ recorded error on its :class:`PluginRecord`; nothing else is affected. Set
 ``RLLM_CORE_STRICT_PLUGINS=1`` to raise instead, and ``RLLM_CORE_DISABLE_PLUGINS=dist-a,dist-b``
 to skip distributions by name.
 
-The rest of the code asks typed questions (``get_loss("dppo-tv")``) and never touches
-``pm.hook``.
+The rest of the code asks questions (``get("loss", "dppo-tv")``) and never touches ``pm.hook``.
 """
 
 from __future__ import annotations
@@ -21,31 +20,15 @@ import re
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any
 
 import pluggy
 
 from rllm_core.errors import ComponentConflictError, PluginLoadError, UnknownComponentError
 from rllm_core.plugins import hookspecs
 from rllm_core.plugins.catalog import known_provider
-from rllm_core.plugins.specs import (
-    SPEC_TYPES,
-    AdvantageEstimatorSpec,
-    ComponentSpec,
-    HarnessSpec,
-    Kind,
-    LoggerSpec,
-    LossSpec,
-    ObjectStoreSpec,
-    RendererSpec,
-    SampleBufferSpec,
-    SamplerSpec,
-    SandboxBackendSpec,
-    TaskSourceSpec,
-    TraceStoreSpec,
-    TrainerBackendSpec,
-    canonical_name,
-)
+from rllm_core.plugins.specs import ComponentSpec, Kind, canonical_name
 from rllm_core.types import RunInfo, RunStatus
 
 __all__ = [
@@ -61,8 +44,6 @@ log = logging.getLogger(__name__)
 
 STRICT_ENV = "RLLM_CORE_STRICT_PLUGINS"
 DISABLE_ENV = "RLLM_CORE_DISABLE_PLUGINS"
-
-S = TypeVar("S", bound=ComponentSpec)
 
 HookErrorHandler = Callable[[str, str, Exception], None]
 """Told ``(plugin label, hook name, exception)`` when a lifecycle hook implementation raises."""
@@ -140,10 +121,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 class PluginManager:
-    """Discovers plugins and answers typed questions about the components they provide.
+    """Discovers plugins and answers questions about the components they provide.
 
     ``PluginManager()`` loads entry points lazily on first use. Tests build one with
-    ``load_entry_points=False`` and :meth:`register` objects directly.
+    ``load_entry_points=False`` and :meth:`register` objects directly. ``hookspecs_modules``
+    adds modules of hook specifications beyond the core's (a kind declared elsewhere with
+    :func:`~rllm_core.plugins.hookspecs.component_hookspec`).
     """
 
     def __init__(
@@ -153,9 +136,12 @@ class PluginManager:
         group: str = hookspecs.PROJECT_NAME,
         strict: bool | None = None,
         disabled: Iterable[str] | None = None,
+        hookspecs_modules: Iterable[ModuleType] = (),
     ) -> None:
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
+        for module in hookspecs_modules:
+            self._pm.add_hookspecs(module)
         self._group = group
         self._want_entry_points = load_entry_points
         self._entry_points_loaded = False
@@ -257,7 +243,7 @@ class PluginManager:
         self._objects[record.name] = obj
 
     def _misspelled_hooks(self, obj: object) -> list[str]:
-        known = {name for name in dir(hookspecs) if name.startswith("rllm_")}
+        known = {name for name in self._pm.hook.__dict__ if name.startswith("rllm_")}
         problems = []
         for attr in dir(obj):
             if not attr.startswith("rllm_") or attr in known:
@@ -332,7 +318,6 @@ class PluginManager:
             impl = getattr(obj, kind.hook_name, None)
             if impl is None:
                 continue
-            expected = SPEC_TYPES[kind]
             try:
                 result = impl()
                 items = [] if result is None else list(result)
@@ -340,11 +325,16 @@ class PluginManager:
                 self._fail(record, f"{kind.hook_name}() raised {_one_line(exc)}", exc)
                 return None
             for item in items:
-                if not isinstance(item, expected):
+                if not isinstance(item, ComponentSpec) or item.kind is not kind:
+                    what = (
+                        f"a {item.kind.value} spec"
+                        if isinstance(item, ComponentSpec)
+                        else type(item).__name__
+                    )
                     self._fail(
                         record,
-                        f"{kind.hook_name}() yielded {type(item).__name__}, expected"
-                        f" {expected.__name__}",
+                        f"{kind.hook_name}() yielded {what}, expected a ComponentSpec of kind"
+                        f" {kind.value!r}",
                     )
                     return None
                 specs.append(item)
@@ -432,47 +422,6 @@ class PluginManager:
             provider=provider if provider and not close else None,
             failed_plugins=[(r.name, r.error or "") for r in failed if not provider],
         )
-
-    def _typed(self, kind: Kind, name: str, expected: type[S]) -> S:
-        spec = self.get(kind, name)
-        assert isinstance(spec, expected)
-        return spec
-
-    def get_loss(self, name: str) -> LossSpec:
-        return self._typed(Kind.LOSS, name, LossSpec)
-
-    def get_advantage_estimator(self, name: str) -> AdvantageEstimatorSpec:
-        return self._typed(Kind.ADVANTAGE_ESTIMATOR, name, AdvantageEstimatorSpec)
-
-    def get_renderer(self, name: str) -> RendererSpec:
-        return self._typed(Kind.RENDERER, name, RendererSpec)
-
-    def get_sandbox_backend(self, name: str) -> SandboxBackendSpec:
-        return self._typed(Kind.SANDBOX_BACKEND, name, SandboxBackendSpec)
-
-    def get_trainer_backend(self, name: str) -> TrainerBackendSpec:
-        return self._typed(Kind.TRAINER_BACKEND, name, TrainerBackendSpec)
-
-    def get_harness(self, name: str) -> HarnessSpec:
-        return self._typed(Kind.HARNESS, name, HarnessSpec)
-
-    def get_task_source(self, name: str) -> TaskSourceSpec:
-        return self._typed(Kind.TASK_SOURCE, name, TaskSourceSpec)
-
-    def get_trace_store(self, name: str) -> TraceStoreSpec:
-        return self._typed(Kind.TRACE_STORE, name, TraceStoreSpec)
-
-    def get_sample_buffer(self, name: str) -> SampleBufferSpec:
-        return self._typed(Kind.SAMPLE_BUFFER, name, SampleBufferSpec)
-
-    def get_object_store(self, name: str) -> ObjectStoreSpec:
-        return self._typed(Kind.OBJECT_STORE, name, ObjectStoreSpec)
-
-    def get_logger(self, name: str) -> LoggerSpec:
-        return self._typed(Kind.LOGGER, name, LoggerSpec)
-
-    def get_sampler(self, name: str) -> SamplerSpec:
-        return self._typed(Kind.SAMPLER, name, SamplerSpec)
 
     def has_errors(self) -> bool:
         return any(r.status in (PluginStatus.ERROR, PluginStatus.CONFLICT) for r in self.plugins())

@@ -1,84 +1,146 @@
-"""Frozen, typed specs that registry hooks yield: one class per component kind.
+"""The one frozen, typed spec every registry hook yields, and the component kinds.
 
-A spec says what a plan calls the component (``name``), how to build it (``factory``, called
-with the validated config), which keys it accepts (``config``, a pydantic model) and what it
-does in one line (``summary``). Building is lazy: an entry module can yield specs without
-importing torch or an SDK, by pointing ``factory`` at :func:`lazy` ``("pkg.module:Class")``.
+A spec says which kind of component it is (``kind``), what a plan calls it (``name``), how to
+build it (``factory``, called with the validated config), which keys it accepts (``config``, a
+pydantic model), what it does in one line (``summary``) and, for kinds that have them, its
+traits (a loss's ``role``, a trainer backend's ``proximal_modes``). Building is lazy: an entry
+module can yield specs without importing torch or an SDK, by pointing ``factory`` at
+:func:`lazy` ``("pkg.module:Class")``.
+
+Kinds are declared where their registry hook is:
+:func:`rllm_core.plugins.hookspecs.component_hookspec` registers a :class:`Kind` with its hook,
+its port and its traits, so adding a kind takes that hookspec, the port and, when plans select
+it, its plan section.
 """
 
 from __future__ import annotations
 
-import enum
 import importlib
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
-    "AdvantageEstimatorSpec",
     "ComponentSpec",
-    "HarnessSpec",
     "Kind",
     "LazyFactory",
-    "LoggerSpec",
-    "LossSpec",
     "NoConfig",
     "PlanPath",
-    "ObjectStoreSpec",
-    "RendererSpec",
-    "SampleBufferSpec",
-    "SamplerSpec",
-    "SandboxBackendSpec",
-    "TaskSourceSpec",
-    "TraceStoreSpec",
-    "TrainerBackendSpec",
+    "Trait",
     "canonical_name",
     "lazy",
 ]
 
 
-class Kind(enum.StrEnum):
-    """Component kinds. The value is what ``rllm-core plugins`` shows before ``:name``."""
+@dataclass(frozen=True, slots=True)
+class Trait:
+    """A kind-specific property of a spec: its ``default`` and, when only some values make
+    sense, the ``choices`` (for a tuple-valued trait, the values its items may take)."""
 
-    LOSS = "loss"
-    ADVANTAGE_ESTIMATOR = "advantage_estimator"
-    RENDERER = "renderer"
-    SANDBOX_BACKEND = "sandbox_backend"
-    TRAINER_BACKEND = "trainer_backend"
-    HARNESS = "harness"
-    TASK_SOURCE = "task_source"
-    TRACE_STORE = "trace_store"
-    SAMPLE_BUFFER = "sample_buffer"
-    OBJECT_STORE = "object_store"
-    LOGGER = "logger"
-    SAMPLER = "sampler"
+    default: Any
+    choices: tuple[Any, ...] = ()
+
+    def check(self, value: Any) -> str | None:
+        """Why ``value`` is not allowed, or None."""
+        if not self.choices:
+            return None
+        items = value if isinstance(self.default, tuple) else (value,)
+        if isinstance(self.default, tuple) and not isinstance(value, tuple):
+            return f"must be a tuple of {self.choices}"
+        bad = [item for item in items if item not in self.choices]
+        return f"{bad[0]!r} is not one of {self.choices}" if bad else None
+
+
+class _KindType(type):
+    def __iter__(cls) -> Iterator[Kind]:
+        return iter(list(cls._registry.values()))
+
+    def __len__(cls) -> int:
+        return len(cls._registry)
+
+    def __getattr__(cls, attribute: str) -> Kind:
+        found = cls._registry.get(attribute.lower())
+        if found is None:
+            raise AttributeError(
+                f"no component kind {attribute.lower()!r} is declared; known:"
+                f" {', '.join(cls._registry)}"
+            )
+        return found
+
+
+class Kind(str, metaclass=_KindType):
+    """A component kind: what ``rllm-core plugins`` prints before ``:name``.
+
+    Kinds are declared by their registry hookspec
+    (:func:`~rllm_core.plugins.hookspecs.component_hookspec`); ``Kind("loss")`` and
+    ``Kind.LOSS`` give the same declared kind, iterating over ``Kind`` gives every declared
+    kind in declaration order.
+    """
+
+    _registry: ClassVar[dict[str, Kind]] = {}
+    hook_name: str
+    port: type | None
+    traits: Mapping[str, Trait]
+
+    def __new__(cls, value: str | Kind) -> Kind:
+        found = cls._registry.get(str(value))
+        if found is None:
+            raise ValueError(
+                f"{value!r} is not a component kind; known: {', '.join(cls._registry)}"
+            )
+        return found
+
+    @classmethod
+    def declare(
+        cls,
+        value: str,
+        *,
+        hook_name: str,
+        port: type | None = None,
+        traits: Mapping[str, Trait] | None = None,
+    ) -> Kind:
+        """Register a kind (done by ``component_hookspec``); declaring it again with the same
+        hook returns it, with another hook raises ``ValueError``."""
+        existing = cls._registry.get(value)
+        if existing is not None:
+            if existing.hook_name != hook_name:
+                raise ValueError(
+                    f"kind {value!r} is already declared by {existing.hook_name}(), not"
+                    f" {hook_name}()"
+                )
+            return existing
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", value):
+            raise ValueError(f"kind {value!r} must be lowercase letters, digits and '_'")
+        kind = str.__new__(cls, value)
+        kind.hook_name = hook_name
+        kind.port = port
+        kind.traits = MappingProxyType(dict(traits or {}))
+        cls._registry[value] = kind
+        return kind
+
+    @classmethod
+    def forget(cls, value: str) -> None:
+        """Remove a declared kind (for tests that declare one of their own)."""
+        cls._registry.pop(value, None)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Kind, (str(self),))
+
+    def __repr__(self) -> str:
+        return f"Kind({str(self)!r})"
 
     @property
-    def hook_name(self) -> str:
-        return _HOOK_NAMES[self]
+    def value(self) -> str:
+        return str(self)
 
     @property
     def label(self) -> str:
         return self.value.replace("_", " ")
 
-
-_HOOK_NAMES = {
-    Kind.LOSS: "rllm_losses",
-    Kind.ADVANTAGE_ESTIMATOR: "rllm_advantage_estimators",
-    Kind.RENDERER: "rllm_renderers",
-    Kind.SANDBOX_BACKEND: "rllm_sandbox_backends",
-    Kind.TRAINER_BACKEND: "rllm_trainer_backends",
-    Kind.HARNESS: "rllm_harnesses",
-    Kind.TASK_SOURCE: "rllm_task_sources",
-    Kind.TRACE_STORE: "rllm_trace_stores",
-    Kind.SAMPLE_BUFFER: "rllm_sample_buffers",
-    Kind.OBJECT_STORE: "rllm_object_stores",
-    Kind.LOGGER: "rllm_loggers",
-    Kind.SAMPLER: "rllm_samplers",
-}
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
@@ -143,33 +205,59 @@ def lazy(target: str) -> LazyFactory:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ComponentSpec:
-    """Base of every spec. Subclasses fix ``kind`` and may add kind-specific fields."""
+    """What a registry hook yields for one component (see the module docstring).
 
-    kind: ClassVar[Kind]
+    ``kind`` may be given as its name (``kind="loss"``); ``traits`` holds the kind's traits
+    that differ from their defaults (``traits={"role": "auxiliary"}`` for an auxiliary loss);
+    :meth:`trait` reads one with its default.
+    """
 
+    kind: Kind
     name: str
     factory: Callable[[Any], Any]
     summary: str
     config: type[BaseModel] = NoConfig
+    traits: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if type(self) is ComponentSpec:
-            raise TypeError("yield a kind-specific spec such as LossSpec, not ComponentSpec")
+        try:
+            kind = Kind(self.kind)
+        except ValueError as exc:
+            raise ValueError(f"spec {self.name!r}: {exc}") from None
+        object.__setattr__(self, "kind", kind)
         canonical = canonical_name(self.name) if isinstance(self.name, str) else ""
         if not _NAME_RE.match(canonical):
             raise ValueError(
-                f"{self.kind.value} name {self.name!r} is invalid: use lowercase letters, digits,"
+                f"{kind.value} name {self.name!r} is invalid: use lowercase letters, digits,"
                 " '-' and '.', starting with a letter or digit"
             )
         object.__setattr__(self, "name", canonical)
         if not callable(self.factory):
-            raise TypeError(f"{self.kind.value}:{self.name}: factory must be callable")
+            raise TypeError(f"{kind.value}:{self.name}: factory must be callable")
         if not (isinstance(self.config, type) and issubclass(self.config, BaseModel)):
             raise TypeError(
-                f"{self.kind.value}:{self.name}: config must be a pydantic BaseModel subclass"
+                f"{kind.value}:{self.name}: config must be a pydantic BaseModel subclass"
             )
         if not isinstance(self.summary, str) or not self.summary.strip() or "\n" in self.summary:
-            raise ValueError(f"{self.kind.value}:{self.name}: summary must be one non-empty line")
+            raise ValueError(f"{kind.value}:{self.name}: summary must be one non-empty line")
+        for trait, value in self.traits.items():
+            declared = kind.traits.get(trait)
+            if declared is None:
+                known = ", ".join(kind.traits) or "none"
+                raise ValueError(
+                    f"{kind.value}:{self.name}: {kind.value} has no trait {trait!r} (its traits:"
+                    f" {known})"
+                )
+            problem = declared.check(value)
+            if problem:
+                raise ValueError(f"{kind.value}:{self.name}: trait {trait!r}: {problem}")
+        object.__setattr__(self, "traits", MappingProxyType(dict(self.traits)))
+
+    def trait(self, name: str) -> Any:
+        """The spec's value of the kind's trait ``name``, or its default."""
+        if name in self.traits:
+            return self.traits[name]
+        return self.kind.traits[name].default
 
     @property
     def key(self) -> str:
@@ -193,94 +281,3 @@ class ComponentSpec:
     def build(self, values: Mapping[str, Any] | BaseModel | None = None) -> Any:
         """Validate ``values`` and call the factory with the resulting config."""
         return self.factory(self.validate_config(values))
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LossSpec(ComponentSpec):
-    """A loss. ``role="policy"`` losses are selected by ``[algorithm].loss``; auxiliary losses
-    stack on top through ``[algorithm].aux_losses``, each with its own coefficient."""
-
-    kind: ClassVar[Kind] = Kind.LOSS
-    role: Literal["policy", "auxiliary"] = "policy"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AdvantageEstimatorSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.ADVANTAGE_ESTIMATOR
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RendererSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.RENDERER
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SandboxBackendSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.SANDBOX_BACKEND
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TrainerBackendSpec(ComponentSpec):
-    """``proximal_modes``: the ``[algorithm].proximal`` choices the backend honours
-    (``"rollout"`` always; ``"recompute"`` when it implements ``compute_logprobs``). ``plan
-    check`` refuses any other choice, naming the backend."""
-
-    kind: ClassVar[Kind] = Kind.TRAINER_BACKEND
-    proximal_modes: tuple[str, ...] = ("rollout",)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HarnessSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.HARNESS
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TaskSourceSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.TASK_SOURCE
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TraceStoreSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.TRACE_STORE
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SampleBufferSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.SAMPLE_BUFFER
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ObjectStoreSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.OBJECT_STORE
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LoggerSpec(ComponentSpec):
-    kind: ClassVar[Kind] = Kind.LOGGER
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SamplerSpec(ComponentSpec):
-    """A sampler that lives outside the trainer (inference servers reached over the network).
-    ``rllm-core gateway serve`` selects one; a training run samples from its trainer."""
-
-    kind: ClassVar[Kind] = Kind.SAMPLER
-
-
-SPEC_TYPES: Mapping[Kind, type[ComponentSpec]] = {
-    spec.kind: spec
-    for spec in (
-        LossSpec,
-        AdvantageEstimatorSpec,
-        RendererSpec,
-        SandboxBackendSpec,
-        TrainerBackendSpec,
-        HarnessSpec,
-        TaskSourceSpec,
-        TraceStoreSpec,
-        SampleBufferSpec,
-        ObjectStoreSpec,
-        LoggerSpec,
-        SamplerSpec,
-    )
-}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LossSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 
 class ReinforceTISConfig(BaseModel):
@@ -25,8 +25,9 @@ class ReinforceTISConfig(BaseModel):
 
 
 @hookimpl
-def rllm_losses() -> Iterator[LossSpec]:
-    yield LossSpec(
+def rllm_losses() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="loss",
         name="reinforce-tis",
         factory=lazy("rllm_loss_example.loss:ReinforceTIS"),
         config=ReinforceTISConfig,

@@ -30,7 +30,7 @@ def test_installed_entry_point_provides_the_harness():
 def test_builds_from_plan_keys():
     pm = PluginManager(load_entry_points=False, strict=True)
     pm.register(plugin, name="cli", distribution="rllm-harness-cli")
-    harness = pm.get_harness("cli").build(
+    harness = pm.get("harness", "cli").build(
         {"invocation": "agent {instruction_path}", "env": {"A": "{model}"}, "timeout_cap_s": 60}
     )
     assert isinstance(harness, CliHarness)

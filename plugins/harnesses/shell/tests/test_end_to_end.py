@@ -47,13 +47,13 @@ def manager() -> PluginManager:
 def play(manager: PluginManager, task_name: str, script: list[str]):
     """Run one episode of a shipped task; returns the outcome, the grade, the recorded traces
     and the renderer that rendered them."""
-    source = manager.get_task_source("harbor").build({"path": str(TASKS / task_name)})
+    source = manager.get("task_source", "harbor").build({"path": str(TASKS / task_name)})
     (task,) = source.tasks()
     toy = ToyChatRenderer()
-    store = manager.get_trace_store("memory").build({})
+    store = manager.get("trace_store", "memory").build({})
     sampler = ScriptedSampler(script, renderer=toy)
-    harness = manager.get_harness("shell").build({"max_turns": 10, "max_retries": 0})
-    backend = manager.get_sandbox_backend("local").build({"isolation": "bwrap"})
+    harness = manager.get("harness", "shell").build({"max_turns": 10, "max_retries": 0})
+    backend = manager.get("sandbox_backend", "local").build({"isolation": "bwrap"})
 
     async def episode():
         sandbox = await backend.create(task.environment)

@@ -34,7 +34,7 @@ def test_installed_entry_point_provides_the_harness():
 def test_builds_from_plan_keys():
     pm = PluginManager(load_entry_points=False, strict=True)
     pm.register(plugin, name="shell", distribution="rllm-harness-shell")
-    harness = pm.get_harness("shell").build({"max_turns": 8, "system_prompt": None})
+    harness = pm.get("harness", "shell").build({"max_turns": 8, "system_prompt": None})
     assert isinstance(harness, ShellHarness)
     assert (harness.config.max_turns, harness.config.system_prompt) == (8, None)
 

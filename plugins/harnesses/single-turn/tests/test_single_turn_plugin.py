@@ -35,8 +35,8 @@ def test_installed_entry_point_provides_the_harness():
 def test_builds_from_plan_keys():
     pm = PluginManager(load_entry_points=False, strict=True)
     pm.register(plugin, name="single-turn", distribution="rllm-harness-single-turn")
-    harness = pm.get_harness("single-turn").build({"system_prompt": "hi", "max_tokens": 64})
+    harness = pm.get("harness", "single-turn").build({"system_prompt": "hi", "max_tokens": 64})
     assert isinstance(harness, SingleTurnHarness)
     assert (harness.config.system_prompt, harness.config.max_tokens) == ("hi", 64)
     with pytest.raises(pydantic.ValidationError):
-        pm.get_harness("single-turn").validate_config({"max_token": 64})
+        pm.get("harness", "single-turn").validate_config({"max_token": 64})

@@ -30,7 +30,7 @@ def test_installed_entry_point_provides_the_logger():
 
 
 def test_builds_from_plan_keys(manager, tmp_path, read_store):
-    logger = manager.get_logger("mlflow").build({"path": str(tmp_path / "ml"), "run_name": "r"})
+    logger = manager.get("logger", "mlflow").build({"path": str(tmp_path / "ml"), "run_name": "r"})
     try:
         assert isinstance(logger, MlflowLogger)
         logger.log_metrics(1, {"reward/mean": 0.5})
@@ -41,7 +41,7 @@ def test_builds_from_plan_keys(manager, tmp_path, read_store):
 
 
 def test_plan_keys_are_checked(manager):
-    spec = manager.get_logger("mlflow")
+    spec = manager.get("logger", "mlflow")
     assert spec.validate_config({"path": "ml"}).experiment == "Default"
     assert spec.config.model_fields["path"].is_required()  # so a run fills <run>/logs/mlflow
     with pytest.raises(pydantic.ValidationError, match="path"):

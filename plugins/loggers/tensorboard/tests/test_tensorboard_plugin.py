@@ -30,7 +30,7 @@ def test_installed_entry_point_provides_the_logger():
 
 
 def test_builds_from_plan_keys(manager, tmp_path):
-    logger = manager.get_logger("tensorboard").build({"path": str(tmp_path / "tb")})
+    logger = manager.get("logger", "tensorboard").build({"path": str(tmp_path / "tb")})
     try:
         assert isinstance(logger, TensorboardLogger)
         assert logger.path == tmp_path / "tb"
@@ -40,7 +40,7 @@ def test_builds_from_plan_keys(manager, tmp_path):
 
 
 def test_plan_keys_are_checked(manager):
-    spec = manager.get_logger("tensorboard")
+    spec = manager.get("logger", "tensorboard")
     with pytest.raises(pydantic.ValidationError, match="path"):
         spec.validate_config({})
     with pytest.raises(pydantic.ValidationError, match="flush"):

@@ -31,7 +31,7 @@ def test_installed_entry_point_provides_the_logger():
 
 
 def test_builds_offline_from_plan_keys(manager, tmp_path, read_history):
-    logger = manager.get_logger("wandb").build({"path": str(tmp_path / "w"), "tags": ["x"]})
+    logger = manager.get("logger", "wandb").build({"path": str(tmp_path / "w"), "tags": ["x"]})
     try:
         assert isinstance(logger, WandbLogger)
         logger.log_metrics(1, {"loss": 0.5})
@@ -41,7 +41,7 @@ def test_builds_offline_from_plan_keys(manager, tmp_path, read_history):
 
 
 def test_plan_keys_are_checked(manager):
-    spec = manager.get_logger("wandb")
+    spec = manager.get("logger", "wandb")
     config = spec.validate_config({"path": "runs/q/logs/wandb"})
     assert (config.mode, config.path) == ("offline", Path("runs/q/logs/wandb"))
     assert spec.config.model_fields["path"].is_required()  # so a run fills <run>/logs/wandb

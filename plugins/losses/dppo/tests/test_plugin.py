@@ -18,8 +18,8 @@ def test_manager_collects_both_losses():
     manager = PluginManager(load_entry_points=False)
     manager.register(plugin, name="dppo", distribution=DISTRIBUTION)
     assert manager.names(Kind.LOSS) == ["dppo-kl", "dppo-tv"]
-    assert manager.get_loss("DPPO_TV").role == "policy"
-    assert manager.get_loss("dppo-kl").role == "policy"
+    assert manager.get("loss", "DPPO_TV").trait("role") == "policy"
+    assert manager.get("loss", "dppo-kl").trait("role") == "policy"
 
 
 def test_defaults():

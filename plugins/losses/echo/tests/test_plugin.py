@@ -19,8 +19,8 @@ def test_manager_collects_an_auxiliary_loss():
     manager = PluginManager(load_entry_points=False)
     manager.register(plugin, name="echo", distribution=DISTRIBUTION)
     assert manager.names(Kind.LOSS) == ["echo"]
-    spec = manager.get_loss("echo")
-    assert spec.role == "auxiliary"
+    spec = manager.get("loss", "echo")
+    assert spec.trait("role") == "auxiliary"
     assert known_provider(spec.kind, spec.name) == DISTRIBUTION
 
 

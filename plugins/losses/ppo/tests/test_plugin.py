@@ -20,7 +20,7 @@ def test_manager_collects_every_component():
     manager.register(plugin, name="ppo", distribution=DISTRIBUTION)
     assert manager.names(Kind.LOSS) == LOSS_NAMES
     assert manager.names(Kind.ADVANTAGE_ESTIMATOR) == []
-    assert all(manager.get_loss(name).role == "policy" for name in LOSS_NAMES)
+    assert all(manager.get("loss", name).trait("role") == "policy" for name in LOSS_NAMES)
 
 
 def test_entry_module_imports_neither_torch_nor_numpy():

@@ -23,7 +23,7 @@ def test_entry_module_imports_no_implementation():
     code = (
         "import sys, rllm_object_store_file.plugin\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in"
-        " ('numpy', 'torch', 'msgspec', 'rllm_object_store_file')))"
+        " ('numpy', 'torch', 'rllm_object_store_file')))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -43,7 +43,7 @@ def test_installed_entry_point_provides_the_component():
 
 
 def test_builds_from_plan_keys(manager, tmp_path):
-    store = manager.get_object_store("file").build({"root": str(tmp_path / "o")})
+    store = manager.get("object_store", "file").build({"root": str(tmp_path / "o")})
     assert isinstance(store, FileObjectStore)
     assert store.root == tmp_path / "o"
 
@@ -51,4 +51,4 @@ def test_builds_from_plan_keys(manager, tmp_path):
 @pytest.mark.parametrize("values", [{"root": "o", "path": "p"}, {}])
 def test_bad_plan_keys_are_rejected(manager, values):
     with pytest.raises(pydantic.ValidationError):
-        manager.get_object_store("file").validate_config(values)
+        manager.get("object_store", "file").validate_config(values)

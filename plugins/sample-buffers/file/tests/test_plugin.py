@@ -23,7 +23,7 @@ def test_entry_module_imports_no_implementation():
     code = (
         "import sys, rllm_sample_buffer_file.plugin\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in"
-        " ('numpy', 'torch', 'msgspec', 'rllm_sample_buffer_file')))"
+        " ('numpy', 'torch', 'rllm_sample_buffer_file')))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -43,7 +43,9 @@ def test_installed_entry_point_provides_the_component():
 
 
 def test_builds_from_plan_keys(manager, tmp_path):
-    buffer = manager.get_sample_buffer("file").build({"path": str(tmp_path / "b"), "fsync": False})
+    buffer = manager.get("sample_buffer", "file").build(
+        {"path": str(tmp_path / "b"), "fsync": False}
+    )
     try:
         assert isinstance(buffer, FileSampleBuffer)
         assert (buffer.path, buffer.fsync) == (tmp_path / "b", False)
@@ -52,11 +54,11 @@ def test_builds_from_plan_keys(manager, tmp_path):
 
 
 def test_fsync_defaults_to_on(manager, tmp_path):
-    config = manager.get_sample_buffer("file").validate_config({"path": str(tmp_path)})
+    config = manager.get("sample_buffer", "file").validate_config({"path": str(tmp_path)})
     assert config.fsync is True
 
 
 @pytest.mark.parametrize("values", [{"path": "b", "fsynk": False}, {}])
 def test_bad_plan_keys_are_rejected(manager, values):
     with pytest.raises(pydantic.ValidationError):
-        manager.get_sample_buffer("file").validate_config(values)
+        manager.get("sample_buffer", "file").validate_config(values)

@@ -44,7 +44,7 @@ def test_installed_entry_point_provides_the_component():
 
 
 def test_builds_from_config_keys(manager):
-    pool = manager.get_sampler("vllm").build(
+    pool = manager.get("sampler", "vllm").build(
         {
             "urls": ["http://10.0.0.5:8000/", "http://10.0.0.6:8000"],
             "model": "served-name",
@@ -70,7 +70,7 @@ def test_builds_from_config_keys(manager):
 
 
 def test_defaults_are_those_of_the_retry_keys(manager):
-    config = manager.get_sampler("vllm").validate_config({"urls": ["http://127.0.0.1:8000"]})
+    config = manager.get("sampler", "vllm").validate_config({"urls": ["http://127.0.0.1:8000"]})
     assert (config.retries, config.retry_backoff_s, config.retry_backoff_max_s) == (3, 1.0, 30.0)
     assert (config.model, config.api_key) == (None, None)
 
@@ -87,9 +87,9 @@ def test_defaults_are_those_of_the_retry_keys(manager):
 )
 def test_bad_config_keys_are_rejected(manager, values):
     with pytest.raises(pydantic.ValidationError):
-        manager.get_sampler("vllm").validate_config(values)
+        manager.get("sampler", "vllm").validate_config(values)
 
 
 def test_a_bad_url_names_itself(manager):
     with pytest.raises(ValueError, match="worker URL 'localhost:8000' is invalid"):
-        manager.get_sampler("vllm").build({"urls": ["localhost:8000"]})
+        manager.get("sampler", "vllm").build({"urls": ["localhost:8000"]})

@@ -42,7 +42,7 @@ def test_installed_entry_point_provides_the_local_backend() -> None:
 def test_builds_from_plan_keys(tmp_path: Path) -> None:
     pm = PluginManager(load_entry_points=False, strict=True)
     pm.register(plugin, name="local", distribution="rllm-sandbox-backend-local")
-    backend = pm.get_sandbox_backend("local").build(
+    backend = pm.get("sandbox_backend", "local").build(
         {"isolation": "none", "output_limit_bytes": 4096, "root_dir": str(tmp_path)}
     )
     assert isinstance(backend, LocalBackend)

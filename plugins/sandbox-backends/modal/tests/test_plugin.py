@@ -19,7 +19,7 @@ def test_manager_collects_the_backend():
     manager = PluginManager(load_entry_points=False)
     manager.register(plugin, name="modal", distribution=DISTRIBUTION)
     assert manager.names(Kind.SANDBOX_BACKEND) == ["modal"]
-    spec = manager.get_sandbox_backend("modal")
+    spec = manager.get("sandbox_backend", "modal")
     assert spec.factory_path == "rllm_sandbox_backend_modal.backend:ModalBackend"
     assert known_provider(spec.kind, spec.name) == DISTRIBUTION
 
@@ -27,7 +27,7 @@ def test_manager_collects_the_backend():
 def test_building_the_spec_gives_a_backend_with_the_config(fake_modal):
     manager = PluginManager(load_entry_points=False)
     manager.register(plugin, name="modal", distribution=DISTRIBUTION)
-    backend = manager.get_sandbox_backend("modal").build({"app_name": "a", "run_id": "r1"})
+    backend = manager.get("sandbox_backend", "modal").build({"app_name": "a", "run_id": "r1"})
     assert type(backend).__name__ == "ModalBackend"
     assert (backend.config.app_name, backend.run_id) == ("a", "r1")
 

@@ -82,7 +82,7 @@ def test_entry_module_imports_no_implementation():
 def test_registered_as_task_source_harbor(dataset):
     manager = PluginManager(load_entry_points=False, strict=True)
     manager.register(plugin, name="harbor", distribution="rllm-task-source-harbor")
-    spec = manager.get_task_source("harbor")
+    spec = manager.get("task_source", "harbor")
     assert spec.config is HarborConfig
     source = spec.build({"path": str(dataset / "train")})
     assert isinstance(source, HarborTaskSource)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from rllm_core import SandboxBackendSpec, hookimpl
+from rllm_core import ComponentSpec, hookimpl
 from rllm_core.cli import main, tasks_cmd
 from rllm_core.plugins import PluginManager
 from rllm_task_source_harbor import plugin
@@ -29,7 +29,9 @@ def backends(tmp_path, monkeypatch):
     class Plugin:
         @hookimpl
         def rllm_sandbox_backends(self):
-            yield SandboxBackendSpec(name="rooted", factory=factory, summary="test double")
+            yield ComponentSpec(
+                kind="sandbox_backend", name="rooted", factory=factory, summary="test double"
+            )
 
     manager = PluginManager(load_entry_points=False, strict=True)
     manager.register(Plugin(), name="rooted")

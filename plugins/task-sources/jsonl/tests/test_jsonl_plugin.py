@@ -45,7 +45,7 @@ def test_installed_entry_point_provides_the_task_source():
 def test_builds_from_plan_keys(manager, tmp_path):
     path = tmp_path / "qa.jsonl"
     path.write_text(json.dumps({"question": "What is 2 + 2?", "answer": 4}) + "\n")
-    source = manager.get_task_source("jsonl").build({"path": str(path), "reward": "numeric"})
+    source = manager.get("task_source", "jsonl").build({"path": str(path), "reward": "numeric"})
     assert isinstance(source, JsonlTaskSource)
     assert source.config.reward == "numeric"
     assert [t.data["answer"] for t in source.tasks("train")] == ["4"]
@@ -53,4 +53,4 @@ def test_builds_from_plan_keys(manager, tmp_path):
 
 def test_unknown_reward_is_rejected_by_the_schema(manager, tmp_path):
     with pytest.raises(pydantic.ValidationError, match="'exact', 'numeric' or 'boxed'"):
-        manager.get_task_source("jsonl").build({"path": str(tmp_path), "reward": "fuzzy"})
+        manager.get("task_source", "jsonl").build({"path": str(tmp_path), "reward": "fuzzy"})

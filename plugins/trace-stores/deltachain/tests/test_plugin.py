@@ -47,7 +47,7 @@ def test_installed_entry_point_provides_the_two_trace_stores():
 
 
 def test_builds_both_stores_from_plan_keys(manager, tmp_path):
-    store = manager.get_trace_store("deltachain").build(
+    store = manager.get("trace_store", "deltachain").build(
         {
             "path": str(tmp_path / "t"),
             "snapshot_every": 8,
@@ -62,12 +62,12 @@ def test_builds_both_stores_from_plan_keys(manager, tmp_path):
         assert store._log.segment_bytes == 1 << 20
     finally:
         store.close()
-    memory = manager.get_trace_store("memory").build({})
+    memory = manager.get("trace_store", "memory").build({})
     assert isinstance(memory, MemoryTraceStore)
 
 
 def test_defaults(manager, tmp_path):
-    config = manager.get_trace_store("deltachain").validate_config({"path": str(tmp_path)})
+    config = manager.get("trace_store", "deltachain").validate_config({"path": str(tmp_path)})
     assert (config.snapshot_every, config.segment_bytes, config.compression_level) == (
         0,
         64 * 1024 * 1024,
@@ -89,4 +89,4 @@ def test_defaults(manager, tmp_path):
 )
 def test_bad_plan_keys_are_rejected(manager, name, values):
     with pytest.raises(pydantic.ValidationError):
-        manager.get_trace_store(name).validate_config(values)
+        manager.get("trace_store", name).validate_config(values)

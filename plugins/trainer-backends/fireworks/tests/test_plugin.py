@@ -17,7 +17,7 @@ PLAN = REPO / "examples" / "fireworks-daytona" / "plan.toml"
 
 
 def test_the_manager_finds_the_fireworks_trainer() -> None:
-    spec = get_plugin_manager().get_trainer_backend("fireworks")
+    spec = get_plugin_manager().get("trainer_backend", "fireworks")
     assert spec.config is FireworksBackendConfig
     assert spec.factory_path == "rllm_trainer_backend_fireworks.backend:FireworksBackend"
 

@@ -12,7 +12,7 @@ from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
 
 
 def test_registered_as_trainer_backend_tinker():
-    spec = get_plugin_manager().get_trainer_backend("tinker")
+    spec = get_plugin_manager().get("trainer_backend", "tinker")
     assert spec.config is TinkerBackendConfig
     assert spec.factory.target == "rllm_trainer_backend_tinker.backend:TinkerBackend"
 

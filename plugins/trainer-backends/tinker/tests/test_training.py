@@ -174,7 +174,7 @@ def test_without_an_injected_client_the_backend_builds_a_real_one():
 def test_an_installed_loss_plugin_trains_and_is_named_by_its_component(service, backend):
     from rllm_core.plugins.manager import get_plugin_manager
 
-    spec = get_plugin_manager().get_loss("dppo-tv")
+    spec = get_plugin_manager().get("loss", "dppo-tv")
     loss = spec.build({"delta": 0.15})
     metrics = backend.forward_backward(DATUMS, Objective.of(loss, name=spec.name))
     assert "dppo-tv/loss" in metrics

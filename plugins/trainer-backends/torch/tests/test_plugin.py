@@ -19,7 +19,7 @@ def test_manager_collects_the_torch_trainer_backend():
     manager = PluginManager(load_entry_points=False)
     manager.register(plugin, name="torch", distribution=DISTRIBUTION)
     assert manager.names(Kind.TRAINER_BACKEND) == ["torch"]
-    spec = manager.get_trainer_backend("torch")
+    spec = manager.get("trainer_backend", "torch")
     assert spec.config is plugin.TorchBackendConfig
     assert spec.factory.target == "rllm_trainer_backend_torch.backend:TorchBackend"
     assert known_provider(spec.kind, spec.name) == DISTRIBUTION

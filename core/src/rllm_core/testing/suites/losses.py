@@ -31,7 +31,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from rllm_core.algorithms.aggregation import AGGREGATION_MODES, make_aggregate, step_normalizers
-from rllm_core.plugins.specs import AdvantageEstimatorSpec, ComponentSpec, LossSpec
+from rllm_core.plugins.specs import ComponentSpec
 from rllm_core.ports.losses import AdvantageResult, LossContext, LossOutput
 
 torch = pytest.importorskip("torch")
@@ -301,7 +301,7 @@ class LossConformance:
     Fixtures a subclass provides:
 
     - ``loss`` (required): a built loss instance.
-    - ``loss_spec`` (optional): its :class:`~rllm_core.LossSpec`; enables the config tests and
+    - ``loss_spec`` (optional): its :class:`~rllm_core.ComponentSpec`; enables the config tests and
       sets the role.
     - ``loss_role`` (optional): ``"policy"`` (default, or the spec's role) or ``"auxiliary"``. A
       policy loss may put gradient only on action tokens, an auxiliary loss only on action or
@@ -313,12 +313,12 @@ class LossConformance:
         pytest.fail(f"{type(self).__name__} must define a 'loss' fixture returning a built loss")
 
     @pytest.fixture
-    def loss_spec(self) -> LossSpec | None:
+    def loss_spec(self) -> ComponentSpec | None:
         return None
 
     @pytest.fixture
-    def loss_role(self, loss_spec: LossSpec | None) -> str:
-        return loss_spec.role if loss_spec is not None else "policy"
+    def loss_role(self, loss_spec: ComponentSpec | None) -> str:
+        return loss_spec.trait("role") if loss_spec is not None else "policy"
 
     def test_returns_a_finite_scalar_and_float_metrics(self, loss: Any) -> None:
         ctx = make_loss_context()
@@ -412,8 +412,8 @@ class LossConformance:
             msg=lambda text: f"aggregation {mode}, micro-batches {sizes}: gradients differ\n{text}",
         )
 
-    def test_config_round_trip(self, loss: Any, loss_spec: LossSpec | None) -> None:
-        _require(loss_spec, "loss_spec", LossSpec)
+    def test_config_round_trip(self, loss: Any, loss_spec: ComponentSpec | None) -> None:
+        _require(loss_spec, "loss_spec", ComponentSpec)
         assert loss_spec is not None
         config = _current_config(loss, loss_spec)
         _assert_config_round_trips(loss_spec, config)
@@ -426,8 +426,8 @@ class LossConformance:
             " loss"
         )
 
-    def test_config_rejects_unknown_keys(self, loss_spec: LossSpec | None) -> None:
-        _require(loss_spec, "loss_spec", LossSpec)
+    def test_config_rejects_unknown_keys(self, loss_spec: ComponentSpec | None) -> None:
+        _require(loss_spec, "loss_spec", ComponentSpec)
         assert loss_spec is not None
         _assert_rejects_unknown_keys(loss_spec)
 
@@ -449,7 +449,7 @@ class AdvantageEstimatorConformance:
     Fixtures a subclass provides:
 
     - ``estimator`` (required): a built estimator.
-    - ``estimator_spec`` (optional): its :class:`~rllm_core.AdvantageEstimatorSpec`; enables
+    - ``estimator_spec`` (optional): its :class:`~rllm_core.ComponentSpec`; enables
       the config tests.
 
     A group of size 1 counts as neither zero-variance nor not: the suite leaves that to the
@@ -464,7 +464,7 @@ class AdvantageEstimatorConformance:
         )
 
     @pytest.fixture
-    def estimator_spec(self) -> AdvantageEstimatorSpec | None:
+    def estimator_spec(self) -> ComponentSpec | None:
         return None
 
     @staticmethod
@@ -529,10 +529,8 @@ class AdvantageEstimatorConformance:
             f" {result.zero_variance_groups}"
         )
 
-    def test_config_round_trip(
-        self, estimator: Any, estimator_spec: AdvantageEstimatorSpec | None
-    ) -> None:
-        _require(estimator_spec, "estimator_spec", AdvantageEstimatorSpec)
+    def test_config_round_trip(self, estimator: Any, estimator_spec: ComponentSpec | None) -> None:
+        _require(estimator_spec, "estimator_spec", ComponentSpec)
         assert estimator_spec is not None
         config = _current_config(estimator, estimator_spec)
         _assert_config_round_trips(estimator_spec, config)
@@ -544,9 +542,7 @@ class AdvantageEstimatorConformance:
             " different advantages"
         )
 
-    def test_config_rejects_unknown_keys(
-        self, estimator_spec: AdvantageEstimatorSpec | None
-    ) -> None:
-        _require(estimator_spec, "estimator_spec", AdvantageEstimatorSpec)
+    def test_config_rejects_unknown_keys(self, estimator_spec: ComponentSpec | None) -> None:
+        _require(estimator_spec, "estimator_spec", ComponentSpec)
         assert estimator_spec is not None
         _assert_rejects_unknown_keys(estimator_spec)

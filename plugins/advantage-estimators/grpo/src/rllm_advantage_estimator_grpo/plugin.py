@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import AdvantageEstimatorSpec, NoConfig, hookimpl, lazy
+from rllm_core import ComponentSpec, NoConfig, hookimpl, lazy
 
 __all__ = [
     "GRPOConfig",
@@ -76,32 +76,37 @@ class PRPOConfig(_Config):
 
 
 @hookimpl
-def rllm_advantage_estimators() -> Iterator[AdvantageEstimatorSpec]:
-    yield AdvantageEstimatorSpec(
+def rllm_advantage_estimators() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="advantage_estimator",
         name="grpo",
         factory=lazy("rllm_advantage_estimator_grpo.estimators:GRPO"),
         config=GRPOConfig,
         summary="reward minus group mean, divided by group std (std off: Dr. GRPO centering)",
     )
-    yield AdvantageEstimatorSpec(
+    yield ComponentSpec(
+        kind="advantage_estimator",
         name="rloo",
         factory=lazy("rllm_advantage_estimator_grpo.estimators:RLOO"),
         config=NoConfig,
         summary="reward minus the mean of the other rewards of its group (leave-one-out)",
     )
-    yield AdvantageEstimatorSpec(
+    yield ComponentSpec(
+        kind="advantage_estimator",
         name="reinforce",
         factory=lazy("rllm_advantage_estimator_grpo.estimators:Reinforce"),
         config=ReinforceAdvantageConfig,
         summary="raw reward minus an optional constant baseline",
     )
-    yield AdvantageEstimatorSpec(
+    yield ComponentSpec(
+        kind="advantage_estimator",
         name="reinforce-plus-plus-baseline",
         factory=lazy("rllm_advantage_estimator_grpo.estimators:ReinforcePlusPlusBaseline"),
         config=ReinforcePlusPlusBaselineConfig,
         summary="reward minus group mean, divided by the std over the whole batch (REINFORCE++)",
     )
-    yield AdvantageEstimatorSpec(
+    yield ComponentSpec(
+        kind="advantage_estimator",
         name="prpo",
         factory=lazy("rllm_advantage_estimator_grpo.estimators:PRPO"),
         config=PRPOConfig,

@@ -15,7 +15,7 @@ import posixpath
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from rllm_core import HarnessSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 from rllm_core.kit.templates import template_fields
 
 __all__ = ["DEFAULT_ENV", "PLACEHOLDERS", "CliConfig"]
@@ -112,8 +112,9 @@ class CliConfig(BaseModel):
 
 
 @hookimpl
-def rllm_harnesses() -> Iterator[HarnessSpec]:
-    yield HarnessSpec(
+def rllm_harnesses() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="harness",
         name="cli",
         factory=lazy("rllm_harness_cli.harness:CliHarness"),
         config=CliConfig,

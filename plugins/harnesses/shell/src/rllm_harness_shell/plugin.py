@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from rllm_core import HarnessSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 from rllm_core.kit.templates import template_fields
 
 __all__ = [
@@ -156,8 +156,9 @@ class ShellConfig(BaseModel):
 
 
 @hookimpl
-def rllm_harnesses() -> Iterator[HarnessSpec]:
-    yield HarnessSpec(
+def rllm_harnesses() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="harness",
         name="shell",
         factory=lazy("rllm_harness_shell.harness:ShellHarness"),
         config=ShellConfig,

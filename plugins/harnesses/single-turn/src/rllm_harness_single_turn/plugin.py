@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from rllm_core import HarnessSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 from rllm_core.kit.templates import template_fields
 
 __all__ = ["USER_TEMPLATE_FIELDS", "SingleTurnConfig"]
@@ -52,8 +52,9 @@ class SingleTurnConfig(BaseModel):
 
 
 @hookimpl
-def rllm_harnesses() -> Iterator[HarnessSpec]:
-    yield HarnessSpec(
+def rllm_harnesses() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="harness",
         name="single-turn",
         factory=lazy("rllm_harness_single_turn.harness:SingleTurnHarness"),
         config=SingleTurnConfig,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LoggerSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["JsonlLoggerConfig"]
 
@@ -26,8 +26,9 @@ class JsonlLoggerConfig(BaseModel):
 
 
 @hookimpl
-def rllm_loggers() -> Iterator[LoggerSpec]:
-    yield LoggerSpec(
+def rllm_loggers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="logger",
         name="jsonl",
         factory=lazy("rllm_logger_jsonl.logger:JsonlLogger.from_config"),
         config=JsonlLoggerConfig,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LoggerSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["MlflowLoggerConfig"]
 
@@ -40,8 +40,9 @@ class MlflowLoggerConfig(BaseModel):
 
 
 @hookimpl
-def rllm_loggers() -> Iterator[LoggerSpec]:
-    yield LoggerSpec(
+def rllm_loggers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="logger",
         name="mlflow",
         factory=lazy("rllm_logger_mlflow.logger:MlflowLogger.from_config"),
         config=MlflowLoggerConfig,

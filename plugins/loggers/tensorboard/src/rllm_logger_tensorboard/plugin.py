@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LoggerSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["TensorboardLoggerConfig"]
 
@@ -27,8 +27,9 @@ class TensorboardLoggerConfig(BaseModel):
 
 
 @hookimpl
-def rllm_loggers() -> Iterator[LoggerSpec]:
-    yield LoggerSpec(
+def rllm_loggers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="logger",
         name="tensorboard",
         factory=lazy("rllm_logger_tensorboard.logger:TensorboardLogger.from_config"),
         config=TensorboardLoggerConfig,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LoggerSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["WandbLoggerConfig"]
 
@@ -46,8 +46,9 @@ class WandbLoggerConfig(BaseModel):
 
 
 @hookimpl
-def rllm_loggers() -> Iterator[LoggerSpec]:
-    yield LoggerSpec(
+def rllm_loggers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="logger",
         name="wandb",
         factory=lazy("rllm_logger_wandb.logger:WandbLogger.from_config"),
         config=WandbLoggerConfig,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LossSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["DPPOKLConfig", "DPPOTVConfig", "rllm_losses"]
 
@@ -61,14 +61,16 @@ class DPPOKLConfig(_Config):
 
 
 @hookimpl
-def rllm_losses() -> Iterator[LossSpec]:
-    yield LossSpec(
+def rllm_losses() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="loss",
         name="dppo-tv",
         factory=lazy("rllm_loss_dppo.loss:DPPOTV"),
         config=DPPOTVConfig,
         summary="Divergence PPO: mask tokens moving away from the old policy past a TV radius",
     )
-    yield LossSpec(
+    yield ComponentSpec(
+        kind="loss",
         name="dppo-kl",
         factory=lazy("rllm_loss_dppo.loss:DPPOKL"),
         config=DPPOKLConfig,

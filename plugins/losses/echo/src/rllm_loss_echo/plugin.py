@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LossSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["EchoConfig", "rllm_losses"]
 
@@ -31,11 +31,12 @@ class EchoConfig(BaseModel):
 
 
 @hookimpl
-def rllm_losses() -> Iterator[LossSpec]:
-    yield LossSpec(
+def rllm_losses() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="loss",
         name="echo",
         factory=lazy("rllm_loss_echo.loss:Echo"),
         config=EchoConfig,
         summary="auxiliary cross-entropy on environment-observation tokens (ECHO)",
-        role="auxiliary",
+        traits={"role": "auxiliary"},
     )

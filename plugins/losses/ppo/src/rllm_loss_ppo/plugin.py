@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import LossSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = [
     "CISPOConfig",
@@ -109,26 +109,30 @@ class ReinforceLossConfig(_Config):
 
 
 @hookimpl
-def rllm_losses() -> Iterator[LossSpec]:
-    yield LossSpec(
+def rllm_losses() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="loss",
         name="ppo-clip",
         factory=lazy("rllm_loss_ppo.ppo_clip:PPOClip"),
         config=PPOClipConfig,
         summary="PPO clipped surrogate with decoupled clip range and optional dual clip",
     )
-    yield LossSpec(
+    yield ComponentSpec(
+        kind="loss",
         name="cispo",
         factory=lazy("rllm_loss_ppo.cispo:CISPO"),
         config=CISPOConfig,
         summary="clipped, detached importance weight times advantage times logprob (MiniMax-M1)",
     )
-    yield LossSpec(
+    yield ComponentSpec(
+        kind="loss",
         name="gspo",
         factory=lazy("rllm_loss_ppo.gspo:GSPO"),
         config=GSPOConfig,
         summary="clipped surrogate on the sequence-level ratio, broadcast to its tokens (Qwen)",
     )
-    yield LossSpec(
+    yield ComponentSpec(
+        kind="loss",
         name="reinforce",
         factory=lazy("rllm_loss_ppo.reinforce:Reinforce"),
         config=ReinforceLossConfig,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import ObjectStoreSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["FileObjectStoreConfig"]
 
@@ -27,8 +27,9 @@ class FileObjectStoreConfig(BaseModel):
 
 
 @hookimpl
-def rllm_object_stores() -> Iterator[ObjectStoreSpec]:
-    yield ObjectStoreSpec(
+def rllm_object_stores() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="object_store",
         name="file",
         factory=lazy("rllm_object_store_file.objects:FileObjectStore.from_config"),
         config=FileObjectStoreConfig,

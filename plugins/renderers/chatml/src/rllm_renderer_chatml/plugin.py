@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import PlanPath, RendererSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
 
 __all__ = ["ChatMLConfig", "Qwen3Config"]
 
@@ -59,15 +59,17 @@ class Qwen3Config(BaseModel):
 
 
 @hookimpl
-def rllm_renderers() -> Iterator[RendererSpec]:
-    yield RendererSpec(
+def rllm_renderers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="renderer",
         name="chatml",
         factory=lazy("rllm_renderer_chatml.renderer:ChatMLRenderer.from_config"),
         config=ChatMLConfig,
         summary="ChatML templates of SmolLM2-Instruct and Qwen2.5-Instruct (tools, tool"
         " results), with a bridge that never re-tokenizes the past",
     )
-    yield RendererSpec(
+    yield ComponentSpec(
+        kind="renderer",
         name="qwen3",
         factory=lazy("rllm_renderer_chatml.qwen3:Qwen3Renderer.from_config"),
         config=Qwen3Config,

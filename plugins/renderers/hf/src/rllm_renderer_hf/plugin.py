@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import PlanPath, RendererSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
 
 __all__ = ["HFConfig"]
 
@@ -52,8 +52,9 @@ class HFConfig(BaseModel):
 
 
 @hookimpl
-def rllm_renderers() -> Iterator[RendererSpec]:
-    yield RendererSpec(
+def rllm_renderers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="renderer",
         name="hf",
         factory=lazy("rllm_renderer_hf.renderer:HFRenderer.from_config"),
         config=HFConfig,

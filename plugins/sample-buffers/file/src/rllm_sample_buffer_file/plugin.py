@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import SampleBufferSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["FileSampleBufferConfig"]
 
@@ -32,8 +32,9 @@ class FileSampleBufferConfig(BaseModel):
 
 
 @hookimpl
-def rllm_sample_buffers() -> Iterator[SampleBufferSpec]:
-    yield SampleBufferSpec(
+def rllm_sample_buffers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="sample_buffer",
         name="file",
         factory=lazy("rllm_sample_buffer_file.buffer:FileSampleBuffer.from_config"),
         config=FileSampleBufferConfig,

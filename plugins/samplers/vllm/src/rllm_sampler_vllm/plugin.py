@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field
-from rllm_core import SamplerSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["VllmSamplerConfig"]
@@ -56,8 +56,9 @@ class VllmSamplerConfig(RetrySettings):
 
 
 @hookimpl
-def rllm_samplers() -> Iterator[SamplerSpec]:
-    yield SamplerSpec(
+def rllm_samplers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="sampler",
         name="vllm",
         factory=lazy("rllm_sampler_vllm.pool:HttpWorkerPool.from_config"),
         config=VllmSamplerConfig,

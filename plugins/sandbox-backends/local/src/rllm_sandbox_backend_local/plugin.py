@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from rllm_core import SandboxBackendSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["LocalSandboxConfig"]
 
@@ -65,8 +65,9 @@ class LocalSandboxConfig(BaseModel):
 
 
 @hookimpl
-def rllm_sandbox_backends() -> Iterator[SandboxBackendSpec]:
-    yield SandboxBackendSpec(
+def rllm_sandbox_backends() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="sandbox_backend",
         name="local",
         factory=lazy("rllm_sandbox_backend_local.backend:LocalBackend"),
         config=LocalSandboxConfig,

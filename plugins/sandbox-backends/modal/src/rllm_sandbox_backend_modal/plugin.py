@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field
-from rllm_core import SandboxBackendSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["ModalConfig"]
@@ -74,8 +74,9 @@ class ModalConfig(RetrySettings):
 
 
 @hookimpl
-def rllm_sandbox_backends() -> Iterator[SandboxBackendSpec]:
-    yield SandboxBackendSpec(
+def rllm_sandbox_backends() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="sandbox_backend",
         name="modal",
         factory=lazy("rllm_sandbox_backend_modal.backend:ModalBackend"),
         config=ModalConfig,

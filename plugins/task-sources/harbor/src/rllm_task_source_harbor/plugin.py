@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from rllm_core import TaskSourceSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["HarborConfig"]
 
@@ -55,8 +55,9 @@ class HarborConfig(BaseModel):
 
 
 @hookimpl
-def rllm_task_sources() -> Iterator[TaskSourceSpec]:
-    yield TaskSourceSpec(
+def rllm_task_sources() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="task_source",
         name="harbor",
         factory=lazy("rllm_task_source_harbor.source:HarborTaskSource"),
         config=HarborConfig,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from rllm_core import TaskSourceSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["JsonlTasksConfig"]
 
@@ -84,8 +84,9 @@ class JsonlTasksConfig(BaseModel):
 
 
 @hookimpl
-def rllm_task_sources() -> Iterator[TaskSourceSpec]:
-    yield TaskSourceSpec(
+def rllm_task_sources() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="task_source",
         name="jsonl",
         factory=lazy("rllm_task_source_jsonl.source:JsonlTaskSource"),
         config=JsonlTasksConfig,

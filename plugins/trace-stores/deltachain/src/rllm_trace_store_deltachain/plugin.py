@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import NoConfig, TraceStoreSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, NoConfig, hookimpl, lazy
 
 __all__ = ["DeltaChainConfig"]
 
@@ -50,14 +50,16 @@ class DeltaChainConfig(BaseModel):
 
 
 @hookimpl
-def rllm_trace_stores() -> Iterator[TraceStoreSpec]:
-    yield TraceStoreSpec(
+def rllm_trace_stores() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="trace_store",
         name="deltachain",
         factory=lazy("rllm_trace_store_deltachain.store:DeltaChainTraceStore.from_config"),
         config=DeltaChainConfig,
         summary="append-only zstd-compressed segment files; a torn tail is cut on open",
     )
-    yield TraceStoreSpec(
+    yield ComponentSpec(
+        kind="trace_store",
         name="memory",
         factory=lazy("rllm_trace_store_deltachain.memory:MemoryTraceStore.from_config"),
         config=NoConfig,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field, field_validator
-from rllm_core import TrainerBackendSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["FireworksBackendConfig", "rllm_trainer_backends"]
@@ -88,8 +88,9 @@ class FireworksBackendConfig(RetrySettings):
 
 
 @hookimpl
-def rllm_trainer_backends() -> Iterator[TrainerBackendSpec]:
-    yield TrainerBackendSpec(
+def rllm_trainer_backends() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="trainer_backend",
         name="fireworks",
         factory=lazy("rllm_trainer_backend_fireworks.backend:FireworksBackend"),
         config=FireworksBackendConfig,

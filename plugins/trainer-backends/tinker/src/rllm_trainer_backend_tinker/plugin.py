@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field, field_validator
-from rllm_core import TrainerBackendSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, hookimpl, lazy
 from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["TinkerBackendConfig", "rllm_trainer_backends"]
@@ -112,8 +112,9 @@ class TinkerBackendConfig(RetrySettings):
 
 
 @hookimpl
-def rllm_trainer_backends() -> Iterator[TrainerBackendSpec]:
-    yield TrainerBackendSpec(
+def rllm_trainer_backends() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="trainer_backend",
         name="tinker",
         factory=lazy("rllm_trainer_backend_tinker.backend:TinkerBackend"),
         config=TinkerBackendConfig,

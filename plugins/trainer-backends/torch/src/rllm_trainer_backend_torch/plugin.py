@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from rllm_core import PlanPath, TrainerBackendSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
 
 __all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "TorchBackendConfig", "rllm_trainer_backends"]
 
@@ -212,11 +212,12 @@ class TorchBackendConfig(_Config):
 
 
 @hookimpl
-def rllm_trainer_backends() -> Iterator[TrainerBackendSpec]:
-    yield TrainerBackendSpec(
+def rllm_trainer_backends() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="trainer_backend",
         name="torch",
         factory=lazy("rllm_trainer_backend_torch.backend:TorchBackend"),
         config=TorchBackendConfig,
         summary="local transformers model: LoRA or full training and a batched KV-cache sampler",
-        proximal_modes=("rollout", "recompute"),
+        traits={"proximal_modes": ("rollout", "recompute")},
     )
