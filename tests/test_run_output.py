@@ -124,7 +124,7 @@ def test_the_run_log_detaches_transformers_handler_and_progress_bars(tmp_path):
         assert not tf_logging.is_progress_bar_enabled()
         assert hub.are_progress_bars_disabled()
         assert library.handlers == [] and library.propagate
-        tf_logging.get("logger", "transformers.modeling_utils").warning("some weights are new")
+        tf_logging.get_logger("transformers.modeling_utils").warning("some weights are new")
     after = (list(library.handlers), library.propagate, tf_logging.is_progress_bar_enabled())
     assert after == before
     log = (tmp_path / "run.log").read_text(encoding="utf-8")
