@@ -25,23 +25,31 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["event_json", "metric_number"]
+__all__ = ["event_json", "metric_number", "metric_scalar"]
+
+
+def metric_scalar(value: Any) -> int | float | None:
+    """``value`` as a Python int or float (bools stay bools, scalar objects give their
+    ``item()``), or ``None`` when it is not a number."""
+    if isinstance(value, (int, float)):
+        return value
+    item = getattr(value, "item", None)
+    if not callable(item):
+        return None
+    try:
+        value = item()
+    except Exception:  # a tensor with several elements, or a broken scalar type
+        return None
+    return value if isinstance(value, (int, float)) else None
 
 
 def metric_number(value: Any) -> float | None:
     """``value`` as a float, or ``None`` when it is not a number (see the module docstring)."""
-    if not isinstance(value, (int, float)):
-        item = getattr(value, "item", None)
-        if not callable(item):
-            return None
-        try:
-            value = item()
-        except Exception:  # a tensor with several elements, or a broken scalar type
-            return None
-        if not isinstance(value, (int, float)):
-            return None
+    scalar = metric_scalar(value)
+    if scalar is None:
+        return None
     try:
-        return float(value)
+        return float(scalar)
     except OverflowError:
         return None
 

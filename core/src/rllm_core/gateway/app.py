@@ -339,28 +339,14 @@ class GatewayApp:
         request = EngineChatRequest(messages=messages, tools=tools, params=params)
         stream = bool(body.stream)
         result = await self._call(sid, self.engine.chat(sid, request), response, stream)
-        logprobs = bool(body.logprobs)
-        token_ids = bool(body.return_token_ids)
-        if stream:
-            include_usage = body.stream_options is not None and body.stream_options.include_usage
-            payload = protocol.chat_chunks(
-                result,
-                model=self.model,
-                logprobs=logprobs,
-                decode=self._decode_one,
-                include_usage=include_usage,
-                token_ids=token_ids,
-            )
-            await self._finish(response, payload, stream=True)
-        else:
-            payload = protocol.chat_completion(
-                result,
-                model=self.model,
-                logprobs=logprobs,
-                decode=self._decode_one,
-                token_ids=token_ids,
-            )
-            await self._finish(response, payload, stream=False)
+        await self._reply(
+            response,
+            result,
+            body,
+            logprobs=bool(body.logprobs),
+            chunks=protocol.chat_chunks,
+            whole=protocol.chat_completion,
+        )
 
     async def _complete(
         self, sid: str, scope: Scope, receive: Receive, response: _Response
@@ -369,27 +355,38 @@ class GatewayApp:
         prompt, params = protocol.to_completion_parts(body, self.default_params)
         stream = bool(body.stream)
         result = await self._call(sid, self.engine.complete(sid, prompt, params), response, stream)
-        logprobs = body.logprobs is not None
-        token_ids = bool(body.return_token_ids)
-        if stream:
-            include_usage = body.stream_options is not None and body.stream_options.include_usage
-            payload = protocol.completion_chunks(
-                result,
-                model=self.model,
-                logprobs=logprobs,
-                decode=self._decode_one,
-                include_usage=include_usage,
-                token_ids=token_ids,
-            )
+        await self._reply(
+            response,
+            result,
+            body,
+            logprobs=body.logprobs is not None,
+            chunks=protocol.completion_chunks,
+            whole=protocol.completion_response,
+        )
+
+    async def _reply(
+        self,
+        response: _Response,
+        result: Any,
+        body: Any,
+        *,
+        logprobs: bool,
+        chunks: Callable[..., Any],
+        whole: Callable[..., Any],
+    ) -> None:
+        """Send ``result`` as server-sent ``chunks`` when the request streams, else ``whole``."""
+        options = {
+            "model": self.model,
+            "logprobs": logprobs,
+            "decode": self._decode_one,
+            "token_ids": bool(body.return_token_ids),
+        }
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            payload = chunks(result, include_usage=usage, **options)
         else:
-            payload = protocol.completion_response(
-                result,
-                model=self.model,
-                logprobs=logprobs,
-                decode=self._decode_one,
-                token_ids=token_ids,
-            )
-        await self._finish(response, payload, stream=stream)
+            payload = whole(result, **options)
+        await self._finish(response, payload, stream=bool(body.stream))
 
     async def _call(self, sid: str, call: Awaitable[Any], response: _Response, stream: bool) -> Any:
         """Run one engine call under the session's routing key, with heartbeats and the

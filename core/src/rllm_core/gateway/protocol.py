@@ -121,43 +121,38 @@ class _StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
-class ChatCompletionBody(msgspec.Struct):
+class _RequestBody(msgspec.Struct, kw_only=True):
+    """Fields both completion endpoints read."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stream: bool | None = False
+    stream_options: _StreamOptions | None = None
+    n: int | None = None
+    stop: str | list[str] | None = None
+    return_token_ids: bool | None = None
+
+
+class ChatCompletionBody(_RequestBody, kw_only=True):
     """The fields of a chat completion request the gateway reads."""
 
     messages: list[_Message]
-    model: str | None = None
     tools: list[_Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    stream: bool | None = False
-    stream_options: _StreamOptions | None = None
-    n: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    stop: str | list[str] | None = None
-    return_token_ids: bool | None = None
 
 
-class CompletionBody(msgspec.Struct):
+class CompletionBody(_RequestBody, kw_only=True):
     """The fields of a (legacy) completion request the gateway reads."""
 
     prompt: str | list[Any]
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    stream: bool | None = False
-    stream_options: _StreamOptions | None = None
-    n: int | None = None
     logprobs: int | None = None
     echo: bool | None = None
-    stop: str | list[str] | None = None
-    return_token_ids: bool | None = None
 
 
 _chat_decoder = msgspec.json.Decoder(ChatCompletionBody)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from rllm_core.logging_values import metric_scalar
 
 if TYPE_CHECKING:
     from rllm_logger_jsonl.plugin import JsonlLoggerConfig
@@ -106,17 +107,8 @@ class JsonlLogger:
 
 
 def _encode_number(value: Any) -> bytes | None:
-    if not isinstance(value, (int, float)):
-        item = getattr(value, "item", None)
-        if not callable(item):
-            return None
-        try:
-            value = item()
-        except Exception:  # a tensor with several elements, or a broken scalar type
-            return None
-        if not isinstance(value, (int, float)):
-            return None
-    return _encode_value(value)
+    scalar = metric_scalar(value)
+    return None if scalar is None else _encode_value(scalar)
 
 
 def _encode_value(value: Any) -> bytes | None:
