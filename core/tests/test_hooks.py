@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel, ConfigDict
+from reference.hook_recorder import Recorder
 from rllm_core import (
     ComponentSpec,
     hookimpl,
@@ -95,27 +96,6 @@ def test_rllm_samplers(plugin_manager, register_plugin):
 RUN = RunInfo(run_id="r1", name="demo", output_dir="runs/demo-1")
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    @hookimpl
-    def rllm_run_start(self, run):
-        self.calls.append(("run_start", run.run_id))
-
-    @hookimpl
-    def rllm_step_start(self, run, step):
-        self.calls.append(("step_start", step))
-
-    @hookimpl
-    def rllm_step_end(self, run, step, metrics):
-        self.calls.append(("step_end", step, dict(metrics)))
-
-    @hookimpl
-    def rllm_run_end(self, run, status, error):
-        self.calls.append(("run_end", status, error))
-
-
 class Failing:
     @hookimpl
     def rllm_step_end(self, run, step, metrics):
@@ -126,7 +106,7 @@ def test_rllm_run_start(plugin_manager, register_plugin):
     recorder = Recorder()
     register_plugin(recorder, name="recorder")
     plugin_manager.notify_run_start(RUN)
-    assert recorder.calls == [("run_start", "r1")]
+    assert recorder.calls == [("run_start", RUN)]
 
 
 def test_rllm_step_start(plugin_manager, register_plugin):

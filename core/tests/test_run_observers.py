@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
+from reference.hook_recorder import Recorder
 from reference.run_fakes import TOY, CrashingSource, FakeTrainer
 from rich.console import Console
 from rllm_core import ComponentSpec, hookimpl
@@ -50,29 +51,6 @@ class RecordingLogger:
     def close(self) -> None:
         self.closed += 1
         self.calls.append(("close",))
-
-
-class Recorder:
-    """A plugin recording every lifecycle hook into ``calls``."""
-
-    def __init__(self, calls: list[tuple]) -> None:
-        self.calls = calls
-
-    @hookimpl
-    def rllm_run_start(self, run):
-        self.calls.append(("run_start", run))
-
-    @hookimpl
-    def rllm_step_start(self, run, step):
-        self.calls.append(("step_start", step))
-
-    @hookimpl
-    def rllm_step_end(self, run, step, metrics):
-        self.calls.append(("step_end", step, dict(metrics)))
-
-    @hookimpl
-    def rllm_run_end(self, run, status, error):
-        self.calls.append(("run_end", status, error))
 
 
 def resolved_plan(**sections: Any) -> ResolvedPlan:

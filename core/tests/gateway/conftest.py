@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import openai
 import pytest
-from reference.toy_renderer import ToyChatRenderer
-from reference_stores import MemoryTraceStore
+from reference.gateway_fixtures import client, serve, store, toy, workers  # noqa: F401
 from rllm_core.gateway.server import Gateway
-from rllm_core.testing.fakeworker import FakeWorker
 
 _DEFAULT = object()
 
@@ -94,64 +91,5 @@ class RawClient:
 
 
 @pytest.fixture
-def toy() -> ToyChatRenderer:
-    return ToyChatRenderer()
-
-
-@pytest.fixture
-def store() -> MemoryTraceStore:
-    return MemoryTraceStore()
-
-
-@pytest.fixture
-def serve(toy: ToyChatRenderer, store: MemoryTraceStore) -> Iterator[Callable[..., Gateway]]:
-    """``serve(sampler, **options)`` starts a :class:`Gateway` (toy renderer and the test's
-    memory store unless given) in a background thread; every one is stopped after the test."""
-    started: list[Gateway] = []
-
-    def start(sampler: Any, **options: Any) -> Gateway:
-        options.setdefault("renderer", toy)
-        options.setdefault("trace_store", store)
-        gateway = Gateway(sampler=sampler, **options)
-        gateway.start()
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        gateway.stop()
-
-
-@pytest.fixture
-def client() -> Callable[..., openai.OpenAI]:
-    """``client(gateway, session_id)``: the official client on one session, without retries
-    (so a test sees every failure)."""
-
-    def make(gateway: Gateway, session_id: str, **options: Any) -> openai.OpenAI:
-        options.setdefault("max_retries", 0)
-        options.setdefault("timeout", 30.0)
-        options.setdefault("api_key", gateway.token or "unused")
-        return openai.OpenAI(base_url=gateway.session_url(session_id), **options)
-
-    return make
-
-
-@pytest.fixture
 def raw() -> Callable[[Gateway], RawClient]:
     return RawClient
-
-
-@pytest.fixture
-def workers() -> Iterator[Callable[..., FakeWorker]]:
-    """``workers(**options)`` starts a :class:`FakeWorker`; all are stopped after the test."""
-    started: list[FakeWorker] = []
-
-    def start(**options: Any) -> FakeWorker:
-        worker = FakeWorker(**options)
-        worker.start()
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()

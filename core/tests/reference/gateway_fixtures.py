@@ -1,5 +1,8 @@
-"""Fixtures for harness tests: a real gateway on an ephemeral port, backed by a scripted sampler,
-the toy renderer and an in-memory trace store. A harness's ``conftest.py`` imports them::
+"""Gateway fixtures several test folders share: the toy renderer and an in-memory trace store
+(``toy``, ``store``); a real gateway on an ephemeral port backed by a scripted sampler
+(``gateway``, for harness tests) or by any sampler (``serve``); the official ``openai``
+client on one session (``client``); fake vLLM workers (``workers``). A ``conftest.py``
+imports the ones it needs::
 
     from reference.gateway_fixtures import gateway, store, toy  # noqa: F401
 """
@@ -9,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import openai
 import pytest
 from reference.toy_renderer import ToyChatRenderer
 from reference_stores import MemoryTraceStore
 from rllm_core.gateway.server import Gateway
+from rllm_core.testing.fakeworker import FakeWorker
 from rllm_core.testing.samplers import ScriptedSampler
 
 
@@ -43,3 +48,52 @@ def gateway(toy, store) -> Iterator[Callable[..., tuple[Gateway, ScriptedSampler
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def serve(toy, store) -> Iterator[Callable[..., Gateway]]:
+    """``serve(sampler, **options)`` starts a :class:`Gateway` (the toy renderer and the test's
+    memory store unless given) in a background thread; every one is stopped after the test."""
+    started: list[Gateway] = []
+
+    def start(sampler: Any, **options: Any) -> Gateway:
+        options.setdefault("renderer", toy)
+        options.setdefault("trace_store", store)
+        server = Gateway(sampler=sampler, **options)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def client() -> Callable[..., openai.OpenAI]:
+    """``client(gateway, session_id)``: the official client on one session, without retries
+    unless asked (so a test sees every failure)."""
+
+    def make(gateway: Gateway, session_id: str, **options: Any) -> openai.OpenAI:
+        options.setdefault("max_retries", 0)
+        options.setdefault("timeout", 30.0)
+        options.setdefault("api_key", gateway.token or "unused")
+        return openai.OpenAI(base_url=gateway.session_url(session_id), **options)
+
+    return make
+
+
+@pytest.fixture
+def workers() -> Iterator[Callable[..., FakeWorker]]:
+    """``workers(**options)`` starts a :class:`FakeWorker`; all are stopped after the test."""
+    started: list[FakeWorker] = []
+
+    def start(**options: Any) -> FakeWorker:
+        worker = FakeWorker(**options)
+        worker.start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
