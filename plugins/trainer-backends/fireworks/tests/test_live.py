@@ -9,8 +9,8 @@ import asyncio
 import os
 
 import pytest
+from reference.service_faults import Reinforce
 from rllm_core.algorithms.objective import Objective
-from rllm_core.ports import LossContext, LossOutput
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
@@ -21,13 +21,6 @@ pytestmark = [
         not os.environ.get("FIREWORKS_API_KEY"), reason="FIREWORKS_API_KEY is not set"
     ),
 ]
-
-
-class Reinforce:
-    name = "reinforce"
-
-    def __call__(self, ctx: LossContext) -> LossOutput:
-        return LossOutput(loss=ctx.aggregate(-ctx.advantages * ctx.logprobs, ctx.action_mask))
 
 
 def test_sample_train_step_and_sample_again() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 from fake_fireworks import FakeService, reply
 from fireworks.training.sdk import (
@@ -22,27 +21,13 @@ from fireworks.training.sdk._core import (
     RateLimitError,
     UnprocessableEntityError,
 )
+from reference.service_faults import REQUEST, Reinforce, failing, status_error
 from rllm_core.algorithms.objective import Objective
-from rllm_core.ports import LossContext, LossOutput
+from rllm_core.kit.managed import retry_after_s
 from rllm_core.types import Datum, SampleRequest
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
-from rllm_trainer_backend_fireworks.transient import is_transient, retry_after_s
-
-REQUEST = httpx.Request("POST", "https://fireworks.invalid/training")
-
-
-def status_error(kind: type, code: int, **headers: str):
-    response = httpx.Response(code, request=REQUEST, headers=headers)
-    return kind(f"answer {code}", response=response, body=None)
-
-
-class Reinforce:
-    name = "reinforce"
-
-    def __call__(self, ctx: LossContext) -> LossOutput:
-        return LossOutput(loss=ctx.aggregate(-ctx.advantages * ctx.logprobs, ctx.action_mask))
-
+from rllm_trainer_backend_fireworks.transient import is_transient
 
 DATUMS = [
     Datum(
@@ -53,22 +38,6 @@ DATUMS = [
         observation_mask=[False] * 3,
     )
 ]
-
-
-def failing(obj, name: str, *errors: BaseException) -> list[int]:
-    """Make ``obj.name`` raise ``errors`` in turn, then behave; returns the call log."""
-    real = getattr(obj, name)
-    queue = list(errors)
-    calls: list[int] = []
-
-    def wrapper(*args, **kwargs):
-        calls.append(len(calls) + 1)
-        if queue:
-            raise queue.pop(0)
-        return real(*args, **kwargs)
-
-    setattr(obj, name, wrapper)
-    return calls
 
 
 @pytest.fixture
@@ -104,9 +73,8 @@ def test_which_errors_are_transient(error, transient):
     assert is_transient(error) is transient
 
 
-def test_retry_after_is_read_from_the_answer():
+def test_the_wait_an_answer_asks_for_is_read_from_fireworks_errors():
     assert retry_after_s(status_error(RateLimitError, 429, **{"Retry-After": "1.5"})) == 1.5
-    assert retry_after_s(status_error(RateLimitError, 429)) is None
 
 
 def test_forward_backward_and_optim_step_retry_and_count(service):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
+from reference.service_faults import Reinforce
 from rllm_core.algorithms.objective import Objective
-from rllm_core.ports import LossOutput
 from rllm_core.types import Datum
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.checkpoint import STATE_FILE, CheckpointError
@@ -21,13 +21,6 @@ DATUM = Datum(
     action_mask=[False, True, True],
     observation_mask=[False, False, False],
 )
-
-
-class Reinforce:
-    name = "reinforce-test"
-
-    def __call__(self, ctx):
-        return LossOutput(loss=ctx.aggregate(-ctx.advantages * ctx.logprobs, ctx.action_mask))
 
 
 def _step(backend):

@@ -11,8 +11,8 @@ import asyncio
 import os
 
 import pytest
+from reference.service_faults import Reinforce
 from rllm_core.algorithms.objective import Objective
-from rllm_core.ports import LossOutput
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
@@ -26,13 +26,6 @@ pytestmark = [
 ]
 
 BASE_MODEL = os.environ.get("RLLM_TINKER_TEST_MODEL", "meta-llama/Llama-3.2-1B")
-
-
-class Reinforce:
-    name = "reinforce"
-
-    def __call__(self, ctx):
-        return LossOutput(loss=ctx.aggregate(-ctx.advantages * ctx.logprobs, ctx.action_mask))
 
 
 def test_sample_train_publish_save_and_load(tmp_path):

@@ -5,32 +5,17 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 import tinker
+from reference.service_faults import REQUEST, Reinforce, failing, status_error
 from rllm_core.algorithms.objective import Objective
-from rllm_core.ports import LossOutput
+from rllm_core.kit.managed import retry_after_s
 from rllm_core.types import Datum, SampleRequest
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
-from rllm_trainer_backend_tinker.transient import is_transient, retry_after_s
+from rllm_trainer_backend_tinker.transient import is_transient
 from rllm_trainer_backend_tinker_tests_fake import FakeService
 from tinker.types import RequestErrorCategory
-
-REQUEST = httpx.Request("POST", "https://tinker.invalid/api")
-
-
-def status_error(kind: type[tinker.APIStatusError], code: int, **headers: str):
-    response = httpx.Response(code, request=REQUEST, headers=headers)
-    return kind(f"answer {code}", response=response, body=None)
-
-
-class Reinforce:
-    name = "reinforce-test"
-
-    def __call__(self, ctx):
-        return LossOutput(loss=ctx.aggregate(-ctx.advantages * ctx.logprobs, ctx.action_mask))
-
 
 DATUMS = [
     Datum(
@@ -41,22 +26,6 @@ DATUMS = [
         observation_mask=[False, False, False],
     )
 ]
-
-
-def failing(obj, name: str, *errors: BaseException) -> list[int]:
-    """Make ``obj.name`` raise ``errors`` in turn, then behave; returns the call log."""
-    real = getattr(obj, name)
-    queue = list(errors)
-    calls: list[int] = []
-
-    def wrapper(*args, **kwargs):
-        calls.append(len(calls) + 1)
-        if queue:
-            raise queue.pop(0)
-        return real(*args, **kwargs)
-
-    setattr(obj, name, wrapper)
-    return calls
 
 
 @pytest.fixture
@@ -91,10 +60,8 @@ def test_which_errors_are_transient(error, transient):
     assert is_transient(error) is transient
 
 
-def test_retry_after_is_read_from_the_answer():
+def test_the_wait_an_answer_asks_for_is_read_from_tinker_errors():
     assert retry_after_s(status_error(tinker.RateLimitError, 429, **{"Retry-After": "2"})) == 2.0
-    assert retry_after_s(status_error(tinker.RateLimitError, 429)) is None
-    assert retry_after_s(ConnectionResetError()) is None
 
 
 def test_forward_backward_and_optim_step_retry_and_count(service):

@@ -7,8 +7,9 @@ import math
 
 import pytest
 import tinker
+from reference.service_faults import Reinforce
 from rllm_core.algorithms.objective import Objective
-from rllm_core.ports import LossOutput, Sampler
+from rllm_core.ports import Sampler
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
@@ -16,13 +17,6 @@ from rllm_trainer_backend_tinker.sampler import tinker_sampling_params
 from rllm_trainer_backend_tinker_tests_fake import FakeService
 
 PEAK = 2.0 - math.log(math.exp(2.0) + 7.0)
-
-
-class Reinforce:
-    name = "reinforce-test"
-
-    def __call__(self, ctx):
-        return LossOutput(loss=ctx.aggregate(-ctx.advantages * ctx.logprobs, ctx.action_mask))
 
 
 @pytest.fixture

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fireworks.training.sdk import types as fw
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError, PlanIssue
-from rllm_core.kit.retry import RetrySettings, retry_sync
+from rllm_core.kit.managed import ServiceCalls
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_fireworks.losses import StepLoss, to_sdk_datum
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_trainer_backend_fireworks.sampler import FireworksSampler
-from rllm_trainer_backend_fireworks.transient import is_transient, retry_after_s
+from rllm_trainer_backend_fireworks.transient import is_transient
 
 __all__ = ["STATE_FILE", "FireworksBackend"]
 
@@ -70,9 +69,7 @@ class FireworksBackend:
             )
         self.config = config
         self._service = service if service is not None else _connect(config)
-        self._timeout = config.request_timeout_s
-        self._lock = threading.Lock()
-        self._sampler_retries = 0
+        self.calls = ServiceCalls("Fireworks", config, transient=is_transient)
         self._training = self._service.create_training_client(
             base_model=config.base_model,
             lora_rank=config.lora_rank,
@@ -107,15 +104,6 @@ class FireworksBackend:
         """The Fireworks snapshot the deployment serves now."""
         return self._sampler_path
 
-    @property
-    def retry_settings(self) -> RetrySettings:
-        return self.config
-
-    def note_sampler_retry(self) -> None:
-        """Count one retried sampling request; ``optim_step`` reports the count."""
-        with self._lock:
-            self._sampler_retries += 1
-
     def sampler(self) -> FireworksSampler:
         return FireworksSampler(self)
 
@@ -133,7 +121,7 @@ class FireworksBackend:
         step_loss = StepLoss(datums, objective)
         sdk_datums = [to_sdk_datum(d) for d in datums]
         retries: list[int] = []
-        output = self._call(
+        output = self.calls.call(
             lambda: self._training.forward_backward_custom(sdk_datums, step_loss),
             "forward_backward",
             retries,
@@ -150,33 +138,24 @@ class FireworksBackend:
         sampling deployment. Returns ``learning_rate``, ``step`` and the trainer's figures
         prefixed ``fireworks/``."""
         self._check_open()
-        params = fw.AdamParams(
-            learning_rate=self.config.learning_rate,
-            beta1=self.config.betas[0],
-            beta2=self.config.betas[1],
-            eps=self.config.eps,
-            weight_decay=self.config.weight_decay,
-            grad_clip_norm=self.config.max_grad_norm,
-        )
+        params = fw.AdamParams(**self.config.adam_params())
         retries: list[int] = []
-        response = self._call(lambda: self._training.optim_step(params), "optim_step", retries)
+        response = self.calls.call(lambda: self._training.optim_step(params), "optim_step", retries)
         self._steps += 1
         self._version += 1
         self._publish(retries)
-        with self._lock:
-            sampler_retries, self._sampler_retries = self._sampler_retries, 0
         metrics = {"learning_rate": self.config.learning_rate, "step": float(self._steps)}
         for key, value in (response.metrics or {}).items():
             metrics[f"fireworks/{key}"] = float(value)
         metrics["fireworks/retries"] = float(len(retries))
-        metrics["fireworks/sampler_retries"] = float(sampler_retries)
+        metrics["fireworks/sampler_retries"] = float(self.calls.take_sampler_retries())
         return metrics
 
     def save_state(self, path: str) -> None:
         self._check_open()
         self._saves += 1
         name = f"rllm-state-step{self._steps}-{self._saves}"
-        checkpoint = self._call(lambda: self._training.save_state(name), "save_state").path
+        checkpoint = self.calls.call(lambda: self._training.save_state(name), "save_state").path
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         state = {
@@ -205,7 +184,7 @@ class FireworksBackend:
                     f"{file} was saved with {key} {state[key]!r} but this backend trains"
                     f" {getattr(self.config, key)!r}; load it with the same [trainer] settings"
                 )
-        self._call(
+        self.calls.call(
             lambda: self._training.load_state_with_optimizer(state["checkpoint"]), "load_state"
         )
         self._steps = int(state["optimizer_steps"])
@@ -227,7 +206,7 @@ class FireworksBackend:
         ``retries``."""
         self._publishes += 1
         name = f"rllm-weights-v{self._version}-{self._publishes}"
-        saved = self._call(
+        saved = self.calls.call(
             lambda: self._training.save_weights_for_sampler(name), "publishing weights", retries
         )
         previous = self._sampling
@@ -237,19 +216,6 @@ class FireworksBackend:
             closer = getattr(previous, "close", None)
             if callable(closer):
                 closer()
-
-    def _call(self, submit: Callable[[], Any], what: str, retries: list[int] | None = None) -> Any:
-        """Submit a request with ``submit()`` and wait up to ``request_timeout_s`` for its
-        result, sending it again while it fails transiently; each retry's number is appended
-        to ``retries``."""
-        return retry_sync(
-            lambda: submit().result(timeout=self._timeout),
-            self.config,
-            transient=is_transient,
-            what=f"Fireworks {what}",
-            hint=retry_after_s,
-            on_retry=None if retries is None else lambda n, error, wait: retries.append(n),
-        )
 
     def _check_open(self) -> None:
         if self._closed:

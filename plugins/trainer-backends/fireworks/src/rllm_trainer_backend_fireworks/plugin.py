@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field
 from rllm_core import ComponentSpec, hookimpl, lazy
-from rllm_core.kit.retry import RetrySettings
+from rllm_core.kit.managed import ManagedServiceSettings
+from rllm_core.kit.trainer_config import AdamWSettings, LearningRate
 
 __all__ = ["FireworksBackendConfig", "rllm_trainer_backends"]
 
 
-class FireworksBackendConfig(RetrySettings):
+class FireworksBackendConfig(ManagedServiceSettings, AdamWSettings):
     """Options of the ``fireworks`` trainer backend (plan section ``[trainer]``).
 
     ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls
@@ -36,15 +37,7 @@ class FireworksBackendConfig(RetrySettings):
     )
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha; the update is scaled by alpha/rank.")
     seed: int = Field(0, description="Seed of the adapter initialization on the trainer.")
-    learning_rate: float = Field(1e-5, gt=0.0, description="Adam learning rate.")
-    betas: tuple[float, float] = Field(
-        (0.9, 0.999), description="Adam's moving-average coefficients (beta1, beta2)."
-    )
-    eps: float = Field(1e-8, gt=0.0, description="Adam's denominator epsilon.")
-    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay.")
-    max_grad_norm: float = Field(
-        1.0, ge=0.0, description="Global gradient-norm clip applied by the trainer; 0 disables it."
-    )
+    learning_rate: LearningRate = 1e-5
     logprob_temperature: float = Field(
         1.0,
         gt=0.0,
@@ -74,17 +67,6 @@ class FireworksBackendConfig(RetrySettings):
         description="Environment variable that holds the training-scoped Fireworks API key.",
     )
     base_url: str | None = Field(None, description="Fireworks API URL; unset uses the SDK default.")
-    request_timeout_s: float = Field(
-        900.0, gt=0.0, description="Longest wait for one trainer operation (forward, step, save)."
-    )
-
-    @field_validator("betas")
-    @classmethod
-    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        for value in betas:
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"each of betas must be in [0, 1), got {list(betas)}")
-        return betas
 
 
 @hookimpl

@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fireworks.training.sdk import types as fw
-from rllm_core.kit.retry import RetrySettings, retry_async
+from rllm_core.kit.managed import ServiceCalls
 from rllm_core.types import SampleRequest, SampleResult
-
-from rllm_trainer_backend_fireworks.transient import is_transient, retry_after_s
 
 __all__ = ["FireworksSampler", "SamplingSource"]
 
 
 class SamplingSource(Protocol):
     """What the sampler needs from its backend: the sampling client of the newest published
-    weights with their version, the retry settings, and a place to count retries."""
+    weights with their version, and the backend's calls to Fireworks, which retry and count the
+    retries."""
 
     @property
     def weight_version(self) -> int: ...
@@ -24,9 +23,7 @@ class SamplingSource(Protocol):
     def sampling_client(self) -> Any: ...
 
     @property
-    def retry_settings(self) -> RetrySettings: ...
-
-    def note_sampler_retry(self) -> None: ...
+    def calls(self) -> ServiceCalls: ...
 
 
 class FireworksSampler:
@@ -36,7 +33,7 @@ class FireworksSampler:
     A completion that ended on a stop token must include that token, since training uses the
     sampled ids as they are; a response that drops it or lacks logprobs raises. A request
     that fails transiently is sent again (to the newest weights) up to the backend's
-    ``retries``; each retry is counted by ``source.note_sampler_retry()``.
+    ``retries``; ``source.calls`` counts each retry for the next ``optim_step``.
     """
 
     def __init__(self, source: SamplingSource) -> None:
@@ -62,13 +59,8 @@ class FireworksSampler:
             client = self._source.sampling_client
             return await client.sample_async(prompt, 1, sdk_params), version
 
-        response, version = await retry_async(
-            once,
-            self._source.retry_settings,
-            transient=is_transient,
-            what=f"Fireworks sampling request {request.request_id!r}",
-            hint=retry_after_s,
-            on_retry=lambda n, error, wait: self._source.note_sampler_retry(),
+        response, version = await self._source.calls.sample(
+            once, f"sampling request {request.request_id!r}"
         )
         if len(response.sequences) != 1:
             raise RuntimeError(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import tinker
 from rllm_core.algorithms.objective import Objective
-from rllm_core.kit.retry import RetrySettings, retry_sync
+from rllm_core.kit.managed import ServiceCalls
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_tinker.batch import build_batch
@@ -16,7 +16,7 @@ from rllm_trainer_backend_tinker.checkpoint import read_state, write_state
 from rllm_trainer_backend_tinker.loss import CustomLoss
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
 from rllm_trainer_backend_tinker.sampler import TinkerSampler
-from rllm_trainer_backend_tinker.transient import is_transient, retry_after_s
+from rllm_trainer_backend_tinker.transient import is_transient
 
 __all__ = ["TinkerBackend"]
 
@@ -55,8 +55,8 @@ class TinkerBackend:
         self._owns_service = service_client is None
         self._service = service_client if service_client is not None else _connect(config)
         self._lock = threading.Lock()
-        self._sampler_retries = 0
-        self._training = self._call(
+        self.calls = ServiceCalls("Tinker", config, transient=is_transient)
+        self._training = self.calls.call(
             lambda: self._service.create_lora_training_client(
                 base_model=config.base_model,
                 rank=config.lora_rank,
@@ -97,15 +97,6 @@ class TinkerBackend:
         with self._lock:
             return self._sampling_client, self._version
 
-    @property
-    def retry_settings(self) -> RetrySettings:
-        return self.config
-
-    def note_sampler_retry(self) -> None:
-        """Count one retried sampling request; ``optim_step`` reports the count."""
-        with self._lock:
-            self._sampler_retries += 1
-
     def sampler(self) -> TinkerSampler:
         """The sampler on the newest published weights (one per backend)."""
         self._check_open()
@@ -126,7 +117,7 @@ class TinkerBackend:
         batch = build_batch(datums)
         custom = CustomLoss(batch, objective)
         retries: list[int] = []
-        output = self._call(
+        output = self.calls.call(
             lambda: self._training.forward_backward_custom(batch.tinker_datums, custom),
             "forward_backward",
             retries,
@@ -147,28 +138,20 @@ class TinkerBackend:
         if not self._pending:
             raise RuntimeError("optim_step() without gradients: call forward_backward(...) first")
         config = self.config
-        params = tinker.types.AdamParams(
-            learning_rate=config.learning_rate,
-            beta1=config.betas[0],
-            beta2=config.betas[1],
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-            grad_clip_norm=config.max_grad_norm,
-        )
+        params = tinker.types.AdamParams(**config.adam_params())
         retries: list[int] = []
-        response = self._call(lambda: self._training.optim_step(params), "optim_step", retries)
+        response = self.calls.call(lambda: self._training.optim_step(params), "optim_step", retries)
         self._pending = False
         self._steps += 1
         client = self._publish(retries)
         with self._lock:
             self._sampling_client = client
             self._version += 1
-            sampler_retries, self._sampler_retries = self._sampler_retries, 0
         metrics = {"learning_rate": config.learning_rate, "step": float(self._steps)}
         for key, value in (response.metrics or {}).items():
             metrics[f"tinker/{key}"] = float(value)
         metrics["tinker/retries"] = float(len(retries))
-        metrics["tinker/sampler_retries"] = float(sampler_retries)
+        metrics["tinker/sampler_retries"] = float(self.calls.take_sampler_retries())
         return metrics
 
     # ------------------------------------------------------------------ checkpoints
@@ -195,7 +178,7 @@ class TinkerBackend:
                 " accumulated gradients; call optim_step() first"
             )
         name = f"{self.config.checkpoint_prefix}-step{self._steps:06d}"
-        saved = self._call(
+        saved = self.calls.call(
             lambda: self._training.save_state(
                 name, ttl_seconds=self.config.checkpoint_ttl_s, overwrite=True
             ),
@@ -216,7 +199,7 @@ class TinkerBackend:
         base model or LoRA shape. Pending gradients are dropped."""
         self._check_open()
         tinker_path, counters = read_state(path, identity=self.identity())
-        training = self._call(
+        training = self.calls.call(
             lambda: self._service.create_training_client_from_state_with_optimizer(tinker_path),
             f"loading checkpoint {tinker_path}",
         )
@@ -241,34 +224,10 @@ class TinkerBackend:
             self._service.close()
 
     def _publish(self, retries: list[int]) -> Any:
-        return self._call(
+        return self.calls.call(
             lambda: self._training.save_weights_and_get_sampling_client(),
             "publishing sampler weights",
             retries,
-        )
-
-    def _call(self, submit: Callable[[], Any], what: str, retries: list[int] | None = None) -> Any:
-        """Submit a request with ``submit()`` and wait for its result, sending it again while
-        it fails transiently; each retry's number is appended to ``retries``. A wait past
-        ``request_timeout_s`` is not retried: the request may still be running on Tinker."""
-
-        def once() -> Any:
-            future = submit()
-            try:
-                return future.result(timeout=self.config.request_timeout_s)
-            except TimeoutError as exc:
-                raise TimeoutError(
-                    f"Tinker did not finish {what} within {self.config.request_timeout_s} s;"
-                    " raise request_timeout_s in [trainer] or check Tinker's status"
-                ) from exc
-
-        return retry_sync(
-            once,
-            self.config,
-            transient=is_transient,
-            what=f"Tinker {what}",
-            hint=retry_after_s,
-            on_retry=None if retries is None else lambda n, error, wait: retries.append(n),
         )
 
     def _check_open(self) -> None:

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, hookimpl, lazy
-from rllm_core.kit.retry import RetrySettings
+from rllm_core.kit.managed import ManagedServiceSettings
+from rllm_core.kit.trainer_config import AdamBetas, AdamEps, AdamWSettings
 
 __all__ = ["TinkerBackendConfig", "rllm_trainer_backends"]
 
 
-class TinkerBackendConfig(RetrySettings):
+class TinkerBackendConfig(ManagedServiceSettings, AdamWSettings):
     """Options of the ``tinker`` trainer backend (plan section ``[trainer]``).
 
     ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls
@@ -44,19 +45,8 @@ class TinkerBackendConfig(RetrySettings):
     seed: int | None = Field(
         0, description="Seed of the LoRA initialization; unset lets Tinker pick one."
     )
-    learning_rate: float = Field(1e-4, gt=0.0, description="Learning rate of Tinker's AdamW.")
-    betas: tuple[float, float] = Field(
-        (0.9, 0.95), description="AdamW's moving-average coefficients (beta1, beta2)."
-    )
-    eps: float = Field(1e-12, gt=0.0, description="AdamW's denominator epsilon.")
-    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay of AdamW.")
-    max_grad_norm: float = Field(
-        1.0,
-        ge=0.0,
-        description=(
-            "Tinker clips the global gradient norm to this before each step; 0 disables clipping."
-        ),
-    )
+    betas: AdamBetas = (0.9, 0.95)
+    eps: AdamEps = 1e-12
     logprob_temperature: float = Field(
         1.0,
         description=(
@@ -83,22 +73,6 @@ class TinkerBackendConfig(RetrySettings):
         ge=3600,
         description="How long Tinker keeps saved checkpoints, in seconds; unset keeps them.",
     )
-    request_timeout_s: float = Field(
-        900.0,
-        gt=0.0,
-        description=(
-            "Longest wait for one Tinker operation (forward_backward, optim_step, saving or"
-            " loading a checkpoint) before it fails with TimeoutError."
-        ),
-    )
-
-    @field_validator("betas")
-    @classmethod
-    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        for value in betas:
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"each of betas must be in [0, 1), got {list(betas)}")
-        return betas
 
     @field_validator("logprob_temperature")
     @classmethod

@@ -5,27 +5,23 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import tinker
-from rllm_core.kit.retry import RetrySettings, retry_async
+from rllm_core.kit.managed import ServiceCalls
 from rllm_core.types import SampleRequest, SampleResult, SamplingParams
-
-from rllm_trainer_backend_tinker.transient import is_transient, retry_after_s
 
 __all__ = ["SamplerSource", "TinkerSampler", "tinker_sampling_params"]
 
 
 class SamplerSource(Protocol):
     """What the sampler needs from its backend: the newest sampling client with its version,
-    the retry settings, and a place to count retries."""
+    and the backend's calls to Tinker, which retry and count the retries."""
 
     @property
     def weight_version(self) -> int: ...
 
     @property
-    def retry_settings(self) -> RetrySettings: ...
+    def calls(self) -> ServiceCalls: ...
 
     def current_sampling_client(self) -> tuple[Any, int]: ...
-
-    def note_sampler_retry(self) -> None: ...
 
 
 class TinkerSampler:
@@ -40,7 +36,7 @@ class TinkerSampler:
       stop token that ended the completion is in the returned ids (``finish_reason="stop"``).
     - Requests run concurrently; Tinker batches them on its side.
     - A request that fails transiently is sent again (on the newest client) up to the
-      backend's ``retries``; each retry is counted by ``source.note_sampler_retry()``.
+      backend's ``retries``; ``source.calls`` counts each retry for the next ``optim_step``.
     """
 
     def __init__(self, source: SamplerSource) -> None:
@@ -59,13 +55,8 @@ class TinkerSampler:
             future = client.sample(prompt=prompt, num_samples=1, sampling_params=params)
             return await future.result_async(), version
 
-        response, version = await retry_async(
-            once,
-            self._source.retry_settings,
-            transient=is_transient,
-            what=f"Tinker sampling request {request.request_id!r}",
-            hint=retry_after_s,
-            on_retry=lambda n, error, wait: self._source.note_sampler_retry(),
+        response, version = await self._source.calls.sample(
+            once, f"sampling request {request.request_id!r}"
         )
         if len(response.sequences) != 1:
             raise RuntimeError(

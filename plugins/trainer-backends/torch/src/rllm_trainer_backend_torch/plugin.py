@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
+from rllm_core.kit.trainer_config import AdamWSettings, LearningRate
 
 __all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "TorchBackendConfig", "rllm_trainer_backends"]
 
@@ -64,7 +65,7 @@ class LoraSettings(_Config):
         return self.rank == 0
 
 
-class TorchBackendConfig(_Config):
+class TorchBackendConfig(_Config, AdamWSettings):
     """Options of the ``torch`` trainer backend (plan section ``[trainer]``)."""
 
     model: Annotated[str, PlanPath(or_name=True)] = Field(
@@ -118,20 +119,7 @@ class TorchBackendConfig(_Config):
         description="LoRA settings (`rank`, `alpha`, `dropout`, `target_modules`); rank 0 is"
         " full-parameter training.",
     )
-    learning_rate: float = Field(2e-4, gt=0.0, description="Peak learning rate of AdamW.")
-    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay of AdamW.")
-    betas: tuple[float, float] = Field(
-        (0.9, 0.999), description="AdamW's moving-average coefficients (beta1, beta2)."
-    )
-    eps: float = Field(1e-8, gt=0.0, description="AdamW's denominator epsilon.")
-    max_grad_norm: float = Field(
-        1.0,
-        ge=0.0,
-        description=(
-            "Gradients are rescaled so their global L2 norm is at most this; 0 disables"
-            " clipping. The norm before clipping is reported as `grad_norm`."
-        ),
-    )
+    learning_rate: LearningRate = 2e-4
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(
         "constant",
         description=(
@@ -186,14 +174,6 @@ class TorchBackendConfig(_Config):
             " length."
         ),
     )
-
-    @field_validator("betas")
-    @classmethod
-    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        for value in betas:
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"each of betas must be in [0, 1), got {list(betas)}")
-        return betas
 
     @model_validator(mode="after")
     def _schedule_has_a_length(self) -> TorchBackendConfig:

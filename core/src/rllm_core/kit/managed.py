@@ -1,0 +1,134 @@
+"""Requests to a managed training service (Tinker, Fireworks), sent with bounded retries.
+
+The managed trainer backends train and sample on a remote service whose SDK answers each
+request with a future. :class:`ServiceCalls` waits for that future at most
+``request_timeout_s`` (a wait past it is not retried: the request may still be running on
+the service), sends a request again while it fails transiently, and counts the retries: a
+training call appends each retry's number to the list it is given, a sampling request adds
+to a counter that the next optimizer step takes. Which errors are transient is the SDK's
+business; :func:`retryable_status` (408, 429, 5xx) and :func:`retry_after_s` (a
+``Retry-After`` header) are what every such SDK's classification shares.
+
+:class:`ManagedServiceSettings` holds the config keys these calls read; a backend's config
+model subclasses it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pydantic import Field
+
+from rllm_core.kit.retry import RetrySettings, retry_async, retry_sync
+
+__all__ = ["ManagedServiceSettings", "ServiceCalls", "retry_after_s", "retryable_status"]
+
+T = TypeVar("T")
+
+_RETRYABLE = frozenset({408, 429})
+
+
+class ManagedServiceSettings(RetrySettings):
+    """The retry keys of :class:`~rllm_core.kit.retry.RetrySettings` and the longest wait for
+    one request."""
+
+    request_timeout_s: float = Field(
+        900.0,
+        gt=0.0,
+        description=(
+            "Longest wait for one request to the training service (forward_backward,"
+            " optim_step, publishing weights, saving or loading a checkpoint) before it fails"
+            " with TimeoutError; such a request is not sent again."
+        ),
+    )
+
+
+def retryable_status(status: int | None) -> bool:
+    """True for an HTTP status worth retrying: 408 (request timeout), 429 (rate limit), 5xx."""
+    return status is not None and (status in _RETRYABLE or status >= 500)
+
+
+def retry_after_s(error: BaseException) -> float | None:
+    """The seconds an answer's ``Retry-After`` header asks for, when ``error`` carries an
+    HTTP response (``error.response.headers``) with one that is a number."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        return max(0.0, float(headers.get("retry-after", "")))
+    except (TypeError, ValueError):
+        return None
+
+
+class ServiceCalls:
+    """Sends one backend's requests to its service ``service`` (a name for messages).
+
+    ``transient`` tells the errors worth sending again; ``hint`` reads the wait a failed
+    answer asks for. Safe to use from the sampler's event loop and the trainer's thread at
+    once.
+    """
+
+    def __init__(
+        self,
+        service: str,
+        settings: ManagedServiceSettings,
+        *,
+        transient: Callable[[BaseException], bool],
+        hint: Callable[[BaseException], float | None] = retry_after_s,
+    ) -> None:
+        self.service = service
+        self.settings = settings
+        self._transient = transient
+        self._hint = hint
+        self._lock = threading.Lock()
+        self._sampler_retries = 0
+
+    def call(self, submit: Callable[[], Any], what: str, retries: list[int] | None = None) -> Any:
+        """Submit a request with ``submit()`` (which returns a future) and wait for its
+        result, submitting again while it fails transiently; each retry's number is appended
+        to ``retries``."""
+        timeout = self.settings.request_timeout_s
+
+        def once() -> Any:
+            future = submit()
+            try:
+                return future.result(timeout=timeout)
+            except TimeoutError as exc:
+                raise TimeoutError(
+                    f"{self.service} did not finish {what} within {timeout} s; raise"
+                    f" request_timeout_s in [trainer] or check {self.service}'s status"
+                ) from exc
+
+        return retry_sync(
+            once,
+            self.settings,
+            transient=self._transient,
+            what=f"{self.service} {what}",
+            hint=self._hint,
+            on_retry=None if retries is None else lambda n, error, wait: retries.append(n),
+        )
+
+    async def sample(self, once: Callable[[], Awaitable[T]], what: str) -> T:
+        """Await ``once()``, calling it again while it fails transiently; each retry is
+        counted for :meth:`take_sampler_retries`."""
+        return await retry_async(
+            once,
+            self.settings,
+            transient=self._transient,
+            what=f"{self.service} {what}",
+            hint=self._hint,
+            on_retry=lambda n, error, wait: self._note_sampler_retry(),
+        )
+
+    def take_sampler_retries(self) -> int:
+        """The sampling retries since the previous call, and start counting from 0."""
+        with self._lock:
+            count, self._sampler_retries = self._sampler_retries, 0
+        return count
+
+    def _note_sampler_retry(self) -> None:
+        with self._lock:
+            self._sampler_retries += 1
