@@ -1,6 +1,6 @@
 """Test helpers for the managed trainer backends (tinker, fireworks): the SDK errors a service
-answers with, a way to make a fake's method fail a few times, and a plain REINFORCE loss to
-train with.
+answers with, a way to make a fake's method fail a few times, and a plain REINFORCE loss with
+a datum to train with.
 
 Both SDKs build their HTTP errors from an ``httpx`` response, so :func:`status_error` serves
 either SDK's error types.
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import httpx
 from rllm_core.ports import LossContext, LossOutput
+from rllm_core.types import Datum
 
-__all__ = ["REQUEST", "Reinforce", "failing", "status_error"]
+__all__ = ["DATUMS", "REQUEST", "Reinforce", "failing", "status_error"]
 
 REQUEST = httpx.Request("POST", "https://service.invalid/api")
 """The request the errors below answer (SDK connection errors take one too)."""
@@ -46,3 +47,15 @@ class Reinforce:
 
     def __call__(self, ctx: LossContext) -> LossOutput:
         return LossOutput(loss=ctx.aggregate(-ctx.advantages * ctx.logprobs, ctx.action_mask))
+
+
+DATUMS = [
+    Datum(
+        token_ids=[0, 1, 2],
+        logprobs=[0.0, -0.5, -0.7],
+        advantages=[0.0, 1.0, 1.0],
+        action_mask=[False, True, True],
+        observation_mask=[False, False, False],
+    )
+]
+"""One prompt token and two action tokens with advantage 1."""

@@ -21,23 +21,13 @@ from fireworks.training.sdk._core import (
     RateLimitError,
     UnprocessableEntityError,
 )
-from reference.service_faults import REQUEST, Reinforce, failing, status_error
+from reference.service_faults import DATUMS, REQUEST, Reinforce, failing, status_error
 from rllm_core.algorithms.objective import Objective
 from rllm_core.kit.managed import retry_after_s
-from rllm_core.types import Datum, SampleRequest
+from rllm_core.types import SampleRequest
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_trainer_backend_fireworks.transient import is_transient
-
-DATUMS = [
-    Datum(
-        token_ids=[5, 6, 7],
-        logprobs=[0.0, -0.5, -0.6],
-        advantages=[0.0, 1.0, 1.0],
-        action_mask=[False, True, True],
-        observation_mask=[False] * 3,
-    )
-]
 
 
 @pytest.fixture

@@ -7,25 +7,15 @@ import asyncio
 
 import pytest
 import tinker
-from reference.service_faults import REQUEST, Reinforce, failing, status_error
+from reference.service_faults import DATUMS, REQUEST, Reinforce, failing, status_error
 from rllm_core.algorithms.objective import Objective
 from rllm_core.kit.managed import retry_after_s
-from rllm_core.types import Datum, SampleRequest
+from rllm_core.types import SampleRequest
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
 from rllm_trainer_backend_tinker.transient import is_transient
 from rllm_trainer_backend_tinker_tests_fake import FakeService
 from tinker.types import RequestErrorCategory
-
-DATUMS = [
-    Datum(
-        token_ids=[0, 1, 2],
-        logprobs=[0.0, -0.5, -0.7],
-        advantages=[0.0, 1.0, 1.0],
-        action_mask=[False, True, True],
-        observation_mask=[False, False, False],
-    )
-]
 
 
 @pytest.fixture
