@@ -10,14 +10,30 @@ import uuid
 from pathlib import Path
 
 import pytest
-from rllm_core.kit.remote_exec import kill_script, launcher, parse_report, wrap
+from rllm_core.kit.remote_exec import (
+    kill_script,
+    launcher,
+    parse_report,
+    run_script_file,
+    script_path,
+    wrap,
+)
 
 
 def call_id() -> str:
     return uuid.uuid4().hex
 
 
-def run(command: str, tmp_path: Path, *, merge: bool = False, limit: int = 1 << 16, **kw):
+def run(
+    command: str,
+    tmp_path: Path,
+    *,
+    merge: bool = False,
+    limit: int = 1 << 16,
+    login: bool = False,
+    host_env: dict[str, str] | None = None,
+    **kw,
+):
     wrapped = wrap(
         command,
         call_id=call_id(),
@@ -26,10 +42,15 @@ def run(command: str, tmp_path: Path, *, merge: bool = False, limit: int = 1 << 
         user=kw.pop("user", None),
         output_limit_bytes=limit,
         merge_output=merge,
+        login_bash=login,
         root=str(tmp_path / "exec"),
     )
     done = subprocess.run(
-        ["sh", "-c", wrapped.script], capture_output=True, timeout=30, stdin=subprocess.DEVNULL
+        ["sh", "-c", wrapped.script],
+        capture_output=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        env=host_env,
     )
     report = parse_report(done.stdout.decode(), wrapped.marker)
     assert report is not None, done.stdout + done.stderr
@@ -72,6 +93,48 @@ def test_env_cwd_and_quoting(tmp_path):
 
 def test_a_signal_is_reported_as_128_plus_its_number(tmp_path):
     assert run("kill -TERM $$", tmp_path).exit_code == 143
+
+
+def test_login_bash_runs_the_profile_first_and_keeps_env_and_cwd(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "work").mkdir()
+    # A profile that resets PATH and changes directory, as some images' profiles do.
+    (home / ".bash_profile").write_text("export FROM_PROFILE=yes\nexport PATH=/nowhere\ncd /\n")
+    host_env = {"HOME": str(home), "PATH": os.environ["PATH"]}
+    command = 'words=(a b); [[ ${#words[@]} == 2 ]] && echo "$FROM_PROFILE|$PATH|$(pwd)"'
+    report = run(
+        command,
+        tmp_path,
+        login=True,
+        host_env=host_env,
+        env={"PATH": "/task/bin:/usr/bin:/bin"},
+        cwd=str(tmp_path / "work"),
+    )
+    assert report.exit_code == 0, report.stderr
+    assert report.stdout == f"yes|/task/bin:/usr/bin:/bin|{tmp_path}/work\n".encode()
+    assert run("kill -TERM $$", tmp_path, login=True).exit_code == 143
+
+
+def test_a_long_script_runs_from_an_uploaded_file(tmp_path):
+    root = str(tmp_path / "exec")
+    cid = call_id()
+    wrapped = wrap(
+        "echo " + "x" * 200_000 + " | wc -c",
+        call_id=cid,
+        cwd=str(tmp_path),
+        env={},
+        user=None,
+        output_limit_bytes=100,
+        root=root,
+    )
+    path = Path(script_path(cid, root=root))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(wrapped.script)
+    done = subprocess.run(["sh", "-c", run_script_file(str(path))], capture_output=True, timeout=30)
+    report = parse_report(done.stdout.decode(), wrapped.marker)
+    assert report is not None and report.stdout == b"200001\n"
+    assert done.returncode == 0 and not path.exists(), "the uploaded script is removed"
 
 
 def test_the_launcher_runs_the_script_through_a_shell_string(tmp_path):

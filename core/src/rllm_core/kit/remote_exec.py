@@ -8,7 +8,10 @@ remote shell):
 
 - makes a per-call directory ``<EXEC_ROOT>/<call id>`` holding ``cmd.sh`` (the command as
   given) and ``run.sh`` (exports, then ``sh cmd.sh`` in the background and ``wait``, so the
-  shell prints no job notice when a signal kills the command);
+  shell prints no job notice when a signal kills the command); with ``login_bash`` the
+  command runs as ``bash -l cmd.sh`` instead, so the login profile runs first and bash syntax
+  works, and ``cmd.sh`` starts by exporting the env and entering ``cwd`` again, so a profile
+  that resets ``PATH`` or changes directory does not undo them;
 - changes to ``cwd``, switches to ``user`` (``runuser``/``su`` when the sandbox's own user is
   root, ``sudo -n`` otherwise) and starts ``run.sh`` under ``setsid``, so the command and
   everything it starts share one new process group whose id ``run.sh`` writes to ``pgid``;
@@ -21,9 +24,11 @@ remote shell):
 
 The caller enforces the timeout, then runs :func:`kill_script` (as a second command) to kill
 the process group; a kill that comes before the command started keeps it from starting.
-:func:`parse_report` reads the report back. The image needs ``sh``, ``base64``, ``head``,
-``setsid`` and, to switch users, ``runuser``/``su`` or ``sudo``: coreutils and util-linux (or
-busybox) provide them.
+:func:`parse_report` reads the report back. A script longer than ``MAX_INLINE_SCRIPT`` does
+not fit in one exec argument (Linux refuses one over 128 KiB): the caller uploads it to
+:func:`script_path` and runs :func:`run_script_file` instead. The image needs ``sh``,
+``base64``, ``head``, ``setsid`` and, to switch users, ``runuser``/``su`` or ``sudo``:
+coreutils and util-linux (or busybox) provide them.
 """
 
 from __future__ import annotations
@@ -37,17 +42,21 @@ from dataclasses import dataclass
 
 __all__ = [
     "EXEC_ROOT",
+    "MAX_INLINE_SCRIPT",
     "Report",
     "WrappedCommand",
     "kill_script",
     "launcher",
     "parse_report",
+    "run_script_file",
+    "script_path",
     "validate_env",
     "validate_user",
     "wrap",
 ]
 
 EXEC_ROOT = "/tmp/.rllm-exec"
+MAX_INLINE_SCRIPT = 100_000
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?\Z")
@@ -112,14 +121,16 @@ def wrap(
     user: str | None,
     output_limit_bytes: int,
     merge_output: bool = False,
+    login_bash: bool = False,
     root: str = EXEC_ROOT,
 ) -> WrappedCommand:
     """Build the script that runs ``command`` as described in the module docstring.
 
     ``call_id`` (lowercase letters and digits) names the call for :func:`kill_script`;
     ``env`` is exported before the command runs (after any user switch, so it survives
-    ``su``); ``merge_output`` sends stderr into stdout, in order. Raises ValueError for a NUL
-    in the command, an invalid env name, user or call id.
+    ``su``); ``merge_output`` sends stderr into stdout, in order; ``login_bash`` runs the
+    command with ``bash -l`` (the image then needs bash). Raises ValueError for a NUL in the
+    command, an invalid env name, user or call id.
     """
     if "\0" in command:
         raise ValueError("the command contains a NUL byte, which no shell can run; remove it")
@@ -132,11 +143,14 @@ def wrap(
     directory = f"{root}/{call_id}"
     marker = f"@@rllm-{call_id}@@"
     exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+    shell = "bash -l" if login_bash else "sh"
+    if login_bash:
+        command = f"{exports}cd -- {shlex.quote(cwd)} || exit 1\n{command}"
     run = (
         f"echo $$ > {directory}/pgid\n"
         f"[ -e {directory}/killed ] && exit 137\n"
         f"{exports}"
-        f"sh {directory}/cmd.sh & wait $! 2>/dev/null\n"
+        f"{shell} {directory}/cmd.sh & wait $! 2>/dev/null\n"
         f"echo $? > {directory}/rc\n"
     )
     limit = int(output_limit_bytes)
@@ -192,6 +206,19 @@ exit "$rc"
 def launcher(script: str) -> str:
     """A command string that makes any shell (sh, bash or zsh) run ``script``."""
     return f'sh -c "$(echo {_b64(script)} | base64 -d)"'
+
+
+def script_path(call_id: str, *, root: str = EXEC_ROOT) -> str:
+    """Where to upload the wrapped script of call ``call_id`` when it is too long to inline."""
+    _check_call_id(call_id)
+    return f"{root}/{call_id}.sh"
+
+
+def run_script_file(path: str) -> str:
+    """A shell command that runs the uploaded script at ``path``, removes it and exits with
+    the script's exit code."""
+    quoted = shlex.quote(path)
+    return f"sh {quoted}; r=$?; rm -f {quoted}; exit $r"
 
 
 def kill_script(call_id: str, *, root: str = EXEC_ROOT) -> str:

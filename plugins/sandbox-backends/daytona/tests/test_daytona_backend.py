@@ -197,7 +197,7 @@ TAXONOMY = [
 def test_sdk_errors_translate_to_the_taxonomy(exc: Exception, context: Any, expected: type) -> None:
     error = translate(exc, context=context, what="the call")
     assert type(error) is expected
-    assert "the call failed" in str(error) and str(exc) in str(error)
+    assert str(error).startswith(f"the call: daytona raised {type(exc).__name__}: {exc}")
 
 
 def test_retry_after_header_is_read() -> None:

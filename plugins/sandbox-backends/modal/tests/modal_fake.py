@@ -7,11 +7,12 @@ streams that iterate asynchronously and ``wait()``. Results are the SDK's own ty
 (``modal.types.FileInfo``) and failures its own exceptions (``modal.exception.*``).
 
 A sandbox is a private temporary root (its ``HOME`` and ``TMPDIR``); each ``exec`` is a
-subprocess in a new session, and ``terminate`` kills every process of those sessions, as
-stopping a container would. Paths are the host's. ``exec(timeout=n)`` behaves like Modal's:
-after ``n`` seconds ``wait()`` returns -1 and the streams end, while the process keeps
-running. Every call is recorded in ``calls``; ``fail(name, exc)`` makes the next call of
-``name`` (``"App.lookup"``, ``"Sandbox.create"``, ``"exec"``, ``"read_bytes"`` ...) raise.
+subprocess, and ``terminate`` kills every process the sandbox started (found by a marker
+variable in their environment, which survives ``setsid``), as stopping a container would.
+Paths are the host's. ``exec(timeout=n)`` behaves like Modal's: after ``n`` seconds
+``wait()`` returns -1 and the streams end, while the process keeps running. Every call is
+recorded in ``calls``; ``fail(name, exc)`` makes the next call of ``name`` (``"App.lookup"``,
+``"Sandbox.create"``, ``"exec"``, ``"read_bytes"`` ...) raise.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from typing import Any
 from modal import exception as mx
 from modal._utils.name_utils import check_tag_dict
 from modal.types import FileInfo, FileType
+
+MARKER_VARIABLE = "FAKE_MODAL_SANDBOX"
 
 
 class _Method:
@@ -229,12 +232,12 @@ class FakeSandbox:
             "TMPDIR": str(self.root / "tmp"),
             "LANG": "C.UTF-8",
             **{k: v for k, v in (kwargs.get("env") or {}).items() if v is not None},
+            MARKER_VARIABLE: str(self.root),
         }
         self.workdir = kwargs.get("workdir") or str(self.root)
         self.filesystem = FakeFilesystem(self)
         self.terminated = False
         self.exec_calls: list[tuple[tuple[str, ...], dict[str, Any]]] = []
-        self._sessions: set[int] = set()
         self._procs: list[asyncio.subprocess.Process] = []
 
     def _enter(self, name: str) -> None:
@@ -271,7 +274,6 @@ class FakeSandbox:
             env={**self.env, **{k: v for k, v in (env or {}).items() if v is not None}},
             start_new_session=True,
         )
-        self._sessions.add(proc.pid)
         self._procs.append(proc)
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._modal.exec_deadline_s is not None:
@@ -293,7 +295,7 @@ class FakeSandbox:
         if self.terminated:
             return
         self.terminated = True
-        self.kill_sessions()
+        self.kill_processes()
         for proc in self._procs:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -301,17 +303,17 @@ class FakeSandbox:
             close_transport(proc)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def kill_sessions(self) -> None:
-        """SIGKILL every process whose session an exec of this sandbox started."""
+    def kill_processes(self) -> None:
+        """SIGKILL every process whose environment carries this sandbox's marker."""
+        needle = f"{MARKER_VARIABLE}={self.root}".encode()
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
+                variables = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            fields = stat.rpartition(")")[2].split()
-            if int(fields[3]) in self._sessions:
+            if needle in variables:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(entry), signal.SIGKILL)
 

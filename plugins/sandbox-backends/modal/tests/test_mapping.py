@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import re
 import shlex
 
 import msgspec
 import pytest
 from rllm_core.errors import SandboxCommandTimeout, SandboxCreateError
+from rllm_core.kit.remote_exec import EXEC_ROOT, kill_script
 from rllm_core.types import NetworkPolicy, SandboxSpec
 from rllm_sandbox_backend_modal.backend import RUN_TAG, ModalBackend
 from rllm_sandbox_backend_modal.plugin import ModalConfig
@@ -16,6 +19,18 @@ from rllm_sandbox_backend_modal_tests_fake import FakeApp, FakeImage, FakeModal
 
 def backend_over(fake: FakeModal, **config) -> ModalBackend:
     return ModalBackend(ModalConfig(create_interval_s=0.0, **config), client=fake)
+
+
+def payloads(script: str) -> list[str]:
+    """The files the kit's wrapper writes (``cmd.sh``, then ``run.sh``), decoded."""
+    found = re.findall(r"printf %s ([A-Za-z0-9+/=]+) \| base64 -d", script)
+    return [base64.b64decode(text).decode() for text in found]
+
+
+def call_dir(script: str) -> str:
+    found = re.match(rf"D=({re.escape(EXEC_ROOT)}/[a-z0-9]+)\n", script)
+    assert found is not None, script[:200]
+    return found.group(1)
 
 
 def create_call(fake: FakeModal) -> dict:
@@ -130,15 +145,15 @@ def test_exec_wraps_the_command_in_a_login_shell(tmp_path):
     assert result.stdout == f"s p|it's\n{tmp_path}/sub dir\n"
     (sandbox,) = fake.sandboxes
     (argv, options), *_ = sandbox.exec_calls
-    assert argv[:2] == ("bash", "-c")
-    assert argv[3] == "rllm-exec" and argv[5] == ""
-    assert argv[6] == (
+    assert argv[:2] == ("sh", "-c") and len(argv) == 3
+    cmd_sh, run_sh = payloads(argv[2])
+    assert cmd_sh == (
         "export SPEC='s p'\n"
         "export CALL='it'\"'\"'s'\n"
         f"cd -- {shlex.quote(str(tmp_path / 'sub dir'))} || exit 1\n"
         f"{command}"
     )
-    assert 'bash -lc "$3"' in argv[2]
+    assert f"bash -l {call_dir(argv[2])}/cmd.sh" in run_sh
     assert options == {"timeout": 9, "text": False}
 
 
@@ -147,14 +162,14 @@ def test_exec_user_goes_through_runuser(tmp_path):
 
     async def body():
         async with await backend_over(fake).create(SandboxSpec(workdir=str(tmp_path))) as sb:
-            with pytest.raises(Exception, match="not a valid user name"):
+            with pytest.raises(Exception, match="not a valid account name"):
                 await sb.exec("true", timeout=5, user="bad user")
             await sb.exec("true", timeout=5, user="someone")
 
     asyncio.run(body())
     ((argv, _),) = fake.sandboxes[0].exec_calls
-    assert argv[5] == "someone"
-    assert 'runuser -u "$2" -- bash -lc "$3"' in argv[2]
+    assert "\nU=someone\n" in argv[2]
+    assert 'runuser -u "$U" --' in argv[2]
 
 
 def test_modal_wait_returning_minus_one_is_a_timeout_and_kills_the_group(tmp_path):
@@ -184,8 +199,9 @@ def test_modal_wait_returning_minus_one_is_a_timeout_and_kills_the_group(tmp_pat
 
     alive, _ = asyncio.run(body())
     assert alive == "", f"processes {alive.split()} outlived the timeout"
-    (_, kill_options) = fake.sandboxes[0].exec_calls[1]
-    assert fake.sandboxes[0].exec_calls[1][0][3] == "rllm-kill"
+    (command_argv, _), (kill_argv, kill_options), *_ = fake.sandboxes[0].exec_calls
+    call_id = call_dir(command_argv[2]).rpartition("/")[2]
+    assert kill_argv == ("sh", "-c", kill_script(call_id))
     assert kill_options["timeout"] == 15
 
 
@@ -212,3 +228,17 @@ def test_missing_user_fails_creation_and_terminates(tmp_path):
     with pytest.raises(SandboxCreateError, match="cannot run as user 'rllm_no_such_user'"):
         asyncio.run(backend_over(fake).create(spec))
     assert fake.sandboxes[0].terminated is True
+
+
+def test_a_command_too_long_for_one_argument_runs_from_an_uploaded_script(tmp_path):
+    fake = FakeModal()
+    command = "echo " + "x" * 150_000 + " | wc -c"
+
+    async def body():
+        async with await backend_over(fake).create(SandboxSpec(workdir=str(tmp_path))) as sb:
+            return await sb.exec(command, timeout=30)
+
+    result = asyncio.run(body())
+    assert (result.exit_code, result.stdout.strip()) == (0, "150001")
+    ((argv, _),) = fake.sandboxes[0].exec_calls
+    assert re.fullmatch(rf"sh {re.escape(EXEC_ROOT)}/[a-z0-9]+\.sh; r=\$\?; rm -f .*", argv[2])

@@ -21,7 +21,6 @@ import shlex
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any, TypeVar
 
 from daytona import (
@@ -40,14 +39,17 @@ from rllm_core.errors import (
     SandboxTransientError,
 )
 from rllm_core.kit.remote_exec import (
-    EXEC_ROOT,
+    MAX_INLINE_SCRIPT,
     kill_script,
     launcher,
     parse_report,
+    run_script_file,
+    script_path,
     validate_user,
     wrap,
 )
-from rllm_core.kit.retry import Pacer, retry_async
+from rllm_core.kit.retry import Pacer
+from rllm_core.kit.sandboxes import ClosesOnExit, retry_transient
 from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_daytona.errors import Context, retry_after_s, translate
@@ -62,15 +64,9 @@ T = TypeVar("T")
 RUN_LABEL = "rllm-run"
 MANAGED_LABEL = "rllm-managed"
 
-# Linux refuses a single exec argument over 128 KiB; longer wrapped commands travel as a file.
-_MAX_INLINE_COMMAND = 100_000
 # Extra seconds the daemon's own timeout allows beyond ours, so that ours always fires first.
 _DAEMON_GRACE_S = 30
 _KILL_TIMEOUT_S = 30.0
-
-
-def _is_transient(error: BaseException) -> bool:
-    return isinstance(error, SandboxTransientError)
 
 
 def _gib(mib: int) -> int:
@@ -78,7 +74,7 @@ def _gib(mib: int) -> int:
     return max(1, math.ceil(mib / 1024))
 
 
-class DaytonaSandbox:
+class DaytonaSandbox(ClosesOnExit):
     """One Daytona sandbox. Output is merged: stderr arrives inside ``stdout``.
 
     ``is_alive()`` answers from what this object knows (closed, or a call found the sandbox
@@ -194,11 +190,11 @@ class DaytonaSandbox:
 
     async def _remote_command(self, script: str, call_id: str) -> str:
         remote = launcher(script)
-        if len(remote) <= _MAX_INLINE_COMMAND:
+        if len(remote) <= MAX_INLINE_SCRIPT:
             return remote
-        path = f"{EXEC_ROOT}/{call_id}.sh"
+        path = script_path(call_id)
         await self.write_file(path, script.encode("utf-8"))
-        return f"sh {path}; r=$?; rm -f {path}; exit $r"
+        return run_script_file(path)
 
     async def _run_direct(self, remote: str, call_id: str, command: str, timeout: float) -> str:
         daemon_timeout = math.ceil(timeout) + _DAEMON_GRACE_S
@@ -362,17 +358,6 @@ class DaytonaSandbox:
                     exc,
                 )
 
-    async def __aenter__(self) -> DaytonaSandbox:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
 
 class DaytonaBackend:
     """Creates :class:`DaytonaSandbox` es.
@@ -437,23 +422,9 @@ class DaytonaBackend:
                     raise
                 raise error from exc
 
-        retries = self.config.retries
-        try:
-            return await retry_async(
-                once,
-                self.config,
-                transient=_is_transient,
-                what=what,
-                hint=self._retry_after,
-                sleep=self._sleep,
-            )
-        except SandboxTransientError as exc:
-            if retries == 0:
-                raise
-            raise SandboxTransientError(
-                f"{exc} (gave up after {retries + 1} attempts; raise `retries` in the"
-                " [sandbox] config or try again later)"
-            ) from (exc.__cause__ or exc)
+        return await retry_transient(
+            once, self.config, what=what, hint=self._retry_after, sleep=self._sleep
+        )
 
     def _retry_after(self, error: BaseException) -> float | None:
         asked = retry_after_s(error.__cause__) if error.__cause__ is not None else None

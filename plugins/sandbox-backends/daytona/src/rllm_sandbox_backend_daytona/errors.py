@@ -13,18 +13,21 @@ anything else during ``create``                        ``SandboxCreateError``
 anything else                                          ``SandboxError``
 =====================================================  ==============================
 
-The SDK's exception is kept as ``__cause__`` by the caller (``raise translated from exc``).
+The common part is an :class:`rllm_core.kit.sandboxes.ErrorMap`; what depends on the call
+(a file call's not found, an exec's timeout, a creation that did not start in time) is decided
+here first. The SDK's exception is kept as ``__cause__`` by the caller (``raise translated
+from exc``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from daytona import (
     DaytonaAuthenticationError,
     DaytonaBadGatewayError,
     DaytonaConnectionError,
-    DaytonaError,
     DaytonaFileAccessDeniedError,
     DaytonaFileNotFoundError,
     DaytonaForbiddenError,
@@ -37,27 +40,34 @@ from daytona import (
     DaytonaSpotEvictedError,
     DaytonaTimeoutError,
 )
-from rllm_core.errors import (
-    SandboxAuthError,
-    SandboxCommandTimeout,
-    SandboxCreateError,
-    SandboxError,
-    SandboxFileNotFound,
-    SandboxGone,
-    SandboxTransientError,
-)
+from rllm_core.errors import SandboxCreateError, SandboxError, SandboxFileNotFound
+from rllm_core.kit.sandboxes import ErrorMap
 
 __all__ = ["Context", "retry_after_s", "translate"]
 
 Context = Literal["create", "exec", "file", "other"]
 
-_TRANSIENT = (
-    DaytonaRateLimitError,
-    DaytonaConnectionError,
-    DaytonaInternalServerError,
-    DaytonaBadGatewayError,
-    DaytonaServiceUnavailableError,
+ERRORS = ErrorMap(
+    service="daytona",
+    auth_hint="check DAYTONA_API_KEY (or api_key) and the organization's access",
+    create_hint="check the image, resources and quota",
+    auth=(DaytonaAuthenticationError, DaytonaForbiddenError),
+    file_not_found=(DaytonaFileNotFoundError,),
+    gone=(DaytonaNotFoundError, DaytonaGoneError, DaytonaSpotEvictedError),
+    transient=(
+        DaytonaRateLimitError,
+        DaytonaConnectionError,
+        DaytonaInternalServerError,
+        DaytonaBadGatewayError,
+        DaytonaServiceUnavailableError,
+        DaytonaTimeoutError,
+        ConnectionError,
+        TimeoutError,
+        OSError,
+    ),
 )
+# Only an exec's process timeout is the command's; elsewhere a timeout is the transport's.
+_EXEC_ERRORS = replace(ERRORS, command_timeout=(DaytonaProcessExecutionTimeoutError,))
 
 
 def translate(exc: BaseException, *, context: Context, what: str) -> SandboxError:
@@ -65,41 +75,19 @@ def translate(exc: BaseException, *, context: Context, what: str) -> SandboxErro
     call and its target). The caller raises it ``from exc``."""
     if isinstance(exc, SandboxError):
         return exc
-    detail = f"{what} failed: {type(exc).__name__}: {exc}"
-    if isinstance(exc, DaytonaError):
-        if isinstance(exc, DaytonaFileAccessDeniedError):
-            return SandboxError(f"{detail}; the sandbox user may not access that path")
-        if isinstance(exc, (DaytonaAuthenticationError, DaytonaForbiddenError)):
-            return SandboxAuthError(
-                f"{detail}; check DAYTONA_API_KEY (or api_key) and the organization's access"
-            )
-        if isinstance(exc, _TRANSIENT):
-            return SandboxTransientError(f"{detail}; retrying later may succeed")
-        if isinstance(exc, DaytonaFileNotFoundError):
-            return SandboxFileNotFound(f"{detail}; the path does not exist in the sandbox")
-        if isinstance(exc, DaytonaNotFoundError):
-            if context == "file" and "sandbox" not in str(exc).lower():
-                return SandboxFileNotFound(f"{detail}; the path does not exist in the sandbox")
-            return SandboxGone(f"{detail}; the sandbox no longer exists, create a new one")
-        if isinstance(exc, (DaytonaGoneError, DaytonaSpotEvictedError)):
-            return SandboxGone(f"{detail}; the sandbox no longer exists, create a new one")
-        if isinstance(exc, DaytonaProcessExecutionTimeoutError) and context == "exec":
-            return SandboxCommandTimeout(f"{detail}; raise the timeout or shorten the command")
-        if isinstance(exc, DaytonaTimeoutError):
-            if context == "create":
-                return SandboxCreateError(
-                    f"{detail}; the sandbox did not start in time, raise create_timeout_s or"
-                    " use a prebuilt snapshot"
-                )
-            return SandboxTransientError(f"{detail}; retrying later may succeed")
-        if context == "create":
-            return SandboxCreateError(f"{detail}; check the image, resources and quota")
-        return SandboxError(detail)
-    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
-        return SandboxTransientError(f"{detail}; retrying later may succeed")
-    if context == "create":
-        return SandboxCreateError(detail)
-    return SandboxError(detail)
+    detail = ERRORS.detail(exc, what)
+    if isinstance(exc, DaytonaFileAccessDeniedError):
+        return SandboxError(f"{detail}; the sandbox user may not access that path")
+    not_found = isinstance(exc, DaytonaNotFoundError) and "sandbox" not in str(exc).lower()
+    if context == "file" and not_found:
+        return SandboxFileNotFound(f"{detail}; the path does not exist in the sandbox")
+    if context == "create" and isinstance(exc, DaytonaTimeoutError):
+        return SandboxCreateError(
+            f"{detail}; the sandbox did not start in time, raise create_timeout_s or use a"
+            " prebuilt snapshot"
+        )
+    errors = _EXEC_ERRORS if context == "exec" else ERRORS
+    return errors.translate(exc, what, creating=context == "create")
 
 
 def retry_after_s(exc: BaseException) -> float | None:

@@ -11,6 +11,11 @@ in every command, after the login profile); ``labels`` plus the backend's ``rllm
 become the sandbox's tags. The image is ``spec.image`` from a registry, else the Dockerfile
 text built by Modal (without a build context, so its COPY and ADD steps cannot work), else
 the configured default. ``disk_mb`` has no Modal parameter and is ignored.
+
+Commands go through the shell protocol of :mod:`rllm_core.kit.remote_exec` with
+``login_bash``: Modal's ``exec`` runs the wrapper as ``sh -c SCRIPT``, the command itself runs
+under ``bash -l`` with its output capped in the sandbox, and a timed-out command's process
+group is killed by a second ``exec``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from rllm_core.errors import (
@@ -37,14 +41,21 @@ from rllm_core.errors import (
     SandboxError,
     SandboxFileNotFound,
     SandboxGone,
-    SandboxTransientError,
 )
-from rllm_core.kit.retry import Pacer, retry_async
+from rllm_core.kit.remote_exec import (
+    MAX_INLINE_SCRIPT,
+    kill_script,
+    parse_report,
+    run_script_file,
+    script_path,
+    wrap,
+)
+from rllm_core.kit.retry import Pacer
+from rllm_core.kit.sandboxes import ClosesOnExit, retry_transient
 from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_modal.errors import translate
 from rllm_sandbox_backend_modal.plugin import ModalConfig
-from rllm_sandbox_backend_modal.shell import command_script, exec_argv, kill_argv
 
 __all__ = ["RUN_TAG", "ModalBackend", "ModalSandbox"]
 
@@ -64,27 +75,14 @@ def _modal_module() -> Any:
     return modal
 
 
-class _Capture:
-    """Keeps the first ``limit`` bytes of a stream and reads and drops the rest, so the
-    command never blocks on a full pipe."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.kept = bytearray()
-        self.truncated = False
-
-    async def drain(self, stream: AsyncIterator[bytes | str]) -> None:
-        async for chunk in stream:
-            data = chunk.encode() if isinstance(chunk, str) else chunk
-            room = max(self.limit - len(self.kept), 0)
-            self.kept += data[:room]
-            self.truncated = self.truncated or len(data) > room
-
-    def text(self) -> str:
-        return self.kept.decode("utf-8", errors="replace")
+async def _read(stream: AsyncIterator[bytes | str]) -> bytes:
+    data = bytearray()
+    async for chunk in stream:
+        data += chunk.encode() if isinstance(chunk, str) else chunk
+    return bytes(data)
 
 
-class ModalSandbox:
+class ModalSandbox(ClosesOnExit):
     """One Modal sandbox. See :class:`rllm_core.ports.Sandbox` for the contract."""
 
     merges_output = False
@@ -139,12 +137,22 @@ class ModalSandbox:
         cwd: str | None = None,
     ) -> ExecResult:
         self._check_open("exec")
-        directory = self._path(cwd) if cwd else self.workdir
-        script = command_script(command, cwd=directory, env={**self.spec.env, **(env or {})})
-        exec_id = uuid.uuid4().hex
-        argv = exec_argv(script, exec_id=exec_id, user=user or self.spec.user)
         what = f"exec {command[:200]!r}"
+        call_id = uuid.uuid4().hex
+        try:
+            wrapped = wrap(
+                command,
+                call_id=call_id,
+                cwd=self._path(cwd) if cwd else self.workdir,
+                env={**self.spec.env, **(env or {})},
+                user=user or self.spec.user,
+                output_limit_bytes=self._config.output_limit_bytes,
+                login_bash=True,
+            )
+        except ValueError as exc:
+            raise SandboxError(f"cannot run {command[:200]!r}: {exc}") from exc
         started = time.monotonic()
+        argv = await self._argv(wrapped.script, call_id)
         # Modal's own deadline is a backstop one second past ours; when it fires first,
         # wait() returns -1 and the command is handled as timed out all the same.
         process = await self._sdk(
@@ -152,14 +160,10 @@ class ModalSandbox:
             lambda: self.handle.exec.aio(*argv, timeout=math.ceil(timeout) + 1, text=False),
             retry=False,
         )
-        out = _Capture(self._config.output_limit_bytes)
-        err = _Capture(self._config.output_limit_bytes)
         waiter = asyncio.ensure_future(process.wait.aio())
-        tasks = {
-            waiter,
-            asyncio.ensure_future(out.drain(process.stdout)),
-            asyncio.ensure_future(err.drain(process.stderr)),
-        }
+        out = asyncio.ensure_future(_read(process.stdout))
+        err = asyncio.ensure_future(_read(process.stderr))
+        tasks = {waiter, out, err}
         try:
             done, pending = await asyncio.wait(tasks, timeout=timeout)
         finally:
@@ -170,9 +174,8 @@ class ModalSandbox:
             exc = task.exception()
             if exc is not None:
                 raise translate(exc, f"{what} in modal sandbox {self.sandbox_id}") from exc
-        code = waiter.result() if waiter in done else None
-        if pending or code == -1:
-            await self._kill(exec_id, what)
+        if pending or waiter.result() == -1:
+            await self._kill(call_id, what)
             raise SandboxCommandTimeout(
                 f"{what} ran past its {timeout:g} s timeout in modal sandbox {self.sandbox_id}"
                 " and its process group was killed; raise the timeout or make the command"
@@ -180,21 +183,40 @@ class ModalSandbox:
                 command=command,
                 timeout_s=timeout,
             )
-        assert code is not None
+        report = parse_report(out.result().decode("utf-8", errors="replace"), wrapped.marker)
+        if report is None:
+            raise SandboxError(
+                f"{what} in modal sandbox {self.sandbox_id} printed no exit report (exit"
+                f" {waiter.result()}); the image needs bash, sh, base64, head and setsid."
+                f" Error output: {err.result()[-500:].decode(errors='replace')!r}"
+            )
         return ExecResult(
-            exit_code=code,
-            stdout=out.text(),
-            stderr=err.text(),
-            truncated=out.truncated or err.truncated,
+            exit_code=report.exit_code,
+            stdout=report.stdout.decode("utf-8", errors="replace"),
+            stderr=report.stderr.decode("utf-8", errors="replace"),
+            truncated=report.truncated,
             duration_s=time.monotonic() - started,
         )
 
-    async def _kill(self, exec_id: str, what: str) -> None:
+    async def _argv(self, script: str, call_id: str) -> tuple[str, ...]:
+        """The exec arguments that run ``script``; one too long for a single argument is
+        uploaded and run from its file."""
+        if len(script) <= MAX_INLINE_SCRIPT:
+            return ("sh", "-c", script)
+        path = script_path(call_id)
+        await self.write_file(path, script.encode("utf-8"))
+        return ("sh", "-c", run_script_file(path))
+
+    async def _kill(self, call_id: str, what: str) -> None:
         """Kill the process group of a timed-out command; a failure here is logged, since the
         timeout is what the caller must hear about."""
         try:
             process = await self.handle.exec.aio(
-                *kill_argv(exec_id), timeout=math.ceil(self._config.kill_timeout_s), text=False
+                "sh",
+                "-c",
+                kill_script(call_id),
+                timeout=math.ceil(self._config.kill_timeout_s),
+                text=False,
             )
             await asyncio.wait_for(process.wait.aio(), self._config.kill_timeout_s)
         except Exception as exc:
@@ -276,26 +298,11 @@ class ModalSandbox:
                 exc,
             )
 
-    async def __aenter__(self) -> ModalSandbox:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
 
 def _is_not_a_directory(exc: BaseException | None) -> bool:
     from modal.exception import SandboxFilesystemNotADirectoryError
 
     return isinstance(exc, SandboxFilesystemNotADirectoryError)
-
-
-def _is_transient(error: BaseException) -> bool:
-    return isinstance(error, SandboxTransientError)
 
 
 class ModalBackend:
@@ -331,18 +338,7 @@ class ModalBackend:
         ``SandboxTransientError`` up to ``retries`` times. When they run out, the last one is
         raised with the attempt count and what to do added, its SDK error as ``__cause__``;
         any other error is raised at once."""
-        retries = self.config.retries
-        try:
-            return await retry_async(
-                call, self.config, transient=_is_transient, what=what, sleep=self._sleep
-            )
-        except SandboxTransientError as exc:
-            if retries == 0:
-                raise
-            raise SandboxTransientError(
-                f"{exc} (gave up after {retries + 1} attempts; raise `retries` in the"
-                " [sandbox] config or try again later)"
-            ) from (exc.__cause__ or exc)
+        return await retry_transient(call, self.config, what=what, sleep=self._sleep)
 
     async def app(self) -> Any:
         """The hydrated Modal app, looked up (and created when missing) once."""

@@ -1,0 +1,138 @@
+"""What every sandbox backend does alike, whatever service runs its sandboxes.
+
+- :class:`ClosesOnExit`: ``async with sandbox:`` closes the sandbox however the block ends;
+  every sandbox class inherits it next to its own ``close``.
+- :class:`ErrorMap`: which of a service SDK's exceptions become which rllm-core sandbox error
+  (auth, file not found, gone, command timeout, transient; anything else a create error while
+  creating, a plain ``SandboxError`` otherwise), each message naming the call, the SDK's
+  exception and what to do.
+- :func:`retry_transient`: :func:`rllm_core.kit.retry.retry_async` over calls that raise
+  rllm-core sandbox errors, retrying ``SandboxTransientError`` and saying, when the retries
+  run out, after how many attempts and what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol, Self, TypeVar
+
+from rllm_core.errors import (
+    SandboxAuthError,
+    SandboxCommandTimeout,
+    SandboxCreateError,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxGone,
+    SandboxTransientError,
+)
+from rllm_core.kit.retry import Hint, RetrySettings, retry_async
+
+__all__ = ["ClosesOnExit", "ErrorMap", "retry_transient"]
+
+T = TypeVar("T")
+Exceptions = tuple[type[BaseException], ...]
+
+
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+class ClosesOnExit:
+    """``async with`` support for a class with an async ``close``: entering gives the object,
+    leaving closes it."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self: _Closable,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMap:
+    """How the SDK of ``service`` fails, in the rllm-core sandbox error taxonomy.
+
+    Each tuple holds SDK (or builtin) exception classes; the first of ``auth``,
+    ``file_not_found``, ``gone``, ``command_timeout`` and ``transient`` that holds the
+    exception's class decides the error. ``auth_hint`` says where the credentials come from,
+    ``create_hint`` what to check when a creation fails otherwise.
+    """
+
+    service: str
+    auth_hint: str
+    create_hint: str
+    auth: Exceptions = ()
+    file_not_found: Exceptions = ()
+    gone: Exceptions = ()
+    command_timeout: Exceptions = ()
+    transient: Exceptions = ()
+
+    def detail(self, exc: BaseException, what: str) -> str:
+        """The start of every message: the call (``what``) and the SDK's exception."""
+        return f"{what}: {self.service} raised {type(exc).__name__}: {exc}"
+
+    def translate(self, exc: BaseException, what: str, *, creating: bool = False) -> SandboxError:
+        """The rllm-core error for ``exc``, raised by the SDK during ``what`` (the operation
+        and its target, such as ``"read_file /app/x"``); the caller raises it ``from exc``.
+        An rllm-core error comes back as it is."""
+        if isinstance(exc, SandboxError):
+            return exc
+        detail = self.detail(exc, what)
+        rules: tuple[tuple[Exceptions, type[SandboxError], str], ...] = (
+            (self.auth, SandboxAuthError, self.auth_hint),
+            (self.file_not_found, SandboxFileNotFound, "the path does not exist in the sandbox"),
+            (
+                self.gone,
+                SandboxGone,
+                "the sandbox was terminated or its lifetime ran out; create a new one",
+            ),
+            (
+                self.command_timeout,
+                SandboxCommandTimeout,
+                "raise the timeout or shorten the command",
+            ),
+            (self.transient, SandboxTransientError, "the call may succeed when retried"),
+        )
+        for classes, error, hint in rules:
+            if isinstance(exc, classes):
+                return error(f"{detail}; {hint}")
+        if creating:
+            return SandboxCreateError(f"{detail}; {self.create_hint}")
+        return SandboxError(detail)
+
+
+def _is_transient(error: BaseException) -> bool:
+    return isinstance(error, SandboxTransientError)
+
+
+async def retry_transient(
+    call: Callable[[], Awaitable[T]],
+    settings: RetrySettings,
+    *,
+    what: str,
+    hint: Hint | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Await ``call()`` (which raises rllm-core sandbox errors), retrying a
+    ``SandboxTransientError`` up to ``settings.retries`` times. When they run out, the last
+    one is raised with the attempt count and what to do added, its SDK error as
+    ``__cause__``; any other error is raised at once."""
+    try:
+        return await retry_async(
+            call, settings, transient=_is_transient, what=what, hint=hint, sleep=sleep
+        )
+    except SandboxTransientError as exc:
+        if settings.retries == 0:
+            raise
+        raise SandboxTransientError(
+            f"{exc} (gave up after {settings.retries + 1} attempts; raise `retries` in the"
+            " [sandbox] config or try again later)"
+        ) from (exc.__cause__ or exc)

@@ -1,0 +1,142 @@
+"""The sandbox kit: closing on ``async with`` exit, the SDK error map and transient retries."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from rllm_core.errors import (
+    SandboxAuthError,
+    SandboxCommandTimeout,
+    SandboxCreateError,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxGone,
+    SandboxTransientError,
+)
+from rllm_core.kit.retry import RetrySettings
+from rllm_core.kit.sandboxes import ClosesOnExit, ErrorMap, retry_transient
+
+
+class Closable(ClosesOnExit):
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def close(self) -> None:
+        self.closed += 1
+
+
+def test_async_with_gives_the_object_and_closes_it_even_on_error():
+    async def body() -> Closable:
+        thing = Closable()
+        with pytest.raises(RuntimeError):
+            async with thing as entered:
+                assert entered is thing
+                raise RuntimeError("boom")
+        return thing
+
+    assert asyncio.run(body()).closed == 1
+
+
+class AuthFailed(Exception):
+    pass
+
+
+class Missing(Exception):
+    pass
+
+
+class FileMissing(Missing):
+    pass
+
+
+class Deadline(Exception):
+    pass
+
+
+ERRORS = ErrorMap(
+    service="svc",
+    auth_hint="set SVC_TOKEN",
+    create_hint="check the image",
+    auth=(AuthFailed,),
+    file_not_found=(FileMissing,),
+    gone=(Missing,),
+    command_timeout=(Deadline,),
+    transient=(ConnectionError, OSError),
+)
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (AuthFailed("401"), SandboxAuthError),
+        (FileMissing("/x"), SandboxFileNotFound),
+        (Missing("sandbox"), SandboxGone),
+        (Deadline("late"), SandboxCommandTimeout),
+        (ConnectionResetError("reset"), SandboxTransientError),
+        (ValueError("odd"), SandboxError),
+    ],
+)
+def test_the_first_matching_class_decides_the_error(exc, expected):
+    error = ERRORS.translate(exc, "read_file /x")
+    assert type(error) is expected
+    assert str(error).startswith(f"read_file /x: svc raised {type(exc).__name__}: {exc}")
+
+
+def test_auth_and_create_hints_and_errors_passed_through():
+    assert str(ERRORS.translate(AuthFailed("no"), "create")).endswith("; set SVC_TOKEN")
+    created = ERRORS.translate(ValueError("cpu"), "create", creating=True)
+    assert type(created) is SandboxCreateError and str(created).endswith("; check the image")
+    assert type(ERRORS.translate(Missing("x"), "create", creating=True)) is SandboxGone
+    ours = SandboxGone("already ours")
+    assert ERRORS.translate(ours, "anything") is ours
+
+
+def settings(retries: int) -> RetrySettings:
+    return RetrySettings(retries=retries, retry_backoff_s=0.0, retry_backoff_max_s=0.0)
+
+
+async def no_sleep(seconds: float) -> None:
+    return None
+
+
+def test_transient_errors_are_retried_until_the_call_succeeds():
+    attempts = []
+
+    async def call() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise SandboxTransientError("flaky")
+        return "ok"
+
+    result = asyncio.run(retry_transient(call, settings(3), what="x", sleep=no_sleep))
+    assert result == "ok" and len(attempts) == 3
+
+
+def test_spent_retries_say_how_many_attempts_and_keep_the_cause():
+    cause = ConnectionResetError("peer")
+
+    async def call() -> None:
+        try:
+            raise cause
+        except OSError as exc:
+            raise SandboxTransientError("lost") from exc
+
+    with pytest.raises(SandboxTransientError, match="gave up after 3 attempts") as caught:
+        asyncio.run(retry_transient(call, settings(2), what="x", sleep=no_sleep))
+    assert caught.value.__cause__ is cause
+    with pytest.raises(SandboxTransientError) as once:
+        asyncio.run(retry_transient(call, settings(0), what="x", sleep=no_sleep))
+    assert str(once.value) == "lost"
+
+
+def test_other_errors_are_raised_at_once():
+    attempts = []
+
+    async def call() -> None:
+        attempts.append(1)
+        raise SandboxGone("gone")
+
+    with pytest.raises(SandboxGone):
+        asyncio.run(retry_transient(call, settings(3), what="x", sleep=no_sleep))
+    assert len(attempts) == 1
