@@ -18,7 +18,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from types import TracebackType
 
 from rllm_core.errors import (
     SandboxCommandTimeout,
@@ -27,6 +26,7 @@ from rllm_core.errors import (
     SandboxFileNotFound,
     SandboxGone,
 )
+from rllm_core.kit.sandboxes import ClosesOnExit
 from rllm_core.types import ExecResult, FileInfo, SandboxSpec
 
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -86,7 +86,7 @@ def _list(path: str) -> list[FileInfo]:
     return sorted(infos, key=lambda i: i.path)
 
 
-class SubprocessSandbox:
+class SubprocessSandbox(ClosesOnExit):
     """One working directory and the process groups started in it."""
 
     merges_output = False
@@ -236,17 +236,6 @@ class SubprocessSandbox:
                 os.killpg(pgid, signal.SIGKILL)
         self._groups.clear()
         self._backend.forget(self)
-
-    async def __aenter__(self) -> SubprocessSandbox:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 class SubprocessBackend:

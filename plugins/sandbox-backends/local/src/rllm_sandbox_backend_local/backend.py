@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from rllm_core.errors import SandboxCreateError
 from rllm_core.types import NetworkPolicy, SandboxSpec
@@ -169,14 +169,20 @@ class LocalBackend:
         self._sandboxes.append(sandbox)
         return sandbox
 
-    def _limits(self, spec: SandboxSpec) -> tuple[int | None, int | None]:
-        if not self.config.rlimits:
-            return None, None
-        return spec.memory_mb * (1 << 20), spec.disk_mb * (1 << 20)
-
-    @staticmethod
-    def _shell() -> str:
-        return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
+    def _sandbox(self, spec: SandboxSpec, user: User, **isolation: Any) -> LocalSandbox:
+        """The sandbox for ``spec``: the settings both isolation modes share, plus
+        ``isolation`` (the mode, paths, env and, under bubblewrap, its holder process)."""
+        rlimits = self.config.rlimits
+        return LocalSandbox(
+            user=user,
+            output_limit_bytes=self.config.output_limit_bytes,
+            memory_bytes=spec.memory_mb * (1 << 20) if rlimits else None,
+            file_bytes=spec.disk_mb * (1 << 20) if rlimits else None,
+            lifetime_s=spec.lifetime_s,
+            shell="/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh",
+            on_close=self._forget,
+            **isolation,
+        )
 
     def _create_plain(self, spec: SandboxSpec, user: User, private: str) -> LocalSandbox:
         if user.uid != os.geteuid() and os.geteuid() != 0:
@@ -193,25 +199,19 @@ class LocalBackend:
                 f"cannot create workdir {workdir} on this machine: {exc}; without bubblewrap"
                 f" the workdir is a real directory here, so choose a writable path or {_INSTALL}"
             ) from exc
-        memory, files = self._limits(spec)
         env = {
             "PATH": os.environ.get("PATH", _PATH),
             "HOME": workdir,
             "LANG": "C.UTF-8",
             **spec.env,
         }
-        return LocalSandbox(
+        return self._sandbox(
+            spec,
+            user,
             isolation="none",
             paths=PathMap(root=private, workdir=workdir, isolated=False),
             private_root=private,
             env=env,
-            user=user,
-            output_limit_bytes=self.config.output_limit_bytes,
-            memory_bytes=memory,
-            file_bytes=files,
-            lifetime_s=spec.lifetime_s,
-            shell=self._shell(),
-            on_close=self._forget,
         )
 
     async def _create_bwrap(self, spec: SandboxSpec, user: User, private: str) -> LocalSandbox:
@@ -310,24 +310,17 @@ class LocalBackend:
                 "bubblewrap could not start the sandbox: "
                 + (detail or failure or f"exit code {holder.returncode}")
             )
-        env = {"PATH": _PATH, "LANG": "C.UTF-8", **spec.env}
-        memory, files = self._limits(spec)
-        return LocalSandbox(
+        return self._sandbox(
+            spec,
+            user,
             isolation="bwrap",
             paths=paths,
             private_root=private,
-            env=env,
-            user=user,
-            output_limit_bytes=self.config.output_limit_bytes,
-            memory_bytes=memory,
-            file_bytes=files,
-            lifetime_s=spec.lifetime_s,
+            env={"PATH": _PATH, "LANG": "C.UTF-8", **spec.env},
             holder=holder,
             holder_pid=pid,
             user_namespace=user_namespace,
             network=spec.network == NetworkPolicy.FULL,
-            shell=self._shell(),
-            on_close=self._forget,
         )
 
     # ---------------------------------------------------------------- close

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Literal
 
 from rllm_core.errors import (
@@ -27,6 +26,7 @@ from rllm_core.errors import (
     SandboxFileNotFound,
     SandboxGone,
 )
+from rllm_core.kit.sandboxes import ClosesOnExit
 from rllm_core.types import ExecResult, FileInfo
 
 from rllm_sandbox_backend_local.bwrap import exec_argv, stop_holder
@@ -75,7 +75,7 @@ def _list(host: str, spath: str) -> list[FileInfo]:
     return sorted(infos, key=lambda info: info.path)
 
 
-class LocalSandbox:
+class LocalSandbox(ClosesOnExit):
     """A sandbox on this machine; create it with :class:`~rllm_sandbox_backend_local.LocalBackend`.
 
     ``isolation`` is ``"bwrap"`` (own namespaces over a private root) or ``"none"`` (plain
@@ -365,14 +365,3 @@ class LocalSandbox:
         await asyncio.to_thread(self._remove_root)
         if self._on_close is not None:
             self._on_close(self)
-
-    async def __aenter__(self) -> LocalSandbox:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
