@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from rllm_core.errors import SandboxError
 from rllm_core.kit.remote_exec import (
     kill_script,
     launcher,
@@ -204,11 +205,11 @@ def test_a_kill_before_the_start_keeps_the_command_from_running(tmp_path):
 
 
 def test_bad_input_is_refused_and_a_missing_report_is_none(tmp_path):
-    with pytest.raises(ValueError, match="NUL"):
+    with pytest.raises(SandboxError, match="NUL"):
         wrap("a\0b", call_id="c1", cwd="/", env={}, user=None, output_limit_bytes=1)
-    with pytest.raises(ValueError, match="'1X'"):
+    with pytest.raises(SandboxError, match=r"cannot run 'true': .*'1X'"):
         wrap("true", call_id="c1", cwd="/", env={"1X": ""}, user=None, output_limit_bytes=1)
-    with pytest.raises(ValueError, match="'bad user'"):
+    with pytest.raises(SandboxError, match="'bad user'"):
         wrap("true", call_id="c1", cwd="/", env={}, user="bad user", output_limit_bytes=1)
     with pytest.raises(ValueError, match="call id 'Up'"):
         kill_script("Up")

@@ -40,6 +40,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rllm_core.errors import SandboxError
+from rllm_core.types import ExecResult
+
 __all__ = [
     "EXEC_ROOT",
     "MAX_INLINE_SCRIPT",
@@ -107,6 +110,16 @@ class Report:
     stderr: bytes
     truncated: bool
 
+    def exec_result(self, duration_s: float) -> ExecResult:
+        """The sandbox contract's result: the streams decoded (invalid UTF-8 as U+FFFD)."""
+        return ExecResult(
+            exit_code=self.exit_code,
+            stdout=self.stdout.decode("utf-8", errors="replace"),
+            stderr=self.stderr.decode("utf-8", errors="replace"),
+            truncated=self.truncated,
+            duration_s=duration_s,
+        )
+
 
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode("utf-8")).decode("ascii")
@@ -129,17 +142,20 @@ def wrap(
     ``call_id`` (lowercase letters and digits) names the call for :func:`kill_script`;
     ``env`` is exported before the command runs (after any user switch, so it survives
     ``su``); ``merge_output`` sends stderr into stdout, in order; ``login_bash`` runs the
-    command with ``bash -l`` (the image then needs bash). Raises ValueError for a NUL in the
-    command, an invalid env name, user or call id.
+    command with ``bash -l`` (the image then needs bash). Raises SandboxError, naming the
+    command, for a NUL in the command or ``cwd`` and for an invalid env name, user or call id.
     """
-    if "\0" in command:
-        raise ValueError("the command contains a NUL byte, which no shell can run; remove it")
-    if "\0" in cwd:
-        raise ValueError(f"working directory {cwd!r} contains a NUL byte; remove it")
-    _check_call_id(call_id)
-    validate_env(env)
-    if user is not None:
-        validate_user(user)
+    try:
+        if "\0" in command:
+            raise ValueError("the command contains a NUL byte, which no shell can run; remove it")
+        if "\0" in cwd:
+            raise ValueError(f"working directory {cwd!r} contains a NUL byte; remove it")
+        _check_call_id(call_id)
+        validate_env(env)
+        if user is not None:
+            validate_user(user)
+    except ValueError as exc:
+        raise SandboxError(f"cannot run {command[:200]!r}: {exc}") from exc
     directory = f"{root}/{call_id}"
     marker = f"@@rllm-{call_id}@@"
     exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())

@@ -156,18 +156,15 @@ class DaytonaSandbox(ClosesOnExit):
             raise SandboxError(f"exec timeout must be positive, got {timeout!r}")
         config = self._backend.config
         call_id = uuid.uuid4().hex
-        try:
-            wrapped = wrap(
-                command,
-                call_id=call_id,
-                cwd=self._path(cwd) if cwd else self.workdir,
-                env={**self.spec.env, **(env or {})},
-                user=user,
-                output_limit_bytes=config.output_limit_bytes,
-                merge_output=True,
-            )
-        except ValueError as exc:
-            raise SandboxError(f"cannot run {command[:200]!r}: {exc}") from exc
+        wrapped = wrap(
+            command,
+            call_id=call_id,
+            cwd=self._path(cwd) if cwd else self.workdir,
+            env={**self.spec.env, **(env or {})},
+            user=user,
+            output_limit_bytes=config.output_limit_bytes,
+            merge_output=True,
+        )
         started = time.monotonic()
         remote = await self._remote_command(wrapped.script, call_id)
         if timeout > config.session_threshold_s:
@@ -180,13 +177,7 @@ class DaytonaSandbox(ClosesOnExit):
                 f"{command[:200]!r} in Daytona sandbox {self.id} printed no exit report;"
                 f" the image needs sh, base64, head and setsid. Output: {text[-500:]!r}"
             )
-        return ExecResult(
-            exit_code=report.exit_code,
-            stdout=report.stdout.decode("utf-8", errors="replace"),
-            stderr="",
-            truncated=report.truncated,
-            duration_s=time.monotonic() - started,
-        )
+        return report.exec_result(time.monotonic() - started)
 
     async def _remote_command(self, script: str, call_id: str) -> str:
         remote = launcher(script)

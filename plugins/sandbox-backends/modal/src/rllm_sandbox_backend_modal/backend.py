@@ -139,18 +139,15 @@ class ModalSandbox(ClosesOnExit):
         self._check_open("exec")
         what = f"exec {command[:200]!r}"
         call_id = uuid.uuid4().hex
-        try:
-            wrapped = wrap(
-                command,
-                call_id=call_id,
-                cwd=self._path(cwd) if cwd else self.workdir,
-                env={**self.spec.env, **(env or {})},
-                user=user or self.spec.user,
-                output_limit_bytes=self._config.output_limit_bytes,
-                login_bash=True,
-            )
-        except ValueError as exc:
-            raise SandboxError(f"cannot run {command[:200]!r}: {exc}") from exc
+        wrapped = wrap(
+            command,
+            call_id=call_id,
+            cwd=self._path(cwd) if cwd else self.workdir,
+            env={**self.spec.env, **(env or {})},
+            user=user or self.spec.user,
+            output_limit_bytes=self._config.output_limit_bytes,
+            login_bash=True,
+        )
         started = time.monotonic()
         argv = await self._argv(wrapped.script, call_id)
         # Modal's own deadline is a backstop one second past ours; when it fires first,
@@ -190,13 +187,7 @@ class ModalSandbox(ClosesOnExit):
                 f" {waiter.result()}); the image needs bash, sh, base64, head and setsid."
                 f" Error output: {err.result()[-500:].decode(errors='replace')!r}"
             )
-        return ExecResult(
-            exit_code=report.exit_code,
-            stdout=report.stdout.decode("utf-8", errors="replace"),
-            stderr=report.stderr.decode("utf-8", errors="replace"),
-            truncated=report.truncated,
-            duration_s=time.monotonic() - started,
-        )
+        return report.exec_result(time.monotonic() - started)
 
     async def _argv(self, script: str, call_id: str) -> tuple[str, ...]:
         """The exec arguments that run ``script``; one too long for a single argument is
