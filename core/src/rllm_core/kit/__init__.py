@@ -1,9 +1,19 @@
 """Code several plugins share, so that no plugin imports another.
 
-:mod:`.toolcalls` (the ``<tool_call>`` text format of ChatML-family templates), :mod:`.chat`
-(one chat call to an episode's endpoint with its failures typed; needs ``openai``, which
-``rllm-core[chat]`` installs), :mod:`.retry` (bounded retries with jittered exponential
-backoff, and pacing), :mod:`.dockerfile` (reading a Dockerfile so that a sandbox booting its
-base image can replay it) and :mod:`.sizes` (size strings such as ``"4G"`` in MiB). The
-core's own modules never import this package; plugins do.
+- Renderers: :mod:`.toolcalls` (the ``<tool_call>`` text format of ChatML-family templates).
+- Harnesses: :mod:`.chat` (one chat call to an episode's endpoint with its failures typed;
+  needs ``openai``, which ``rllm-core[chat]`` installs) and :mod:`.templates` (prompt and
+  command templates checked against the placeholders a key allows).
+- Anything that calls a remote service: :mod:`.retry` (the retry keys, bounded retries with
+  jittered exponential backoff, and pacing).
+- Managed trainer backends: :mod:`.managed` (service calls retried and counted, the transient
+  status test, their settings) and :mod:`.trainer_config` (the AdamW keys every trainer
+  backend takes).
+- Sandbox backends: :mod:`.sandboxes` (closing on ``async with`` exit, the SDK-error map, the
+  retry wrapper that says how many attempts were made) and :mod:`.remote_exec` (the shell
+  protocol that runs one command in a remote sandbox).
+- Sandboxes and task sources: :mod:`.dockerfile` (reading a Dockerfile so that a sandbox booting
+  its base image can replay it) and :mod:`.sizes` (size strings such as ``"4G"`` in MiB).
+
+The core's own modules never import this package; plugins do.
 """
