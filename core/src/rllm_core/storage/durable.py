@@ -4,8 +4,10 @@ directories that name them, and atomic replacement of small files."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 try:
@@ -17,6 +19,7 @@ from rllm_core.errors import StorageError
 
 __all__ = [
     "acquire_directory_lock",
+    "append_durably",
     "fsync_directory",
     "make_directories",
     "replace_file",
@@ -25,6 +28,8 @@ __all__ = [
 ]
 
 LOCK_NAME = "lock"
+
+log = logging.getLogger(__name__)
 
 
 def acquire_directory_lock(path: Path, what: str) -> int:
@@ -49,6 +54,31 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def append_durably(
+    fd: int, data: bytes, *, end: int, fsync: bool, what: str, on_lost_tail: Callable[[], None]
+) -> None:
+    """Append ``data`` to the file whose end is at ``end`` and, with ``fsync``, to stable storage.
+
+    On an ``OSError`` the file is cut back to ``end``, so that the next append does not follow a
+    torn write, and a :class:`StorageError` saying ``what`` failed is raised; when even the cut
+    fails, ``on_lost_tail()`` is called (close the file: opening it again cuts the tail).
+    """
+    try:
+        write_all(fd, data)
+        if fsync:
+            sync_file(fd)
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, end)
+        except OSError:
+            log.exception("could not cut a failed append: %s", what)
+            on_lost_tail()
+        raise StorageError(
+            f"{what} failed: {exc}; nothing was stored, free disk space or fix the directory and"
+            " retry"
+        ) from exc
 
 
 def sync_file(fd: int) -> None:

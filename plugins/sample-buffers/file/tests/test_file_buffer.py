@@ -10,9 +10,9 @@ import zlib
 import msgspec
 import pytest
 from rllm_core.errors import StorageError
+from rllm_core.storage import durable
 from rllm_core.storage.framing import CorruptLogError
 from rllm_core.testing.suites.storage import SampleBufferConformance, make_samples
-from rllm_sample_buffer_file import buffer as buffer_module
 from rllm_sample_buffer_file.buffer import MAGIC, FileSampleBuffer
 
 FACTORY_SOURCE = """
@@ -205,7 +205,7 @@ def test_failed_append_leaves_no_partial_frame(tmp_path, monkeypatch):
         os.write(fd, bytes(data)[: len(data) // 2])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(buffer_module, "write_all", disk_full)
+    monkeypatch.setattr(durable, "write_all", disk_full)
     with pytest.raises(StorageError, match="nothing was stored"):
         buffer.append(make_samples(3, seed=2))
     monkeypatch.undo()

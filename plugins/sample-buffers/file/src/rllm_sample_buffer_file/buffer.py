@@ -35,10 +35,10 @@ import msgspec
 from rllm_core.errors import StorageError
 from rllm_core.storage.durable import (
     acquire_directory_lock,
+    append_durably,
     fsync_directory,
     make_directories,
     replace_file,
-    sync_file,
     write_all,
 )
 from rllm_core.storage.framing import FrameReader, encode_frame
@@ -223,30 +223,19 @@ class FileSampleBuffer:
                 _Batch(first_sequence=first, versions=versions, samples=stored)
             )
             frame = encode_frame(payload)
-            try:
-                write_all(fd, frame)
-                if self.fsync:
-                    sync_file(fd)
-            except OSError as exc:
-                self._undo_partial_append(fd)
-                raise StorageError(
-                    f"appending {len(stored)} samples to {self.path / LOG_NAME} failed: {exc};"
-                    " nothing was stored, free disk space or fix the directory and retry"
-                ) from exc
+            append_durably(
+                fd,
+                frame,
+                end=self._end,
+                fsync=self.fsync,
+                what=f"appending {len(stored)} samples to {self.path / LOG_NAME}",
+                on_lost_tail=self._close_files,
+            )
             offset = self._end + len(frame) - len(payload)
             self._frames.append(_Frame(first, tuple(versions), offset, len(payload)))
             self._end += len(frame)
             self._next_sequence += len(stored)
             return stored
-
-    def _undo_partial_append(self, fd: int) -> None:
-        """Cut what a failed append left, so that the next append does not follow a torn
-        frame; when even that fails, close the buffer (opening it again cuts the tail)."""
-        try:
-            os.ftruncate(fd, self._end)
-        except OSError:
-            log.exception("could not cut a failed append from %s", self.path / LOG_NAME)
-            self._close_files()
 
     def select(self, max_samples: int, min_weight_version: int = 0) -> SampleBatch:
         """The oldest unconsumed samples, skipping stale ones; consumes nothing."""

@@ -33,8 +33,8 @@ from typing import NamedTuple
 from rllm_core.errors import StorageError
 from rllm_core.storage.durable import (
     acquire_directory_lock,
+    append_durably,
     fsync_directory,
-    sync_file,
     write_all,
 )
 from rllm_core.storage.framing import FRAME_HEADER, CorruptLogError, FrameReader, encode_frame
@@ -213,28 +213,17 @@ class SegmentLog:
         with ``fsync``, the disk) when this returns."""
         fd = self.require_writable()
         frame = encode_frame(payload)
-        try:
-            write_all(fd, frame)
-            if self.fsync:
-                sync_file(fd)
-        except OSError as exc:
-            self._undo_partial_append(fd)
-            raise StorageError(
-                f"appending a trace to {self.path / _segment_name(self._active)} failed: {exc};"
-                " nothing was stored, free disk space or fix the directory and retry"
-            ) from exc
+        append_durably(
+            fd,
+            frame,
+            end=self._active_size,
+            fsync=self.fsync,
+            what=f"appending a trace to {self.path / _segment_name(self._active)}",
+            on_lost_tail=self.close,
+        )
         location = Location(self._active, self._active_size + FRAME_HEADER.size, len(payload))
         self._active_size += len(frame)
         return location
-
-    def _undo_partial_append(self, fd: int) -> None:
-        """Cut what a failed append left, so the next frame does not follow a torn one; when
-        even that fails, close the log (opening it again cuts the tail)."""
-        try:
-            os.ftruncate(fd, self._active_size)
-        except OSError:
-            log.exception("could not cut a failed append from %s", self.path)
-            self.close()
 
     def read(self, location: Location) -> bytes:
         """The payload at ``location``, checked against its checksum."""
