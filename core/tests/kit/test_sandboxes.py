@@ -5,15 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from rllm_core.errors import (
-    SandboxAuthError,
-    SandboxCommandTimeout,
-    SandboxCreateError,
-    SandboxError,
-    SandboxFileNotFound,
-    SandboxGone,
-    SandboxTransientError,
-)
+from rllm_core import errors
 from rllm_core.kit.retry import RetrySettings
 from rllm_core.kit.sandboxes import ClosesOnExit, ErrorMap, retry_transient
 
@@ -69,12 +61,12 @@ ERRORS = ErrorMap(
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
-        (AuthFailed("401"), SandboxAuthError),
-        (FileMissing("/x"), SandboxFileNotFound),
-        (Missing("sandbox"), SandboxGone),
-        (Deadline("late"), SandboxCommandTimeout),
-        (ConnectionResetError("reset"), SandboxTransientError),
-        (ValueError("odd"), SandboxError),
+        (AuthFailed("401"), errors.SandboxAuthError),
+        (FileMissing("/x"), errors.SandboxFileNotFound),
+        (Missing("sandbox"), errors.SandboxGone),
+        (Deadline("late"), errors.SandboxCommandTimeout),
+        (ConnectionResetError("reset"), errors.SandboxTransientError),
+        (ValueError("odd"), errors.SandboxError),
     ],
 )
 def test_the_first_matching_class_decides_the_error(exc, expected):
@@ -86,9 +78,9 @@ def test_the_first_matching_class_decides_the_error(exc, expected):
 def test_auth_and_create_hints_and_errors_passed_through():
     assert str(ERRORS.translate(AuthFailed("no"), "create")).endswith("; set SVC_TOKEN")
     created = ERRORS.translate(ValueError("cpu"), "create", creating=True)
-    assert type(created) is SandboxCreateError and str(created).endswith("; check the image")
-    assert type(ERRORS.translate(Missing("x"), "create", creating=True)) is SandboxGone
-    ours = SandboxGone("already ours")
+    assert type(created) is errors.SandboxCreateError and str(created).endswith("; check the image")
+    assert type(ERRORS.translate(Missing("x"), "create", creating=True)) is errors.SandboxGone
+    ours = errors.SandboxGone("already ours")
     assert ERRORS.translate(ours, "anything") is ours
 
 
@@ -106,7 +98,7 @@ def test_transient_errors_are_retried_until_the_call_succeeds():
     async def call() -> str:
         attempts.append(1)
         if len(attempts) < 3:
-            raise SandboxTransientError("flaky")
+            raise errors.SandboxTransientError("flaky")
         return "ok"
 
     result = asyncio.run(retry_transient(call, settings(3), what="x", sleep=no_sleep))
@@ -120,12 +112,12 @@ def test_spent_retries_say_how_many_attempts_and_keep_the_cause():
         try:
             raise cause
         except OSError as exc:
-            raise SandboxTransientError("lost") from exc
+            raise errors.SandboxTransientError("lost") from exc
 
-    with pytest.raises(SandboxTransientError, match="gave up after 3 attempts") as caught:
+    with pytest.raises(errors.SandboxTransientError, match="gave up after 3 attempts") as caught:
         asyncio.run(retry_transient(call, settings(2), what="x", sleep=no_sleep))
     assert caught.value.__cause__ is cause
-    with pytest.raises(SandboxTransientError) as once:
+    with pytest.raises(errors.SandboxTransientError) as once:
         asyncio.run(retry_transient(call, settings(0), what="x", sleep=no_sleep))
     assert str(once.value) == "lost"
 
@@ -135,8 +127,8 @@ def test_other_errors_are_raised_at_once():
 
     async def call() -> None:
         attempts.append(1)
-        raise SandboxGone("gone")
+        raise errors.SandboxGone("gone")
 
-    with pytest.raises(SandboxGone):
+    with pytest.raises(errors.SandboxGone):
         asyncio.run(retry_transient(call, settings(3), what="x", sleep=no_sleep))
     assert len(attempts) == 1

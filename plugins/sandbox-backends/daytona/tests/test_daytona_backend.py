@@ -30,15 +30,7 @@ from daytona import (
     Resources,
 )
 from fake_daytona import FakeDaytona, fast_config
-from rllm_core.errors import (
-    SandboxAuthError,
-    SandboxCommandTimeout,
-    SandboxCreateError,
-    SandboxError,
-    SandboxFileNotFound,
-    SandboxGone,
-    SandboxTransientError,
-)
+from rllm_core import errors
 from rllm_core.types import NetworkPolicy, SandboxSpec
 from rllm_sandbox_backend_daytona.backend import DaytonaBackend, cleanup
 from rllm_sandbox_backend_daytona.errors import retry_after_s, translate
@@ -111,9 +103,9 @@ def test_mapped_image_and_no_image_use_snapshots_without_resources() -> None:
 
 def test_a_dockerfile_without_an_image_or_a_bad_user_cannot_be_created() -> None:
     backend = DaytonaBackend(fast_config())
-    with pytest.raises(SandboxCreateError, match="FROM"):
+    with pytest.raises(errors.SandboxCreateError, match="FROM"):
         backend.create_params(SandboxSpec(dockerfile="FROM alpine\nRUN true\n"))
-    with pytest.raises(SandboxCreateError, match="not a valid account name"):
+    with pytest.raises(errors.SandboxCreateError, match="not a valid account name"):
         backend.create_params(SandboxSpec(image="alpine", user="bad user;"))
 
 
@@ -160,9 +152,9 @@ def test_spec_env_is_exported_even_through_a_user_switch(
 def test_invalid_env_name_and_nul_are_sandbox_errors(backend: DaytonaBackend, tmp_path) -> None:
     async def body() -> None:
         async with await backend.create(SandboxSpec(workdir=str(tmp_path / "w"))) as sb:
-            with pytest.raises(SandboxError, match="'A=B'"):
+            with pytest.raises(errors.SandboxError, match="'A=B'"):
                 await sb.exec("true", timeout=5, env={"A=B": "x"})
-            with pytest.raises(SandboxError, match="NUL"):
+            with pytest.raises(errors.SandboxError, match="NUL"):
                 await sb.exec("echo a\0b", timeout=5)
 
     run(body())
@@ -171,25 +163,33 @@ def test_invalid_env_name_and_nul_are_sandbox_errors(backend: DaytonaBackend, tm
 # ------------------------------------------------------------------ error taxonomy
 
 TAXONOMY = [
-    (DaytonaAuthenticationError("no key", status_code=401), "create", SandboxAuthError),
-    (DaytonaForbiddenError("denied", status_code=403), "other", SandboxAuthError),
-    (DaytonaFileAccessDeniedError("perm", status_code=403), "file", SandboxError),
-    (DaytonaRateLimitError("slow down", status_code=429), "create", SandboxTransientError),
-    (DaytonaConnectionError("reset"), "exec", SandboxTransientError),
-    (DaytonaInternalServerError("oops", status_code=500), "file", SandboxTransientError),
-    (DaytonaServiceUnavailableError("busy", status_code=503), "other", SandboxTransientError),
-    (DaytonaFileNotFoundError("no file", status_code=404), "file", SandboxFileNotFound),
-    (DaytonaNotFoundError("not found", status_code=404), "file", SandboxFileNotFound),
-    (DaytonaNotFoundError("Sandbox x not found", status_code=404), "file", SandboxGone),
-    (DaytonaNotFoundError("not found", status_code=404), "exec", SandboxGone),
-    (DaytonaGoneError("gone", status_code=410), "exec", SandboxGone),
-    (DaytonaProcessExecutionTimeoutError("slow", status_code=408), "exec", SandboxCommandTimeout),
-    (DaytonaTimeoutError("did not start"), "create", SandboxCreateError),
-    (DaytonaTimeoutError("gateway", status_code=504), "file", SandboxTransientError),
-    (DaytonaBadRequestError("bad image", status_code=400), "create", SandboxCreateError),
-    (DaytonaBadRequestError("is a directory", status_code=400), "file", SandboxError),
-    (DaytonaError("other"), "other", SandboxError),
-    (ConnectionResetError("reset"), "exec", SandboxTransientError),
+    (DaytonaAuthenticationError("no key", status_code=401), "create", errors.SandboxAuthError),
+    (DaytonaForbiddenError("denied", status_code=403), "other", errors.SandboxAuthError),
+    (DaytonaFileAccessDeniedError("perm", status_code=403), "file", errors.SandboxError),
+    (DaytonaRateLimitError("slow down", status_code=429), "create", errors.SandboxTransientError),
+    (DaytonaConnectionError("reset"), "exec", errors.SandboxTransientError),
+    (DaytonaInternalServerError("oops", status_code=500), "file", errors.SandboxTransientError),
+    (
+        DaytonaServiceUnavailableError("busy", status_code=503),
+        "other",
+        errors.SandboxTransientError,
+    ),
+    (DaytonaFileNotFoundError("no file", status_code=404), "file", errors.SandboxFileNotFound),
+    (DaytonaNotFoundError("not found", status_code=404), "file", errors.SandboxFileNotFound),
+    (DaytonaNotFoundError("Sandbox x not found", status_code=404), "file", errors.SandboxGone),
+    (DaytonaNotFoundError("not found", status_code=404), "exec", errors.SandboxGone),
+    (DaytonaGoneError("gone", status_code=410), "exec", errors.SandboxGone),
+    (
+        DaytonaProcessExecutionTimeoutError("slow", status_code=408),
+        "exec",
+        errors.SandboxCommandTimeout,
+    ),
+    (DaytonaTimeoutError("did not start"), "create", errors.SandboxCreateError),
+    (DaytonaTimeoutError("gateway", status_code=504), "file", errors.SandboxTransientError),
+    (DaytonaBadRequestError("bad image", status_code=400), "create", errors.SandboxCreateError),
+    (DaytonaBadRequestError("is a directory", status_code=400), "file", errors.SandboxError),
+    (DaytonaError("other"), "other", errors.SandboxError),
+    (ConnectionResetError("reset"), "exec", errors.SandboxTransientError),
 ]
 
 
@@ -215,10 +215,10 @@ def test_file_errors_keep_the_sdk_exception_as_cause(
     async def body() -> None:
         async with await backend.create(SandboxSpec(workdir=str(tmp_path / "w"))) as sb:
             fake_client.faults["download_file"].append(denied)
-            with pytest.raises(SandboxAuthError) as caught:
+            with pytest.raises(errors.SandboxAuthError) as caught:
                 await sb.read_file("x")
             assert caught.value.__cause__ is denied
-            with pytest.raises(SandboxFileNotFound) as missing:
+            with pytest.raises(errors.SandboxFileNotFound) as missing:
                 await sb.read_file("x")
             assert isinstance(missing.value.__cause__, DaytonaFileNotFoundError)
             assert await sb.is_alive() is True
@@ -232,7 +232,7 @@ def test_a_sandbox_deleted_behind_our_back_is_gone(
     async def body() -> None:
         sb = await backend.create(SandboxSpec(workdir=str(tmp_path / "w")))
         await fake_client.sandboxes[sb.id].destroy()
-        with pytest.raises(SandboxGone) as caught:
+        with pytest.raises(errors.SandboxGone) as caught:
             await sb.exec("true", timeout=5)
         assert isinstance(caught.value.__cause__, DaytonaNotFoundError)
         assert await sb.is_alive() is False
@@ -264,7 +264,7 @@ def test_creation_gives_up_after_the_configured_retries(fake_client: FakeDaytona
     backend = DaytonaBackend(fast_config(retries=1), client=fake_client)
     last = DaytonaConnectionError("reset again")
     fake_client.faults["create"] += [DaytonaConnectionError("reset"), last]
-    with pytest.raises(SandboxTransientError, match="gave up after 2 attempts") as caught:
+    with pytest.raises(errors.SandboxTransientError, match="gave up after 2 attempts") as caught:
         run(backend.create(SandboxSpec()))
     assert caught.value.__cause__ is last
     assert "raise `retries` in the [sandbox] config" in str(caught.value)
@@ -274,7 +274,7 @@ def test_creation_gives_up_after_the_configured_retries(fake_client: FakeDaytona
 def test_auth_errors_are_not_retried(fake_client: FakeDaytona) -> None:
     backend = DaytonaBackend(fast_config(), client=fake_client)
     fake_client.faults["create"].append(DaytonaAuthenticationError("bad key", status_code=401))
-    with pytest.raises(SandboxAuthError):
+    with pytest.raises(errors.SandboxAuthError):
         run(backend.create(SandboxSpec()))
     assert len(fake_client.calls_to("create")) == 1
 
@@ -292,7 +292,7 @@ def test_backoff_is_jittered_and_honours_retry_after(fake_client: FakeDaytona) -
         DaytonaRateLimitError("e2", status_code=429, headers={"retry-after": "3"}),
         DaytonaBadRequestError("e3", status_code=400),
     ]
-    with pytest.raises(SandboxCreateError):
+    with pytest.raises(errors.SandboxCreateError):
         run(backend.create(SandboxSpec()))
     assert len(slept) == 2 and 0.0 <= slept[0] <= 0.5 and slept[1] == 3.0
 
@@ -305,7 +305,7 @@ def test_a_timed_out_start_deletes_the_half_created_sandbox(fake_client: FakeDay
         timeout = DaytonaTimeoutError("did not start")
         timeout._attach_sandbox_id(stale.id)
         fake_client.faults["create"].append(timeout)
-        with pytest.raises(SandboxCreateError) as caught:
+        with pytest.raises(errors.SandboxCreateError) as caught:
             await backend.create(SandboxSpec())
         assert caught.value.__cause__ is timeout
         assert stale.state == "destroyed"
@@ -334,7 +334,7 @@ def test_exec_is_not_retried(backend: DaytonaBackend, fake_client, tmp_path) -> 
         async with await backend.create(SandboxSpec(workdir=str(tmp_path / "w"))) as sb:
             before = len(fake_client.calls_to("exec"))
             fake_client.faults["exec"].append(DaytonaConnectionError("dropped"))
-            with pytest.raises(SandboxTransientError):
+            with pytest.raises(errors.SandboxTransientError):
                 await sb.exec("touch once", timeout=5)
             assert len(fake_client.calls_to("exec")) == before + 1
 
@@ -377,7 +377,7 @@ def test_session_timeout_kills_the_group_and_deletes_the_session(
     async def body() -> None:
         async with await backend.create(SandboxSpec(workdir=str(workdir))) as sb:
             started = time.monotonic()
-            with pytest.raises(SandboxCommandTimeout) as caught:
+            with pytest.raises(errors.SandboxCommandTimeout) as caught:
                 await sb.exec("echo $$ > pid; sleep 30", timeout=1.0)
             assert 0.9 <= time.monotonic() - started <= 4.0
             assert caught.value.timeout_s == 1.0
@@ -401,7 +401,7 @@ def test_direct_exec_daemon_timeout_maps_to_command_timeout(
             fake_client.faults["exec"].append(
                 DaytonaProcessExecutionTimeoutError("timed out", status_code=408)
             )
-            with pytest.raises(SandboxCommandTimeout):
+            with pytest.raises(errors.SandboxCommandTimeout):
                 await sb.exec("sleep 1", timeout=5)
 
     run(body())
@@ -439,7 +439,7 @@ def no_daytona_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
 
 
 def test_missing_credentials_are_an_auth_error(no_daytona_env: None) -> None:
-    with pytest.raises(SandboxAuthError) as caught:
+    with pytest.raises(errors.SandboxAuthError) as caught:
         run(DaytonaBackend(DaytonaSandboxConfig()).create(SandboxSpec()))
     assert isinstance(caught.value.__cause__, DaytonaAuthenticationError)
 
@@ -467,6 +467,6 @@ def test_the_guard_makes_real_sdk_calls_fail_in_milliseconds(no_daytona_env: Non
 
     config = DaytonaSandboxConfig(api_key="k", api_url="https://api.daytona.invalid/api", retries=0)
     started = time.monotonic()
-    with pytest.raises(SandboxTransientError):
+    with pytest.raises(errors.SandboxTransientError):
         run(DaytonaBackend(config).create(SandboxSpec(image="alpine")))
     assert time.monotonic() - started < 3.0

@@ -8,15 +8,7 @@ import time
 
 import pytest
 from modal import exception as mx
-from rllm_core.errors import (
-    SandboxAuthError,
-    SandboxCommandTimeout,
-    SandboxCreateError,
-    SandboxError,
-    SandboxFileNotFound,
-    SandboxGone,
-    SandboxTransientError,
-)
+from rllm_core import errors
 from rllm_core.types import SandboxSpec
 from rllm_sandbox_backend_modal.backend import ModalBackend
 from rllm_sandbox_backend_modal.errors import translate
@@ -49,21 +41,21 @@ def backend_over(fake: FakeModal, clock: FakeClock, **config) -> ModalBackend:
 @pytest.mark.parametrize(
     ("sdk_error", "ours"),
     [
-        (mx.AuthError("bad token"), SandboxAuthError),
-        (mx.PermissionDeniedError("no"), SandboxAuthError),
-        (mx.ConnectionError("reset"), SandboxTransientError),
-        (mx.InternalError("500"), SandboxTransientError),
-        (mx.ServiceError("503"), SandboxTransientError),
-        (mx.ResourceExhaustedError("rate limited"), SandboxTransientError),
-        (ConnectionResetError("peer"), SandboxTransientError),
-        (mx.NotFoundError("no sandbox"), SandboxGone),
-        (mx.SandboxTerminatedError("gone"), SandboxGone),
-        (mx.SandboxTimeoutError("lifetime"), SandboxGone),
-        (mx.ClientClosed("closed"), SandboxGone),
-        (mx.SandboxFilesystemNotFoundError("/x"), SandboxFileNotFound),
-        (mx.ExecTimeoutError("deadline"), SandboxCommandTimeout),
-        (mx.SandboxFilesystemIsADirectoryError("/d"), SandboxError),
-        (mx.InvalidError("bad arg"), SandboxError),
+        (mx.AuthError("bad token"), errors.SandboxAuthError),
+        (mx.PermissionDeniedError("no"), errors.SandboxAuthError),
+        (mx.ConnectionError("reset"), errors.SandboxTransientError),
+        (mx.InternalError("500"), errors.SandboxTransientError),
+        (mx.ServiceError("503"), errors.SandboxTransientError),
+        (mx.ResourceExhaustedError("rate limited"), errors.SandboxTransientError),
+        (ConnectionResetError("peer"), errors.SandboxTransientError),
+        (mx.NotFoundError("no sandbox"), errors.SandboxGone),
+        (mx.SandboxTerminatedError("gone"), errors.SandboxGone),
+        (mx.SandboxTimeoutError("lifetime"), errors.SandboxGone),
+        (mx.ClientClosed("closed"), errors.SandboxGone),
+        (mx.SandboxFilesystemNotFoundError("/x"), errors.SandboxFileNotFound),
+        (mx.ExecTimeoutError("deadline"), errors.SandboxCommandTimeout),
+        (mx.SandboxFilesystemIsADirectoryError("/d"), errors.SandboxError),
+        (mx.InvalidError("bad arg"), errors.SandboxError),
     ],
 )
 def test_translation_table(sdk_error, ours):
@@ -74,11 +66,11 @@ def test_translation_table(sdk_error, ours):
 
 def test_unclassified_errors_while_creating_are_create_errors():
     error = translate(mx.InvalidError("cpu too large"), "creating", creating=True)
-    assert type(error) is SandboxCreateError
+    assert type(error) is errors.SandboxCreateError
     assert "cpu too large" in str(error)
     build = mx.ImageBuildError("apt failed", image_id="im-1")
-    assert type(translate(build, "creating", creating=True)) is SandboxCreateError
-    assert type(translate(mx.AuthError("x"), "creating", creating=True)) is SandboxAuthError
+    assert type(translate(build, "creating", creating=True)) is errors.SandboxCreateError
+    assert type(translate(mx.AuthError("x"), "creating", creating=True)) is errors.SandboxAuthError
 
 
 def test_create_retries_transient_errors_with_backoff(tmp_path):
@@ -99,12 +91,12 @@ def test_create_retries_transient_errors_with_backoff(tmp_path):
 
 def test_create_gives_up_after_the_configured_retries(tmp_path):
     fake, clock = FakeModal(), FakeClock()
-    errors = [mx.ConnectionError(f"down {i}") for i in range(3)]
-    fake.fail("Sandbox.create", *errors)
+    failures = [mx.ConnectionError(f"down {i}") for i in range(3)]
+    fake.fail("Sandbox.create", *failures)
     backend = backend_over(fake, clock, retries=2, retry_backoff_s=0.5)
-    with pytest.raises(SandboxTransientError, match="gave up after 3 attempts") as caught:
+    with pytest.raises(errors.SandboxTransientError, match="gave up after 3 attempts") as caught:
         asyncio.run(backend.create(SandboxSpec(workdir=str(tmp_path))))
-    assert caught.value.__cause__ is errors[2]
+    assert caught.value.__cause__ is failures[2]
     assert "raise `retries` in the [sandbox] config" in str(caught.value)
     first, second = clock.sleeps
     assert 0.0 <= first <= 0.5 and 0.0 <= second <= 1.0
@@ -114,9 +106,9 @@ def test_create_gives_up_after_the_configured_retries(tmp_path):
 @pytest.mark.parametrize(
     ("sdk_error", "ours"),
     [
-        (mx.AuthError("token rejected"), SandboxAuthError),
-        (mx.InvalidError("memory must be positive"), SandboxCreateError),
-        (mx.ImageBuildError("build failed", image_id="im-9"), SandboxCreateError),
+        (mx.AuthError("token rejected"), errors.SandboxAuthError),
+        (mx.InvalidError("memory must be positive"), errors.SandboxCreateError),
+        (mx.ImageBuildError("build failed", image_id="im-9"), errors.SandboxCreateError),
     ],
 )
 def test_create_errors_are_not_retried_and_keep_the_cause(tmp_path, sdk_error, ours):
@@ -132,7 +124,7 @@ def test_app_lookup_auth_failure(tmp_path):
     fake, clock = FakeModal(), FakeClock()
     error = mx.AuthError("missing credentials")
     fake.fail("App.lookup", error)
-    with pytest.raises(SandboxAuthError, match="MODAL_TOKEN_ID") as caught:
+    with pytest.raises(errors.SandboxAuthError, match="MODAL_TOKEN_ID") as caught:
         asyncio.run(backend_over(fake, clock).create(SandboxSpec(workdir=str(tmp_path))))
     assert caught.value.__cause__ is error
 
@@ -149,7 +141,7 @@ def test_file_calls_retry_but_commands_do_not(tmp_path):
             await sb.write_file("a.txt", b"abc")
             assert (tmp_path / "a.txt").read_bytes() == b"abc"
             fake.fail("exec", exec_lost)
-            with pytest.raises(SandboxTransientError) as caught:
+            with pytest.raises(errors.SandboxTransientError) as caught:
                 await sb.exec("touch ran", timeout=10)
             assert caught.value.__cause__ is exec_lost
             assert not (tmp_path / "ran").exists()
@@ -163,16 +155,16 @@ def test_file_errors_keep_their_cause(tmp_path):
 
     async def body():
         async with await backend_over(fake, clock).create(SandboxSpec(workdir=str(tmp_path))) as sb:
-            with pytest.raises(SandboxFileNotFound) as caught:
+            with pytest.raises(errors.SandboxFileNotFound) as caught:
                 await sb.read_file("missing.txt")
             assert isinstance(caught.value.__cause__, mx.SandboxFilesystemNotFoundError)
             (tmp_path / "d").mkdir()
-            with pytest.raises(SandboxError) as caught:
+            with pytest.raises(errors.SandboxError) as caught:
                 await sb.read_file("d")
             assert isinstance(caught.value.__cause__, mx.SandboxFilesystemIsADirectoryError)
             denied = mx.SandboxFilesystemPermissionError("denied")
             fake.fail("list_files", denied)
-            with pytest.raises(SandboxError) as caught:
+            with pytest.raises(errors.SandboxError) as caught:
                 await sb.list_files(".")
             assert caught.value.__cause__ is denied
 
@@ -216,7 +208,7 @@ def test_close_survives_a_failed_terminate(tmp_path):
         fake.fail("terminate", mx.InternalError("boom"))
         await sb.close()
         assert await sb.is_alive() is False
-        with pytest.raises(SandboxGone):
+        with pytest.raises(errors.SandboxGone):
             await sb.exec("true", timeout=5)
         await fake.terminate_all()
 
@@ -254,6 +246,6 @@ def test_guard_refuses_real_modal_calls_fast():
         return await ModalBackend(ModalConfig()).create(SandboxSpec(workdir="/w"))
 
     started = time.monotonic()
-    with pytest.raises((AssertionError, SandboxError)):
+    with pytest.raises((AssertionError, errors.SandboxError)):
         asyncio.run(create_with_real_sdk())
     assert time.monotonic() - started < 2.0
