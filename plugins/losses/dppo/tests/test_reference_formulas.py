@@ -41,15 +41,14 @@ def make_inputs(seed: int) -> dict:
     return reference_inputs(seed=seed, spread=0.6, max_logprob=-1e-3)
 
 
-def reference_dppo_tv(delta_low: float, delta_high: float, c: float):
-    """verl ``dppo_tv`` (DPPO-Binary-TV)::
+def reference_dppo(c: float, valid):
+    """The per-token loss both verl variants share::
 
     ratio = exp(clamp(log_prob - old_log_prob, -20, 20))
     w     = sg(min(ratio, c))                              (truncated IS; c = clip_ratio_c)
-    p     = exp(log_prob), q = exp(old_log_prob)
-    valid = p - q <= delta_high    where A > 0
-            p - q >= -delta_low    elsewhere
     L     = -A * w * log_prob * sg(valid)
+
+    where ``valid(log_prob, old_log_prob, A)`` is the variant's trust region.
     """
 
     def per_token(log_prob: torch.Tensor, inputs: dict) -> torch.Tensor:
@@ -57,11 +56,25 @@ def reference_dppo_tv(delta_low: float, delta_high: float, c: float):
         advantages = inputs["advantages"]
         ratio = torch.exp(torch.clamp(log_prob - old, -20.0, 20.0))
         w = torch.clamp(ratio, max=c).detach()
-        p, q = torch.exp(log_prob), torch.exp(old)
-        valid = torch.where(advantages > 0, p - q <= delta_high, p - q >= -delta_low)
-        return -advantages * w * log_prob * valid.detach().to(log_prob.dtype)
+        keep = valid(log_prob, old, advantages)
+        return -advantages * w * log_prob * keep.detach().to(log_prob.dtype)
 
     return per_token
+
+
+def reference_dppo_tv(delta_low: float, delta_high: float, c: float):
+    """verl ``dppo_tv`` (DPPO-Binary-TV), :func:`reference_dppo` with::
+
+    p     = exp(log_prob), q = exp(old_log_prob)
+    valid = p - q <= delta_high    where A > 0
+            p - q >= -delta_low    elsewhere
+    """
+
+    def valid(log_prob: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor):
+        p, q = torch.exp(log_prob), torch.exp(old)
+        return torch.where(advantages > 0, p - q <= delta_high, p - q >= -delta_low)
+
+    return reference_dppo(c, valid)
 
 
 def reference_binary_kl(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
@@ -74,29 +87,22 @@ def reference_binary_kl(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> t
 
 
 def reference_dppo_kl(delta_low: float, delta_high: float, c: float):
-    """verl ``dppo_kl`` (DPPO-Binary-KL)::
+    """verl ``dppo_kl`` (DPPO-Binary-KL), :func:`reference_dppo` with::
 
-    ratio = exp(clamp(log_prob - old_log_prob, -20, 20))
-    w     = sg(min(ratio, c))
+    p     = exp(log_prob), q = exp(old_log_prob)
     D     = binary KL(old || current)   (reference_binary_kl)
     valid = D <= delta_high or p <= q   where A > 0
             D <= delta_low or p >= q    elsewhere
-    L     = -A * w * log_prob * sg(valid)
     """
 
-    def per_token(log_prob: torch.Tensor, inputs: dict) -> torch.Tensor:
-        old = inputs["old_logprobs"]
-        advantages = inputs["advantages"]
-        ratio = torch.exp(torch.clamp(log_prob - old, -20.0, 20.0))
-        w = torch.clamp(ratio, max=c).detach()
+    def valid(log_prob: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor):
         p, q = torch.exp(log_prob), torch.exp(old)
         kl = reference_binary_kl(log_prob, old)
-        valid = torch.where(
+        return torch.where(
             advantages > 0, (kl <= delta_high) | (p <= q), (kl <= delta_low) | (p >= q)
         )
-        return -advantages * w * log_prob * valid.detach().to(log_prob.dtype)
 
-    return per_token
+    return reference_dppo(c, valid)
 
 
 def masked_by_reference(reference, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,13 +3,8 @@ non-default configs."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-from rllm_core.testing.suites.losses import LossConformance
+from rllm_core.testing.suites.losses import loss_conformance_cases
 from rllm_loss_ppo import plugin
-
-LOSSES = {spec.name: spec for spec in plugin.rllm_losses()}
 
 LOSS_CASES = [
     ("ppo-clip", {}),
@@ -23,20 +18,5 @@ LOSS_CASES = [
 ]
 
 
-def _case_id(case: tuple[str, dict[str, Any]]) -> str:
-    name, options = case
-    return name + "".join(f"-{key}={value}" for key, value in sorted(options.items()))
-
-
-class TestLosses(LossConformance):
-    @pytest.fixture(params=LOSS_CASES, ids=_case_id)
-    def component_case(self, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-        return request.param
-
-    @pytest.fixture
-    def loss_spec(self, component_case):
-        return LOSSES[component_case[0]]
-
-    @pytest.fixture
-    def loss(self, loss_spec, component_case):
-        return loss_spec.build(component_case[1])
+class TestLosses(loss_conformance_cases(plugin.rllm_losses(), LOSS_CASES)):
+    pass

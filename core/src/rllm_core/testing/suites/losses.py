@@ -15,6 +15,12 @@ A plugin's test module subclasses a suite and provides its fixtures::
 
 :class:`LossConformance` checks the :class:`~rllm_core.ports.Loss` contract,
 :class:`AdvantageEstimatorConformance` the :class:`~rllm_core.ports.AdvantageEstimator` one.
+A plugin with several losses, or configs worth checking, runs the suite once per
+``(loss name, config)`` case through :func:`loss_conformance_cases`::
+
+    class TestMyLosses(loss_conformance_cases(plugin.rllm_losses(), [("my-loss", {}), ...])):
+        pass
+
 :func:`make_loss_context` and :func:`split_loss_context` build the inputs the suite uses and are
 public so plugin tests can reuse them.
 """
@@ -24,7 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -41,6 +47,7 @@ __all__ = [
     "AdvantageEstimatorConformance",
     "LossConformance",
     "context_from_lists",
+    "loss_conformance_cases",
     "make_loss_context",
     "split_loss_context",
     "trained_mask",
@@ -430,6 +437,41 @@ class LossConformance:
         _require(loss_spec, "loss_spec", ComponentSpec)
         assert loss_spec is not None
         _assert_rejects_unknown_keys(loss_spec)
+
+
+def _case_id(case: tuple[str, Mapping[str, Any]]) -> str:
+    name, options = case
+    return name + "".join(f"-{key}={value}" for key, value in sorted(options.items()))
+
+
+def loss_conformance_cases(
+    specs: Iterable[ComponentSpec], cases: Sequence[tuple[str, Mapping[str, Any]]]
+) -> type[LossConformance]:
+    """A :class:`LossConformance` run once per case: ``(name, options)`` builds the spec named
+    ``name`` among ``specs`` from ``options``. Test ids read ``name-key=value...``.
+
+    A plugin's test module subclasses the returned class (the subclass's ``Test`` name is what
+    pytest collects).
+    """
+    by_name = {spec.name: spec for spec in specs}
+    unknown = sorted({name for name, _ in cases} - by_name.keys())
+    if unknown:
+        raise ValueError(f"cases name losses {unknown} not among the specs {sorted(by_name)}")
+
+    class _LossCases(LossConformance):
+        @pytest.fixture(params=list(cases), ids=_case_id)
+        def loss_case(self, request: pytest.FixtureRequest) -> tuple[str, Mapping[str, Any]]:
+            return request.param
+
+        @pytest.fixture
+        def loss_spec(self, loss_case: tuple[str, Mapping[str, Any]]) -> ComponentSpec:
+            return by_name[loss_case[0]]
+
+        @pytest.fixture
+        def loss(self, loss_spec: ComponentSpec, loss_case: tuple[str, Mapping[str, Any]]) -> Any:
+            return loss_spec.build(loss_case[1])
+
+    return _LossCases
 
 
 _RAGGED_GROUPS = [[1.0, 0.0, 1.0, 0.0], [0.5], [2.0, 2.0, 2.0], [0.0, 1.0], [3.0, -1.0, 0.25, 7.5]]

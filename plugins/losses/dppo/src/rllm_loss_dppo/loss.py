@@ -17,7 +17,20 @@ Divergence = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class _DivergencePPO:
-    """The loss both variants share; a subclass names its divergence."""
+    """The loss both variants share; a subclass names its divergence.
+
+    The old policy is ``ctx.old_logprobs``: the rollout (sampler) logprobs by default, or the
+    trainer's logprobs recomputed at the start of the step when the plan asks for them. The
+    ratio and the divergence are both taken against it, as in the reference implementation.
+    There is no ratio clipping: a token is masked (gets no gradient) only when the update pushes
+    it further from the old policy (up for ``A > 0``, down otherwise) and it has already moved
+    more than ``delta``; moving back toward the old policy is never blocked. Masked tokens still
+    count in the aggregation's normalizers, as clipped tokens do in PPO.
+
+    Value convention: the loss value is the reference implementation's,
+    ``-A * sg(w) * logprobs``. Its gradient per kept token, ``-A * w``, is that of the ratio
+    surrogate ``-A * min(ratio, ratio_cap)``; the value itself is not the surrogate's.
+    """
 
     divergence: Divergence
 
@@ -56,17 +69,7 @@ class DPPOTV(_DivergencePPO):
                  q - p > delta   otherwise
         loss_t = 0 if masked else -A * sg(w) * logprobs
 
-    The old policy is ``ctx.old_logprobs``: the rollout (sampler) logprobs by default, or the
-    trainer's logprobs recomputed at the start of the step when the plan asks for them. The
-    ratio and the divergence are both taken against it, as in the reference implementation.
-    There is no ratio clipping: a token is masked (gets no gradient) only when the update pushes
-    it further from the old policy (up for ``A > 0``, down otherwise) and it has already moved
-    more than ``delta``; moving back toward the old policy is never blocked. Masked tokens still
-    count in the aggregation's normalizers, as clipped tokens do in PPO.
-
-    Value convention: the loss value is the reference implementation's,
-    ``-A * sg(w) * logprobs``. Its gradient per kept token, ``-A * w``, is that of the ratio
-    surrogate ``-A * min(ratio, ratio_cap)``; the value itself is not the surrogate's.
+    The old policy, the masking rule and the value convention are :class:`_DivergencePPO`'s.
 
     Unlike a ratio, |p - q| does not over-penalize rare tokens (1e-5 -> 1e-3 is a ratio of 100
     but a TV of 0.001) nor under-penalize likely ones (0.98 -> 0.82 stays within PPO's 0.2
@@ -96,17 +99,7 @@ class DPPOKL(_DivergencePPO):
         masked = D > delta and (p > q if A > 0 else p < q)
         loss_t = 0 if masked else -A * sg(w) * logprobs
 
-    The old policy is ``ctx.old_logprobs``: the rollout (sampler) logprobs by default, or the
-    trainer's logprobs recomputed at the start of the step when the plan asks for them. The
-    ratio and the divergence are both taken against it, as in the reference implementation.
-    There is no ratio clipping: a token is masked (gets no gradient) only when the update pushes
-    it further from the old policy (up for ``A > 0``, down otherwise) and it has already moved
-    more than ``delta``; moving back toward the old policy is never blocked. Masked tokens still
-    count in the aggregation's normalizers, as clipped tokens do in PPO.
-
-    Value convention: the loss value is the reference implementation's,
-    ``-A * sg(w) * logprobs``. Its gradient per kept token, ``-A * w``, is that of the ratio
-    surrogate ``-A * min(ratio, ratio_cap)``; the value itself is not the surrogate's.
+    The old policy, the masking rule and the value convention are :class:`_DivergencePPO`'s.
 
     For small moves D ~ (p - q)^2 / (2 q (1 - q)), so it is stricter than TV on tokens whose
     old probability is near 0 or 1. Defaults: delta = 0.05, no ratio cap.
