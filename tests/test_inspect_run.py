@@ -5,13 +5,12 @@ through the plugin manager exactly as a run builds them."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import msgspec
 import pytest
+from reference.cli_process import run_cli
 from rllm_core.testing.suites.storage import make_trace_chain
 from rllm_core.training.components import prepare_plan
 from rllm_core.training.folder import RunFolder
@@ -26,16 +25,7 @@ USER = Message(role="user", content="List the files.")
 OUTPUT = Message(role="user", content="total 0\nnotes.txt")
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="100")
-    return subprocess.run(
-        [sys.executable, "-m", "rllm_core.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=120,
-    )
+cli = partial(run_cli, timeout=120)
 
 
 def step(record: TraceRecord, prompt: list[int]) -> Step:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from reference.cli_process import overrides, run_cli, run_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
@@ -16,18 +14,6 @@ TASKS = [
     {"id": f"easy-{a}-{b}", "question": f"What is {a} + {b}?", "answer": str(a + b)}
     for a, b in ((2, 0), (5, 0), (3, 0), (7, 0))
 ]
-
-
-def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "rllm_core.cli", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def trainable_weights(checkpoint: Path) -> dict[str, list[float]]:
@@ -45,30 +31,25 @@ def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir,
     held_out = tmp_path / "held-out.jsonl"
     held_out.write_text(json.dumps({"id": "h-1", "question": "What is 4 + 4?", "answer": "8"}))
     result = run_cli(
-        tmp_path,
         "run",
         str(PLAN),
         "--plain",
         "--record-datums",
-        "--set",
-        "run.steps=2",
-        "--set",
-        "run.save_every=1",
-        "--set",
-        "algorithm.batch_size=2",
-        "--set",
-        "algorithm.group_size=2",
-        "--set",
-        "sampling.max_tokens=4",
-        "--set",
-        f'tasks.path="{tasks}"',
-        "--set",
-        f'tasks.eval_path="{held_out}"',
+        *overrides(
+            "run.steps=2",
+            "run.save_every=1",
+            "algorithm.batch_size=2",
+            "algorithm.group_size=2",
+            "sampling.max_tokens=4",
+            f'tasks.path="{tasks}"',
+            f'tasks.eval_path="{held_out}"',
+        ),
+        cwd=tmp_path,
+        timeout=300,
+        columns=200,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    first = result.stdout.splitlines()[0]
-    assert first.startswith("run folder: runs/quickstart-")
-    run_dir = tmp_path / first.removeprefix("run folder: ")
+    run_dir = run_folder(result, tmp_path, "quickstart")
 
     for name in ("plan.toml", "plan.resolved.json", "summary.json", "reward.png", "loss.png"):
         assert (run_dir / name).is_file(), name

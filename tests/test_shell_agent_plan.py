@@ -11,14 +11,12 @@ action span in it with the sampler's logprobs.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from reference.cli_process import overrides, plan_check, run_cli, run_folder
 from rllm_core.plugins import PluginManager
 from rllm_core.types import Termination
 
@@ -27,18 +25,6 @@ PLAN = ROOT / "examples" / "shell-agent" / "plan.toml"
 SHELL_TASKS = ROOT / "examples" / "tasks" / "shell"
 MAX_TURNS = 3
 MAX_TOKENS = 32
-
-
-def cli(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rllm_core.cli", *args],
-        cwd=cwd,
-        env=dict(os.environ, COLUMNS="200"),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def require_bubblewrap() -> None:
@@ -65,9 +51,7 @@ def spans(mask: list[bool]) -> list[tuple[int, int]]:
 
 
 def test_plan_check_accepts_the_shell_agent_plan():
-    done = cli(ROOT, "plan", "check", "--json", str(PLAN), timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    resolved = json.loads(done.stdout)
+    resolved = plan_check(PLAN, cwd=ROOT)
     components = {c["where"]: c for c in resolved["components"]}
     assert components["[harness]"]["name"] == "shell"
     assert components["[tasks]"]["name"] == "harbor"
@@ -80,36 +64,28 @@ def test_plan_check_accepts_the_shell_agent_plan():
 
 def test_two_steps_train_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp_path):
     require_bubblewrap()
-    result = cli(
-        tmp_path,
+    result = run_cli(
         "run",
         str(PLAN),
         "--plain",
         "--record-datums",
-        "--set",
-        "run.steps=2",
-        "--set",
-        "run.save_every=0",
-        "--set",
-        "algorithm.batch_size=2",
-        "--set",
-        "algorithm.group_size=2",
-        "--set",
-        f"sampling.max_tokens={MAX_TOKENS}",
-        "--set",
-        f"harness.max_turns={MAX_TURNS}",
-        "--set",
-        "harness.max_output_chars=400",
-        "--set",
-        f'tasks.path="{SHELL_TASKS}"',
-        "--set",
-        "tasks.limit=2",
+        *overrides(
+            "run.steps=2",
+            "run.save_every=0",
+            "algorithm.batch_size=2",
+            "algorithm.group_size=2",
+            f"sampling.max_tokens={MAX_TOKENS}",
+            f"harness.max_turns={MAX_TURNS}",
+            "harness.max_output_chars=400",
+            f'tasks.path="{SHELL_TASKS}"',
+            "tasks.limit=2",
+        ),
+        cwd=tmp_path,
         timeout=600,
+        columns=200,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    first = result.stdout.splitlines()[0]
-    assert first.startswith("run folder: runs/shell-agent-")
-    run_dir = tmp_path / first.removeprefix("run folder: ")
+    run_dir = run_folder(result, tmp_path, "shell-agent")
 
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from reference.cli_process import run_cli as cli
 from rllm_core.inspection import InspectionError
 from rllm_core.inspection.conversation import trace_store_path
 from rllm_core.inspection.episodes import find_episode, read_episodes, run_prefix
@@ -20,18 +19,6 @@ from rllm_core.training.metrics import episode_record, step_metrics, summarize
 from rllm_core.types import Episode, Step, Trajectory
 
 STEPS_PLANNED = 6
-
-
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="100")
-    return subprocess.run(
-        [sys.executable, "-m", "rllm_core.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=60,
-    )
 
 
 def resolved_plan(run_dir: Path) -> dict:

@@ -5,16 +5,14 @@ one."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import pytest
 import tomli_w
 from pydantic import BaseModel, ConfigDict
+from reference.cli_process import plan_check
 from rllm_core import ComponentSpec, PlanPath, hookimpl
 from rllm_core.plan.load import load_plan
 from rllm_core.plan.resolve import resolve_plan
@@ -238,16 +236,7 @@ def test_plan_check_from_another_directory_prints_paths_in_the_plan_folder(tmp_p
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "rllm_core.cli", "plan", "check", "--json", str(plan)],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    resolved = json.loads(done.stdout)
+    resolved = plan_check(plan, cwd=elsewhere)
     components = {c["where"]: c["config"] for c in resolved["components"]}
     assert resolved["plan"]["run"]["output_dir"] == str(project / "out")
     assert components["[tasks]"]["path"] == str(project / "tasks" / "arith.jsonl")

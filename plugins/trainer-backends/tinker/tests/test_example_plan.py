@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
+
+from reference.cli_process import plan_check
 
 REPO = Path(__file__).resolve().parents[4]
 PLAN = REPO / "examples" / "tinker-modal" / "plan.toml"
 
 
 def test_plan_check_accepts_the_tinker_modal_plan():
-    done = subprocess.run(
-        [sys.executable, "-m", "rllm_core.cli", "plan", "check", "--json", str(PLAN)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    resolved = json.loads(done.stdout)
+    resolved = plan_check(PLAN, cwd=REPO)
     components = {c["where"]: c for c in resolved["components"]}
     assert components["[trainer]"]["name"] == "tinker"
     assert components["[trainer]"]["config"]["base_model"] == "Qwen/Qwen3-8B"
