@@ -59,6 +59,8 @@ from typing import Any
 
 import msgspec
 from rllm_core.gateway.httpclient import HttpClient, Origin
+from rllm_core.types import SampleRequest, SamplingParams
+from rllm_sampler_vllm.pool import completion_body
 
 GOALS = {"plain": 0.8, "cumulative": 1.2}
 OVERHEAD_GOAL_MS = 0.5
@@ -207,21 +209,7 @@ async def direct(
     client: HttpClient, origin: Origin, lengths: list[int], reply_len: int, phase: Phase
 ) -> None:
     for length in lengths:
-        body = _encode(
-            {
-                "prompt": [(i * 7919) % 49000 + 10 for i in range(length)],
-                "max_tokens": 128,
-                "temperature": 1.0,
-                "top_p": 1.0,
-                "stop_token_ids": [2, 0],
-                "n": 1,
-                "stream": False,
-                "logprobs": 0,
-                "return_token_ids": True,
-                "return_tokens_as_token_ids": True,
-                "skip_special_tokens": False,
-            }
-        )
+        body = upstream_body(length)
         started = time.perf_counter()
         response = await client.request(
             "POST",
@@ -396,22 +384,13 @@ def run_mode(
 
 
 def upstream_body(prompt_tokens: int) -> bytes:
-    """A completion request like the gateway's, with a token-id prompt of that length."""
-    return _encode(
-        {
-            "prompt": [(i * 7919) % 49000 + 10 for i in range(prompt_tokens)],
-            "max_tokens": 128,
-            "temperature": 1.0,
-            "top_p": 1.0,
-            "stop_token_ids": [2, 0],
-            "n": 1,
-            "stream": False,
-            "logprobs": 0,
-            "return_token_ids": True,
-            "return_tokens_as_token_ids": True,
-            "skip_special_tokens": False,
-        }
+    """The completion request the gateway's vLLM sampler sends, with a token-id prompt of that
+    length."""
+    request = SampleRequest(
+        prompt_token_ids=[(i * 7919) % 49000 + 10 for i in range(prompt_tokens)],
+        params=SamplingParams(max_tokens=128, temperature=1.0, top_p=1.0, stop_token_ids=(2, 0)),
     )
+    return completion_body(request)
 
 
 def serve_pass_through(port: int, worker_url: str, prompt_tokens: int) -> None:

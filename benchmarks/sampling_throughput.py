@@ -44,12 +44,13 @@ import platform
 import random
 import sysconfig
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
+from _tables import right_aligned
 from rllm_core.models import resolve_model
 from rllm_core.types import SampleRequest, SamplingParams
 from rllm_trainer_backend_torch.gate import WeightGate
@@ -253,14 +254,6 @@ def evaluate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Iterator[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    yield "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
-    yield "  ".join("-" * w for w in widths)
-    for row in rows:
-        yield "  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
-
-
 def render(results: dict[str, Any]) -> str:
     setup = results["setup"]
     lines = [
@@ -272,7 +265,7 @@ def render(results: dict[str, Any]) -> str:
         "New tokens per second (wall time, prompt processing included)",
     ]
     lines.extend(
-        _table(
+        right_aligned(
             [
                 "batch",
                 "prompt tok",
@@ -302,7 +295,7 @@ def render(results: dict[str, Any]) -> str:
     lines.append("Goals (judged against generate batched: the same prompts given to it at once)")
     if results["goals"]:
         lines.extend(
-            _table(
+            right_aligned(
                 ["goal", "batch", "measured", "target", "result"],
                 [
                     [

@@ -50,13 +50,14 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import zstandard
+from _tables import right_aligned
 from rllm_core.storage.framing import FRAME_HEADER
 from rllm_core.types import Message, TraceRecord
 from rllm_trace_store_deltachain import context
@@ -458,14 +459,6 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Iterator[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    yield "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
-    yield "  ".join("-" * w for w in widths)
-    for row in rows:
-        yield "  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
-
-
 def _k(value: float) -> str:
     return f"{value / 1e3:,.0f}k" if value >= 1e4 else f"{value:,.0f}"
 
@@ -485,7 +478,7 @@ def render(results: dict[str, Any]) -> str:
             " per token and logprob), throughput"
         )
         lines.extend(
-            _table(
+            right_aligned(
                 [
                     "turns",
                     "delta B",
@@ -523,7 +516,7 @@ def render(results: dict[str, Any]) -> str:
         " baselines: the flat store (no rebuild) and copying ready-made prompts"
     )
     lines.extend(
-        _table(
+        right_aligned(
             ["ids", "prompt tokens", "disk", "disk flat", "memory", "copy floor", "open store"],
             [
                 [
@@ -545,7 +538,7 @@ def render(results: dict[str, Any]) -> str:
         " removing them saves; record: the rest)"
     )
     lines.extend(
-        _table(
+        right_aligned(
             [
                 "ids",
                 "B/turn",
@@ -584,7 +577,7 @@ def render(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append("Goals")
     lines.extend(
-        _table(
+        right_aligned(
             ["goal", "ids", "measured", "target", "result"],
             [
                 [

@@ -105,17 +105,9 @@ class ScriptedSampler:
         self._script = script
         self._next = 0
         self.renderer = renderer
-        self._weight_version = weight_version
+        self.weight_version = weight_version
         self.delay_s = delay_s
         self.requests: list[SampleRequest] = []
-
-    @property
-    def weight_version(self) -> int:
-        return self._weight_version
-
-    @weight_version.setter
-    def weight_version(self, value: int) -> None:
-        self._weight_version = value
 
     @property
     def calls(self) -> int:
@@ -170,7 +162,7 @@ class ScriptedSampler:
             completion_token_ids=ids,
             logprobs=[scripted_logprob(t, i) for i, t in enumerate(ids)],
             finish_reason=reason,
-            weight_version=self._weight_version,
+            weight_version=self.weight_version,
         )
 
 

@@ -45,7 +45,7 @@ from rllm_core.types import SampleRequest, SampleResult, WorkerStatus
 if TYPE_CHECKING:
     from rllm_sampler_vllm.plugin import VllmSamplerConfig
 
-__all__ = ["HttpWorkerPool", "parse_retry_after"]
+__all__ = ["HttpWorkerPool", "completion_body", "parse_retry_after"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,31 @@ class _ErrorBody(msgspec.Struct):
 _encoder = msgspec.json.Encoder()
 _response_decoder = msgspec.json.Decoder(_ResponseBody)
 _error_decoder = msgspec.json.Decoder(_ErrorBody)
+
+
+def completion_body(request: SampleRequest, *, model: str | None = None) -> bytes:
+    """The ``POST /v1/completions`` body the pool sends a worker for ``request``: the token-id
+    prompt and sampling settings, one choice, no streaming, the sampled tokens' logprobs and
+    ids (``return_token_ids`` and ``return_tokens_as_token_ids``), special tokens kept;
+    ``seed`` and ``model`` only when set."""
+    params = request.params
+    return _encoder.encode(
+        _RequestBody(
+            prompt=request.prompt_token_ids,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            stop_token_ids=list(params.stop_token_ids),
+            n=1,
+            stream=False,
+            logprobs=0,
+            return_token_ids=True,
+            return_tokens_as_token_ids=True,
+            skip_special_tokens=False,
+            seed=params.seed,
+            model=model,
+        )
+    )
 
 
 def _error_detail(response: HttpResponse) -> str:
@@ -223,7 +248,7 @@ class HttpWorkerPool:
         self.health_path = health_path
         self.completions_path = completions_path
         self.max_sticky_sessions = max_sticky_sessions
-        self._weight_version = weight_version
+        self.weight_version = weight_version
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
@@ -250,38 +275,13 @@ class HttpWorkerPool:
 
     # ---------------------------------------------------------------- Sampler port
 
-    @property
-    def weight_version(self) -> int:
-        return self._weight_version
-
-    @weight_version.setter
-    def weight_version(self, value: int) -> None:
-        self._weight_version = value
-
     async def sample(self, request: SampleRequest) -> SampleResult:
         if self._closed:
             raise UpstreamError("the worker pool is closed")
         self._ensure_health_checks()
         loop = asyncio.get_running_loop()
         key = routing_key.get() or request.request_id or None
-        params = request.params
-        body = _encoder.encode(
-            _RequestBody(
-                prompt=request.prompt_token_ids,
-                max_tokens=params.max_tokens,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                stop_token_ids=list(params.stop_token_ids),
-                n=1,
-                stream=False,
-                logprobs=0,
-                return_token_ids=True,
-                return_tokens_as_token_ids=True,
-                skip_special_tokens=False,
-                seed=params.seed,
-                model=self.model,
-            )
-        )
+        body = completion_body(request, model=self.model)
         headers = self._headers
         if request.request_id:
             headers = {**headers, "x-request-id": request.request_id}
@@ -471,13 +471,13 @@ class HttpWorkerPool:
                 f" {choice.finish_reason!r}, expected 'stop' or 'length'"
             )
         version = body.weight_version
-        if version is not None and version > self._weight_version:
-            self._weight_version = version
+        if version is not None and version > self.weight_version:
+            self.weight_version = version
         return SampleResult(
             completion_token_ids=ids,
             logprobs=values,  # type: ignore[arg-type]
             finish_reason=choice.finish_reason,  # type: ignore[arg-type]
-            weight_version=self._weight_version if version is None else version,
+            weight_version=self.weight_version if version is None else version,
         )
 
     # ---------------------------------------------------------------- health
