@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reference.run_fakes import TOY, CrashingSource, FakeTrainer
+from reference.run_fakes import SAMPLING_KINDS, TOY, CrashingSource, FakeTrainer, spec_components
 from rich.console import Console
 from rllm_core.cache import CACHE_ENV
 from rllm_core.errors import ModelNotCachedError, PlanError
 from rllm_core.evaluation import Evaluation
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
-from rllm_core.plan.resolve import ResolvedComponent
 from rllm_core.plugins import PluginManager
 from rllm_core.plugins.specs import Kind
 from rllm_core.rollout import (
@@ -188,16 +187,17 @@ def test_a_port_taken_before_the_gateway_binds_fails_naming_the_key(tmp_path, ta
 
 
 def test_an_evaluation_where_every_attempt_failed_reports_it_with_complete_results(tmp_path):
-    source = CrashingSource(good=0)
-    evaluation = Evaluation(
-        plan=plan(),
-        components=components(source, FakeTrainer()),
-        tasks=source.tasks(),
-        attempts=2,
-        run_id="eval-1",
-        plan_path=PLAN_PATH,
-    )
-    outcome = asyncio.run(evaluation.run())
+    def evaluation(source: CrashingSource, run_id: str, **extra: Any) -> Evaluation:
+        return Evaluation(
+            plan=plan(),
+            components=components(source, FakeTrainer()),
+            tasks=source.tasks(),
+            attempts=2,
+            run_id=run_id,
+            **extra,
+        )
+
+    outcome = asyncio.run(evaluation(CrashingSource(good=0), "eval-1", plan_path=PLAN_PATH).run())
     assert outcome.failure is not None
     message = str(outcome.failure)
     assert message.startswith("evaluation: 4 of 4 rollouts failed on infrastructure")
@@ -206,47 +206,18 @@ def test_an_evaluation_where_every_attempt_failed_reports_it_with_complete_resul
     assert [len(r.infra_failures) for r in outcome.results] == [2, 2]
     assert outcome.summary["tasks_unscored"] == 2
 
-    good = CrashingSource(good=3)
-    partial = Evaluation(
-        plan=plan(),
-        components=components(good, FakeTrainer()),
-        tasks=good.tasks(),
-        attempts=2,
-        run_id="eval-2",
-    )
-    assert asyncio.run(partial.run()).failure is None
+    assert asyncio.run(evaluation(CrashingSource(good=3), "eval-2").run()).failure is None
 
 
 # ------------------------------------------------------------------ what a build needs
 
 
-class Spec:
-    """The least a resolved component needs to build: a kind, a name and a factory."""
-
-    def __init__(self, kind: Kind, name: str) -> None:
-        self.kind = kind
-        self.name = name
-
-    def build(self, config: Any) -> Any:
-        return f"{self.kind.value}:{self.name}"
-
-
 def resolved_with(*wheres: str) -> ResolvedPlan:
-    kinds = {
-        "[trainer]": Kind.TRAINER_BACKEND,
-        "[renderer]": Kind.RENDERER,
-        "[harness]": Kind.HARNESS,
-        "[tasks]": Kind.TASK_SOURCE,
-        "[trace_store]": Kind.TRACE_STORE,
+    kinds = SAMPLING_KINDS | {
         "[algorithm].loss": Kind.LOSS,
         "[algorithm].advantage": Kind.ADVANTAGE_ESTIMATOR,
     }
-    found = {
-        where: ResolvedComponent(
-            where=where, spec=Spec(kinds[where], "x"), config=None, provider="test"
-        )
-        for where in wheres
-    }
+    found = spec_components({where: kinds[where] for where in wheres})
     return ResolvedPlan(path=PLAN_PATH, plan=plan(), components=found)
 
 

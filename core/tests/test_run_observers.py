@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 from reference.hook_recorder import Recorder
-from reference.run_fakes import TOY, CrashingSource, FakeTrainer
+from reference.run_fakes import SAMPLING_KINDS, TOY, CrashingSource, FakeTrainer, spec_components
 from rich.console import Console
 from rllm_core import ComponentSpec, hookimpl
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
-from rllm_core.plan.resolve import ResolvedComponent, resolve_plan
+from rllm_core.plan.resolve import resolve_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.plugins.specs import Kind
 from rllm_core.rollout import TooManyFailedRollouts
@@ -108,29 +108,46 @@ def shape(calls: list[tuple]) -> list[tuple]:
     return out
 
 
+@pytest.fixture
+def watched(tmp_path, plugin_manager, register_plugin):
+    """``watch(label="rec", **make_loop_args)``: a loop with one ``RecordingLogger`` under
+    ``label``; it and a registered hook ``Recorder`` append to the same calls list. Returns the
+    loop, the calls and the logger."""
+    calls: list[tuple] = []
+    register_plugin(Recorder(calls), name="recorder")
+
+    def watch(label: str = "rec", **make_loop_args: Any):
+        logger = RecordingLogger(calls)
+        loop, _ = make_loop(
+            tmp_path, loggers=[(label, logger)], plugins=plugin_manager, **make_loop_args
+        )
+        return loop, calls, logger
+
+    return watch
+
+
+def checkpointed_step(step: int) -> list[tuple]:
+    """The shape of the calls of a step that finished and saved a checkpoint."""
+    return [
+        ("step_start", step),
+        ("log_metrics", step),
+        ("step_end", step),
+        ("log_event", "checkpoint"),
+    ]
+
+
 # ------------------------------------------------------------------ hooks and loggers in order
 
 
-def test_a_two_step_run_fires_hooks_and_loggers_in_the_documented_order(
-    tmp_path, plugin_manager, register_plugin
-):
-    calls: list[tuple] = []
-    register_plugin(Recorder(calls), name="recorder")
-    logger = RecordingLogger(calls)
-    loop, _ = make_loop(tmp_path, loggers=[("[loggers[0]] rec", logger)], plugins=plugin_manager)
+def test_a_two_step_run_fires_hooks_and_loggers_in_the_documented_order(watched):
+    loop, calls, _ = watched("[loggers[0]] rec")
     result = asyncio.run(loop.run())
 
     assert (result.status, result.step) == ("finished", 2)
     assert shape(calls) == [
         ("run_start",),
-        ("step_start", 1),
-        ("log_metrics", 1),
-        ("step_end", 1),
-        ("log_event", "checkpoint"),
-        ("step_start", 2),
-        ("log_metrics", 2),
-        ("step_end", 2),
-        ("log_event", "checkpoint"),
+        *checkpointed_step(1),
+        *checkpointed_step(2),
         ("log_event", "summary"),
         ("close",),
         ("run_end", RunStatus.COMPLETED),
@@ -155,24 +172,14 @@ def test_a_two_step_run_fires_hooks_and_loggers_in_the_documented_order(
     assert calls[-1] == ("run_end", RunStatus.COMPLETED, None)
 
 
-def test_a_run_that_fails_on_rollouts_ends_with_failed_and_its_reason(
-    tmp_path, plugin_manager, register_plugin
-):
-    calls: list[tuple] = []
-    register_plugin(Recorder(calls), name="recorder")
-    logger = RecordingLogger(calls)
-    loop, _ = make_loop(
-        tmp_path, source=CrashingSource(good=2), loggers=[("rec", logger)], plugins=plugin_manager
-    )
+def test_a_run_that_fails_on_rollouts_ends_with_failed_and_its_reason(watched):
+    loop, calls, _ = watched(source=CrashingSource(good=2))
     result = asyncio.run(loop.run())
 
     assert (result.status, result.exit_code, result.step) == ("failed", 1, 1)
     assert shape(calls) == [
         ("run_start",),
-        ("step_start", 1),
-        ("log_metrics", 1),
-        ("step_end", 1),
-        ("log_event", "checkpoint"),
+        *checkpointed_step(1),
         ("step_start", 2),
         ("log_event", "failure"),
         ("log_event", "summary"),
@@ -189,18 +196,8 @@ def test_a_run_that_fails_on_rollouts_ends_with_failed_and_its_reason(
 # ------------------------------------------------------------------ a crash
 
 
-def test_a_crash_mid_run_writes_a_failed_summary_closes_loggers_and_ends_the_run(
-    tmp_path, plugin_manager, register_plugin
-):
-    calls: list[tuple] = []
-    register_plugin(Recorder(calls), name="recorder")
-    logger = RecordingLogger(calls)
-    loop, _ = make_loop(
-        tmp_path,
-        trainer=FakeTrainer(loss=0.25, crash_on=2),
-        loggers=[("rec", logger)],
-        plugins=plugin_manager,
-    )
+def test_a_crash_mid_run_writes_a_failed_summary_closes_loggers_and_ends_the_run(watched):
+    loop, calls, logger = watched(trainer=FakeTrainer(loss=0.25, crash_on=2))
     with pytest.raises(RuntimeError, match="the trainer fell over") as caught:
         asyncio.run(loop.run())
 
@@ -227,16 +224,8 @@ def test_a_crash_mid_run_writes_a_failed_summary_closes_loggers_and_ends_the_run
     }
 
 
-def test_a_run_that_cannot_start_fires_no_hook_and_closes_its_loggers(
-    tmp_path, plugin_manager, register_plugin
-):
-    calls: list[tuple] = []
-    register_plugin(Recorder(calls), name="recorder")
-    logger = RecordingLogger(calls)
-    resolved = resolved_plan(algorithm={"batch_size": 5})
-    loop, _ = make_loop(
-        tmp_path, loggers=[("rec", logger)], plugins=plugin_manager, resolved=resolved
-    )
+def test_a_run_that_cannot_start_fires_no_hook_and_closes_its_loggers(watched):
+    loop, calls, _ = watched(resolved=resolved_plan(algorithm={"batch_size": 5}))
     with pytest.raises(Exception, match="batch_size 5 is larger than the 2 train tasks"):
         asyncio.run(loop.run())
     assert calls == [("close",)]
@@ -362,34 +351,9 @@ def test_a_required_logger_path_defaults_inside_the_run_folder(
     assert only.config.path == run_dir / "logs" / "needs-path"
 
 
-class Spec:
-    """The least a resolved component needs to build: a kind, a name and a factory."""
-
-    def __init__(self, kind: Kind, name: str) -> None:
-        self.kind = kind
-        self.name = name
-
-    def build(self, config: Any) -> Any:
-        return f"{self.kind.value}:{self.name}"
-
-
 def test_built_loggers_are_exposed_with_the_plan_entry_they_come_from():
-    kinds = {
-        "[trainer]": Kind.TRAINER_BACKEND,
-        "[renderer]": Kind.RENDERER,
-        "[harness]": Kind.HARNESS,
-        "[tasks]": Kind.TASK_SOURCE,
-        "[trace_store]": Kind.TRACE_STORE,
-        "[loggers[0]]": Kind.LOGGER,
-        "[loggers[1]]": Kind.LOGGER,
-    }
-    names = {"[loggers[0]]": "jsonl", "[loggers[1]]": "tensorboard"}
-    found = {
-        where: ResolvedComponent(
-            where=where, spec=Spec(kind, names.get(where, "x")), config=None, provider="test"
-        )
-        for where, kind in kinds.items()
-    }
+    kinds = SAMPLING_KINDS | {"[loggers[0]]": Kind.LOGGER, "[loggers[1]]": Kind.LOGGER}
+    found = spec_components(kinds, {"[loggers[0]]": "jsonl", "[loggers[1]]": "tensorboard"})
     resolved = ResolvedPlan(path=PLAN_PATH, plan=parse_plan({}, path=PLAN_PATH), components=found)
     built = build_components(resolved, training=False)
     assert built.loggers == [

@@ -9,6 +9,8 @@ from typing import Any
 
 from reference.toy_renderer import ToyChatRenderer
 from rllm_core.errors import VerifierCrashed
+from rllm_core.plan.resolve import ResolvedComponent
+from rllm_core.plugins.specs import Kind
 from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.types import Grade, HarnessOutcome, Task
 
@@ -81,3 +83,38 @@ class CrashingSource:
                 output="checker exploded",
             )
         return Grade(reward=float(self.graded % 2))
+
+
+class Spec:
+    """The least a resolved component needs to build: a kind, a name and a factory."""
+
+    def __init__(self, kind: Kind, name: str) -> None:
+        self.kind = kind
+        self.name = name
+
+    def build(self, config: Any) -> Any:
+        return f"{self.kind.value}:{self.name}"
+
+
+# The plan entries every build needs, training or sampling only.
+SAMPLING_KINDS = {
+    "[trainer]": Kind.TRAINER_BACKEND,
+    "[renderer]": Kind.RENDERER,
+    "[harness]": Kind.HARNESS,
+    "[tasks]": Kind.TASK_SOURCE,
+    "[trace_store]": Kind.TRACE_STORE,
+}
+
+
+def spec_components(
+    kinds: dict[str, Kind], names: dict[str, str] | None = None
+) -> dict[str, ResolvedComponent]:
+    """A resolved component per plan entry of ``kinds``, each a ``Spec`` building
+    ``"<kind>:<name>"`` (``names`` by entry, else ``x``)."""
+    names = names or {}
+    return {
+        where: ResolvedComponent(
+            where=where, spec=Spec(kind, names.get(where, "x")), config=None, provider="test"
+        )
+        for where, kind in kinds.items()
+    }
