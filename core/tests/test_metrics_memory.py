@@ -5,25 +5,14 @@ from __future__ import annotations
 import sys
 
 import pytest
-from rllm_core.training.metrics import memory_metrics, step_metrics
+from reference.metrics_lines import empty_step_metrics
+from rllm_core.training.metrics import memory_metrics
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
 def _line():
-    return step_metrics(
-        step=1,
-        episodes=[],
-        infra_failures=0,
-        retries=0,
-        report={},
-        datums=[],
-        train={},
-        rollout_s=1.0,
-        train_s=1.0,
-        step_s=2.0,
-        weight_version=0,
-    )
+    return empty_step_metrics(step=1, rollout_s=1.0, train_s=1.0, step_s=2.0, weight_version=0)
 
 
 @linux_only

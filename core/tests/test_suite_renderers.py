@@ -39,16 +39,8 @@ class TestToyRenderer(RendererConformance):
         return reference_chat_template
 
 
-class TestToyRendererWithReasoning(RendererConformance):
+class TestToyRendererWithReasoning(TestToyRenderer):
     """The suite also round-trips reasoning when a plugin's cases carry it."""
-
-    @pytest.fixture
-    def renderer(self) -> ToyChatRenderer:
-        return ToyChatRenderer()
-
-    @pytest.fixture
-    def reference_render(self) -> Callable[..., list[int]]:
-        return reference_chat_template
 
     @pytest.fixture
     def conversations(self) -> list[Conversation]:

@@ -7,6 +7,7 @@ import io
 import random
 import shutil
 
+from reference.metrics_lines import empty_step_metrics
 from reference.run_fakes import TOY, CrashingSource, FakeTrainer
 from rich.console import Console
 from rllm_core.plan import ResolvedPlan
@@ -18,7 +19,7 @@ from rllm_core.training.components import Components
 from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder, folder_name
 from rllm_core.training.loop import TrainingLoop
-from rllm_core.training.metrics import reward_stats, step_metrics, summarize
+from rllm_core.training.metrics import reward_stats, summarize
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs
 
 
@@ -100,21 +101,11 @@ def test_reward_stats_and_summary():
 
 
 def test_sampler_utilization_is_busy_time_over_rollout_time_of_the_clocked_steps():
-    common = dict(
-        episodes=[],
-        infra_failures=0,
-        retries=0,
-        report={},
-        datums=[],
-        train={},
-        train_s=1.0,
-        step_s=5.0,
-        weight_version=1,
-    )
-    unclocked = step_metrics(step=1, rollout_s=4.0, **common)
+    common = dict(train_s=1.0, step_s=5.0, weight_version=1)
+    unclocked = empty_step_metrics(step=1, rollout_s=4.0, **common)
     assert "sampler_utilization" not in unclocked and "time/sampler_busy_s" not in unclocked
-    first = step_metrics(step=2, rollout_s=4.0, sampler_busy_s=3.0, **common)
-    second = step_metrics(step=3, rollout_s=6.0, sampler_busy_s=3.0, **common)
+    first = empty_step_metrics(step=2, rollout_s=4.0, sampler_busy_s=3.0, **common)
+    second = empty_step_metrics(step=3, rollout_s=6.0, sampler_busy_s=3.0, **common)
     assert first["sampler_utilization"] == 0.75 and second["sampler_utilization"] == 0.5
     assert first["time/sampler_busy_s"] == 3.0
     # 6 busy seconds over the 10 rollout seconds of the clocked steps; step 1 is left out.
