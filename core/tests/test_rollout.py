@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reference.rollout_stack import gateway_runner
 from reference.toy_renderer import IM_END, ToyChatRenderer
 from rllm_core.algorithms import INCOMPLETE_CHAINS_KEY
 from rllm_core.errors import (
@@ -27,7 +28,6 @@ from rllm_core.rollout import (
     InfraFailure,
     RolloutBatch,
     RolloutEvent,
-    RolloutRunner,
     RolloutSettings,
     SessionGateway,
     SessionKey,
@@ -74,18 +74,16 @@ async def run_batch(
     step: int = 0,
 ) -> tuple[RolloutBatch, Any]:
     store = store if store is not None else memory_store()
-    sampler = sampler if sampler is not None else ScriptedSampler(lambda request: "x", renderer=TOY)
-    async with Gateway(renderer=TOY, sampler=sampler, trace_store=store) as gateway:
-        runner = RolloutRunner(
-            task_source=source,
-            harness=harness,
-            sandbox_backend=backend,
-            gateway=gateway,
-            trace_store=store,
-            settings=rollout,
-            run_id="run-1",
-            on_event=None if events is None else events.append,
-        )
+    async with gateway_runner(
+        renderer=TOY,
+        source=source,
+        harness=harness,
+        backend=backend,
+        store=store,
+        settings=rollout,
+        sampler=sampler,
+        on_event=None if events is None else events.append,
+    ) as (runner, gateway):
         batch = await runner.run(tasks, step=step)
         assert gateway.engine._sessions == {}, "every session's live state was released"
     return batch, store
@@ -557,18 +555,14 @@ def test_cancelling_a_run_closes_every_sandbox_and_raises_cancelled():
             return await original(task, llm, sandbox)
 
         harness.run = run  # type: ignore[method-assign]
-        store = memory_store()
-        sampler = ScriptedSampler(lambda request: "x", renderer=TOY)
-        async with Gateway(renderer=TOY, sampler=sampler, trace_store=store) as gateway:
-            runner = RolloutRunner(
-                task_source=FakeSource(),
-                harness=harness,
-                sandbox_backend=backend,
-                gateway=gateway,
-                trace_store=store,
-                settings=settings(group_size=4, max_concurrency=4),
-                run_id="run-1",
-            )
+        async with gateway_runner(
+            renderer=TOY,
+            source=FakeSource(),
+            harness=harness,
+            backend=backend,
+            store=memory_store(),
+            settings=settings(group_size=4, max_concurrency=4),
+        ) as (runner, gateway):
             job = asyncio.create_task(runner.run([sandboxed("t"), sandboxed("u")], step=0))
             await asyncio.wait_for(entered.wait(), 10)
             job.cancel()
@@ -636,19 +630,15 @@ def test_a_task_without_environment_gets_no_sandbox_and_an_event_handler_error_i
         raise RuntimeError("display crashed")
 
     async def main() -> RolloutBatch:
-        store = memory_store()
-        sampler = ScriptedSampler(lambda request: "x", renderer=TOY)
-        async with Gateway(renderer=TOY, sampler=sampler, trace_store=store) as gateway:
-            runner = RolloutRunner(
-                task_source=FakeSource(),
-                harness=harness,
-                sandbox_backend=None,
-                gateway=gateway,
-                trace_store=store,
-                settings=settings(group_size=1),
-                run_id="run-1",
-                on_event=broken,
-            )
+        async with gateway_runner(
+            renderer=TOY,
+            source=FakeSource(),
+            harness=harness,
+            backend=None,
+            store=memory_store(),
+            settings=settings(group_size=1),
+            on_event=broken,
+        ) as (runner, _):
             return await runner.run(
                 [Task(task_id="plain", instruction="hi", data={"reward": 1})], step=0
             )

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reference.rollout_stack import gateway_runner
 from reference.toy_renderer import IM_END, ToyChatRenderer
-from rllm_core.gateway.server import Gateway
 from rllm_core.plugins import PluginManager
-from rllm_core.rollout import RolloutRunner, RolloutSettings
+from rllm_core.rollout import RolloutSettings
 from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.types import Termination
 
@@ -46,16 +46,16 @@ def test_the_shell_harness_solves_a_harbor_task_in_several_turns():
 
     async def main() -> Any:
         try:
-            async with Gateway(renderer=TOY, sampler=sampler, trace_store=store) as gateway:
-                runner = RolloutRunner(
-                    task_source=source,
-                    harness=harness,
-                    sandbox_backend=backend,
-                    gateway=gateway,
-                    trace_store=store,
-                    settings=RolloutSettings(group_size=2, max_concurrency=1, max_infra_retries=0),
-                    run_id="harbor",
-                )
+            async with gateway_runner(
+                renderer=TOY,
+                source=source,
+                harness=harness,
+                backend=backend,
+                store=store,
+                settings=RolloutSettings(group_size=2, max_concurrency=1, max_infra_retries=0),
+                sampler=sampler,
+                run_id="harbor",
+            ) as (runner, _):
                 return await runner.run([task], step=0)
         finally:
             await backend.close()
