@@ -1,6 +1,8 @@
 """Code several plugins share, so that no plugin imports another.
 
-- Renderers: :mod:`.toolcalls` (the ``<tool_call>`` text format of ChatML-family templates).
+- Renderers: :mod:`.toolcalls` (the ``<tool_call>`` text format of ChatML-family templates)
+  and :mod:`.completions` (reading sampled tokens back: the stop token, the think block, the
+  parsed response and the assistant message it stands for).
 - Harnesses: :mod:`.chat` (one chat call to an episode's endpoint with its failures typed;
   needs ``openai``, which ``rllm-core[chat]`` installs) and :mod:`.templates` (prompt and
   command templates checked against the placeholders a key allows).

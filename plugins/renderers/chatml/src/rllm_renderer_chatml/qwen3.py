@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rllm_core.types import Message, ToolCall, ToolSpec
+from rllm_core.kit.completions import THINK_CLOSE, THINK_OPEN, assistant_message
+from rllm_core.types import Message, ToolSpec
 
-from rllm_renderer_chatml.qwen3_template import THINK_CLOSE, THINK_OPEN, Qwen3Template, is_query
+from rllm_renderer_chatml.qwen3_template import Qwen3Template, is_query
 from rllm_renderer_chatml.renderer import ChatMLRenderer
 from rllm_renderer_chatml.templates import GENERATION_PROMPT
 from rllm_renderer_chatml.tokenizer import TextTokenizer
@@ -84,16 +85,10 @@ class Qwen3Renderer(ChatMLRenderer):
             )
             if THINK_OPEN in since or THINK_CLOSE in since:
                 return False
-        parsed = self.parse_response(body)
-        if any(call.call is None for call in parsed.tool_calls):
+        message = assistant_message(self.parse_response(body))
+        if message is None:
             return False
-        message = Message(
-            role="assistant",
-            content=parsed.content,
-            reasoning=parsed.reasoning,
-            tool_calls=tuple(c.call for c in parsed.tool_calls if isinstance(c.call, ToolCall)),
-        )
-        reasoning = bool(parsed.reasoning)
+        reasoning = bool(message.reasoning)
         show = not new_query and query_end is not None and reasoning
         think, text, _ = self.template.assistant_text(message, show_think=show)
         expected = self.tokenizer.encode(GENERATION_PROMPT + think + text)

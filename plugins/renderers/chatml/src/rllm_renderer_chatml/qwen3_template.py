@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rllm_core.kit.completions import THINK_CLOSE, THINK_OPEN, split_think
 from rllm_core.kit.toolcalls import format_tool_call, split_tool_calls
 from rllm_core.types import Message, ParsedToolCall, ToolSpec
 
@@ -45,8 +46,6 @@ from rllm_renderer_chatml.tokenizer import Piece
 
 __all__ = ["EMPTY_THINK", "Qwen3Template", "is_query"]
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
 EMPTY_THINK = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n"
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -159,17 +158,11 @@ class Qwen3Template(ChatTemplate):
         return "\n" + turns + self.generation_prompt()
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
-        """Reasoning is the text before the first ``</think>`` (after a leading ``<think>``),
-        stripped of newlines as the template writes it; a ``<think>`` never closed (a
-        completion cut inside its thinking) is all reasoning. Without a think block it is
-        ``None``, or ``""`` with ``enable_thinking=False``, whose generation prompt already
-        holds the (empty) block."""
-        reasoning: str | None = None if self.enable_thinking else ""
-        if THINK_CLOSE in text:
-            before, _, text = text.partition(THINK_CLOSE)
-            reasoning = before.split(THINK_OPEN)[-1].strip("\n")
-            text = text.lstrip("\n")
-        elif text.startswith(THINK_OPEN):
-            reasoning, text = text.removeprefix(THINK_OPEN).lstrip("\n"), ""
+        """Reasoning as :func:`~rllm_core.kit.completions.split_think` reads it; without a think
+        block it is ``None``, or ``""`` with ``enable_thinking=False``, whose generation prompt
+        already holds the (empty) block."""
+        reasoning, text = split_think(text)
+        if reasoning is None and not self.enable_thinking:
+            reasoning = ""
         content, calls = split_tool_calls(text)
         return content, reasoning, calls

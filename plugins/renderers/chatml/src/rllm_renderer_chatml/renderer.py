@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rllm_core.kit.completions import parse_completion, split_at_stop
 from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 from rllm_renderer_chatml.templates import TEMPLATES, ChatTemplate, detect_template
@@ -76,20 +77,9 @@ class ChatMLRenderer:
     def stop_token_ids(self) -> list[int]:
         return [self.im_end, self.end_of_text]
 
-    def _split_at_stop(self, token_ids: Sequence[int]) -> tuple[list[int], int | None]:
-        """The ids before the first stop token, and that token's position (``None``: none)."""
-        ids = list(token_ids)
-        end = len(ids)
-        for stop in (self.im_end, self.end_of_text):
-            if stop in ids:
-                end = min(end, ids.index(stop))
-        return (ids[:end], end) if end < len(ids) else (ids, None)
-
     def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
-        body, stop = self._split_at_stop(token_ids)
-        content, reasoning, calls = self.template.parse(self.tokenizer.decode(body))
-        return ParsedResponse(
-            content=content, reasoning=reasoning, tool_calls=tuple(calls), stopped=stop is not None
+        return parse_completion(
+            token_ids, self.stop_token_ids(), self.tokenizer.decode, self.template.parse
         )
 
     # ---------------------------------------------------------------- bridge
@@ -121,7 +111,7 @@ class ChatMLRenderer:
         gen = self._generation_ids
         if len(prompt) < len(gen) or prompt[len(prompt) - len(gen) :] != gen:
             return None
-        body, stop = self._split_at_stop(completion)
+        body, stop = split_at_stop(completion, self.stop_token_ids())
         if stop is not None and completion[stop] != self.im_end:
             return None
         truncated = stop is None

@@ -13,8 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rllm_core.chat_dicts import message_dicts, tool_dicts
+from rllm_core.kit.completions import (
+    assistant_message,
+    parse_completion,
+    split_at_stop,
+    split_think,
+)
 from rllm_core.kit.toolcalls import split_tool_calls
-from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolCall, ToolSpec
+from rllm_core.types import Message, ParsedResponse, ParsedToolCall, RenderedTokens, ToolSpec
 
 if TYPE_CHECKING:
     from rllm_renderer_hf.plugin import HFConfig
@@ -23,7 +29,12 @@ __all__ = ["HFRenderer"]
 
 # Turn-close tokens of common chat formats, used as stop tokens when the tokenizer has them.
 _CLOSE_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>")
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _parse_text(text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+    reasoning, text = split_think(text)
+    content, calls = split_tool_calls(text)
+    return content, reasoning, calls
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -237,25 +248,8 @@ class HFRenderer:
     def stop_token_ids(self) -> list[int]:
         return list(self._stops)
 
-    def _first_stop(self, ids: Sequence[int]) -> int | None:
-        stops = set(self._stops)
-        return next((n for n, t in enumerate(ids) if t in stops), None)
-
     def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
-        ids = list(token_ids)
-        stop = self._first_stop(ids)
-        text = self.decode(ids if stop is None else ids[:stop])
-        reasoning: str | None = None
-        if _THINK_CLOSE in text:
-            before, _, text = text.partition(_THINK_CLOSE)
-            reasoning = before.split(_THINK_OPEN)[-1].strip("\n")
-            text = text.lstrip("\n")
-        elif text.startswith(_THINK_OPEN):
-            reasoning, text = text.removeprefix(_THINK_OPEN).lstrip("\n"), ""
-        content, calls = split_tool_calls(text)
-        return ParsedResponse(
-            content=content, reasoning=reasoning, tool_calls=tuple(calls), stopped=stop is not None
-        )
+        return parse_completion(token_ids, self._stops, self.decode, _parse_text)
 
     # ---------------------------------------------------------------- bridge
 
@@ -273,18 +267,12 @@ class HFRenderer:
             known = self._history.get(_digest(prompt))
         if known is None or known[1] != tuple(tools or ()):
             return None
-        parsed = self.parse_response(completion)
-        if any(c.call is None for c in parsed.tool_calls):
+        said = assistant_message(self.parse_response(completion))
+        if said is None:
             return None
-        said = Message(
-            role="assistant",
-            content=parsed.content,
-            reasoning=parsed.reasoning,
-            tool_calls=tuple(c.call for c in parsed.tool_calls if isinstance(c.call, ToolCall)),
-        )
         conversation = [*known[0], said, *new_messages]
         full, _ = self._tokens(self._text(conversation, tools, True))
-        stop = self._first_stop(completion)
+        _, stop = split_at_stop(completion, self._stops)
         kept = prompt + (completion if stop is None else completion[: stop + 1])
         if full[: len(kept)] != kept:
             return None
