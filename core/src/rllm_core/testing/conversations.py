@@ -23,7 +23,12 @@ from typing import Any
 
 from rllm_core.chat_dicts import message_dicts, tool_dicts
 from rllm_core.ports import Renderer
-from rllm_core.testing.suites.renderers import Conversation, check_bridge_contract, sampled_span
+from rllm_core.testing.suites.renderers import (
+    READ_FILE_TOOL,
+    Conversation,
+    check_bridge_contract,
+    sampled_span,
+)
 from rllm_core.types import Message, ToolCall, ToolSpec
 
 __all__ = [
@@ -97,15 +102,7 @@ def _call(n: int, name: str, arguments: dict[str, Any]) -> ToolCall:
     return ToolCall(id=f"call_{n}", name=name, arguments=json.dumps(arguments, ensure_ascii=False))
 
 
-READ_FILE = ToolSpec(
-    name="read_file",
-    description="Read a text file from the workspace.",
-    parameters={
-        "type": "object",
-        "properties": {"path": {"type": "string", "description": "File to read."}},
-        "required": ["path"],
-    },
-)
+READ_FILE = READ_FILE_TOOL
 SEARCH = ToolSpec(
     name="search",
     description="Search the documentation and return the best matches.",

@@ -17,7 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rllm_core.errors import StorageError
 from rllm_core.storage.framing import FrameReader, encode_frame
-from rllm_core.testing.suites.storage import expected_prompts, make_trace_chain
+from rllm_core.testing.suites.storage import (
+    expected_prompts,
+    make_long_trace_chain,
+    make_trace_chain,
+)
 from rllm_core.types import TraceRecord
 from rllm_trace_store_deltachain.codec import EntryCodec, SegmentTable
 from rllm_trace_store_deltachain.context import MIN_CONTEXT_TOKENS
@@ -497,26 +501,9 @@ def test_a_child_appended_before_its_parent_is_compressed_alone(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
-def _long_chain(turns: int) -> list[TraceRecord]:
-    records, parent = [], None
-    for turn in range(turns):
-        record = TraceRecord(
-            trace_id=f"t{turn}",
-            session_id="long",
-            turn=turn,
-            parent_trace_id=parent,
-            prompt_delta_token_ids=[turn, turn + 1] if parent is None else [turn, -turn],
-            completion_token_ids=[100_000 + turn],
-            logprobs=[-0.5],
-        )
-        records.append(record)
-        parent = record.trace_id
-    return records
-
-
 @pytest.mark.parametrize("snapshot_every", [0, 64])
 def test_thousand_turns_rebuild_with_a_small_recursion_limit(tmp_path, snapshot_every):
-    records = _long_chain(1000)
+    records = make_long_trace_chain(1000, negated=True)
     path = tmp_path / "t"
     with DeltaChainTraceStore(path, snapshot_every=snapshot_every) as store:
         for record in reversed(records):

@@ -81,6 +81,7 @@ __all__ = [
     "SampleBufferConformance",
     "TraceStoreConformance",
     "expected_prompts",
+    "make_long_trace_chain",
     "make_samples",
     "make_trace_chain",
     "run_until_killed",
@@ -103,6 +104,30 @@ _SUITE_SETTINGS = settings(
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
+
+
+def make_long_trace_chain(turns: int, *, negated: bool = False) -> list[TraceRecord]:
+    """``turns`` small records of session ``"long"`` (trace ids ``t0``, ``t1``, ...), each the
+    child of the one before, whose rebuilt prompts are easy to check: the root's delta is
+    ``[0, 1]``, turn ``n``'s ``[n]`` (``[n, -n]`` with ``negated``), and turn ``n`` completes
+    with the one token ``100_000 + n`` at logprob ``-0.5``."""
+    records: list[TraceRecord] = []
+    parent = None
+    for turn in range(turns):
+        record = TraceRecord(
+            trace_id=f"t{turn}",
+            session_id="long",
+            turn=turn,
+            parent_trace_id=parent,
+            prompt_delta_token_ids=(
+                [turn, turn + 1] if parent is None else [turn, -turn] if negated else [turn]
+            ),
+            completion_token_ids=[100_000 + turn],
+            logprobs=[-0.5],
+        )
+        records.append(record)
+        parent = record.trace_id
+    return records
 
 
 def make_trace_chain(
@@ -613,20 +638,7 @@ class TraceStoreConformance:
 
     def test_thousand_turn_session_rebuilds(self, trace_store: Any) -> None:
         turns = 1000
-        records = []
-        parent = None
-        for turn in range(turns):
-            record = TraceRecord(
-                trace_id=f"t{turn}",
-                session_id="long",
-                turn=turn,
-                parent_trace_id=parent,
-                prompt_delta_token_ids=[turn, turn + 1] if parent is None else [turn],
-                completion_token_ids=[100_000 + turn],
-                logprobs=[-0.5],
-            )
-            records.append(record)
-            parent = record.trace_id
+        records = make_long_trace_chain(turns)
         for record in reversed(records):
             trace_store.append(record)
         traces = trace_store.session("long")
