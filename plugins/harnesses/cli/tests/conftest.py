@@ -3,46 +3,30 @@ sampler and an in-memory trace store, and a scripted fake sandbox with in-memory
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from reference.fake_sandbox import Call, ScriptedSandbox
 from reference.gateway_fixtures import gateway, store, toy  # noqa: F401
 from rllm_core.errors import SandboxCommandTimeout, SandboxFileNotFound
-from rllm_core.types import ExecResult
 
 
-@dataclass
-class Call:
-    command: str
-    timeout: float
-    user: str | None
-    env: Mapping[str, str] | None
-    cwd: str | None
-
-
-class FakeSandbox:
+class FakeSandbox(ScriptedSandbox):
     """Files in a dict; ``exec`` answers with ``handler(call, files)``: an ExecResult, an
     exception to raise, or ``None`` for exit 0 with no output. A handler returning
     ``"timeout"`` raises ``SandboxCommandTimeout``."""
 
-    merges_output = False
-
     def __init__(self, handler: Callable[[Call, dict[str, bytes]], Any] | None = None) -> None:
+        super().__init__()
         self.handler = handler or (lambda call, files: None)
         self.files: dict[str, bytes] = {}
-        self.calls: list[Call] = []
 
-    async def exec(self, command, timeout, user=None, env=None, cwd=None) -> ExecResult:
-        call = Call(command, timeout, user, dict(env) if env is not None else None, cwd)
-        self.calls.append(call)
+    def answer(self, call: Call) -> Any:
         answer = self.handler(call, self.files)
         if answer == "timeout":
-            raise SandboxCommandTimeout("killed", command=command, timeout_s=timeout)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer or ExecResult(exit_code=0, stdout="", stderr="")
+            raise SandboxCommandTimeout("killed", command=call.command, timeout_s=call.timeout)
+        return answer
 
     async def write_file(self, path: str, data: bytes) -> None:
         self.files[path] = bytes(data)
@@ -54,18 +38,6 @@ class FakeSandbox:
 
     async def list_files(self, path: str):
         return []
-
-    async def is_alive(self) -> bool:
-        return True
-
-    async def close(self) -> None:
-        return None
-
-    async def __aenter__(self) -> FakeSandbox:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 @pytest.fixture

@@ -4,11 +4,11 @@ fake clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from reference.fake_sandbox import Call, ScriptedSandbox
 from reference.gateway_fixtures import gateway, store, toy  # noqa: F401
 from rllm_core.errors import SandboxCommandTimeout, SandboxGone
 from rllm_core.types import ExecResult
@@ -27,24 +27,13 @@ class FakeClock:
         self.now += seconds
 
 
-@dataclass
-class Call:
-    command: str
-    timeout: float
-    user: str | None
-    env: Mapping[str, str] | None
-    cwd: str | None
-
-
-class FakeSandbox:
+class FakeSandbox(ScriptedSandbox):
     """Answers ``exec`` with ``handler(call)``: an ExecResult, or an exception to raise.
 
     When ``clock`` and ``takes_s`` are set, each command takes ``takes_s`` seconds of fake time;
     one that needs more than its timeout advances the clock by the timeout and raises
     ``SandboxCommandTimeout``, as a real backend would.
     """
-
-    merges_output = False
 
     def __init__(
         self,
@@ -53,25 +42,22 @@ class FakeSandbox:
         clock: FakeClock | None = None,
         takes_s: float = 0.0,
     ) -> None:
+        super().__init__()
         self.handler = handler or (lambda call: ExecResult(exit_code=0, stdout="", stderr=""))
         self.clock = clock
         self.takes_s = takes_s
-        self.calls: list[Call] = []
 
-    async def exec(self, command, timeout, user=None, env=None, cwd=None) -> ExecResult:
-        call = Call(command, timeout, user, env, cwd)
-        self.calls.append(call)
+    def answer(self, call: Call) -> Any:
         if self.clock is not None:
-            if self.takes_s > timeout:
-                self.clock.advance(timeout)
+            if self.takes_s > call.timeout:
+                self.clock.advance(call.timeout)
                 raise SandboxCommandTimeout(
-                    f"{command!r} ran past {timeout} s", command=command, timeout_s=timeout
+                    f"{call.command!r} ran past {call.timeout} s",
+                    command=call.command,
+                    timeout_s=call.timeout,
                 )
             self.clock.advance(self.takes_s)
-        answer = self.handler(call)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
+        return self.handler(call)
 
     async def write_file(self, path: str, data: bytes) -> None:
         raise SandboxGone("the fake sandbox has no files")
@@ -81,18 +67,6 @@ class FakeSandbox:
 
     async def list_files(self, path: str):
         raise SandboxGone("the fake sandbox has no files")
-
-    async def is_alive(self) -> bool:
-        return True
-
-    async def close(self) -> None:
-        return None
-
-    async def __aenter__(self) -> FakeSandbox:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 @pytest.fixture
