@@ -84,6 +84,10 @@ for top in sorted(added - set(sys.stdlib_module_names) - {own, "rllm_core"}):
 print(json.dumps({
     "heavy": sorted({name.split(".")[0] for name in sys.modules} & heavy),
     "foreign": foreign,
+    "own": sorted(
+        name for name in set(sys.modules) - before
+        if name.split(".")[0] == own and name not in (own, module)
+    ),
 }))
 """
 
@@ -97,19 +101,26 @@ def _probe(run_python, module: str, heavy: tuple[str, ...] = HEAVY_MODULES) -> d
     return result.json()
 
 
-def test_probe_reports_heavy_and_foreign_imports_exactly(run_python, tmp_path):
+def test_probe_reports_heavy_foreign_and_own_imports_exactly(run_python, tmp_path):
     (tmp_path / "probe_light.py").write_text("import json\nimport pydantic\nimport rich\n")
     # a stand-in SDK under a name no real package has, so the check does not depend on what
     # this machine has installed
     (tmp_path / "probe_fake_sdk.py").write_text("")
     (tmp_path / "probe_heavy.py").write_text("import probe_fake_sdk\nimport iniconfig\n")
     heavy = (*HEAVY_MODULES, "probe_fake_sdk")
-    assert _probe(run_python, "probe_light", heavy) == {"heavy": [], "foreign": {}}
+    assert _probe(run_python, "probe_light", heavy) == {"heavy": [], "foreign": {}, "own": []}
     probed = _probe(run_python, "probe_heavy", heavy)
     assert probed["heavy"] == ["probe_fake_sdk"]
     assert sorted(probed["foreign"]) == ["iniconfig", "probe_fake_sdk"]
     assert probed["foreign"]["iniconfig"] == ["iniconfig"]
     assert probed["foreign"]["probe_fake_sdk"][0].endswith("probe_fake_sdk.py")
+
+    package = tmp_path / "probe_eager"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "impl.py").write_text("")
+    (package / "plugin.py").write_text("from probe_eager import impl\n")
+    assert _probe(run_python, "probe_eager.plugin", heavy)["own"] == ["probe_eager.impl"]
 
 
 def test_entry_module_does_not_import_heavy_modules(entry_package, run_python):
@@ -134,6 +145,16 @@ def test_entry_module_imports_only_core_and_stdlib(entry_package, run_python):
             f" its dependencies and the standard library: {foreign}; an entry module may import"
             " only rllm_core, pydantic and the standard library, so move those imports into the"
             " implementation and reference it with rllm_core.lazy('module:Class')"
+        )
+
+
+def test_entry_module_loads_no_other_module_of_its_package(entry_package, run_python):
+    for module in entry_package.entry_modules:
+        own = _probe(run_python, module)["own"]
+        assert own == [], (
+            f"importing {module} ({entry_package.distribution}) also loads {', '.join(own)};"
+            " the implementation must load only when a plan builds the component: name it with"
+            " rllm_core.lazy('module:Class')"
         )
 
 
