@@ -134,6 +134,8 @@ class LocalBackend:
     # ---------------------------------------------------------------- create
 
     async def create(self, spec: SandboxSpec) -> LocalSandbox:
+        if self.config.start_delay_s > 0:
+            await asyncio.sleep(self.config.start_delay_s)
         mode = self._decide()
         if not spec.workdir.startswith("/"):
             raise SandboxCreateError(
@@ -180,6 +182,7 @@ class LocalBackend:
             file_bytes=spec.disk_mb * (1 << 20) if rlimits else None,
             lifetime_s=spec.lifetime_s,
             shell="/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh",
+            exec_delay_s=self.config.exec_delay_s,
             on_close=self._forget,
             **isolation,
         )

@@ -52,6 +52,20 @@ class LocalSandboxConfig(BaseModel):
         default="bwrap",
         description="the bubblewrap program, a name looked up on PATH or an absolute path",
     )
+    start_delay_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="seconds every create waits (without using the CPU) before it hands out"
+        " the sandbox: emulates a remote sandbox's start-up latency (as Modal or Daytona"
+        " show) for benchmarks; 0 adds none",
+    )
+    exec_delay_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="seconds every command waits (without using the CPU) before it runs,"
+        " outside its timeout: emulates a remote sandbox's per-command round trip for"
+        " benchmarks; 0 adds none",
+    )
 
     @field_validator("extra_ro_binds")
     @classmethod

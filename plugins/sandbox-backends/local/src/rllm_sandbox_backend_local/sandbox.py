@@ -81,6 +81,8 @@ class LocalSandbox(ClosesOnExit):
     ``isolation`` is ``"bwrap"`` (own namespaces over a private root) or ``"none"`` (plain
     subprocesses on the host; see the package README for what that does not protect).
     ``private_root`` is the host directory holding the sandbox's files, removed on close.
+    ``exec_delay_s`` is waited (``asyncio.sleep``) at the start of every ``exec``, outside its
+    timeout and its ``duration_s``: a remote sandbox's round trip, emulated for benchmarks.
     """
 
     merges_output = False
@@ -102,6 +104,7 @@ class LocalSandbox(ClosesOnExit):
         user_namespace: bool = False,
         network: bool = False,
         shell: str = "/bin/sh",
+        exec_delay_s: float = 0.0,
         on_close: Callable[[LocalSandbox], None] | None = None,
     ) -> None:
         self.isolation = isolation
@@ -119,6 +122,7 @@ class LocalSandbox(ClosesOnExit):
         self._user_namespace = user_namespace
         self._network = network
         self._shell = shell
+        self._exec_delay_s = exec_delay_s
         self._on_close = on_close
         self._groups: set[int] = set()
         self._closed = False
@@ -213,6 +217,8 @@ class LocalSandbox(ClosesOnExit):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
+        if self._exec_delay_s > 0:
+            await asyncio.sleep(self._exec_delay_s)
         await self._check_open("exec")
         if "\0" in command:
             raise SandboxError("the command contains a NUL byte, which no shell can receive")
