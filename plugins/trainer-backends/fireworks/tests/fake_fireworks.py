@@ -3,10 +3,17 @@
 The trainer's "model" gives target token ``t`` the logprob ``-0.1 * t``. ``forward_backward_custom``
 does what the SDK does: hands the loss one logprob tensor per datum, backpropagates, and keeps
 the surrogate weights (``-dloss/dlogprob``) it would send to the trainer.
+
+Tests of sampling during ``optim_step`` hook in with ``FakeTraining.hold_sample`` (awaited by
+each sampling request before it answers), ``during_save`` and ``during_hot_load`` (called on
+the trainer's thread inside ``save_weights_for_sampler`` and ``create_sampling_client``);
+``running`` counts the sampling requests under way and ``hot_loads`` records, for each
+hot-load, the snapshot and how many requests were running then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +41,7 @@ class Done:
 class FakeSampling:
     path: str
     replies: list[fw.SampleResponse]
+    training: FakeTraining | None = None
     requests: list[tuple[list[int], int, fw.SamplingParams]] = field(default_factory=list)
     closed: bool = False
 
@@ -41,7 +49,16 @@ class FakeSampling:
         self, prompt: fw.ModelInput, num_samples: int, sampling_params: fw.SamplingParams
     ) -> fw.SampleResponse:
         self.requests.append((prompt.to_ints(), num_samples, sampling_params))
-        return self.replies.pop(0)
+        training = self.training
+        if training is None:
+            return self.replies.pop(0)
+        training.running += 1
+        try:
+            if training.hold_sample is not None:
+                await training.hold_sample()
+            return self.replies.pop(0)
+        finally:
+            training.running -= 1
 
     def close(self) -> None:
         self.closed = True
@@ -58,6 +75,11 @@ class FakeTraining:
     states: dict[str, int] = field(default_factory=dict)
     loaded: list[str] = field(default_factory=list)
     steps: int = 0
+    running: int = 0
+    hot_loads: list[tuple[str, int]] = field(default_factory=list)
+    hold_sample: Callable[[], Awaitable[None]] | None = None
+    during_save: Callable[[], None] | None = None
+    during_hot_load: Callable[[], None] | None = None
 
     def forward_backward_custom(self, data: list[fw.Datum], loss_fn: Any) -> Done:
         inputs = [
@@ -90,10 +112,15 @@ class FakeTraining:
 
     def save_weights_for_sampler(self, name: str) -> Done:
         self.saved_for_sampler.append(name)
+        if self.during_save is not None:
+            self.during_save()
         return Done(fw.SaveWeightsForSamplerResponse(path=f"snapshots/{name}"))
 
     def create_sampling_client(self, model_path: str) -> FakeSampling:
-        sampling = FakeSampling(path=model_path, replies=self.replies)
+        self.hot_loads.append((model_path, self.running))
+        if self.during_hot_load is not None:
+            self.during_hot_load()
+        sampling = FakeSampling(path=model_path, replies=self.replies, training=self)
         self.samplers.append(sampling)
         return sampling
 

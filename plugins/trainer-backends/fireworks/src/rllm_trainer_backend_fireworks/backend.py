@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from rllm_core.errors import PlanError, PlanIssue
 from rllm_core.kit.managed import ServiceCalls
 from rllm_core.types import Datum
 
+from rllm_trainer_backend_fireworks.gate import HotLoadGate
 from rllm_trainer_backend_fireworks.losses import StepLoss, to_sdk_datum
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_trainer_backend_fireworks.sampler import FireworksSampler
@@ -35,8 +37,16 @@ class FireworksBackend:
     a trainer job and a hot-load deployment on Fireworks. Every loss runs client-side on the
     logprobs the trainer returns (``forward_backward_custom``), so a loss that reduces through
     ``ctx.aggregate`` is normalized over the whole call and the trainer adds no normalization
-    of its own. After each ``optim_step`` the new weights are saved for sampling and the
-    deployment hot-loads them before ``weight_version`` moves.
+    of its own.
+
+    After each ``optim_step`` the new weights are saved for sampling while the deployment
+    keeps serving the previous ones; then the deployment hot-loads them, and the new sampling
+    client and ``weight_version`` are installed together before ``optim_step`` returns. The
+    deployment serves one snapshot at a time and a request does not name it, so the hot-load
+    waits for the sampling requests already running (they finish on, and report, the version
+    they started with) and holds new ones back until the new version is in place (see
+    :class:`~rllm_trainer_backend_fireworks.gate.HotLoadGate`). Sampling may thus run on the
+    event loop while ``optim_step`` runs on another thread.
 
     ``save_state(path)`` saves a trainer checkpoint (weights and optimizer) on Fireworks and
     writes its remote path with the counters to ``path/fireworks-state.json``; the folder is
@@ -76,18 +86,17 @@ class FireworksBackend:
             seed=config.seed,
             lora_alpha=config.lora_alpha,
         )
-        self._version = 0
+        self._gate = HotLoadGate()
         self._steps = 0
         self._publishes = 0
         self._saves = 0
-        self._sampling: Any = None
         self._sampler_path = ""
         self._closed = False
-        self._publish([])
+        self._publish(0, [])
 
     @property
     def weight_version(self) -> int:
-        return self._version
+        return self._gate.version
 
     @property
     def optimizer_steps(self) -> int:
@@ -97,7 +106,12 @@ class FireworksBackend:
     def sampling_client(self) -> Any:
         """The SDK sampling client bound to the newest published weights."""
         self._check_open()
-        return self._sampling
+        return self._gate.client
+
+    def sampling(self) -> AbstractAsyncContextManager[tuple[Any, int]]:
+        """Hold the newest sampling client and its weight version for one request: the
+        deployment does not switch weights until the request is done."""
+        return self._gate.request()
 
     @property
     def sampler_path(self) -> str:
@@ -135,15 +149,14 @@ class FireworksBackend:
 
     def optim_step(self) -> dict[str, float]:
         """Apply the accumulated gradients with Adam, then publish the new weights to the
-        sampling deployment. Returns ``learning_rate``, ``step`` and the trainer's figures
-        prefixed ``fireworks/``."""
+        sampling deployment (its hot-load waits for the sampling requests that run). Returns
+        ``learning_rate``, ``step`` and the trainer's figures prefixed ``fireworks/``."""
         self._check_open()
         params = fw.AdamParams(**self.config.adam_params())
         retries: list[int] = []
         response = self.calls.call(lambda: self._training.optim_step(params), "optim_step", retries)
         self._steps += 1
-        self._version += 1
-        self._publish(retries)
+        self._publish(self.weight_version + 1, retries)
         metrics = {"learning_rate": self.config.learning_rate, "step": float(self._steps)}
         for key, value in (response.metrics or {}).items():
             metrics[f"fireworks/{key}"] = float(value)
@@ -162,7 +175,7 @@ class FireworksBackend:
             "checkpoint": checkpoint,
             "base_model": self.config.base_model,
             "lora_rank": self.config.lora_rank,
-            "weight_version": self._version,
+            "weight_version": self.weight_version,
             "optimizer_steps": self._steps,
         }
         tmp = folder / f"{STATE_FILE}.tmp"
@@ -188,31 +201,33 @@ class FireworksBackend:
             lambda: self._training.load_state_with_optimizer(state["checkpoint"]), "load_state"
         )
         self._steps = int(state["optimizer_steps"])
-        self._version = int(state["weight_version"])
-        self._publish([])
+        self._publish(int(state["weight_version"]), [])
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for resource in (self._sampling, self._service):
+        for resource in (self._gate.client, self._service):
             closer = getattr(resource, "close", None)
             if callable(closer):
                 closer()
 
-    def _publish(self, retries: list[int]) -> None:
-        """Save the current weights for sampling and bind a sampling client to them; the
-        SDK returns once the deployment serves that snapshot. Retries are appended to
-        ``retries``."""
+    def _publish(self, version: int, retries: list[int]) -> None:
+        """Save the current weights for sampling, then, once no sampling request runs, bind a
+        sampling client to them as ``version``: the SDK returns that client once the
+        deployment serves the snapshot. Retries are appended to ``retries``."""
         self._publishes += 1
-        name = f"rllm-weights-v{self._version}-{self._publishes}"
+        name = f"rllm-weights-v{version}-{self._publishes}"
         saved = self.calls.call(
             lambda: self._training.save_weights_for_sampler(name), "publishing weights", retries
         )
-        previous = self._sampling
-        self._sampling = self._training.create_sampling_client(saved.path)
+        previous = self._gate.switch(
+            lambda: self._training.create_sampling_client(saved.path),
+            version,
+            self.config.request_timeout_s,
+        )
         self._sampler_path = saved.path
-        if previous is not None and previous is not self._sampling:
+        if previous is not None and previous is not self._gate.client:
             closer = getattr(previous, "close", None)
             if callable(closer):
                 closer()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from fireworks.training.sdk import types as fw
@@ -13,27 +14,29 @@ __all__ = ["FireworksSampler", "SamplingSource"]
 
 class SamplingSource(Protocol):
     """What the sampler needs from its backend: the sampling client of the newest published
-    weights with their version, and the backend's calls to Fireworks, which retry and count the
-    retries."""
+    weights with their version, held for one request, and the backend's calls to Fireworks,
+    which retry and count the retries."""
 
     @property
     def weight_version(self) -> int: ...
 
     @property
-    def sampling_client(self) -> Any: ...
-
-    @property
     def calls(self) -> ServiceCalls: ...
+
+    def sampling(self) -> AbstractAsyncContextManager[tuple[Any, int]]: ...
 
 
 class FireworksSampler:
     """Token ids in, token ids and logprobs out, from the deployment the backend hot-loaded.
 
     ``weight_version`` is the backend's: it moves when ``optim_step`` publishes new weights.
-    A completion that ended on a stop token must include that token, since training uses the
-    sampled ids as they are; a response that drops it or lacks logprobs raises. A request
-    that fails transiently is sent again (to the newest weights) up to the backend's
-    ``retries``; ``source.calls`` counts each retry for the next ``optim_step``.
+    Each request reports the version it read with its client when it started; the backend
+    does not switch the deployment's weights while a request runs, so that version produced
+    every token of it. A completion that ended on a stop token must include that token, since
+    training uses the sampled ids as they are; a response that drops it or lacks logprobs
+    raises. A request that fails transiently is sent again (on the newest weights, reporting
+    their version) up to the backend's ``retries``; ``source.calls`` counts each retry for the
+    next ``optim_step``.
     """
 
     def __init__(self, source: SamplingSource) -> None:
@@ -55,9 +58,8 @@ class FireworksSampler:
         )
 
         async def once() -> tuple[Any, int]:
-            version = self._source.weight_version
-            client = self._source.sampling_client
-            return await client.sample_async(prompt, 1, sdk_params), version
+            async with self._source.sampling() as (client, version):
+                return await client.sample_async(prompt, 1, sdk_params), version
 
         response, version = await self._source.calls.sample(
             once, f"sampling request {request.request_id!r}"
