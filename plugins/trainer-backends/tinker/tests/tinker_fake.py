@@ -6,10 +6,15 @@ Responses are the SDK's own types (``ForwardBackwardOutput``, ``TensorData``,
 ``forward_backward_custom`` turns the client-side loss into per-token weights with the SDK's
 own conversion, then back-propagates Tinker's linear surrogate ``sum(-logprobs * weights)``
 into the table, as the service does with the model.
+
+Tests of sampling during ``optim_step`` hook in with ``FakeSamplingClient.hold`` (awaited by
+that client's answers before they are read) and ``FakeService.during_publish`` (called on the
+trainer's thread inside ``save_weights_and_get_sampling_client``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -20,15 +25,19 @@ VOCAB = 8
 
 
 class Done:
-    """A finished future with both of ``APIFuture``'s ways to read it."""
+    """A finished future with both of ``APIFuture``'s ways to read it; ``result_async``
+    awaits ``hold()`` first when one is given."""
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: Any, hold: Callable[[], Awaitable[None]] | None = None) -> None:
         self.value = value
+        self.hold = hold
 
     def result(self, timeout: float | None = None) -> Any:
         return self.value
 
     async def result_async(self, timeout: float | None = None) -> Any:
+        if self.hold is not None:
+            await self.hold()
         return self.value
 
 
@@ -53,6 +62,7 @@ class FakeSamplingClient:
         self.table = table.detach().clone()
         self.generation = generation
         self.requests: list[tuple[list[int], int, tinker.types.SamplingParams]] = []
+        self.hold: Callable[[], Awaitable[None]] | None = None
 
     def sample(
         self,
@@ -80,7 +90,7 @@ class FakeSamplingClient:
             tokens_np=np.array(tokens, dtype=np.int32),
             logprobs_np=np.array(logprobs, dtype=np.float32),
         )
-        return Done(tinker.types.SampleResponse(sequences=[sequence]))
+        return Done(tinker.types.SampleResponse(sequences=[sequence]), self.hold)
 
 
 class FakeTrainingClient:
@@ -124,6 +134,8 @@ class FakeTrainingClient:
         return Done(tinker.types.OptimStepResponse(metrics={"grad_norm": norm}))
 
     def save_weights_and_get_sampling_client(self) -> Done:
+        if self.service.during_publish is not None:
+            self.service.during_publish()
         self.service.generation += 1
         return Done(FakeSamplingClient(self.table, self.service.generation))
 
@@ -147,6 +159,7 @@ class FakeService:
         self.generation = 0
         self.closed = False
         self.training: FakeTrainingClient | None = None
+        self.during_publish: Callable[[], None] | None = None
 
     def create_lora_training_client(self, **kwargs: Any) -> Done:
         self.created.append(kwargs)

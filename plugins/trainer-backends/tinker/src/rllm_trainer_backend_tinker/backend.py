@@ -33,7 +33,12 @@ class TinkerBackend:
     logprobs are at temperature 1, so plans sample at temperature 1.
 
     ``optim_step`` runs Tinker's AdamW step with the configured hyperparameters, then saves the
-    weights for sampling and publishes the new ``SamplingClient`` as the next weight version.
+    weights for sampling and publishes the new ``SamplingClient`` as the next weight version:
+    client and version change together, under a lock, before ``optim_step`` returns. Each
+    ``SamplingClient`` samples from its own saved weights, so sampling may run on the event loop
+    while ``optim_step`` runs on another thread: a request in flight finishes on the client it
+    started with and reports that client's version, and requests that start after the swap
+    use the new one.
     ``save_state`` saves weights and optimizer state on Tinker and writes their ``tinker://``
     path into ``tinker_state.json`` in the state folder; ``load_state`` starts a new training
     client from that checkpoint. Tinker's RNG is not part of the state, so resuming continues

@@ -35,8 +35,9 @@ class TinkerSampler:
       nothing, not even end-of-sequence, as the gateway passes the renderer's stop ids. A
       stop token that ended the completion is in the returned ids (``finish_reason="stop"``).
     - Requests run concurrently; Tinker batches them on its side.
-    - A request that fails transiently is sent again (on the newest client) up to the
-      backend's ``retries``; ``source.calls`` counts each retry for the next ``optim_step``.
+    - A request that fails transiently is sent again (on the newest client, reporting its
+      version) up to the backend's ``retries``; ``source.calls`` counts each retry for the
+      next ``optim_step``.
     """
 
     def __init__(self, source: SamplerSource) -> None:
