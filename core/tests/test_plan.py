@@ -225,6 +225,13 @@ class Trainers:
             summary="recomputes logprobs",
             traits={"proximal_modes": ("rollout", "recompute")},
         )
+        yield ComponentSpec(
+            kind="trainer_backend",
+            name="publishing",
+            factory=dict,
+            summary="publishes weights while sampling",
+            traits={"publishes_weights": True},
+        )
 
 
 @pytest.fixture
@@ -232,17 +239,17 @@ def trainers(register_plugin):
     return register_plugin(Trainers(), name="trainers", distribution="rllm-test-trainers")
 
 
-def test_a_policy_age_bound_is_refused_naming_the_key(plan_builder):
+def test_a_policy_age_bound_is_refused_in_sync_mode_naming_the_key(plan_builder):
     with pytest.raises(PlanError) as info:
         plan_builder.resolve({"algorithm": {"max_policy_age": 2}})
     (only,) = info.value.issues
     assert only.location == "[algorithm].max_policy_age"
     assert "no pipeline reads a policy-age bound" in str(only)
-    assert "remove the key" in str(only)
+    assert 'set [run].pipeline = "async" or remove the key' in str(only)
 
 
-@pytest.mark.parametrize("section", ["sample_buffer", "object_store"])
-def test_storage_sections_no_run_uses_are_refused(plan_builder, section, register_plugin):
+@pytest.fixture
+def stores(register_plugin):
     class Stores:
         @hookimpl
         def rllm_sample_buffers(self):
@@ -252,12 +259,64 @@ def test_storage_sections_no_run_uses_are_refused(plan_builder, section, registe
         def rllm_object_stores(self):
             yield ComponentSpec(kind="object_store", name="file", factory=dict, summary="objects")
 
-    register_plugin(Stores(), name="stores", distribution="rllm-test-stores")
+    return register_plugin(Stores(), name="stores", distribution="rllm-test-stores")
+
+
+def test_an_object_store_is_refused(plan_builder, stores):
     with pytest.raises(PlanError) as info:
-        plan_builder.resolve({section: {"name": "file"}})
+        plan_builder.resolve({"object_store": {"name": "file"}})
     (only,) = info.value.issues
-    assert only.location == f"[{section}]"
-    assert f"nothing in a run uses a [{section}]" in str(only)
+    assert only.location == "[object_store]"
+    assert "nothing in a run uses an [object_store]" in str(only)
+
+
+def test_a_sample_buffer_is_refused_in_sync_mode_and_used_in_async(plan_builder, stores, trainers):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve({"sample_buffer": {"name": "file"}})
+    (only,) = info.value.issues
+    assert only.location == "[sample_buffer]"
+    assert "only the async pipeline queues them in a buffer" in str(only)
+    resolved = plan_builder.resolve(
+        {
+            "run": {"pipeline": "async"},
+            "algorithm": {"max_policy_age": 1},
+            "trainer": "publishing",
+            "sample_buffer": {"name": "file"},
+        }
+    )
+    assert resolved.get("[sample_buffer]").name == "file"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "least"),
+    [
+        ({}, 1),
+        ({"max_policy_age": 0}, 1),
+        ({"max_policy_age": 3, "mini_batches": 2, "epochs": 2}, 4),
+    ],
+)
+def test_async_needs_a_bound_covering_the_versions_of_a_step(
+    plan_builder, trainers, algorithm, least
+):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve(
+            {"run": {"pipeline": "async"}, "algorithm": algorithm, "trainer": "publishing"}
+        )
+    (only,) = info.value.issues
+    assert only.location == "[algorithm].max_policy_age"
+    assert f"needs max_policy_age >= {least}" in str(only)
+    assert f"set [algorithm].max_policy_age to {least} or more" in str(only)
+
+
+def test_async_is_refused_for_a_trainer_that_cannot_publish_weights(plan_builder, trainers):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve(
+            {"run": {"pipeline": "async"}, "algorithm": {"max_policy_age": 1}, "trainer": "remote"}
+        )
+    (only,) = info.value.issues
+    assert only.location == "[trainer].name"
+    assert "trainer backend 'remote' cannot publish weights" in str(only)
+    assert 'use [run].pipeline = "sync"' in str(only)
 
 
 def test_recompute_is_refused_for_a_trainer_that_cannot_honour_it(plan_builder, trainers):

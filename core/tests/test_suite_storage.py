@@ -14,6 +14,7 @@ from types import ModuleType
 import msgspec
 import pytest
 from rllm_core.errors import ObjectExistsError
+from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.testing.suites.storage import (
     ObjectStoreConformance,
     SampleBufferConformance,
@@ -83,6 +84,18 @@ class TestMemorySampleBuffer(SampleBufferConformance):
     @pytest.fixture
     def reopen(self):
         return lambda buffer: ref.MemorySampleBuffer(buffer.state)
+
+
+class TestCoreMemorySampleBuffer(SampleBufferConformance):
+    """The buffer an async run uses when its plan names none."""
+
+    @pytest.fixture
+    def sample_buffer(self):
+        return MemorySampleBuffer()
+
+    @pytest.fixture
+    def reopen(self):
+        return lambda buffer: buffer
 
 
 class TestJsonlSampleBuffer(SampleBufferConformance):

@@ -137,35 +137,20 @@ class _Resolver:
     def refuse_idle_keys(self) -> None:
         """Keys and sections a run would accept and not use are errors, each saying why."""
         plan = self.plan
-        if plan.algorithm.max_policy_age != 0:
+        self.refuse_pipeline_keys()
+        if plan.object_store is not None:
             self.issues.append(
                 PlanIssue(
                     path=self.path,
-                    section="algorithm",
-                    key="max_policy_age",
-                    value=plan.algorithm.max_policy_age,
+                    section="object_store",
+                    key=None,
                     message=(
-                        "a run samples and trains in turn, so every sample is trained on by the"
-                        " policy that produced it; no pipeline reads a policy-age bound"
+                        "a run keeps its files in the run folder; nothing in a run uses an"
+                        " [object_store]"
                     ),
-                    hint="remove the key",
+                    hint="remove the section",
                 )
             )
-        for section, what in (("sample_buffer", "samples"), ("object_store", "objects")):
-            if getattr(plan, section) is not None:
-                self.issues.append(
-                    PlanIssue(
-                        path=self.path,
-                        section=section,
-                        key=None,
-                        message=(
-                            f"a run passes its {what} from rollouts to the trainer in memory and"
-                            f" keeps its files in the run folder; nothing in a run uses a"
-                            f" [{section}]"
-                        ),
-                        hint="remove the section",
-                    )
-                )
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
         modes = trainer.spec.trait("proximal_modes") if trainer else None
@@ -183,6 +168,61 @@ class _Resolver:
                     hint='use proximal = "rollout" or a trainer that recomputes logprobs',
                 )
             )
+
+    def refuse_pipeline_keys(self) -> None:
+        """The policy-age bound and the sample buffer belong to the async pipeline, which needs
+        a trainer that publishes weights while its sampler runs."""
+        plan = self.plan
+        algorithm = plan.algorithm
+        age = algorithm.max_policy_age
+        if plan.run.pipeline == "sync":
+            if age != 0:
+                self.issue(
+                    "algorithm",
+                    "max_policy_age",
+                    age,
+                    'with [run].pipeline = "sync" every sample is trained on by the policy that'
+                    " produced it; no pipeline reads a policy-age bound",
+                    'set [run].pipeline = "async" or remove the key',
+                )
+            if plan.sample_buffer is not None:
+                self.issue(
+                    "sample_buffer",
+                    None,
+                    None,
+                    'with [run].pipeline = "sync" each step passes its samples from rollouts to'
+                    " the trainer in memory; only the async pipeline queues them in a buffer",
+                    'set [run].pipeline = "async" or remove the section',
+                )
+            return
+        per_step = algorithm.mini_batches * algorithm.epochs
+        if age < max(1, per_step):
+            self.issue(
+                "algorithm",
+                "max_policy_age",
+                age,
+                f"the async pipeline needs max_policy_age >= {max(1, per_step)}: each step"
+                f" publishes mini_batches * epochs = {per_step} weight version(s), so a lower"
+                " bound would drop every sample taken before the step that trains it",
+                f"set [algorithm].max_policy_age to {max(1, per_step)} or more",
+            )
+        trainer = self.components.get("[trainer]")
+        if trainer is not None and not trainer.spec.trait("publishes_weights"):
+            self.issue(
+                "trainer",
+                "name",
+                trainer.name,
+                f"trainer backend {trainer.name!r} cannot publish weights to its sampler while"
+                ' it trains, which [run].pipeline = "async" needs',
+                'use [run].pipeline = "sync" or a trainer backend that publishes weights',
+            )
+
+    def issue(self, section: str, key: str | None, value: Any, message: str, hint: str) -> None:
+        self.issues.append(
+            PlanIssue(
+                path=self.path, section=section, key=key, value=value, message=message, hint=hint
+            )
+        )
 
     def resolve(
         self,

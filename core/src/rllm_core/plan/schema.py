@@ -69,6 +69,15 @@ class RunSection(_Section):
     save_every: int = Field(
         0, ge=0, description="Save a checkpoint every N steps (0: only at the end)."
     )
+    pipeline: Literal["sync", "async"] = Field(
+        "sync",
+        description=(
+            "`sync`: each step samples, then trains on what it sampled. `async`: rollouts keep"
+            " running into a bounded queue while the trainer trains, and"
+            " `[algorithm].max_policy_age` bounds how old the policy behind a trained sample"
+            " may be."
+        ),
+    )
     deterministic: bool = Field(
         True,
         description=(
@@ -144,8 +153,10 @@ class AlgorithmSection(_Section):
         0,
         ge=0,
         description=(
-            "Train on samples at most this many weight versions old (0: synchronous, the only"
-            " value a run accepts until the asynchronous pipeline lands)."
+            'With `[run].pipeline = "async"`: train only on samples at most this many weight'
+            " versions older than the trainer at the update (at least `mini_batches * epochs`,"
+            " the versions one step publishes); older ones are dropped and counted. 0 with"
+            " `sync`."
         ),
     )
     proximal: Literal["rollout", "recompute"] = Field(

@@ -183,7 +183,10 @@ def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
 @component_hookspec(
     "trainer_backend",
     port=TrainerBackend,
-    traits={"proximal_modes": Trait(("rollout",), choices=("rollout", "recompute"))},
+    traits={
+        "proximal_modes": Trait(("rollout",), choices=("rollout", "recompute")),
+        "publishes_weights": Trait(False, choices=(True, False)),
+    },
 )
 def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     """Yield the trainer backends this plugin provides.
@@ -192,7 +195,12 @@ def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     :class:`~rllm_core.ports.TrainerBackend`. The trait ``proximal_modes`` lists the
     ``[algorithm].proximal`` choices the backend honours (``"rollout"`` always;
     ``"recompute"`` when it implements :class:`~rllm_core.ports.LogprobScorer`); ``plan
-    check`` refuses any other choice, naming the backend.
+    check`` refuses any other choice, naming the backend. The trait ``publishes_weights``
+    (default False) says that the backend's sampler may keep sampling while the trainer
+    trains: every ``optim_step`` publishes the new version to the sampler, which switches
+    between calls (a call in flight finishes on the version it started with and reports it).
+    ``[run].pipeline = "async"`` needs it; ``plan check`` refuses async with a backend
+    without it, naming the backend.
 
     Example::
 

@@ -33,6 +33,7 @@ from rllm_core.ports import (
     Logger,
     Loss,
     Renderer,
+    SampleBuffer,
     SandboxBackend,
     TaskSource,
     TraceStore,
@@ -185,7 +186,8 @@ def _logger_fields(manager: PluginManager, name: str) -> dict[str, Any]:
 @dataclass
 class Components:
     """The built components of a run. ``sandbox`` is None when the plan selects none;
-    ``loss`` and ``advantage`` when it selects none and they were not required.
+    ``loss`` and ``advantage`` when it selects none and they were not required;
+    ``sample_buffer`` when it selects none (the async pipeline then queues in memory).
     ``loggers`` are the ``[[loggers]]`` entries, each with a label naming it
     (``"[loggers[0]] jsonl"``); they are in ``built`` too, so :meth:`aclose` closes them.
     ``placed`` maps each plan location (``"[trainer]"``) to its component."""
@@ -197,6 +199,7 @@ class Components:
     trace_store: TraceStore
     loss: Loss | None = None
     advantage: AdvantageEstimator | None = None
+    sample_buffer: SampleBuffer | None = None
     sandbox: SandboxBackend | None = None
     aux_losses: list[tuple[Loss, float]] = field(default_factory=list)
     loggers: list[tuple[str, Logger]] = field(default_factory=list)
@@ -267,6 +270,7 @@ def build_components(
         trace_store=built["[trace_store]"],
         loss=built.get("[algorithm].loss"),
         advantage=built.get("[algorithm].advantage"),
+        sample_buffer=built.get("[sample_buffer]"),
         sandbox=built.get("[sandbox]"),
         aux_losses=aux,
         loggers=loggers,

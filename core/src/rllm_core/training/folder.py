@@ -7,6 +7,8 @@ Layout of ``<output_dir>/<name>-<YYYYmmdd-HHMMSS>/``::
     numerics.json        what bitwise reproducibility depends on (rllm_core.numerics)
     metrics.jsonl        one JSON object per training step
     episodes.jsonl       one JSON object per scored episode
+    queue.jsonl          async pipeline: one JSON object per rollout batch put in the sample
+                         buffer (rllm_core.training.pipeline.Ticket)
     traces/              the trace store (when the plan's store keeps files)
     checkpoints/step-N/  trainer state and loop state (see rllm_core.training.checkpoints)
     reward.png loss.png  plots, rewritten after every step
@@ -85,6 +87,10 @@ class RunFolder:
         return self.path / "metrics.jsonl"
 
     @property
+    def queue(self) -> Path:
+        return self.path / "queue.jsonl"
+
+    @property
     def episodes(self) -> Path:
         return self.path / "episodes.jsonl"
 
@@ -158,10 +164,17 @@ class RunFolder:
     def truncate_after(self, step: int) -> None:
         """Drop metric and episode lines of steps after ``step`` (work a resumed run redoes)."""
         for path in (self.metrics, self.episodes):
-            rows = [row for row in self.read_jsonl(path) if int(row["step"]) <= step]
             if path.is_file():
-                text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
-                path.write_text(text, encoding="utf-8")
+                self.rewrite(
+                    path, [row for row in self.read_jsonl(path) if int(row["step"]) <= step]
+                )
+
+    @staticmethod
+    def rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
+        """Replace a JSON-lines file with ``rows``."""
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), "utf-8")
+        tmp.replace(path)
 
 
 def write_json(path: Path, data: Any) -> None:

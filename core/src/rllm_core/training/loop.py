@@ -35,6 +35,16 @@ anything is built).
 On SIGINT/SIGTERM the rollout phase in flight is cancelled (the runner cleans up within its
 ``cancel_timeout_s``); a train phase in flight finishes and its step is recorded. The last
 completed step is checkpointed and :attr:`RunResult.exit_code` is 130 or 143.
+
+With ``[run].pipeline = "async"`` the rollouts run ahead of the trainer
+(:mod:`rllm_core.training.pipeline`) into the sample buffer (``[sample_buffer]``, or one in
+memory): step ``N`` trains on rollout batch ``N`` once it is queued, dropping the groups older
+than ``[algorithm].max_policy_age`` versions, and commits the buffer's watermark. A signal
+drains at a step boundary: the rollouts in flight are cancelled, a train phase in flight
+finishes, and the checkpoint records the buffer's watermark. Resuming keeps the queued
+batches the buffer still holds after that watermark (a durable buffer; they are listed in
+``queue.jsonl``) and rolls out the rest again from the checkpoint's data order (a memory
+buffer loses them).
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,16 +66,18 @@ from rllm_core.ports.training import BusyClock
 from rllm_core.rollout import RolloutRunner, TooManyFailedRollouts, check_failures
 from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
 from rllm_core.rollout.sessions import SessionKey
+from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from rllm_core.training.components import Components
 from rllm_core.training.folder import RunFolder, write_json
-from rllm_core.training.metrics import episode_record, step_metrics, summarize
+from rllm_core.training.metrics import episode_record, step_metrics, summarize, train_metrics
 from rllm_core.training.observers import RunObservers
+from rllm_core.training.pipeline import RolloutProducer, StepGate, Ticket, TicketQueue
 from rllm_core.training.plots import write_plots
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.training.update import build_objective, update_policy
-from rllm_core.types import RunInfo, RunStatus
+from rllm_core.types import RunInfo, RunStatus, Sample
 
 __all__ = ["ResumeError", "RunResult", "TrainingLoop"]
 
@@ -121,6 +133,19 @@ class TrainingLoop:
         self._stop = False
         self._trainer_executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._rollouts: RolloutContext | None = None
+        self._asynchronous = resolved.plan.run.pipeline == "async"
+        self._kept: list[Ticket] = []
+        self._producer: RolloutProducer | None = None
+        self._producer_task: asyncio.Task[None] | None = None
+        self._queue = TicketQueue()
+        self._gate: StepGate | None = None
+        self._wait_task: asyncio.Future[Ticket] | None = None
+        self._step_ended = 0.0
+        self.buffer = (
+            components.sample_buffer
+            if components.sample_buffer is not None
+            else (MemorySampleBuffer())
+        )
         self.observers = RunObservers(
             loggers=components.loggers,
             plugins=plugins if plugins is not None else get_plugin_manager(),
@@ -154,19 +179,45 @@ class TrainingLoop:
             )
         restore_rngs(state.rngs)
         self.folder.truncate_after(state.step)
-        self._forget_sessions_after(state.step)
+        if self._asynchronous:
+            self._kept = self._queued_batches(state)
+            self.folder.rewrite(self.folder.queue, [t.to_dict() for t in self._kept])
+        self._forget_sessions_after(state.step, keep={t.step for t in self._kept})
         self.display.info(f"resumed from {checkpoint} (step {state.step})")
         self.observers.event("resume", {"step": state.step, "checkpoint": str(checkpoint)})
         return state
 
-    def _forget_sessions_after(self, step: int) -> None:
-        """Delete traces of steps after ``step`` (the interrupted step reruns with the same
-        session ids)."""
+    def _forget_sessions_after(self, step: int, keep: Collection[int] = ()) -> None:
+        """Delete traces of steps after ``step`` but those in ``keep`` (the interrupted step
+        reruns with the same session ids)."""
         store = self.c.trace_store
         for session in store.sessions():
             key = SessionKey.parse(session, run=self.run_id)
-            if key is not None and key.step > step:
+            if key is not None and key.step > step and key.step not in keep:
                 store.delete_session(session)
+
+    def _queued_batches(self, state: LoopState) -> list[Ticket]:
+        """The rollout batches after ``state.step`` that the sample buffer still holds, in
+        order: none unless the buffer is where the checkpoint left it (a memory buffer starts
+        empty; a durable one may have been consumed further by steps the checkpoint missed)."""
+        if self.buffer.committed() != state.buffer_watermark:
+            return []
+        end = state.buffer_watermark + self.buffer.pending()
+        latest: dict[int, Ticket] = {}
+        for row in RunFolder.read_jsonl(self.folder.queue):
+            ticket = Ticket.from_dict(row)
+            latest[ticket.step] = ticket
+        kept: list[Ticket] = []
+        position = state.buffer_watermark
+        for step in range(state.step + 1, self.plan.run.steps + 1):
+            ticket = latest.get(step)
+            if ticket is None or (ticket.count and ticket.first != position + 1):
+                break
+            if ticket.count and ticket.first + ticket.count - 1 > end:
+                break
+            kept.append(ticket)
+            position += ticket.count
+        return kept
 
     # ------------------------------------------------------------------ signals
 
@@ -175,11 +226,17 @@ class TrainingLoop:
         self.display.warn("stopping: finishing the current step's cleanup")
         if self._phase == "rollout" and self._rollout_task is not None:
             self._rollout_task.cancel()
+        if self._producer_task is not None:
+            self._producer_task.cancel()
+        if self._wait_task is not None:
+            self._wait_task.cancel()
 
     def _on_force(self) -> None:
         self.display.warn("second signal: stopping as soon as the cleanup allows")
         if self._rollout_task is not None:
             self._rollout_task.cancel()
+        if self._producer_task is not None:
+            self._producer_task.cancel()
 
     # ------------------------------------------------------------------ run
 
@@ -201,9 +258,12 @@ class TrainingLoop:
         try:
             try:
                 with StopSignals(self._on_stop, self._on_force) as signals:
+                    if self._asynchronous:
+                        self._start_producer(state, runner, builder)
+                    take_step = self._async_step if self._asynchronous else self._step
                     while state.step < self.plan.run.steps and not self._stop:
                         try:
-                            done = await self._step(state, runner, builder)
+                            done = await take_step(state, runner, builder)
                         except TooManyFailedRollouts as exc:
                             failure = exc
                             break
@@ -218,6 +278,7 @@ class TrainingLoop:
                     elif failure is not None:
                         status, exit_code = "failed", 1
             finally:
+                await self._stop_producer()
                 await rollouts.aclose()
                 if self._trainer_executor is not None:
                     self._trainer_executor.shutdown(wait=True)
@@ -389,6 +450,158 @@ class TrainingLoop:
             self.display.warn(problem)
         self.display.step_finished(line)
         return True
+
+    # ------------------------------------------------------------------ async pipeline
+
+    def _start_producer(
+        self, state: LoopState, runner: RolloutRunner, builder: DatumBuilder
+    ) -> None:
+        """Queue the batches kept from before a resume and start rolling out the next ones."""
+        algorithm = self.plan.algorithm
+        data = state.data
+        for ticket in self._kept:
+            self._queue.put(ticket)
+            data = DataOrder.from_dict(ticket.data)
+        self._gate = StepGate(
+            trained=state.step,
+            lead=algorithm.max_policy_age // (algorithm.mini_batches * algorithm.epochs),
+        )
+        self._producer = RolloutProducer(
+            runner=runner,
+            builder=builder,
+            tasks=self.tasks,
+            data=DataOrder.from_dict(data.to_dict()),
+            next_step=state.step + len(self._kept) + 1,
+            last_step=self.plan.run.steps,
+            batch_size=algorithm.batch_size,
+            max_failed_fraction=self.plan.rollout.max_failed_fraction,
+            buffer=self.buffer,
+            gate=self._gate,
+            queue=self._queue,
+            on_ticket=lambda ticket: self.folder.append(self.folder.queue, ticket.to_dict()),
+            sampler=self._rollouts.sampler if self._rollouts is not None else None,
+        )
+        self._producer_task = asyncio.ensure_future(self._producer.run())
+        self._step_ended = time.monotonic()
+
+    async def _stop_producer(self) -> None:
+        task, self._producer_task = self._producer_task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _next_ticket(self) -> Ticket | None:
+        """The next queued batch, or None when a signal stopped the wait."""
+        self._phase = "wait"
+        self._wait_task = asyncio.ensure_future(self._queue.get())
+        try:
+            return await self._wait_task
+        except asyncio.CancelledError:
+            if not self._stop:
+                raise
+            return None
+        finally:
+            self._wait_task = None
+            self._phase = "train"
+
+    async def _async_step(
+        self, state: LoopState, runner: RolloutRunner, builder: DatumBuilder
+    ) -> bool:
+        """Train step ``state.step + 1`` on its queued rollout batch; False when a signal
+        stopped the wait. Raises what stopped the producer at this step."""
+        step = state.step + 1
+        self.observers.step_start(step)
+        algorithm = self.plan.algorithm
+        waiting = time.monotonic()
+        ticket = await self._next_ticket()
+        if ticket is None:
+            return False
+        assert self._producer is not None and self._gate is not None
+        trainer_wait_s = time.monotonic() - waiting
+        version = self.c.trainer.weight_version
+        samples, watermark = await asyncio.to_thread(self._select, ticket)
+        fresh = [s for s in samples if version - s.weight_version <= algorithm.max_policy_age]
+        stale_groups = {s.group_id for s in samples} - {s.group_id for s in fresh}
+        datums = [s.datum for s in fresh]
+        ages = [version - s.weight_version for s in fresh]
+        train: dict[str, float] = {}
+        train_start = time.monotonic()
+        if datums:
+            train = await update_policy(
+                self.c.trainer,
+                datums,
+                self._objective(),
+                epochs=algorithm.epochs,
+                mini_batches=algorithm.mini_batches,
+                call=self._on_trainer_thread,
+            )
+        else:
+            self.display.warn(
+                f"step {step}: no datum to train on ({ticket.rollout['episodes']:.0f} scored"
+                f" episodes, {len(stale_groups)} groups older than max_policy_age dropped); the"
+                " optimizer did not step"
+            )
+        train_s = time.monotonic() - train_start
+        if watermark > self.buffer.committed():
+            await asyncio.to_thread(self.buffer.commit, watermark)
+        now = time.monotonic()
+        line = (
+            {"step": step}
+            | ticket.rollout
+            | train_metrics(
+                datums=datums,
+                train=train,
+                train_s=train_s,
+                step_s=now - self._step_ended,
+                weight_version=self.c.trainer.weight_version,
+            )
+        )
+        line |= {
+            "async/policy_age_mean": sum(ages) / len(ages) if ages else 0.0,
+            "async/policy_age_max": float(max(ages, default=0)),
+            "async/dropped_stale": float(len(stale_groups)),
+            "async/queue_groups": float(self._queue.groups),
+            "async/sampler_wait_s": self._producer.take_waited(),
+            "async/trainer_wait_s": trainer_wait_s,
+        }
+        self._step_ended = now
+        self._warn_about(line)
+        self.folder.append(self.folder.metrics, line)
+        self.observers.step_end(step, line)
+        self.folder.append(self.folder.episodes, ticket.episodes)
+        if self.record_datums:
+            self.folder.append(self.folder.path / "datums.jsonl", _datum_rows(step, datums))
+        state.step = step
+        state.data = DataOrder.from_dict(ticket.data)
+        state.buffer_watermark = self.buffer.committed()
+        state.rngs = capture_rngs()
+        self._gate.trained(step)
+        problem = write_plots(RunFolder.read_jsonl(self.folder.metrics), self.folder.path)
+        if problem is not None and step == 1:
+            self.display.warn(problem)
+        self.display.step_finished(line)
+        return True
+
+    def _select(self, ticket: Ticket) -> tuple[list[Sample], int]:
+        """The samples of ``ticket`` and the watermark to commit once trained. Samples before
+        them (appended by a run that stopped before recording their batch) are skipped."""
+        committed = self.buffer.committed()
+        if not ticket.count:
+            return [], committed
+        if ticket.first > committed + 1:
+            skipped = self.buffer.select(max_samples=ticket.first - committed - 1)
+            self.buffer.commit(skipped.watermark)
+        batch = self.buffer.select(max_samples=ticket.count)
+        sequences = [s.sequence for s in batch.samples]
+        if sequences != list(range(ticket.first, ticket.first + ticket.count)):
+            raise RuntimeError(
+                f"step {ticket.step}: the sample buffer returned sequences"
+                f" {sequences[:1]}..{sequences[-1:]} where the batch was stored at"
+                f" {ticket.first}..{ticket.first + ticket.count - 1}"
+            )
+        return list(batch.samples), batch.watermark
 
     def _objective(self) -> Objective:
         if self._built_objective is None:

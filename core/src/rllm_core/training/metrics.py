@@ -39,10 +39,13 @@ from rllm_core.types import Datum, Episode
 __all__ = [
     "completion_tokens",
     "episode_record",
+    "episode_version",
     "memory_metrics",
     "reward_stats",
+    "rollout_metrics",
     "step_metrics",
     "summarize",
+    "train_metrics",
 ]
 
 
@@ -92,24 +95,48 @@ def step_metrics(
 ) -> dict[str, Any]:
     """The ``metrics.jsonl`` line of one step; see the module docstring for the keys.
     ``report`` is :meth:`~rllm_core.algorithms.DatumReport.metrics`."""
+    rollout = rollout_metrics(
+        episodes=episodes,
+        infra_failures=infra_failures,
+        retries=retries,
+        report=report,
+        rollout_s=rollout_s,
+        sampler_busy_s=sampler_busy_s,
+    )
+    return (
+        {"step": step}
+        | rollout
+        | train_metrics(
+            datums=datums,
+            train=train,
+            train_s=train_s,
+            step_s=step_s,
+            weight_version=weight_version,
+        )
+    )
+
+
+def rollout_metrics(
+    *,
+    episodes: Sequence[Episode],
+    infra_failures: int,
+    retries: int,
+    report: Mapping[str, float],
+    rollout_s: float,
+    sampler_busy_s: float | None = None,
+) -> dict[str, float]:
+    """The part of a metrics line known once a step's rollouts are done: rewards, episode and
+    datum counts, sampled tokens, rollout time and sampler use."""
     sampled = sum(completion_tokens(e) for e in episodes)
-    trained = sum(len(d.token_ids) for d in datums)
-    line: dict[str, Any] = {"step": step}
-    line |= reward_stats([e.reward for e in episodes])
+    line = reward_stats([e.reward for e in episodes])
     line |= {
         "episodes": float(len(episodes)),
         "infra_failures": float(infra_failures),
         "infra_retries": float(retries),
         "resets": float(sum(_resets(e) for e in episodes)),
         "tokens/sampled": float(sampled),
-        "tokens/trained": float(trained),
         "tokens/sampled_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
-        "tokens/trained_per_s": trained / train_s if train_s > 0 and trained else 0.0,
         "time/rollout_s": rollout_s,
-        "time/train_s": train_s,
-        "time/step_s": step_s,
-        "weight_version": float(weight_version),
-        "trained": 1.0 if train else 0.0,
     }
     for key in (
         "datums",
@@ -123,8 +150,30 @@ def step_metrics(
     if sampler_busy_s is not None:
         line["time/sampler_busy_s"] = sampler_busy_s
         line["sampler_utilization"] = sampler_busy_s / rollout_s if rollout_s > 0 else 0.0
-    line |= memory_metrics()
     line |= {k: float(v) for k, v in report.items() if k.startswith("advantage/")}
+    return line
+
+
+def train_metrics(
+    *,
+    datums: Sequence[Datum],
+    train: Mapping[str, float],
+    train_s: float,
+    step_s: float,
+    weight_version: int,
+) -> dict[str, float]:
+    """The part of a metrics line the policy update adds: trained tokens, the update's
+    metrics, times, the weight version and memory."""
+    trained = sum(len(d.token_ids) for d in datums)
+    line = {
+        "tokens/trained": float(trained),
+        "tokens/trained_per_s": trained / train_s if train_s > 0 and trained else 0.0,
+        "time/train_s": train_s,
+        "time/step_s": step_s,
+        "weight_version": float(weight_version),
+        "trained": 1.0 if train else 0.0,
+    }
+    line |= memory_metrics()
     line |= {(k if k.startswith(UNPREFIXED) else f"train/{k}"): float(v) for k, v in train.items()}
     return line
 
@@ -165,11 +214,19 @@ def episode_record(step: int, episode: Episode) -> dict[str, Any]:
         "termination": str(episode.termination),
         "signals": dict(episode.signals),
         "completion_tokens": completion_tokens(episode),
+        "weight_version": episode_version(episode),
         "trajectories": [
             {"lineage_id": t.lineage_id, "trace_ids": [s.trace_id for s in t.steps]}
             for t in episode.trajectories
         ],
     }
+
+
+def episode_version(episode: Episode) -> int:
+    """The policy version behind ``episode``: the oldest among its model calls (0 without
+    any)."""
+    versions = [s.weight_version for t in episode.trajectories for s in t.steps]
+    return min(versions) if versions else 0
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str, Any]:

@@ -108,17 +108,27 @@ def restore_rngs(state: dict[str, Any]) -> None:
 @dataclass
 class LoopState:
     """``step``: training steps completed; ``data``: the order the next step reads from;
-    ``rngs``: the generators' state after that step."""
+    ``rngs``: the generators' state after that step; ``buffer_watermark``: the sample
+    buffer's committed watermark after it (async pipeline; -1 when nothing was committed)."""
 
     step: int
     data: DataOrder
     rngs: dict[str, Any] = field(default_factory=dict)
+    buffer_watermark: int = -1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "data": self.data.to_dict(), "rngs": self.rngs}
+        return {
+            "step": self.step,
+            "data": self.data.to_dict(),
+            "rngs": self.rngs,
+            "buffer_watermark": self.buffer_watermark,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoopState:
         return cls(
-            step=int(data["step"]), data=DataOrder.from_dict(data["data"]), rngs=data["rngs"]
+            step=int(data["step"]),
+            data=DataOrder.from_dict(data["data"]),
+            rngs=data["rngs"],
+            buffer_watermark=int(data.get("buffer_watermark", -1)),
         )

@@ -77,4 +77,5 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_trainer_backend_fireworks.backend:FireworksBackend"),
         config=FireworksBackendConfig,
         summary="Fireworks training API (remote LoRA/full, custom losses) + hot-loaded sampler",
+        traits={"publishes_weights": True},
     )

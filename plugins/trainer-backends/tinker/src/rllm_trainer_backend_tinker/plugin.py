@@ -93,4 +93,5 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_trainer_backend_tinker.backend:TinkerBackend"),
         config=TinkerBackendConfig,
         summary="LoRA training and sampling on Tinker's hosted models, with rllm-core's losses",
+        traits={"publishes_weights": True},
     )

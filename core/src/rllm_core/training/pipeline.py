@@ -1,0 +1,254 @@
+"""The rollout side of the asynchronous pipeline (``[run].pipeline = "async"``).
+
+A :class:`RolloutProducer` keeps rolling out batches while the trainer trains: batch ``r``
+takes the next ``batch_size`` tasks of the data order, runs their groups through the rollout
+runner under the session label ``step = r``, builds its datums, appends them to the sample
+buffer in one call and queues a :class:`Ticket` saying where they are. Step ``r`` trains on
+batch ``r``: tickets are consumed one per step, in order.
+
+The age bound: each step publishes ``mini_batches * epochs`` weight versions, so with
+``max_policy_age = N`` the trainer can take samples up to ``lead = N // (mini_batches *
+epochs)`` steps old. Batch ``r`` starts only once step ``r - 1 - lead`` is trained
+(:class:`StepGate`): every call of it samples a version at least that new, so no sample
+outlives the bound unless the trainer publishes versions other than expected; the trainer
+still checks each group's age and drops stale ones. At most ``lead`` batches wait in the queue
+besides the one being trained; a producer ahead by that many waits (``async/sampler_wait_s``).
+
+Versions: every sample of a group carries the group's version, the oldest policy behind any
+model call of any of its episodes, so a group is trained or dropped whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from rllm_core.algorithms import DatumBuilder
+from rllm_core.ports import SampleBuffer
+from rllm_core.ports.training import BusyClock
+from rllm_core.rollout import RolloutRunner, check_failures
+from rllm_core.training.metrics import episode_record, rollout_metrics
+from rllm_core.training.state import DataOrder
+from rllm_core.types import Sample, Task
+
+__all__ = ["RolloutProducer", "StepGate", "Ticket", "TicketQueue", "group_versions"]
+
+
+@dataclass
+class Ticket:
+    """One rollout batch in the sample buffer, waiting for the step that trains it.
+
+    ``first`` and ``count`` locate its samples (sequences ``first .. first + count - 1``);
+    ``groups`` counts the groups among them; ``data`` is the data order after its tasks were
+    taken; ``rollout`` the rollout part of the step's metrics line and ``episodes`` its
+    ``episodes.jsonl`` records.
+    """
+
+    step: int
+    first: int
+    count: int
+    groups: int
+    data: dict[str, Any]
+    rollout: dict[str, float]
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "first": self.first,
+            "count": self.count,
+            "groups": self.groups,
+            "data": self.data,
+            "rollout": self.rollout,
+            "episodes": self.episodes,
+        }
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Ticket:
+        return cls(
+            step=int(row["step"]),
+            first=int(row["first"]),
+            count=int(row["count"]),
+            groups=int(row["groups"]),
+            data=dict(row["data"]),
+            rollout={k: float(v) for k, v in row["rollout"].items()},
+            episodes=list(row["episodes"]),
+        )
+
+
+@dataclass
+class _Failed:
+    """The producer stopped with ``error`` before producing batch ``step``."""
+
+    step: int
+    error: BaseException
+
+
+class TicketQueue:
+    """Tickets in step order, and the groups they hold; one event loop."""
+
+    def __init__(self) -> None:
+        self._items: deque[Ticket | _Failed] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: Ticket | _Failed) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def get(self) -> Ticket:
+        """The next ticket; raises the producer's error when it stopped there instead."""
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._items.popleft()
+        if isinstance(item, _Failed):
+            self._items.appendleft(item)
+            raise item.error
+        return item
+
+    @property
+    def groups(self) -> int:
+        return sum(item.groups for item in self._items if isinstance(item, Ticket))
+
+
+class StepGate:
+    """Lets batch ``r`` start once step ``r - 1 - lead`` is trained."""
+
+    def __init__(self, *, trained: int, lead: int) -> None:
+        self.lead = lead
+        self._trained = trained
+        self._changed = asyncio.Event()
+
+    def trained(self, step: int) -> None:
+        self._trained = step
+        self._changed.set()
+
+    async def wait_for(self, step: int) -> float:
+        """Wait until batch ``step`` may start; returns the seconds waited."""
+        began = time.monotonic()
+        while self._trained < step - 1 - self.lead:
+            self._changed.clear()
+            await self._changed.wait()
+        return time.monotonic() - began
+
+
+def group_versions(samples: Sequence[Sample]) -> list[Sample]:
+    """``samples`` with each one's ``weight_version`` set to the oldest in its group."""
+    oldest: dict[str, int] = {}
+    for sample in samples:
+        oldest[sample.group_id] = min(
+            oldest.get(sample.group_id, sample.weight_version), sample.weight_version
+        )
+    return [
+        msgspec.structs.replace(sample, weight_version=oldest[sample.group_id])
+        for sample in samples
+    ]
+
+
+class RolloutProducer:
+    """Rolls out batches ``next_step .. last_step`` into ``buffer``; see the module docstring.
+
+    ``on_ticket`` is called with each ticket once its samples are in the buffer, before the
+    trainer can see it (the run records it there). ``run`` ends after ``last_step``; any
+    error (too many failed rollouts, a harness bug) is queued for the step it hit, so that the
+    trainer first trains every batch before it. Cancelling ``run`` cancels the batch in flight.
+    """
+
+    def __init__(
+        self,
+        *,
+        runner: RolloutRunner,
+        builder: DatumBuilder,
+        tasks: Sequence[Task],
+        data: DataOrder,
+        next_step: int,
+        last_step: int,
+        batch_size: int,
+        max_failed_fraction: float,
+        buffer: SampleBuffer,
+        gate: StepGate,
+        queue: TicketQueue,
+        on_ticket: Callable[[Ticket], None],
+        sampler: Any = None,
+    ) -> None:
+        self.runner = runner
+        self.builder = builder
+        self.tasks = list(tasks)
+        self.data = data
+        self.next_step = next_step
+        self.last_step = last_step
+        self.batch_size = batch_size
+        self.max_failed_fraction = max_failed_fraction
+        self.buffer = buffer
+        self.gate = gate
+        self.queue = queue
+        self.on_ticket = on_ticket
+        self.sampler = sampler
+        self.waited_s = 0.0
+        """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
+
+    def take_waited(self) -> float:
+        waited, self.waited_s = self.waited_s, 0.0
+        return waited
+
+    async def run(self) -> None:
+        while self.next_step <= self.last_step:
+            step = self.next_step
+            self.waited_s += await self.gate.wait_for(step)
+            try:
+                ticket = await self._produce(step)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                self.queue.put(_Failed(step, exc))
+                return
+            self.on_ticket(ticket)
+            self.queue.put(ticket)
+            self.next_step += 1
+
+    async def _produce(self, step: int) -> Ticket:
+        data = DataOrder.from_dict(self.data.to_dict())
+        batch_tasks = [self.tasks[i] for i in data.take(self.batch_size)]
+        busy_before = self._busy()
+        batch = await self.runner.run(batch_tasks, step=step)
+        busy_after = self._busy()
+        check_failures(
+            batch,
+            max_fraction=self.max_failed_fraction,
+            context=f"step {step}",
+            tasks=batch_tasks,
+        )
+        built = self.builder.build(batch.groups)
+        samples = group_versions(built.samples)
+        stored = await asyncio.to_thread(self.buffer.append, samples) if samples else []
+        episodes = [e for group in batch.groups for e in group]
+        self.data = data
+        return Ticket(
+            step=step,
+            first=stored[0].sequence if stored else -1,
+            count=len(stored),
+            groups=len({s.group_id for s in stored}),
+            data=data.to_dict(),
+            rollout=rollout_metrics(
+                episodes=episodes,
+                infra_failures=len(batch.infra_failures),
+                retries=batch.retries,
+                report=built.report.metrics(),
+                rollout_s=batch.wall_s,
+                sampler_busy_s=(
+                    busy_after - busy_before
+                    if busy_before is not None and busy_after is not None
+                    else None
+                ),
+            ),
+            episodes=[episode_record(step, e) for e in episodes],
+        )
+
+    def _busy(self) -> float | None:
+        return self.sampler.busy_seconds if isinstance(self.sampler, BusyClock) else None
