@@ -99,3 +99,48 @@ def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir,
             )
     finally:
         store.close()
+
+
+def test_async_quickstart_trains_each_batch_within_the_age_bound(smollm2_model_dir, tmp_path):
+    tasks = tmp_path / "easy.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
+    held_out = tmp_path / "held-out.jsonl"
+    held_out.write_text(json.dumps({"id": "h-1", "question": "What is 4 + 4?", "answer": "8"}))
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        PLAN.read_text().replace('path = "../tasks/arithmetic.jsonl"', f'path = "{tasks}"')
+        + '\n[sample_buffer]\nname = "file"\n'
+    )
+    result = run_cli(
+        "run",
+        str(plan),
+        "--plain",
+        *overrides(
+            'run.pipeline="async"',
+            "run.steps=3",
+            "algorithm.max_policy_age=1",
+            "algorithm.batch_size=2",
+            "algorithm.group_size=2",
+            "sampling.max_tokens=4",
+            f'tasks.eval_path="{held_out}"',
+        ),
+        cwd=tmp_path,
+        timeout=300,
+        columns=200,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = run_folder(result, tmp_path, "quickstart")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert [m["weight_version"] for m in metrics] == [1.0, 2.0, 3.0]
+    for line in metrics:
+        assert line["async/dropped_stale"] == 0.0 and line["episodes"] == 4.0
+        assert 0.0 <= line["async/policy_age_mean"] <= line["async/policy_age_max"] <= 1.0
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    for episode in episodes:
+        trained_at = metrics[episode["step"] - 1]["weight_version"] - 1
+        assert 0 <= trained_at - episode["weight_version"] <= 1, episode
+    assert (run_dir / "sample_buffer" / "samples.log").is_file()
+    queued = [json.loads(line) for line in (run_dir / "queue.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in queued] == [1, 2, 3]
+    assert "age " in result.stdout

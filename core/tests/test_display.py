@@ -197,6 +197,21 @@ def test_quiet_prints_only_warnings():
     assert screen.text() == "warning: step 2: 1 infrastructure retries, 1 rollouts excluded\n"
 
 
+def test_a_step_line_shows_the_async_figures_when_the_line_has_them():
+    line = metrics_line()
+    assert " age " not in run_display.step_line(line, 10)
+    line |= {
+        "async/policy_age_mean": 0.5,
+        "async/policy_age_max": 1.0,
+        "async/dropped_stale": 2.0,
+        "async/queue_groups": 4.0,
+        "async/sampler_wait_s": 1.25,
+        "async/trainer_wait_s": 0.0,
+    }
+    text = run_display.step_line(line, 10)
+    assert text.endswith("  age 0.5 (max 1)  stale 2  queued 4  waits sampler 1.2s trainer 0.0s")
+
+
 def test_plain_prints_one_line_per_step_then_the_summary():
     screen = Screen()
     shown = run_display.make_display(screen.console, 2, quiet=False, plain=True)

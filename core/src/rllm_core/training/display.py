@@ -46,7 +46,7 @@ def step_line(line: Mapping[str, Any], total_steps: int) -> str:
     loss_text = f"{loss:.4f}" if loss is not None else "-"
     k3 = line.get("offpolicy/k3")
     k3_text = f"{k3:.2e}" if k3 is not None else "-"
-    return (
+    text = (
         f"step {line['step']}/{total_steps}  reward {line['reward/mean']:.3f}"
         f" (min {line['reward/min']:.2f} max {line['reward/max']:.2f})"
         f"  acc {line['accuracy']:.3f}  loss {loss_text}  k3 {k3_text}"
@@ -55,6 +55,14 @@ def step_line(line: Mapping[str, Any], total_steps: int) -> str:
         f"  trained {line['tokens/trained_per_s']:.0f} tok/s"
         f"  rollout {line['time/rollout_s']:.1f}s train {line['time/train_s']:.1f}s"
     )
+    if "async/policy_age_max" in line:
+        text += (
+            f"  age {line['async/policy_age_mean']:.1f} (max {line['async/policy_age_max']:.0f})"
+            f"  stale {line['async/dropped_stale']:.0f}  queued {line['async/queue_groups']:.0f}"
+            f"  waits sampler {line['async/sampler_wait_s']:.1f}s"
+            f" trainer {line['async/trainer_wait_s']:.1f}s"
+        )
+    return text
 
 
 def summary_table(summary: Mapping[str, Any]) -> Table:
