@@ -139,9 +139,14 @@ def make_loop(tmp_path: Path, source: Any, trainer: FakeTrainer, **sections: Any
     )
 
 
-def test_a_step_with_too_many_excluded_rollouts_fails_the_run_untrained(tmp_path):
+@pytest.mark.parametrize(
+    "pipeline",
+    [{}, {"run": {"pipeline": "async"}, "algorithm": {"max_policy_age": 1}}],
+    ids=["sync", "async"],
+)
+def test_a_step_with_too_many_excluded_rollouts_fails_the_run_untrained(tmp_path, pipeline):
     trainer = FakeTrainer()
-    loop = make_loop(tmp_path, CrashingSource(good=2), trainer)
+    loop = make_loop(tmp_path, CrashingSource(good=2), trainer, **pipeline)
     result = asyncio.run(loop.run())
 
     assert (result.status, result.exit_code, result.step) == ("failed", 1, 1)
