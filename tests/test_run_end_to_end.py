@@ -25,11 +25,17 @@ def trainable_weights(checkpoint: Path) -> dict[str, list[float]]:
     return tensors
 
 
-def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir, tmp_path):
-    tasks = tmp_path / "easy.jsonl"
+def write_tasks(folder: Path) -> tuple[Path, Path]:
+    """The train split (:data:`TASKS`) and a one-task held-out split, as JSONL files."""
+    tasks = folder / "easy.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
-    held_out = tmp_path / "held-out.jsonl"
+    held_out = folder / "held-out.jsonl"
     held_out.write_text(json.dumps({"id": "h-1", "question": "What is 4 + 4?", "answer": "8"}))
+    return tasks, held_out
+
+
+def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir, tmp_path):
+    tasks, held_out = write_tasks(tmp_path)
     result = run_cli(
         "run",
         str(PLAN),
@@ -102,10 +108,7 @@ def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir,
 
 
 def test_async_quickstart_trains_each_batch_within_the_age_bound(smollm2_model_dir, tmp_path):
-    tasks = tmp_path / "easy.jsonl"
-    tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
-    held_out = tmp_path / "held-out.jsonl"
-    held_out.write_text(json.dumps({"id": "h-1", "question": "What is 4 + 4?", "answer": "8"}))
+    tasks, held_out = write_tasks(tmp_path)
     plan = tmp_path / "plan.toml"
     plan.write_text(
         PLAN.read_text().replace('path = "../tasks/arithmetic.jsonl"', f'path = "{tasks}"')

@@ -53,7 +53,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,7 @@ from rllm_core.training.plots import write_plots
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.training.update import build_objective, update_policy
-from rllm_core.types import RunInfo, RunStatus, Sample
+from rllm_core.types import Datum, RunInfo, RunStatus, Sample
 
 __all__ = ["ResumeError", "RunResult", "TrainingLoop"]
 
@@ -403,24 +403,11 @@ class TrainingLoop:
         )
         built = builder.build(batch.groups)
         datums = built.datums
-        train: dict[str, float] = {}
-        train_start = time.monotonic()
-        if datums:
-            train = await update_policy(
-                self.c.trainer,
-                datums,
-                self._objective(),
-                epochs=algorithm.epochs,
-                mini_batches=algorithm.mini_batches,
-                call=self._on_trainer_thread,
-            )
-        else:
-            self.display.warn(
-                f"step {step}: no datum to train on ({built.report.episodes} scored episodes,"
-                f" {built.report.dropped_groups} zero-variance groups dropped); the optimizer"
-                " did not step"
-            )
-        train_s = time.monotonic() - train_start
+        train, train_s = await self._train(
+            datums,
+            why_none=f"step {step}: no datum to train on ({built.report.episodes} scored"
+            f" episodes, {built.report.dropped_groups} zero-variance groups dropped)",
+        )
         episodes = [e for group in batch.groups for e in group]
         line = step_metrics(
             step=step,
@@ -436,20 +423,51 @@ class TrainingLoop:
             weight_version=self.c.trainer.weight_version,
             sampler_busy_s=sampler_busy_s,
         )
-        self._warn_about(line)
-        self.folder.append(self.folder.metrics, line)
-        self.observers.step_end(step, line)
-        self.folder.append(self.folder.episodes, [episode_record(step, e) for e in episodes])
-        if self.record_datums:
-            self.folder.append(self.folder.path / "datums.jsonl", _datum_rows(step, datums))
+        self._record(line, [episode_record(step, e) for e in episodes], datums)
         state.step = step
         state.data = data
         state.rngs = capture_rngs()
+        self._show(line)
+        return True
+
+    async def _train(
+        self, datums: Sequence[Datum], *, why_none: str
+    ) -> tuple[dict[str, float], float]:
+        """Update the policy on ``datums`` (the update's metrics and seconds); without datums,
+        warn ``why_none`` and leave the optimizer alone."""
+        algorithm = self.plan.algorithm
+        began = time.monotonic()
+        if not datums:
+            self.display.warn(f"{why_none}; the optimizer did not step")
+            return {}, 0.0
+        train = await update_policy(
+            self.c.trainer,
+            datums,
+            self._objective(),
+            epochs=algorithm.epochs,
+            mini_batches=algorithm.mini_batches,
+            call=self._on_trainer_thread,
+        )
+        return train, time.monotonic() - began
+
+    def _record(
+        self, line: dict[str, Any], episodes: list[dict[str, Any]], datums: Sequence[Datum]
+    ) -> None:
+        """Write a finished step's metrics line (then tell the loggers and hooks), its episode
+        records and, when asked, its datums."""
+        step = line["step"]
+        self._warn_about(line)
+        self.folder.append(self.folder.metrics, line)
+        self.observers.step_end(step, line)
+        self.folder.append(self.folder.episodes, episodes)
+        if self.record_datums:
+            self.folder.append(self.folder.path / "datums.jsonl", _datum_rows(step, datums))
+
+    def _show(self, line: dict[str, Any]) -> None:
         problem = write_plots(RunFolder.read_jsonl(self.folder.metrics), self.folder.path)
-        if problem is not None and step == 1:
+        if problem is not None and line["step"] == 1:
             self.display.warn(problem)
         self.display.step_finished(line)
-        return True
 
     # ------------------------------------------------------------------ async pipeline
 
@@ -526,24 +544,11 @@ class TrainingLoop:
         stale_groups = {s.group_id for s in samples} - {s.group_id for s in fresh}
         datums = [s.datum for s in fresh]
         ages = [version - s.weight_version for s in fresh]
-        train: dict[str, float] = {}
-        train_start = time.monotonic()
-        if datums:
-            train = await update_policy(
-                self.c.trainer,
-                datums,
-                self._objective(),
-                epochs=algorithm.epochs,
-                mini_batches=algorithm.mini_batches,
-                call=self._on_trainer_thread,
-            )
-        else:
-            self.display.warn(
-                f"step {step}: no datum to train on ({ticket.rollout['episodes']:.0f} scored"
-                f" episodes, {len(stale_groups)} groups older than max_policy_age dropped); the"
-                " optimizer did not step"
-            )
-        train_s = time.monotonic() - train_start
+        train, train_s = await self._train(
+            datums,
+            why_none=f"step {step}: no datum to train on ({ticket.rollout['episodes']:.0f}"
+            f" scored episodes, {len(stale_groups)} groups older than max_policy_age dropped)",
+        )
         if watermark > self.buffer.committed():
             await asyncio.to_thread(self.buffer.commit, watermark)
         now = time.monotonic()
@@ -567,21 +572,13 @@ class TrainingLoop:
             "async/trainer_wait_s": trainer_wait_s,
         }
         self._step_ended = now
-        self._warn_about(line)
-        self.folder.append(self.folder.metrics, line)
-        self.observers.step_end(step, line)
-        self.folder.append(self.folder.episodes, ticket.episodes)
-        if self.record_datums:
-            self.folder.append(self.folder.path / "datums.jsonl", _datum_rows(step, datums))
+        self._record(line, ticket.episodes, datums)
         state.step = step
         state.data = DataOrder.from_dict(ticket.data)
         state.buffer_watermark = self.buffer.committed()
         state.rngs = capture_rngs()
         self._gate.trained(step)
-        problem = write_plots(RunFolder.read_jsonl(self.folder.metrics), self.folder.path)
-        if problem is not None and step == 1:
-            self.display.warn(problem)
-        self.display.step_finished(line)
+        self._show(line)
         return True
 
     def _select(self, ticket: Ticket) -> tuple[list[Sample], int]:
