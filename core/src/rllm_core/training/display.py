@@ -125,7 +125,8 @@ class PlainDisplay(QuietDisplay):
 class LiveDisplay(PlainDisplay):
     """A live panel under the scrolling output.
 
-    The panel shows the step in flight (``step k/N``, a bar of rollouts done / total, the
+    The panel shows the step in flight (``step k/N``; with the async pipeline the rollout
+    batch in flight, which step ``k`` will train, a bar of rollouts done / total, the
     running mean reward and accuracy over the step's scored rollouts, infrastructure retries
     and failures, seconds spent in rollout and then in training), the last finished step's
     throughput (completion tokens per rollout second, datum tokens per train second) and time

@@ -497,6 +497,7 @@ class TrainingLoop:
             gate=self._gate,
             queue=self._queue,
             on_ticket=lambda ticket: self.folder.append(self.folder.queue, ticket.to_dict()),
+            on_start=self.display.step_started,
             sampler=self._rollouts.sampler if self._rollouts is not None else None,
         )
         self._producer_task = asyncio.ensure_future(self._producer.run())

@@ -155,7 +155,8 @@ class RolloutProducer:
     """Rolls out batches ``next_step .. last_step`` into ``buffer``; see the module docstring.
 
     ``on_ticket`` is called with each ticket once its samples are in the buffer, before the
-    trainer can see it (the run records it there). ``run`` ends after ``last_step``; any
+    trainer can see it (the run records it there); ``on_start`` with a batch's step and its
+    number of rollouts when the batch starts. ``run`` ends after ``last_step``; any
     error (too many failed rollouts, a harness bug) is queued for the step it hit, so that the
     trainer first trains every batch before it. Cancelling ``run`` cancels the batch in flight.
     """
@@ -175,6 +176,7 @@ class RolloutProducer:
         gate: StepGate,
         queue: TicketQueue,
         on_ticket: Callable[[Ticket], None],
+        on_start: Callable[[int, int], None] = lambda step, rollouts: None,
         sampler: Any = None,
     ) -> None:
         self.runner = runner
@@ -189,6 +191,7 @@ class RolloutProducer:
         self.gate = gate
         self.queue = queue
         self.on_ticket = on_ticket
+        self.on_start = on_start
         self.sampler = sampler
         self.waited_s = 0.0
         """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
@@ -215,6 +218,7 @@ class RolloutProducer:
     async def _produce(self, step: int) -> Ticket:
         data = DataOrder.from_dict(self.data.to_dict())
         batch_tasks = [self.tasks[i] for i in data.take(self.batch_size)]
+        self.on_start(step, len(batch_tasks) * self.runner.settings.group_size)
         busy_before = self._busy()
         batch = await self.runner.run(batch_tasks, step=step)
         busy_after = self._busy()
