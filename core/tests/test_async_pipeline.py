@@ -76,6 +76,9 @@ class PublishingSampler:
         self.trainer = trainer
         self.inner = ScriptedSampler(lambda request: "4", renderer=TOY)
         self.versions: dict[str, int] = {}
+        self.in_flight: list[str] = []
+        self.most_in_flight = 0
+        self.steps_in_flight: set[frozenset[str]] = set()
 
     @property
     def weight_version(self) -> int:
@@ -83,9 +86,15 @@ class PublishingSampler:
 
     async def sample(self, request: SampleRequest) -> SampleResult:
         version = self.trainer.weight_version
-        await asyncio.sleep(self.trainer.rng.uniform(0.0, self.trainer.latency_s))
-        result = await self.inner.sample(request)
         session = routing_key.get()
+        self.in_flight.append(session)
+        self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
+        self.steps_in_flight.add(frozenset(s.split("-s")[1].split("-")[0] for s in self.in_flight))
+        try:
+            await asyncio.sleep(self.trainer.rng.uniform(0.0, self.trainer.latency_s))
+            result = await self.inner.sample(request)
+        finally:
+            self.in_flight.remove(session)
         self.versions[session] = min(self.versions.get(session, version), version)
         return msgspec.structs.replace(result, weight_version=version)
 
@@ -124,13 +133,14 @@ def make_loop(
     age: int,
     resume: bool = False,
     steps: int = STEPS,
+    concurrency: int = 64,
 ) -> TrainingLoop:
     plan = parse_plan(
         {
             "run": {"steps": steps, "seed": 5, "pipeline": "async"},
             "algorithm": {"batch_size": BATCH, "group_size": GROUP, "max_policy_age": age},
             "sampling": {"max_tokens": 4},
-            "rollout": {"max_infra_retries": 0},
+            "rollout": {"max_infra_retries": 0, "max_concurrency": concurrency},
         },
         path=PLAN_PATH,
     )
@@ -313,3 +323,16 @@ def _slowly(call: Any) -> Any:
         return call(*args)
 
     return slow
+
+
+def test_batches_roll_out_side_by_side_within_one_concurrency_limit(tmp_path):
+    trainer = SlowTrainer(3, latency_s=0.05)
+    trainer.forward_backward = _slowly(trainer.forward_backward)  # type: ignore[method-assign]
+    folder = RunFolder.create(tmp_path / "runs", "r")
+    loop = make_loop(folder, trainer, MemorySampleBuffer(), age=2, concurrency=3)
+    result = asyncio.run(loop.run())
+    assert (result.status, result.step) == ("finished", STEPS)
+    sampler = trainer.sampler()
+    assert sampler.most_in_flight <= 3, "[rollout].max_concurrency holds over all batches"
+    assert max(len(steps) for steps in sampler.steps_in_flight) >= 2, "batches overlapped"
+    check_ages(trainer, 2, folder.path.name)

@@ -60,7 +60,8 @@ class RolloutRunner:
     a Harbor verifier grades the sandbox as the agent left it). Any other exception from a
     harness or a task source is a bug: it cancels the batch and propagates.
 
-    ``max_concurrency`` bounds the attempts in flight over the whole batch. When ``run`` is
+    ``max_concurrency`` bounds the attempts in flight over every batch the runner is running
+    at once (the async pipeline runs batches side by side). When ``run`` is
     cancelled, every in-flight rollout is cancelled, sandboxes are closed (each within
     ``close_timeout_s``), and ``CancelledError`` is raised once they are done or after
     ``cancel_timeout_s``, whichever comes first.
@@ -89,6 +90,7 @@ class RolloutRunner:
         self.on_event = on_event
         self.gateway = gateway
         self.trace_store = trace_store
+        self._limit: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._attempts = AttemptRunner(
             task_source=task_source,
             harness=harness,
@@ -115,7 +117,7 @@ class RolloutRunner:
         if not tasks:
             return RolloutBatch(groups=[], wall_s=time.monotonic() - began)
         progress = _Progress(total=len(tasks) * size)
-        limit = asyncio.Semaphore(self.settings.max_concurrency)
+        limit = self._concurrency()
         jobs = [
             asyncio.create_task(
                 self._rollout(task, index, step, limit, progress),
@@ -143,6 +145,13 @@ class RolloutRunner:
             wall_s=time.monotonic() - began,
             episodes_done=sum(len(group) for group in groups),
         )
+
+    def _concurrency(self) -> asyncio.Semaphore:
+        """The semaphore every batch on the running loop shares."""
+        loop = asyncio.get_running_loop()
+        if self._limit is None or self._limit[0] is not loop:
+            self._limit = (loop, asyncio.Semaphore(self.settings.max_concurrency))
+        return self._limit[1]
 
     async def _cancel(self, jobs: list[asyncio.Task[Any]]) -> None:
         for job in jobs:

@@ -498,7 +498,6 @@ class TrainingLoop:
             queue=self._queue,
             on_ticket=lambda ticket: self.folder.append(self.folder.queue, ticket.to_dict()),
             on_start=self.display.step_started,
-            sampler=self._rollouts.sampler if self._rollouts is not None else None,
         )
         self._producer_task = asyncio.ensure_future(self._producer.run())
         self._step_ended = time.monotonic()

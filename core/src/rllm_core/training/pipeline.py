@@ -3,8 +3,9 @@
 A :class:`RolloutProducer` keeps rolling out batches while the trainer trains: batch ``r``
 takes the next ``batch_size`` tasks of the data order, runs their groups through the rollout
 runner under the session label ``step = r``, builds its datums, appends them to the sample
-buffer in one call and queues a :class:`Ticket` saying where they are. Step ``r`` trains on
-batch ``r``: tickets are consumed one per step, in order.
+buffer in one call and queues a :class:`Ticket` saying where they are. Batches roll out side
+by side as far as the bound allows, and are appended and queued in step order. Step ``r``
+trains on batch ``r``: tickets are consumed one per step, in order.
 
 The age bound: each step publishes ``mini_batches * epochs`` weight versions, so with
 ``max_policy_age = N`` the trainer can take samples up to ``lead = N // (mini_batches *
@@ -21,6 +22,7 @@ model call of any of its episodes, so a group is trained or dropped whole.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,7 +33,6 @@ import msgspec
 
 from rllm_core.algorithms import DatumBuilder
 from rllm_core.ports import SampleBuffer
-from rllm_core.ports.training import BusyClock
 from rllm_core.rollout import RolloutRunner, check_failures
 from rllm_core.training.metrics import episode_record, rollout_metrics
 from rllm_core.training.state import DataOrder
@@ -123,7 +124,13 @@ class StepGate:
     def __init__(self, *, trained: int, lead: int) -> None:
         self.lead = lead
         self._trained = trained
+        self._closed = False
         self._changed = asyncio.Event()
+
+    def close(self) -> None:
+        """Let every waiter through at once (the producer is stopping)."""
+        self._closed = True
+        self._changed.set()
 
     def trained(self, step: int) -> None:
         self._trained = step
@@ -132,7 +139,7 @@ class StepGate:
     async def wait_for(self, step: int) -> float:
         """Wait until batch ``step`` may start; returns the seconds waited."""
         began = time.monotonic()
-        while self._trained < step - 1 - self.lead:
+        while self._trained < step - 1 - self.lead and not self._closed:
             self._changed.clear()
             await self._changed.wait()
         return time.monotonic() - began
@@ -154,11 +161,14 @@ def group_versions(samples: Sequence[Sample]) -> list[Sample]:
 class RolloutProducer:
     """Rolls out batches ``next_step .. last_step`` into ``buffer``; see the module docstring.
 
-    ``on_ticket`` is called with each ticket once its samples are in the buffer, before the
-    trainer can see it (the run records it there); ``on_start`` with a batch's step and its
-    number of rollouts when the batch starts. ``run`` ends after ``last_step``; any
-    error (too many failed rollouts, a harness bug) is queued for the step it hit, so that the
-    trainer first trains every batch before it. Cancelling ``run`` cancels the batch in flight.
+    A batch starts as soon as the gate lets it, even while the one before is still rolling
+    out (the runner's ``max_concurrency`` bounds their rollouts together); batches are
+    appended to the buffer and queued in step order. ``on_ticket`` is called with each ticket
+    once its samples are in the buffer, before the trainer can see it (the run records it
+    there); ``on_start`` with a batch's step and its number of rollouts when it starts.
+    ``run`` ends once ``last_step`` is queued; an error in a batch (too many failed rollouts, a
+    harness bug) is queued in its place and nothing after it, so that the trainer first
+    trains every batch before it. Cancelling ``run`` cancels every batch in flight.
     """
 
     def __init__(
@@ -177,7 +187,6 @@ class RolloutProducer:
         queue: TicketQueue,
         on_ticket: Callable[[Ticket], None],
         on_start: Callable[[int, int], None] = lambda step, rollouts: None,
-        sampler: Any = None,
     ) -> None:
         self.runner = runner
         self.builder = builder
@@ -192,36 +201,70 @@ class RolloutProducer:
         self.queue = queue
         self.on_ticket = on_ticket
         self.on_start = on_start
-        self.sampler = sampler
         self.waited_s = 0.0
         """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
+        self._failed = False
 
     def take_waited(self) -> float:
         waited, self.waited_s = self.waited_s, 0.0
         return waited
 
     async def run(self) -> None:
-        while self.next_step <= self.last_step:
-            step = self.next_step
-            self.waited_s += await self.gate.wait_for(step)
+        previous: asyncio.Future[None] | None = None
+        async with asyncio.TaskGroup() as batches:
+            while self.next_step <= self.last_step and not self._failed:
+                step = self.next_step
+                self.waited_s += await self.gate.wait_for(step)
+                if self._failed:
+                    break
+                batch_tasks = [self.tasks[i] for i in self.data.take(self.batch_size)]
+                queued = asyncio.get_running_loop().create_future()
+                batches.create_task(
+                    self._batch(step, batch_tasks, self.data.to_dict(), previous, queued),
+                    name=f"rollout batch {step}",
+                )
+                previous = queued
+                self.next_step += 1
+
+    async def _batch(
+        self,
+        step: int,
+        batch_tasks: list[Task],
+        data: dict[str, Any],
+        previous: asyncio.Future[None] | None,
+        queued: asyncio.Future[None],
+    ) -> None:
+        """Roll out one batch, then, once the batch before is queued, queue it."""
+        try:
             try:
-                ticket = await self._produce(step)
+                outcome: tuple[Ticket, list[Sample]] | _Failed = await self._roll_out(
+                    step, batch_tasks, data
+                )
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
-                self.queue.put(_Failed(step, exc))
+                outcome = _Failed(step, exc)
+            if previous is not None:
+                await previous
+            if self._failed:
                 return
+            if isinstance(outcome, _Failed):
+                self._failed = True
+                self.gate.close()
+                self.queue.put(outcome)
+                return
+            ticket = await self._store(*outcome)
             self.on_ticket(ticket)
             self.queue.put(ticket)
-            self.next_step += 1
+        finally:
+            if not queued.done():
+                queued.set_result(None)
 
-    async def _produce(self, step: int) -> Ticket:
-        data = DataOrder.from_dict(self.data.to_dict())
-        batch_tasks = [self.tasks[i] for i in data.take(self.batch_size)]
+    async def _roll_out(
+        self, step: int, batch_tasks: list[Task], data: dict[str, Any]
+    ) -> tuple[Ticket, list[Sample]]:
         self.on_start(step, len(batch_tasks) * self.runner.settings.group_size)
-        busy_before = self._busy()
         batch = await self.runner.run(batch_tasks, step=step)
-        busy_after = self._busy()
         check_failures(
             batch,
             max_fraction=self.max_failed_fraction,
@@ -229,30 +272,30 @@ class RolloutProducer:
             tasks=batch_tasks,
         )
         built = self.builder.build(batch.groups)
-        samples = group_versions(built.samples)
-        stored = await asyncio.to_thread(self.buffer.append, samples) if samples else []
         episodes = [e for group in batch.groups for e in group]
-        self.data = data
-        return Ticket(
+        ticket = Ticket(
             step=step,
-            first=stored[0].sequence if stored else -1,
-            count=len(stored),
-            groups=len({s.group_id for s in stored}),
-            data=data.to_dict(),
+            first=-1,
+            count=0,
+            groups=0,
+            data=data,
             rollout=rollout_metrics(
                 episodes=episodes,
                 infra_failures=len(batch.infra_failures),
                 retries=batch.retries,
                 report=built.report.metrics(),
                 rollout_s=batch.wall_s,
-                sampler_busy_s=(
-                    busy_after - busy_before
-                    if busy_before is not None and busy_after is not None
-                    else None
-                ),
             ),
             episodes=[episode_record(step, e) for e in episodes],
         )
+        return ticket, group_versions(built.samples)
 
-    def _busy(self) -> float | None:
-        return self.sampler.busy_seconds if isinstance(self.sampler, BusyClock) else None
+    async def _store(self, ticket: Ticket, samples: list[Sample]) -> Ticket:
+        """Append ``samples`` to the buffer; ``ticket`` saying where they are."""
+        stored = await asyncio.to_thread(self.buffer.append, samples) if samples else []
+        return dataclasses.replace(
+            ticket,
+            first=stored[0].sequence if stored else -1,
+            count=len(stored),
+            groups=len({s.group_id for s in stored}),
+        )
