@@ -5,11 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 
-def right_aligned(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Iterator[str]:
+def right_aligned(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 0
+) -> Iterator[str]:
     """The lines of a table: the headers, a rule, then the rows, every column right-aligned to
-    its widest cell and columns two spaces apart."""
+    its widest cell (the first ``left`` columns left-aligned) and columns two spaces apart."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    yield "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    yield line(headers)
     yield "  ".join("-" * w for w in widths)
     for row in rows:
-        yield "  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
+        yield line(row)

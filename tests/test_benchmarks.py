@@ -1,0 +1,152 @@
+"""The async pipeline benchmark's script answers --help, and its fake remote trainer keeps the
+contracts the benchmark relies on: waits without computing, reports the weight version each
+sample call started with, and registers as a backend that publishes weights."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from rllm_core.plugins import PluginManager
+from rllm_core.ports import Sampler, TrainerBackend
+from rllm_core.types import Datum, SampleRequest, SamplingParams
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+STOP = 2
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def remote_fake() -> ModuleType:
+    return _load("remote_fake")
+
+
+def test_async_pipeline_script_answers_help() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "async_pipeline.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--cases", "--steps", "--ages", "--output-dir"):
+        assert option in result.stdout
+
+
+def test_remote_fake_registers_a_backend_that_publishes_weights(
+    remote_fake: ModuleType, smollm2_tokenizer_dir: Path
+) -> None:
+    pm = PluginManager(load_entry_points=False, strict=True)
+    pm.register(remote_fake, name="remote-fake", distribution="rllm-benchmarks")
+    spec = pm.get("trainer_backend", "remote-fake")
+    assert spec.trait("publishes_weights") is True
+    backend = spec.build({"model": str(smollm2_tokenizer_dir), "forward_backward_s": 0.0})
+    assert isinstance(backend, TrainerBackend)
+    assert isinstance(backend.sampler(), Sampler)
+
+
+def _request(backend: object, question: str, seed: int) -> SampleRequest:
+    ids = backend._tokenizer.encode(question, add_special_tokens=False).ids  # type: ignore[attr-defined]
+    return SampleRequest(
+        prompt_token_ids=ids,
+        params=SamplingParams(max_tokens=10, stop_token_ids=(STOP,), seed=seed),
+    )
+
+
+def test_remote_fake_waits_and_reports_the_version_each_call_started_with(
+    remote_fake: ModuleType, smollm2_tokenizer_dir: Path
+) -> None:
+    config = remote_fake.RemoteFakeConfig(
+        model=str(smollm2_tokenizer_dir),
+        forward_backward_s=0.2,
+        optim_step_s=0.2,
+        sample_s=0.4,
+        sample_token_ms=0.0,
+        accuracy_start=1.0,
+        accuracy_max=1.0,
+    )
+    backend = remote_fake.RemoteFakeBackend(config)
+    sampler = backend.sampler()
+    tokenizer = backend._tokenizer
+
+    async def sample_while_stepping() -> tuple[object, float]:
+        started = time.monotonic()
+        call = asyncio.ensure_future(sampler.sample(_request(backend, "What is 31 - 3?", 1)))
+        await asyncio.sleep(0.05)
+        await asyncio.to_thread(backend.optim_step)
+        result = await call
+        return result, time.monotonic() - started
+
+    result, elapsed = asyncio.run(sample_while_stepping())
+    assert backend.weight_version == 1
+    assert result.weight_version == 0, "a call in flight reports the version it started with"
+    assert elapsed >= 0.4 * 0.9
+    assert result.finish_reason == "stop" and result.completion_token_ids[-1] == STOP
+    assert tokenizer.decode(result.completion_token_ids[:-1]) == "28"
+    assert len(result.logprobs) == len(result.completion_token_ids)
+    assert asyncio.run(sampler.sample(_request(backend, "hi", 1))).weight_version == 1
+
+    datum = Datum(
+        token_ids=[1, 2, 3],
+        logprobs=[0.0, -1.0, -1.0],
+        advantages=[1.0] * 3,
+        action_mask=[False, True, True],
+        observation_mask=[False] * 3,
+    )
+    started = time.monotonic()
+    metrics = backend.forward_backward([datum], objective=None)
+    assert time.monotonic() - started >= 0.2 * 0.9
+    assert metrics["tokens"] == 3.0 and metrics["action_tokens"] == 2.0
+    assert metrics["sequences"] == 1.0
+
+
+def test_remote_fake_policy_is_right_more_often_at_later_versions(
+    remote_fake: ModuleType, smollm2_tokenizer_dir: Path
+) -> None:
+    config = remote_fake.RemoteFakeConfig(
+        model=str(smollm2_tokenizer_dir), accuracy_start=0.2, accuracy_gain=0.2
+    )
+    backend = remote_fake.RemoteFakeBackend(config)
+    sampler = backend.sampler()
+
+    def right(version: int) -> int:
+        return sum(
+            sampler.reply(_request(backend, "What is 66 + 25?", seed), version) == "91"
+            for seed in range(200)
+        )
+
+    assert right(0) < right(3) <= 200
+    assert sampler.reply(_request(backend, "What is 66 + 25?", 7), 2) == sampler.reply(
+        _request(backend, "What is 66 + 25?", 7), 2
+    ), "replies are deterministic"
+
+
+def test_remote_fake_state_round_trips(
+    remote_fake: ModuleType, smollm2_tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    config = remote_fake.RemoteFakeConfig(model=str(smollm2_tokenizer_dir), optim_step_s=0.0)
+    backend = remote_fake.RemoteFakeBackend(config)
+    threads = [threading.Thread(target=backend.optim_step) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    backend.save_state(str(tmp_path / "cut"))
+    restored = remote_fake.RemoteFakeBackend(config)
+    restored.load_state(str(tmp_path / "cut"))
+    assert restored.weight_version == backend.weight_version == 3
