@@ -336,3 +336,5 @@ def test_batches_roll_out_side_by_side_within_one_concurrency_limit(tmp_path):
     assert sampler.most_in_flight <= 3, "[rollout].max_concurrency holds over all batches"
     assert max(len(steps) for steps in sampler.steps_in_flight) >= 2, "batches overlapped"
     check_ages(trainer, 2, folder.path.name)
+    waited = sum(line["async/sampler_wait_s"] for line in metrics(folder))
+    assert 0.0 < waited <= result.summary["wall_s"], "each wait is counted once"

@@ -214,7 +214,9 @@ class RolloutProducer:
         async with asyncio.TaskGroup() as batches:
             while self.next_step <= self.last_step and not self._failed:
                 step = self.next_step
-                self.waited_s += await self.gate.wait_for(step)
+                waited = await self.gate.wait_for(step)
+                # Added after the await: take_waited may have reset the sum meanwhile.
+                self.waited_s += waited
                 if self._failed:
                     break
                 batch_tasks = [self.tasks[i] for i in self.data.take(self.batch_size)]
