@@ -372,8 +372,11 @@ asyncio.run(main())
     finally:
         owner.kill()
         owner.wait()
+    # The kernel ends the sandbox's other processes after its bwrap, not with it: wait for both.
     deadline = time.monotonic() + 5
-    while host_processes_with(str(roots)) and time.monotonic() < deadline:
+    while (
+        host_processes_with(str(roots)) or host_processes_with("sleep 321.5")
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert host_processes_with(str(roots)) == [], "bwrap outlived the process that owned it"
     assert host_processes_with("sleep 321.5") == []
