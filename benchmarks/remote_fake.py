@@ -211,7 +211,7 @@ class RemoteFakeBackend:
             self._version = int(state["weight_version"])
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the fake holds no connection."""
 
 
 @hookimpl

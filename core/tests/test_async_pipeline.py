@@ -338,3 +338,20 @@ def test_batches_roll_out_side_by_side_within_one_concurrency_limit(tmp_path):
     check_ages(trainer, 2, folder.path.name)
     waited = sum(line["async/sampler_wait_s"] for line in metrics(folder))
     assert 0.0 < waited <= result.summary["wall_s"], "each wait is counted once"
+
+
+class FailingBuffer(MemorySampleBuffer):
+    """Refuses its second append, as a full disk would."""
+
+    def append(self, samples: Any) -> list[Any]:
+        if self.pending() or self.committed() >= 0:
+            raise OSError(28, "No space left on device")
+        return super().append(samples)
+
+
+def test_a_buffer_that_fails_ends_the_run_with_its_error_instead_of_a_wait(tmp_path):
+    folder = RunFolder.create(tmp_path / "runs", "r")
+    loop = make_loop(folder, SlowTrainer(4, latency_s=0.0), FailingBuffer(), age=1)
+    with pytest.raises(OSError, match="No space left"):
+        asyncio.run(asyncio.wait_for(loop.run(), 60))
+    assert json.loads(folder.summary.read_text())["status"] == "failed"

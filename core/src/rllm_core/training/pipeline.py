@@ -210,6 +210,21 @@ class RolloutProducer:
         return waited
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            # The trainer waits on the queue: whatever stops the producer must reach it.
+            self._fail(_Failed(self.next_step, exc))
+
+    def _fail(self, failure: _Failed) -> None:
+        if not self._failed:
+            self._failed = True
+            self.gate.close()
+            self.queue.put(failure)
+
+    async def _run(self) -> None:
         previous: asyncio.Future[None] | None = None
         async with asyncio.TaskGroup() as batches:
             while self.next_step <= self.last_step and not self._failed:
@@ -250,14 +265,18 @@ class RolloutProducer:
                 await previous
             if self._failed:
                 return
-            if isinstance(outcome, _Failed):
-                self._failed = True
-                self.gate.close()
-                self.queue.put(outcome)
-                return
-            ticket = await self._store(*outcome)
-            self.on_ticket(ticket)
-            self.queue.put(ticket)
+            if not isinstance(outcome, _Failed):
+                try:
+                    ticket = await self._store(*outcome)
+                    self.on_ticket(ticket)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    outcome = _Failed(step, exc)
+                else:
+                    self.queue.put(ticket)
+                    return
+            self._fail(outcome)
         finally:
             if not queued.done():
                 queued.set_result(None)
