@@ -262,12 +262,56 @@ def stores(register_plugin):
     return register_plugin(Stores(), name="stores", distribution="rllm-test-stores")
 
 
-def test_an_object_store_is_refused(plan_builder, stores):
+def test_an_object_store_is_refused_in_sync_mode_and_used_in_async(plan_builder, stores, trainers):
     with pytest.raises(PlanError) as info:
         plan_builder.resolve({"object_store": {"name": "file"}})
     (only,) = info.value.issues
     assert only.location == "[object_store]"
-    assert "nothing in a run uses an [object_store]" in str(only)
+    assert "a sync run keeps everything in its run folder" in str(only)
+    resolved = plan_builder.resolve(
+        {
+            "run": {"pipeline": "async"},
+            "algorithm": {"max_policy_age": 1},
+            "trainer": "publishing",
+            "object_store": {"name": "file"},
+        }
+    )
+    assert resolved.get("[object_store]").name == "file"
+
+
+def test_an_object_store_holds_the_buffer_so_a_second_buffer_is_refused(
+    plan_builder, stores, trainers
+):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve(
+            {
+                "run": {"pipeline": "async"},
+                "algorithm": {"max_policy_age": 1},
+                "trainer": "publishing",
+                "object_store": {"name": "file"},
+                "sample_buffer": {"name": "file"},
+            }
+        )
+    (only,) = info.value.issues
+    assert only.location == "[sample_buffer]"
+    assert "the sample buffer lives in it" in str(only)
+
+
+def test_scheduler_keys_need_an_object_store(plan_builder, stores, trainers):
+    async_plan = {
+        "run": {"pipeline": "async"},
+        "algorithm": {"max_policy_age": 1},
+        "trainer": "publishing",
+    }
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve(async_plan | {"scheduler": {"max_failures": 5}})
+    (only,) = info.value.issues
+    assert only.location == "[scheduler].max_failures"
+    assert "--role trainer" in str(only)
+    resolved = plan_builder.resolve(
+        async_plan | {"scheduler": {"max_failures": 5}, "object_store": {"name": "file"}}
+    )
+    assert resolved.plan.scheduler.max_failures == 5
 
 
 def test_a_sample_buffer_is_refused_in_sync_mode_and_used_in_async(plan_builder, stores, trainers):

@@ -138,19 +138,6 @@ class _Resolver:
         """Keys and sections a run would accept and not use are errors, each saying why."""
         plan = self.plan
         self.refuse_pipeline_keys()
-        if plan.object_store is not None:
-            self.issues.append(
-                PlanIssue(
-                    path=self.path,
-                    section="object_store",
-                    key=None,
-                    message=(
-                        "a run keeps its files in the run folder; nothing in a run uses an"
-                        " [object_store]"
-                    ),
-                    hint="remove the section",
-                )
-            )
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
         modes = trainer.spec.trait("proximal_modes") if trainer else None
@@ -185,6 +172,16 @@ class _Resolver:
                     " produced it; no pipeline reads a policy-age bound",
                     'set [run].pipeline = "async" or remove the key',
                 )
+            if plan.object_store is not None:
+                self.issue(
+                    "object_store",
+                    None,
+                    None,
+                    "the object store holds the async pipeline's shared state (its sample"
+                    " buffer, rollout batches, policy releases and checkpoint cuts); a sync run"
+                    " keeps everything in its run folder",
+                    'set [run].pipeline = "async" or remove the section',
+                )
             if plan.sample_buffer is not None:
                 self.issue(
                     "sample_buffer",
@@ -205,6 +202,25 @@ class _Resolver:
                 f" publishes mini_batches * epochs = {per_step} weight version(s), so a lower"
                 " bound would drop every sample taken before the step that trains it",
                 f"set [algorithm].max_policy_age to {max(1, per_step)} or more",
+            )
+        if plan.scheduler.model_fields_set and plan.object_store is None:
+            key = sorted(plan.scheduler.model_fields_set)[0]
+            self.issue(
+                "scheduler",
+                key,
+                getattr(plan.scheduler, key),
+                "the scheduler starts and stops a trainer run with --role trainer, which"
+                " shares its state with the samplers through an [object_store]",
+                "add an [object_store] section, or remove [scheduler]",
+            )
+        if plan.object_store is not None and plan.sample_buffer is not None:
+            self.issue(
+                "sample_buffer",
+                None,
+                None,
+                "with an [object_store] the sample buffer lives in it, so that a sampler and a"
+                " trainer in other processes or on other machines share it",
+                "remove [sample_buffer], or [object_store] to train in one process",
             )
         trainer = self.components.get("[trainer]")
         if trainer is not None and not trainer.spec.trait("publishes_weights"):

@@ -24,6 +24,7 @@ __all__ = [
     "RolloutSection",
     "RunSection",
     "SamplingSection",
+    "SchedulerSection",
     "component_section",
     "component_sections",
 ]
@@ -209,6 +210,39 @@ class RolloutSection(_Section):
     )
 
 
+class SchedulerSection(_Section):
+    q_on_groups: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Start the trainer once this many groups wait in the buffer (default: one batch,"
+            " `[algorithm].batch_size`)."
+        ),
+    )
+    idle_stop_s: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Stop the trainer after the buffer has been empty this long (default: the last"
+            " measured trainer start-up time, or `idle_fallback_s` before one was measured)."
+        ),
+    )
+    idle_fallback_s: float = Field(
+        60.0, gt=0, description="Idle time before a stop while no start-up time is measured."
+    )
+    max_failures: int = Field(
+        3,
+        ge=1,
+        description=(
+            "Give up (exit 3) after this many trainer incarnations in a row fail without"
+            " training a step."
+        ),
+    )
+    poll_s: float = Field(
+        1.0, gt=0, description="How often the trainer looks at the shared state for new batches."
+    )
+
+
 class GatewaySection(_Section):
     host: str = Field(
         "127.0.0.1", description="Address the run's gateway binds (loopback unless changed)."
@@ -268,6 +302,12 @@ class Plan(_Section):
     trace_store: ComponentRef | None = component_section("trace_store", "Trace store.")
     sample_buffer: ComponentRef | None = component_section("sample_buffer", "Sample buffer.")
     object_store: ComponentRef | None = component_section("object_store", "Object store.")
+    scheduler: SchedulerSection = Field(
+        default_factory=SchedulerSection,
+        description=(
+            "When a trainer started with `--role trainer` runs (rule S1); see docs/scheduler.md."
+        ),
+    )
     loggers: list[ComponentRef] = Field(default_factory=list, description="Metrics loggers.")
 
 

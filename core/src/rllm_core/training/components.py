@@ -32,6 +32,7 @@ from rllm_core.ports import (
     Harness,
     Logger,
     Loss,
+    ObjectStore,
     Renderer,
     SampleBuffer,
     SandboxBackend,
@@ -187,7 +188,8 @@ def _logger_fields(manager: PluginManager, name: str) -> dict[str, Any]:
 class Components:
     """The built components of a run. ``sandbox`` is None when the plan selects none;
     ``loss`` and ``advantage`` when it selects none and they were not required;
-    ``sample_buffer`` when it selects none (the async pipeline then queues in memory).
+    ``sample_buffer`` when it selects none (the async pipeline then queues in memory, or in
+    the ``object_store`` when the plan has one).
     ``loggers`` are the ``[[loggers]]`` entries, each with a label naming it
     (``"[loggers[0]] jsonl"``); they are in ``built`` too, so :meth:`aclose` closes them.
     ``placed`` maps each plan location (``"[trainer]"``) to its component."""
@@ -200,6 +202,7 @@ class Components:
     loss: Loss | None = None
     advantage: AdvantageEstimator | None = None
     sample_buffer: SampleBuffer | None = None
+    object_store: ObjectStore | None = None
     sandbox: SandboxBackend | None = None
     aux_losses: list[tuple[Loss, float]] = field(default_factory=list)
     loggers: list[tuple[str, Logger]] = field(default_factory=list)
@@ -271,6 +274,7 @@ def build_components(
         loss=built.get("[algorithm].loss"),
         advantage=built.get("[algorithm].advantage"),
         sample_buffer=built.get("[sample_buffer]"),
+        object_store=built.get("[object_store]"),
         sandbox=built.get("[sandbox]"),
         aux_losses=aux,
         loggers=loggers,

@@ -62,6 +62,7 @@ from rllm_core.algorithms import DatumBuilder
 from rllm_core.algorithms.objective import Objective
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
+from rllm_core.ports import SampleBuffer
 from rllm_core.ports.training import BusyClock
 from rllm_core.rollout import RolloutRunner, TooManyFailedRollouts, check_failures
 from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
@@ -74,6 +75,7 @@ from rllm_core.training.metrics import episode_record, step_metrics, summarize, 
 from rllm_core.training.observers import RunObservers
 from rllm_core.training.pipeline import RolloutProducer, StepGate, Ticket, TicketQueue
 from rllm_core.training.plots import write_plots
+from rllm_core.training.shared import SharedRun
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.training.update import build_objective, update_policy
@@ -141,11 +143,15 @@ class TrainingLoop:
         self._gate: StepGate | None = None
         self._wait_task: asyncio.Future[Ticket] | None = None
         self._step_ended = 0.0
-        self.buffer = (
-            components.sample_buffer
-            if components.sample_buffer is not None
-            else (MemorySampleBuffer())
-        )
+        self.buffer: SampleBuffer
+        if components.sample_buffer is not None:
+            self.buffer = components.sample_buffer
+        elif components.object_store is not None:
+            self.buffer = SharedRun(components.object_store, self.plan.run.name).buffer(
+                writer="both"
+            )
+        else:
+            self.buffer = MemorySampleBuffer()
         self.observers = RunObservers(
             loggers=components.loggers,
             plugins=plugins if plugins is not None else get_plugin_manager(),
@@ -472,16 +478,22 @@ class TrainingLoop:
     # ------------------------------------------------------------------ async pipeline
 
     def _start_producer(
-        self, state: LoopState, runner: RolloutRunner, builder: DatumBuilder
+        self,
+        state: LoopState,
+        runner: RolloutRunner,
+        builder: DatumBuilder,
+        *,
+        trained: int | None = None,
     ) -> None:
-        """Queue the batches kept from before a resume and start rolling out the next ones."""
+        """Queue the batches kept from before a resume and start rolling out the next ones
+        (after ``state.step``, gated by ``trained`` steps, ``state.step`` by default)."""
         algorithm = self.plan.algorithm
         data = state.data
         for ticket in self._kept:
             self._queue.put(ticket)
             data = DataOrder.from_dict(ticket.data)
         self._gate = StepGate(
-            trained=state.step,
+            trained=state.step if trained is None else trained,
             lead=algorithm.max_policy_age // (algorithm.mini_batches * algorithm.epochs),
         )
         self._producer = RolloutProducer(
@@ -496,11 +508,14 @@ class TrainingLoop:
             buffer=self.buffer,
             gate=self._gate,
             queue=self._queue,
-            on_ticket=lambda ticket: self.folder.append(self.folder.queue, ticket.to_dict()),
+            on_ticket=self._on_ticket,
             on_start=self.display.step_started,
         )
         self._producer_task = asyncio.ensure_future(self._producer.run())
         self._step_ended = time.monotonic()
+
+    def _on_ticket(self, ticket: Ticket) -> None:
+        self.folder.append(self.folder.queue, ticket.to_dict())
 
     async def _stop_producer(self) -> None:
         task, self._producer_task = self._producer_task, None
@@ -536,7 +551,6 @@ class TrainingLoop:
         ticket = await self._next_ticket()
         if ticket is None:
             return False
-        assert self._producer is not None and self._gate is not None
         trainer_wait_s = time.monotonic() - waiting
         version = self.c.trainer.weight_version
         samples, watermark = await asyncio.to_thread(self._select, ticket)
@@ -567,8 +581,8 @@ class TrainingLoop:
             "async/policy_age_mean": sum(ages) / len(ages) if ages else 0.0,
             "async/policy_age_max": float(max(ages, default=0)),
             "async/dropped_stale": float(len(stale_groups)),
-            "async/queue_groups": float(self._queue.groups),
-            "async/sampler_wait_s": self._producer.take_waited(),
+            "async/queue_groups": float(self._queued_groups()),
+            "async/sampler_wait_s": self._producer.take_waited() if self._producer else 0.0,
             "async/trainer_wait_s": trainer_wait_s,
         }
         self._step_ended = now
@@ -577,9 +591,14 @@ class TrainingLoop:
         state.data = DataOrder.from_dict(ticket.data)
         state.buffer_watermark = self.buffer.committed()
         state.rngs = capture_rngs()
-        self._gate.trained(step)
+        if self._gate is not None:
+            self._gate.trained(step)
         self._show(line)
         return True
+
+    def _queued_groups(self) -> int:
+        """Groups rolled out and waiting for a later step."""
+        return self._queue.groups
 
     def _select(self, ticket: Ticket) -> tuple[list[Sample], int]:
         """The samples of ``ticket`` and the watermark to commit once trained. Samples before

@@ -113,6 +113,13 @@ class TicketQueue:
             raise item.error
         return item
 
+    def failure(self) -> BaseException | None:
+        """What stopped the producer, once it is queued; None otherwise."""
+        for item in self._items:
+            if isinstance(item, _Failed):
+                return item.error
+        return None
+
     @property
     def groups(self) -> int:
         return sum(item.groups for item in self._items if isinstance(item, Ticket))
