@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 from rllm_core.errors import ObjectExistsError, ObjectNotFoundError
-from rllm_core.types import Sample, SampleBatch, Trace, TraceRecord
+from rllm_core.types import BacklogStats, Sample, SampleBatch, Trace, TraceRecord
 
 
 def check_key(key: str) -> str:
@@ -135,11 +135,22 @@ class MemorySampleBuffer:
             self._persist_watermark(watermark)
             self.state.committed = watermark
 
+    def restore(self, watermark: int) -> None:
+        with self._lock:
+            if not -1 <= watermark < len(self.state.samples):
+                raise ValueError(f"cannot restore {watermark}: {len(self.state.samples)} appended")
+            self._persist_watermark(watermark)
+            self.state.committed = watermark
+
     def committed(self) -> int:
         return self.state.committed
 
     def pending(self) -> int:
         return len(self.state.samples) - self.committed() - 1
+
+    def backlog(self) -> BacklogStats:
+        pending = self.state.samples[self.committed() + 1 :]
+        return BacklogStats.of((s.group_id, s.weight_version) for s in pending)
 
     def close(self) -> None:
         pass

@@ -89,6 +89,8 @@ class TestMemorySampleBuffer(SampleBufferConformance):
 class TestCoreMemorySampleBuffer(SampleBufferConformance):
     """The buffer an async run uses when its plan names none."""
 
+    rewinds = False
+
     @pytest.fixture
     def sample_buffer(self):
         return MemorySampleBuffer()

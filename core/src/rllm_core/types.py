@@ -16,11 +16,13 @@ advantage and provenance, as the sample buffer stores it) -> ``Cut`` (a consiste
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
 
 __all__ = [
+    "BacklogStats",
     "Cut",
     "Datum",
     "Episode",
@@ -338,6 +340,35 @@ class SampleBatch(msgspec.Struct, kw_only=True, frozen=True):
 
     samples: tuple[Sample, ...]
     watermark: int
+
+
+class BacklogStats(msgspec.Struct, kw_only=True, frozen=True):
+    """What a sample buffer holds after its committed watermark, stale samples included.
+
+    ``samples`` equals the buffer's ``pending()``; ``groups`` counts their distinct
+    ``group_id``; ``oldest_weight_version`` is the smallest ``weight_version`` among them
+    (``None`` when there are none) and ``per_version`` the number of samples per weight version.
+    """
+
+    samples: int
+    groups: int
+    oldest_weight_version: int | None
+    per_version: dict[int, int]
+
+    @classmethod
+    def of(cls, samples: Iterable[tuple[str, int]]) -> BacklogStats:
+        """The statistics of ``(group_id, weight_version)`` pairs, one per pending sample."""
+        groups: set[str] = set()
+        per_version: dict[int, int] = {}
+        for group_id, version in samples:
+            groups.add(group_id)
+            per_version[version] = per_version.get(version, 0) + 1
+        return cls(
+            samples=sum(per_version.values()),
+            groups=len(groups),
+            oldest_weight_version=min(per_version, default=None),
+            per_version=dict(sorted(per_version.items())),
+        )
 
 
 class Cut(msgspec.Struct, kw_only=True, frozen=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from rllm_core.types import Sample, SampleBatch, Trace, TraceRecord
+from rllm_core.types import BacklogStats, Sample, SampleBatch, Trace, TraceRecord
 
 __all__ = ["ObjectStore", "SampleBuffer", "TraceStore"]
 
@@ -65,8 +65,16 @@ class SampleBuffer(Protocol):
     - ``commit(watermark)`` marks everything up to it consumed, durably. Committing backwards is
       a ``ValueError``; committing the current watermark again does nothing. ``committed()``
       returns the current watermark (``-1`` when nothing was committed).
+    - ``restore(watermark)`` sets the committed watermark to ``watermark``, forwards or
+      backwards, durably: every sample after it is selected again and none up to it. This is
+      how a trainer resumes from a checkpoint that recorded the watermark. A watermark below
+      ``-1`` or past the last appended sample is a ``ValueError`` (and so is one below what
+      the buffer still holds, for a buffer that drops consumed samples; say so in its
+      documentation).
     - ``pending()`` counts the appended samples after the committed watermark, stale ones
-      included.
+      included; ``backlog()`` describes those same samples
+      (:class:`~rllm_core.types.BacklogStats`: ``samples == pending()``, their distinct
+      groups, the oldest weight version among them and a count per weight version).
     - A new instance opened on the same location sees the same samples and watermark.
 
     Example::
@@ -75,6 +83,7 @@ class SampleBuffer(Protocol):
         batch = buffer.select(max_samples=64, min_weight_version=version - 1)
         train(batch.samples)
         buffer.commit(batch.watermark)
+        # after a restart, from the checkpoint: buffer.restore(checkpoint.buffer_watermark)
     """
 
     def append(self, samples: Sequence[Sample]) -> list[Sample]: ...
@@ -83,9 +92,13 @@ class SampleBuffer(Protocol):
 
     def commit(self, watermark: int) -> None: ...
 
+    def restore(self, watermark: int) -> None: ...
+
     def committed(self) -> int: ...
 
     def pending(self) -> int: ...
+
+    def backlog(self) -> BacklogStats: ...
 
     def close(self) -> None: ...
 

@@ -73,7 +73,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rllm_core.errors import ObjectExistsError, ObjectNotFoundError
-from rllm_core.types import Datum, Message, Sample, Trace, TraceRecord
+from rllm_core.types import BacklogStats, Datum, Message, Sample, Trace, TraceRecord
 
 __all__ = [
     "INVALID_OBJECT_KEYS",
@@ -716,11 +716,13 @@ def _crash_payload(index: int) -> bytes:
 @st.composite
 def _buffer_programs(draw: st.DrawFn) -> list[tuple[str, int, int]]:
     """Operations on a buffer: ("append", count, version), ("select", max, min_version),
-    ("commit", 0, 0) commits the watermark of the last select, ("reopen", 0, 0)."""
+    ("commit", 0, 0) commits the watermark of the last select, ("restore", offset, 0) restores
+    to a watermark picked by ``offset`` among those of this program, ("reopen", 0, 0)."""
     ops = st.one_of(
         st.tuples(st.just("append"), st.integers(0, 4), st.integers(0, 4)),
         st.tuples(st.just("select"), st.integers(1, 6), st.integers(0, 4)),
         st.tuples(st.just("commit"), st.just(0), st.just(0)),
+        st.tuples(st.just("restore"), st.integers(0, 20), st.just(0)),
         st.tuples(st.just("reopen"), st.just(0), st.just(0)),
     )
     return draw(st.lists(ops, min_size=1, max_size=25))
@@ -732,7 +734,13 @@ class SampleBufferConformance:
 
     Fixtures: ``sample_buffer`` (a fresh buffer), ``reopen`` (close it, open a new instance on
     the same location) and optionally ``subprocess_factory_source`` (see the module docstring).
+
+    A buffer that drops committed samples, so that ``restore`` cannot move the watermark back
+    below the committed one, sets ``rewinds = False`` on its test class; the suite then checks
+    that rewinding raises ``ValueError`` and changes nothing.
     """
+
+    rewinds = True
 
     @pytest.fixture
     def subprocess_factory_source(self) -> str | None:
@@ -840,6 +848,114 @@ class SampleBufferConformance:
         sample_buffer.commit(6)
         assert sample_buffer.pending() == 0
 
+    # ---------------------------------------------------------------- restore
+
+    def test_restore_backwards_selects_the_samples_again(
+        self, sample_buffer: Any, reopen: Callable[[Any], Any]
+    ) -> None:
+        stored = sample_buffer.append(make_samples(6, seed=15))
+        sample_buffer.commit(sample_buffer.select(max_samples=4).watermark)
+        if not self.rewinds:
+            with pytest.raises(ValueError):
+                sample_buffer.restore(1)
+            assert sample_buffer.committed() == 3
+            assert list(sample_buffer.select(max_samples=9).samples) == stored[4:]
+            return
+        sample_buffer.restore(1)
+        assert sample_buffer.committed() == 1
+        assert sample_buffer.pending() == 4
+        assert list(sample_buffer.select(max_samples=9).samples) == stored[2:]
+        reopened = reopen(sample_buffer)
+        assert reopened.committed() == 1
+        assert list(reopened.select(max_samples=9).samples) == stored[2:]
+        reopened.restore(-1)
+        assert list(reopened.select(max_samples=9).samples) == stored
+        assert reopened.pending() == 6
+
+    def test_restore_forwards_skips_samples(
+        self, sample_buffer: Any, reopen: Callable[[Any], Any]
+    ) -> None:
+        stored = sample_buffer.append(make_samples(5, seed=16))
+        sample_buffer.restore(2)
+        assert sample_buffer.committed() == 2
+        assert list(sample_buffer.select(max_samples=9).samples) == stored[3:]
+        reopened = reopen(sample_buffer)
+        assert reopened.committed() == 2
+        assert reopened.pending() == 2
+        reopened.restore(2)
+        assert reopened.committed() == 2
+        reopened.restore(4)
+        assert reopened.select(max_samples=9).samples == ()
+        assert reopened.pending() == 0
+
+    def test_commit_after_restore_moves_on_from_the_restored_watermark(
+        self, sample_buffer: Any
+    ) -> None:
+        stored = sample_buffer.append(make_samples(6, seed=17))
+        sample_buffer.commit(2)
+        sample_buffer.restore(0 if self.rewinds else 3)
+        start = sample_buffer.committed() + 1
+        batch = sample_buffer.select(max_samples=2)
+        assert list(batch.samples) == stored[start : start + 2]
+        sample_buffer.commit(batch.watermark)
+        assert sample_buffer.committed() == start + 1
+        with pytest.raises(ValueError):
+            sample_buffer.commit(start)
+        assert sample_buffer.committed() == start + 1
+
+    @pytest.mark.parametrize("offset", [-2, 0, 1])
+    def test_restore_outside_the_appended_samples_raises(
+        self, sample_buffer: Any, offset: int
+    ) -> None:
+        sample_buffer.append(make_samples(3, seed=18))
+        sample_buffer.commit(0)
+        watermark = -2 if offset == -2 else 3 + offset
+        with pytest.raises(ValueError):
+            sample_buffer.restore(watermark)
+        assert sample_buffer.committed() == 0
+        assert sample_buffer.pending() == 2
+
+    def test_restore_on_an_empty_buffer(self, sample_buffer: Any) -> None:
+        sample_buffer.restore(-1)
+        assert sample_buffer.committed() == -1
+        with pytest.raises(ValueError):
+            sample_buffer.restore(0)
+        assert sample_buffer.committed() == -1
+
+    # ---------------------------------------------------------------- backlog
+
+    def test_backlog_of_an_empty_buffer(self, sample_buffer: Any) -> None:
+        assert sample_buffer.backlog() == BacklogStats(
+            samples=0, groups=0, oldest_weight_version=None, per_version={}
+        )
+
+    def test_backlog_describes_the_pending_samples(
+        self, sample_buffer: Any, reopen: Callable[[Any], Any]
+    ) -> None:
+        sample_buffer.append(make_samples(3, weight_version=[4, 4, 5], seed=19, group_id="a"))
+        sample_buffer.append(make_samples(2, weight_version=[2, 6], seed=20, group_id="b"))
+        sample_buffer.append(make_samples(2, weight_version=3, seed=21, group_id="c"))
+        assert sample_buffer.backlog() == BacklogStats(
+            samples=7, groups=3, oldest_weight_version=2, per_version={2: 1, 3: 2, 4: 2, 5: 1, 6: 1}
+        )
+        sample_buffer.commit(3)
+        expected = BacklogStats(
+            samples=3, groups=2, oldest_weight_version=3, per_version={3: 2, 6: 1}
+        )
+        assert sample_buffer.backlog() == expected
+        # Stale samples stay in the backlog until the watermark passes them.
+        assert sample_buffer.select(max_samples=9, min_weight_version=5).samples
+        assert sample_buffer.backlog() == expected
+        assert sample_buffer.backlog().samples == sample_buffer.pending()
+        assert reopen(sample_buffer).backlog() == expected
+
+    def test_backlog_is_empty_once_everything_is_committed(self, sample_buffer: Any) -> None:
+        sample_buffer.append(make_samples(2, weight_version=[1, 2], seed=22))
+        sample_buffer.commit(1)
+        assert sample_buffer.backlog() == BacklogStats(
+            samples=0, groups=0, oldest_weight_version=None, per_version={}
+        )
+
     # ---------------------------------------------------------------- persistence
 
     def test_reopen_sees_samples_and_watermark(
@@ -894,7 +1010,9 @@ class SampleBufferConformance:
         committed = last_watermark = base
         for step, (op, a, b) in enumerate(program):
             if op == "append":
-                stored = buffer.append(make_samples(a, weight_version=b, seed=step))
+                stored = buffer.append(
+                    make_samples(a, weight_version=b, seed=step, group_id=f"g{b}.{step % 2}")
+                )
                 first = base + 1 + len(model)
                 assert [s.sequence for s in stored] == list(range(first, first + a))
                 model.extend(stored)
@@ -914,11 +1032,22 @@ class SampleBufferConformance:
             elif op == "commit":
                 buffer.commit(last_watermark)
                 committed = last_watermark
+            elif op == "restore":
+                target = base + a % (len(model) + 1)
+                if target < committed and not self.rewinds:
+                    with pytest.raises(ValueError):
+                        buffer.restore(target)
+                else:
+                    buffer.restore(target)
+                    committed = last_watermark = target
             else:
                 buffer = reopen(buffer)
                 self._program_buffer = buffer
             assert buffer.committed() == committed
             assert buffer.pending() == len(model) - (committed - base)
+            assert buffer.backlog() == BacklogStats.of(
+                (s.group_id, s.weight_version) for s in model[committed - base :]
+            )
 
     def test_acknowledged_appends_survive_sigkill(
         self, subprocess_factory_source: str | None, tmp_path: Any
