@@ -2,7 +2,9 @@
 
 It keeps the :class:`~rllm_core.ports.SampleBuffer` contract within one process, except that
 nothing survives the process: a run that stops loses its queued samples, and a resumed run
-samples them again.
+samples them again. It drops samples once they are committed, so that a long run does not hold
+every sample it trained on; ``restore`` can therefore move the watermark forwards but not back
+below the committed one (a ``ValueError`` says so).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from rllm_core.types import Sample, SampleBatch
+from rllm_core.types import BacklogStats, Sample, SampleBatch
 
 __all__ = ["MemorySampleBuffer"]
 
@@ -63,9 +65,24 @@ class MemorySampleBuffer:
                     f"cannot commit watermark {watermark}: the last appended sample is"
                     f" {self._next_sequence - 1}; commit the watermark a select returned"
                 )
-            while self._unconsumed and self._unconsumed[0].sequence <= watermark:
-                self._unconsumed.popleft()
-            self._committed = watermark
+            self._drop_through(watermark)
+
+    def restore(self, watermark: int) -> None:
+        """Set the committed watermark; below the committed one is a ``ValueError`` (those
+        samples are gone)."""
+        with self._lock:
+            if watermark < self._committed:
+                raise ValueError(
+                    f"cannot restore the in-memory sample buffer to watermark {watermark}: it"
+                    f" dropped the samples up to {self._committed} when they were committed;"
+                    " use a durable sample buffer (file, or one in an object store) to rewind"
+                )
+            if watermark >= self._next_sequence:
+                raise ValueError(
+                    f"cannot restore watermark {watermark}: the last appended sample is"
+                    f" {self._next_sequence - 1}"
+                )
+            self._drop_through(watermark)
 
     def committed(self) -> int:
         with self._lock:
@@ -75,5 +92,14 @@ class MemorySampleBuffer:
         with self._lock:
             return self._next_sequence - 1 - self._committed
 
+    def backlog(self) -> BacklogStats:
+        with self._lock:
+            return BacklogStats.of((s.group_id, s.weight_version) for s in self._unconsumed)
+
     def close(self) -> None:
         """Nothing to release."""
+
+    def _drop_through(self, watermark: int) -> None:
+        while self._unconsumed and self._unconsumed[0].sequence <= watermark:
+            self._unconsumed.popleft()
+        self._committed = watermark

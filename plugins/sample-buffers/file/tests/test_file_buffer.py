@@ -92,6 +92,7 @@ def test_log_format(tmp_path):
     assert decoded["versions"] == [3, 4]
     assert [s["sequence"] for s in decoded["samples"]] == [0, 1]
     assert decoded["samples"][1]["datum"]["token_ids"] == stored[1].datum.token_ids
+    assert decoded["groups"] == ["g", "g"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lock", "samples.log"]
 
 
@@ -103,6 +104,47 @@ def test_watermark_file_is_replaced_atomically(tmp_path):
         buffer.commit(2)
     assert (tmp_path / "committed").read_bytes() == b'{"watermark":2}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["committed", "lock", "samples.log"]
+
+
+def test_frames_without_group_ids_are_read_from_their_samples(tmp_path):
+    """Logs written before frames carried ``groups`` open, select and report their backlog."""
+    first = make_samples(2, weight_version=[1, 2], seed=1, group_id="a")
+    second = make_samples(1, weight_version=3, seed=2, group_id="b")
+    frames = b""
+    for start, samples in ((0, first), (2, second)):
+        stored = [msgspec.structs.replace(s, sequence=start + i) for i, s in enumerate(samples)]
+        payload = msgspec.msgpack.encode(
+            {
+                "first_sequence": start,
+                "versions": [s.weight_version for s in stored],
+                "samples": stored,
+            }
+        )
+        frames += struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
+    (tmp_path / "samples.log").write_bytes(MAGIC + frames)
+    with FileSampleBuffer(tmp_path) as buffer:
+        assert buffer.backlog().groups == 2
+        assert buffer.backlog().per_version == {1: 1, 2: 1, 3: 1}
+        assert [s.sequence for s in buffer.select(max_samples=9).samples] == [0, 1, 2]
+        buffer.commit(1)
+        assert buffer.backlog().groups == 1
+        buffer.restore(-1)
+        assert buffer.backlog().groups == 2
+        assert [s.sequence for s in buffer.append(make_samples(1, seed=3))] == [3]
+
+
+def test_rewinding_reads_the_frames_again(tmp_path):
+    with FileSampleBuffer(tmp_path) as buffer:
+        stored = []
+        for seed in range(6):
+            stored += buffer.append(make_samples(2, weight_version=seed, seed=seed))
+        buffer.commit(8)
+    with FileSampleBuffer(tmp_path) as buffer:
+        assert list(buffer.select(max_samples=99).samples) == stored[9:]
+        buffer.restore(2)
+        assert list(buffer.select(max_samples=99).samples) == stored[3:]
+        assert buffer.backlog().per_version == {1: 1, 2: 2, 3: 2, 4: 2, 5: 2}
+    assert (tmp_path / "committed").read_bytes() == b'{"watermark":2}\n'
 
 
 def test_one_frame_per_append(tmp_path):

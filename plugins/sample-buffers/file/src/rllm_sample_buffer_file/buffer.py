@@ -4,17 +4,18 @@ Files in ``path``:
 
 - ``samples.log``: the header ``RLLMSBL1``, then one frame per ``append`` call (see
   :mod:`rllm_core.storage.framing`) whose payload is the msgpack encoding of a
-  :class:`_Batch`: the first sequence number, the weight version of each sample and the
-  samples themselves, sequence numbers included. One frame per call makes an append all or
-  nothing.
+  :class:`_Batch`: the first sequence number, the weight version and group id of each sample
+  and the samples themselves, sequence numbers included. One frame per call makes an append
+  all or nothing.
 - ``committed``: the committed watermark as JSON (``{"watermark": 41}``), replaced atomically.
 - ``lock``: held with ``flock`` while an instance is open, so two processes never append to the
   same log.
 
 An append returns only after its frame is written and, with ``fsync`` on, on stable storage.
 Opening the buffer cuts a torn last frame (an append that never returned) and refuses a log
-damaged anywhere else. Only the position and weight version of unconsumed samples stay in
-memory; ``select`` reads the samples it returns from the log.
+damaged anywhere else. Only the position, weight version and group id of unconsumed samples
+stay in memory; ``select`` reads the samples it returns from the log, and ``restore`` to a
+watermark below the committed one reads the frame headers again from the start.
 
 Limits: the log is never compacted or rotated, so it grows with every sample ever appended and
 opening reads it through once; one process opens a location at a time.
@@ -42,7 +43,7 @@ from rllm_core.storage.durable import (
     write_all,
 )
 from rllm_core.storage.framing import FrameReader, encode_frame
-from rllm_core.types import Sample, SampleBatch
+from rllm_core.types import BacklogStats, Sample, SampleBatch
 
 if TYPE_CHECKING:
     from rllm_sample_buffer_file.plugin import FileSampleBufferConfig
@@ -63,13 +64,23 @@ class _Batch(msgspec.Struct, kw_only=True):
     first_sequence: int
     versions: list[int]
     samples: list[Sample]
+    groups: list[str]
 
 
 class _BatchHead(msgspec.Struct, kw_only=True):
-    """The part of a batch that opening the log needs; decoding it skips the samples."""
+    """The part of a batch that opening the log needs; decoding it skips the samples.
+
+    ``groups`` is ``None`` in frames written before batches carried it: their group ids are
+    read from the samples.
+    """
 
     first_sequence: int
     versions: list[int]
+    groups: list[str] | None = None
+
+
+class _Samples(msgspec.Struct, kw_only=True):
+    samples: list[Sample]
 
 
 class _Watermark(msgspec.Struct, kw_only=True):
@@ -80,6 +91,7 @@ class _Watermark(msgspec.Struct, kw_only=True):
 class _Frame:
     first_sequence: int
     versions: tuple[int, ...]
+    groups: tuple[str, ...]
     offset: int
     length: int
 
@@ -101,7 +113,7 @@ class FileSampleBuffer:
         self.fsync = fsync
         self._lock = threading.Lock()
         self._encoder = msgspec.msgpack.Encoder()
-        self._batch_decoder = msgspec.msgpack.Decoder(_Batch)
+        self._samples_decoder = msgspec.msgpack.Decoder(_Samples)
         self._frames: list[_Frame] = []
         self._next_sequence = 0
         self._end = 0
@@ -155,27 +167,11 @@ class FileSampleBuffer:
                 f"{name} is not a sample buffer log (it does not start with {MAGIC!r});"
                 " point the buffer at another directory"
             )
-        head_decoder = msgspec.msgpack.Decoder(_BatchHead)
         with open(self.path / LOG_NAME, "rb") as handle:
             reader = FrameReader(handle, size, len(MAGIC), name=name)
-            for offset, payload in reader:
-                try:
-                    head = head_decoder.decode(payload)
-                except msgspec.DecodeError as exc:
-                    raise StorageError(
-                        f"{name}: the record at byte {offset} is intact but not a batch of"
-                        f" samples ({exc}); was it written by a newer rllm-sample-buffer-file?"
-                    ) from exc
-                if head.first_sequence != self._next_sequence:
-                    raise StorageError(
-                        f"{name}: the record at byte {offset} starts at sequence"
-                        f" {head.first_sequence} where {self._next_sequence} was expected;"
-                        " the file was modified outside the buffer"
-                    )
-                self._frames.append(
-                    _Frame(head.first_sequence, tuple(head.versions), offset, len(payload))
-                )
-                self._next_sequence += len(head.versions)
+            self._frames = list(self._read_frames(reader, name))
+        if self._frames:
+            self._next_sequence = self._frames[-1].last_sequence + 1
         if reader.torn:
             log.warning(
                 "%s: cutting %d bytes of an append that never completed (a crash during the"
@@ -186,6 +182,36 @@ class FileSampleBuffer:
             os.ftruncate(self._log_fd, reader.end)
             os.fsync(self._log_fd)
         self._end = reader.end
+
+    @staticmethod
+    def _read_frames(reader: FrameReader, name: str) -> Iterator[_Frame]:
+        """The frame of every batch ``reader`` yields, checking that sequences follow on."""
+        head_decoder = msgspec.msgpack.Decoder(_BatchHead)
+        samples_decoder = msgspec.msgpack.Decoder(_Samples)
+        next_sequence = 0
+        for offset, payload in reader:
+            try:
+                head = head_decoder.decode(payload)
+                groups = (
+                    head.groups
+                    if head.groups is not None
+                    else [s.group_id for s in samples_decoder.decode(payload).samples]
+                )
+            except msgspec.DecodeError as exc:
+                raise StorageError(
+                    f"{name}: the record at byte {offset} is intact but not a batch of"
+                    f" samples ({exc}); was it written by a newer rllm-sample-buffer-file?"
+                ) from exc
+            if head.first_sequence != next_sequence or len(groups) != len(head.versions):
+                raise StorageError(
+                    f"{name}: the record at byte {offset} starts at sequence"
+                    f" {head.first_sequence} with {len(head.versions)} samples where"
+                    f" {next_sequence} was expected; the file was modified outside the buffer"
+                )
+            yield _Frame(
+                head.first_sequence, tuple(head.versions), tuple(groups), offset, len(payload)
+            )
+            next_sequence += len(head.versions)
 
     def _load_watermark(self) -> int:
         path = self.path / WATERMARK_NAME
@@ -219,8 +245,9 @@ class FileSampleBuffer:
                 for i, sample in enumerate(samples)
             ]
             versions = [sample.weight_version for sample in stored]
+            groups = [sample.group_id for sample in stored]
             payload = self._encoder.encode(
-                _Batch(first_sequence=first, versions=versions, samples=stored)
+                _Batch(first_sequence=first, versions=versions, samples=stored, groups=groups)
             )
             frame = encode_frame(payload)
             append_durably(
@@ -232,7 +259,7 @@ class FileSampleBuffer:
                 on_lost_tail=self._close_files,
             )
             offset = self._end + len(frame) - len(payload)
-            self._frames.append(_Frame(first, tuple(versions), offset, len(payload)))
+            self._frames.append(_Frame(first, tuple(versions), tuple(groups), offset, len(payload)))
             self._end += len(frame)
             self._next_sequence += len(stored)
             return stored
@@ -246,7 +273,7 @@ class FileSampleBuffer:
             watermark = self._committed
             wanted: dict[int, list[int]] = {}
             count = 0
-            for index, position, sequence, version in self._unconsumed():
+            for index, position, sequence, version, _ in self._unconsumed():
                 if count == max_samples:
                     break
                 watermark = sequence
@@ -256,7 +283,7 @@ class FileSampleBuffer:
             chosen: list[Sample] = []
             for index, positions in wanted.items():
                 frame = self._frames[index]
-                batch = self._batch_decoder.decode(os.pread(fd, frame.length, frame.offset))
+                batch = self._samples_decoder.decode(os.pread(fd, frame.length, frame.offset))
                 chosen.extend(batch.samples[p] for p in positions)
             return SampleBatch(samples=tuple(chosen), watermark=watermark)
 
@@ -276,16 +303,31 @@ class FileSampleBuffer:
                     f"cannot commit watermark {watermark}: the last appended sample is"
                     f" {self._next_sequence - 1}; commit the watermark a select returned"
                 )
-            replace_file(
-                self.path / WATERMARK_NAME,
-                msgspec.json.encode(_Watermark(watermark=watermark)) + b"\n",
-                durable=self.fsync,
-            )
-            self._committed = watermark
-            drop = bisect.bisect_right(
-                self._frames, watermark, key=lambda frame: frame.last_sequence
-            )
-            del self._frames[:drop]
+            self._store_watermark(watermark)
+            self._drop_through(watermark)
+
+    def restore(self, watermark: int) -> None:
+        """Set the committed watermark, forwards or backwards, durably; see the port."""
+        with self._lock:
+            self._require_open()
+            if not -1 <= watermark < self._next_sequence:
+                raise ValueError(
+                    f"cannot restore watermark {watermark}: it must lie between -1 and the last"
+                    f" appended sample, {self._next_sequence - 1}"
+                )
+            if watermark == self._committed:
+                return
+            self._store_watermark(watermark)
+            if watermark < self._committed:
+                name = str(self.path / LOG_NAME)
+                with open(self.path / LOG_NAME, "rb") as handle:
+                    reader = FrameReader(handle, self._end, len(MAGIC), name=name)
+                    self._frames = [
+                        frame
+                        for frame in self._read_frames(reader, name)
+                        if frame.last_sequence > watermark
+                    ]
+            self._drop_through(watermark)
 
     def committed(self) -> int:
         with self._lock:
@@ -294,6 +336,12 @@ class FileSampleBuffer:
     def pending(self) -> int:
         with self._lock:
             return self._next_sequence - 1 - self._committed
+
+    def backlog(self) -> BacklogStats:
+        with self._lock:
+            return BacklogStats.of(
+                (group, version) for _, _, _, version, group in self._unconsumed()
+            )
 
     def close(self) -> None:
         """Release the directory; idempotent. Appends were durable already."""
@@ -316,14 +364,28 @@ class FileSampleBuffer:
     def __repr__(self) -> str:
         return f"FileSampleBuffer({str(self.path)!r}, fsync={self.fsync})"
 
-    def _unconsumed(self) -> Iterator[tuple[int, int, int, int]]:
-        """``(frame index, position in frame, sequence, weight version)`` of every unconsumed
-        sample, oldest first."""
+    def _unconsumed(self) -> Iterator[tuple[int, int, int, int, str]]:
+        """``(frame index, position in frame, sequence, weight version, group id)`` of every
+        unconsumed sample, oldest first."""
         for index, frame in enumerate(self._frames):
-            for position, version in enumerate(frame.versions):
+            for position, (version, group) in enumerate(
+                zip(frame.versions, frame.groups, strict=True)
+            ):
                 sequence = frame.first_sequence + position
                 if sequence > self._committed:
-                    yield index, position, sequence, version
+                    yield index, position, sequence, version, group
+
+    def _store_watermark(self, watermark: int) -> None:
+        replace_file(
+            self.path / WATERMARK_NAME,
+            msgspec.json.encode(_Watermark(watermark=watermark)) + b"\n",
+            durable=self.fsync,
+        )
+
+    def _drop_through(self, watermark: int) -> None:
+        self._committed = watermark
+        drop = bisect.bisect_right(self._frames, watermark, key=lambda frame: frame.last_sequence)
+        del self._frames[:drop]
 
     def _require_open(self) -> int:
         if self._log_fd is None:
