@@ -29,6 +29,7 @@ __all__ = [
     "SandboxFileNotFound",
     "SandboxGone",
     "SandboxTransientError",
+    "SchedulerGaveUp",
     "StorageError",
     "TaskFormatError",
     "TaskProblem",
@@ -326,6 +327,28 @@ class ObjectNotFoundError(StorageError, KeyError):
 
 class ObjectExistsError(StorageError):
     """A conditional put found an object already stored under the key."""
+
+
+# ---------------------------------------------------------------- trainer scheduler
+
+
+class SchedulerGaveUp(RllmError):
+    """The trainer scheduler stopped starting the trainer: ``failures`` incarnations in a row
+    (one line each, ``incarnation n: error``) failed without training a round. ``journal``
+    is where the scheduler's records are; ``exit_code`` is what ``rllm-core run`` exits with.
+    """
+
+    exit_code = 3
+
+    def __init__(self, *, failures: Sequence[str], journal: str) -> None:
+        self.failures = list(failures)
+        self.journal = journal
+        super().__init__(
+            f"the trainer failed {len(self.failures)} times in a row without training a round"
+            f" ({'; '.join(self.failures)}); fix what the errors say (every start and failure"
+            f" is in the scheduler journal {journal}), then start the trainer again: it"
+            " continues from the journal with a fresh count of failures"
+        )
 
 
 # ---------------------------------------------------------------- model servers
