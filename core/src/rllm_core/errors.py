@@ -12,6 +12,10 @@ __all__ = [
     "AssetError",
     "ComponentConflictError",
     "ComponentError",
+    "CutDigestError",
+    "CutError",
+    "CutExistsError",
+    "CutNotFoundError",
     "ObjectExistsError",
     "ObjectNotFoundError",
     "PlanError",
@@ -29,7 +33,7 @@ __all__ = [
     "SandboxFileNotFound",
     "SandboxGone",
     "SandboxTransientError",
-    "SchedulerGaveUp",
+    "StaleIncarnationError",
     "StorageError",
     "TaskFormatError",
     "TaskProblem",
@@ -327,6 +331,43 @@ class ObjectNotFoundError(StorageError, KeyError):
 
 class ObjectExistsError(StorageError):
     """A conditional put found an object already stored under the key."""
+
+
+class CutError(StorageError):
+    """A checkpoint cut or a policy release in the object store cannot be written or read."""
+
+
+class CutNotFoundError(CutError):
+    """No cut (or release) has been completed under the prefix: its ``LATEST`` is missing."""
+
+
+class CutExistsError(CutError):
+    """Another writer already stored an object of this cut or release: ``key`` names it."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class CutDigestError(CutError):
+    """An object of a cut or release does not hold the bytes its manifest names: ``key``,
+    with the ``expected`` and ``actual`` sha256 (hex)."""
+
+    def __init__(self, message: str, *, key: str, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+
+class StaleIncarnationError(CutError):
+    """A trainer process was superseded: ``LATEST`` already names a cut or release of the
+    newer ``current`` incarnation than this process's ``incarnation``."""
+
+    def __init__(self, message: str, *, incarnation: int, current: int) -> None:
+        super().__init__(message)
+        self.incarnation = incarnation
+        self.current = current
 
 
 # ---------------------------------------------------------------- trainer scheduler

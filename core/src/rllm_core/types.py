@@ -24,6 +24,7 @@ import msgspec
 __all__ = [
     "BacklogStats",
     "Cut",
+    "CutTrigger",
     "Datum",
     "Episode",
     "ExecResult",
@@ -45,6 +46,7 @@ __all__ = [
     "SamplingParams",
     "SandboxSpec",
     "Step",
+    "StoredFile",
     "Task",
     "Termination",
     "ToolCall",
@@ -371,18 +373,35 @@ class BacklogStats(msgspec.Struct, kw_only=True, frozen=True):
         )
 
 
-class Cut(msgspec.Struct, kw_only=True, frozen=True):
-    """A consistent checkpoint: trainer state plus how far the sample buffer was consumed.
+CutTrigger = Literal["scheduled", "preempt", "manual", "final"]
+"""Why a cut was written: every ``save_every`` steps, on a stop signal, on request, at the end."""
 
-    Restoring a cut and resuming must neither retrain a consumed sample nor skip one.
+
+class StoredFile(msgspec.Struct, kw_only=True, frozen=True):
+    """A file kept in the object store as one object: its bytes' sha256 (hex) and size."""
+
+    sha256: str
+    size: int
+
+
+class Cut(msgspec.Struct, kw_only=True, frozen=True):
+    """A consistent checkpoint, as the manifest of its objects in the object store.
+
+    ``files`` maps each file's path inside the cut (``trainer/...`` as the backend's
+    ``save_state`` wrote it, and ``loop.json``) to its digest. ``step`` is the training steps
+    completed, ``weight_version`` the policy version the trainer state holds and
+    ``buffer_watermark`` the sample buffer's committed watermark, so restoring a cut and
+    resuming neither retrains a consumed sample nor skips one. ``incarnation`` numbers the
+    trainer process that wrote it (see :mod:`rllm_core.training.cuts`).
     """
 
     step: int
+    incarnation: int
+    trigger: CutTrigger
     weight_version: int
     buffer_watermark: int
-    trainer_state: str
     created_at: float
-    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    files: dict[str, StoredFile]
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,12 +16,6 @@ from rllm_core.ports.losses import (
 )
 from rllm_core.ports.rendering import Renderer
 from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
-from rllm_core.ports.scheduling import (
-    NodeConverter,
-    StopTrigger,
-    TrainerLifecycle,
-    TrainerReattach,
-)
 from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
 from rllm_core.ports.training import (
     BusyClock,
@@ -29,6 +23,7 @@ from rllm_core.ports.training import (
     NumericsReport,
     Sampler,
     TrainerBackend,
+    WeightReleaser,
     WorkerPool,
 )
 
@@ -43,7 +38,6 @@ __all__ = [
     "Loss",
     "LossContext",
     "LossOutput",
-    "NodeConverter",
     "NumericsReport",
     "ObjectStore",
     "Renderer",
@@ -51,11 +45,9 @@ __all__ = [
     "Sampler",
     "Sandbox",
     "SandboxBackend",
-    "StopTrigger",
     "TaskSource",
     "TraceStore",
     "TrainerBackend",
-    "TrainerLifecycle",
-    "TrainerReattach",
+    "WeightReleaser",
     "WorkerPool",
 ]

@@ -16,6 +16,7 @@ __all__ = [
     "NumericsReport",
     "Sampler",
     "TrainerBackend",
+    "WeightReleaser",
     "WorkerPool",
 ]
 
@@ -147,6 +148,34 @@ class LogprobScorer(Protocol):
     """
 
     def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class WeightReleaser(Protocol):
+    """What a trainer backend may also offer: its policy weights as files that another backend
+    of the same model loads to sample with (a policy release).
+
+    Contract:
+
+    - ``save_weights(path)`` writes the trainable weights of the current ``weight_version``
+      into the folder ``path`` (created when missing): the adapter tensors for LoRA training,
+      every weight for full training, with what a loader needs to recognize the model and
+      shape they belong to. No optimizer state; nothing of the backend changes.
+    - ``load_weights(path, version)`` replaces the trainable weights with those a backend of
+      the same model, dtype and shape saved in ``path`` and sets ``weight_version`` to
+      ``version``: sequences its sampler admits from then on use them and report
+      ``version``. Weights of another model or shape are refused with an error naming both,
+      and nothing changes. Pending gradients are dropped; the optimizer state is kept.
+
+    Example::
+
+        trainer.save_weights("/tmp/release")
+        sampler_side.load_weights("/tmp/release", trainer.weight_version)
+    """
+
+    def save_weights(self, path: str) -> None: ...
+
+    def load_weights(self, path: str, version: int) -> None: ...
 
 
 @runtime_checkable
