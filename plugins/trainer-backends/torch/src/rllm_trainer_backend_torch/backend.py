@@ -11,7 +11,12 @@ import torch
 from rllm_core.algorithms.objective import LossInputs, Objective, ObjectiveStep
 from rllm_core.types import Datum
 
-from rllm_trainer_backend_torch.checkpoint import read_state, write_state
+from rllm_trainer_backend_torch.checkpoint import (
+    read_state,
+    read_weights,
+    write_state,
+    write_weights,
+)
 from rllm_trainer_backend_torch.collate import Collated, collate
 from rllm_trainer_backend_torch.gate import WeightGate
 from rllm_trainer_backend_torch.loading import (
@@ -42,8 +47,10 @@ class TorchBackend:
     calls before ``optim_step`` add their gradients, each normalized over its own datums.
 
     Training and sampling share the weights through a :class:`WeightGate`: the trainer takes
-    exclusive access around ``forward_backward``, ``optim_step`` and ``load_state``, and every
-    ``optim_step`` publishes a new weight version that the sampler reports.
+    exclusive access around ``forward_backward``, ``optim_step``, ``load_state`` and
+    ``load_weights``, and every ``optim_step`` publishes a new weight version that the sampler
+    reports. ``save_weights`` / ``load_weights`` (:class:`~rllm_core.ports.WeightReleaser`)
+    carry a policy release from a training backend to one that samples.
 
     With ``config.deterministic`` (the default) the process computes in reproducible mode
     (:mod:`rllm_trainer_backend_torch.numerics`): the same datums, seed and conditions give bitwise
@@ -282,6 +289,33 @@ class TorchBackend:
             self._pending = False
             self._steps = counters["optimizer_steps"]
             self.gate.set_version(counters["weight_version"])
+
+    # ------------------------------------------------------------------ releases
+
+    def save_weights(self, path: str) -> None:
+        """Write the trainable weights of the current version into the folder ``path``: the
+        adapters with LoRA, every parameter for full training
+        (:class:`~rllm_core.ports.WeightReleaser`)."""
+        self._check_open()
+        with self.gate.exclusive():
+            write_weights(
+                path,
+                parameters=self._parameters,
+                identity=self.identity(),
+                version=self.gate.version,
+            )
+
+    def load_weights(self, path: str, version: int) -> None:
+        """Install weights :meth:`save_weights` wrote (by a backend with the same model, dtype
+        and LoRA shape; ``CheckpointError`` otherwise, with nothing changed) as weight version
+        ``version``: the sampler admits no sequence while they change and tags every later one
+        with ``version``. Pending gradients are dropped; the optimizer state is kept."""
+        self._check_open()
+        with self.gate.exclusive():
+            read_weights(path, parameters=self._parameters, identity=self.identity())
+            self.optimizer.zero_grad(set_to_none=True)
+            self._pending = False
+            self.gate.set_version(version)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -11,6 +11,9 @@ Layout:
 
 Loading checks the identity first and refuses a state saved for another model, another LoRA
 shape or another dtype, naming both.
+
+A weights folder (:func:`write_weights`, a policy release) holds only ``weights.safetensors``,
+with the format, the identity and the weight version in the file's own metadata.
 """
 
 from __future__ import annotations
@@ -25,9 +28,18 @@ from typing import Any
 
 import torch
 from rllm_core.errors import RllmError
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-__all__ = ["FORMAT", "CheckpointError", "describe", "read_state", "write_state"]
+__all__ = [
+    "FORMAT",
+    "CheckpointError",
+    "describe",
+    "read_state",
+    "read_weights",
+    "write_state",
+    "write_weights",
+]
 
 FORMAT = 1
 WEIGHTS = "weights.safetensors"
@@ -118,23 +130,8 @@ def read_state(
             f"{source} holds checkpoint format {state.get('format')!r}; this version of"
             f" rllm-trainer-backend-torch reads format {FORMAT}"
         )
-    saved = state.get("identity", {})
-    if saved != dict(identity):
-        differing = sorted(
-            key for key in {*saved, *identity} if saved.get(key) != identity.get(key)
-        )
-        raise CheckpointError(
-            f"{source} was saved for {describe(saved)}, but this backend trains"
-            f" {describe(identity)} (differing: {', '.join(differing)}); build the backend with"
-            " the checkpoint's settings or start from scratch"
-        )
-    weights = load_file(str(source / WEIGHTS))
-    if set(weights) != set(parameters):
-        raise CheckpointError(
-            f"{source}/{WEIGHTS} holds {len(weights)} tensors but this backend trains"
-            f" {len(parameters)} parameters with other names; the checkpoint is damaged or"
-            " from another model"
-        )
+    _check_identity(source, state.get("identity", {}), identity)
+    weights = _load_weights(source, parameters)
     trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
     with torch.no_grad():
         for name, param in parameters.items():
@@ -143,6 +140,84 @@ def read_state(
     scheduler.load_state_dict(trainer["scheduler"])
     _set_rng_state(trainer["rng"])
     return {key: int(value) for key, value in state["counters"].items()}
+
+
+def write_weights(
+    folder: str | os.PathLike[str],
+    *,
+    parameters: Mapping[str, torch.nn.Parameter],
+    identity: Mapping[str, Any],
+    version: int,
+) -> None:
+    """Write the trainable ``parameters`` of weight version ``version`` into ``folder``."""
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    weights = {name: param.detach().contiguous().cpu() for name, param in parameters.items()}
+    metadata = {
+        "format": str(FORMAT),
+        "identity": json.dumps(dict(identity), sort_keys=True),
+        "weight_version": str(version),
+    }
+    temporary = target / (WEIGHTS + ".tmp")
+    save_file(weights, str(temporary), metadata=metadata)
+    temporary.replace(target / WEIGHTS)
+
+
+def read_weights(
+    folder: str | os.PathLike[str],
+    *,
+    parameters: Mapping[str, torch.nn.Parameter],
+    identity: Mapping[str, Any],
+) -> None:
+    """Copy the weights :func:`write_weights` saved into ``parameters``, in place. Raises
+    :class:`CheckpointError` (changing nothing) when the folder holds no weights or weights
+    of another model, dtype or shape."""
+    source = Path(folder)
+    file = source / WEIGHTS
+    if not file.is_file():
+        raise CheckpointError(
+            f"{source} holds no policy weights (no {WEIGHTS}); give the folder that"
+            " save_weights wrote"
+        )
+    with safe_open(str(file), framework="pt") as handle:
+        metadata = handle.metadata() or {}
+    if metadata.get("format") != str(FORMAT) or "identity" not in metadata:
+        raise CheckpointError(
+            f"{file} is not a weights file of format {FORMAT} (its metadata: format"
+            f" {metadata.get('format')!r}); save it with this version's save_weights"
+        )
+    _check_identity(source, json.loads(metadata["identity"]), identity)
+    weights = _load_weights(source, parameters)
+    with torch.no_grad():
+        for name, param in parameters.items():
+            param.copy_(weights[name])
+
+
+def _check_identity(source: Path, saved: Mapping[str, Any], identity: Mapping[str, Any]) -> None:
+    if dict(saved) != dict(identity):
+        differing = sorted(
+            key for key in {*saved, *identity} if saved.get(key) != identity.get(key)
+        )
+        raise CheckpointError(
+            f"{source} was saved for {describe(saved)}, but this backend trains"
+            f" {describe(identity)} (differing: {', '.join(differing)}); build the backend with"
+            " the checkpoint's settings or start from scratch"
+        )
+
+
+def _load_weights(
+    source: Path, parameters: Mapping[str, torch.nn.Parameter]
+) -> dict[str, torch.Tensor]:
+    weights = load_file(str(source / WEIGHTS))
+    if set(weights) != set(parameters) or any(
+        weights[name].shape != param.shape for name, param in parameters.items()
+    ):
+        raise CheckpointError(
+            f"{source}/{WEIGHTS} holds {len(weights)} tensors whose names or shapes differ from"
+            f" the {len(parameters)} parameters this backend trains; the file is damaged or"
+            " from another model"
+        )
+    return weights
 
 
 def _rng_state() -> dict[str, Any]:
