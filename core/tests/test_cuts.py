@@ -19,6 +19,7 @@ from rllm_core.errors import (
 )
 from rllm_core.ports import ObjectStore, WeightReleaser
 from rllm_core.training.cuts import (
+    ReleaseRef,
     claim_incarnation,
     latest_cut,
     latest_release,
@@ -118,7 +119,7 @@ def cut(store, trainer, step, *, incarnation=1, tmp_path, **options):
     )
 
 
-def test_both_stores_fit_the_port():
+def test_the_fakes_fit_the_ports():
     assert isinstance(DictStore(), ObjectStore)
     assert isinstance(ReleasingTrainer(), WeightReleaser)
     assert not isinstance(FakeTrainer(), WeightReleaser)
@@ -353,9 +354,7 @@ def test_a_release_round_trips_into_a_sampling_backend(tmp_path):
     assert list((tmp_path / "work").iterdir()) == []
 
 
-def _ref_of(store: DictStore, name: str):
-    from rllm_core.training.cuts import ReleaseRef
-
+def _ref_of(store: DictStore, name: str) -> ReleaseRef:
     manifest = store.objects[f"runs/r1/releases/{name}/manifest.json"]
     return ReleaseRef(
         name=name,
