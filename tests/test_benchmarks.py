@@ -1,11 +1,13 @@
 """The async pipeline benchmark's script answers --help, and its fake remote trainer keeps the
 contracts the benchmark relies on: waits without computing, reports the weight version each
-sample call started with, and registers as a backend that publishes weights."""
+sample call started with, and registers as a backend that publishes weights. The scheduler
+simulation runs a short trace and accounts for every group."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import subprocess
 import sys
 import threading
@@ -150,3 +152,20 @@ def test_remote_fake_state_round_trips(
     restored = remote_fake.RemoteFakeBackend(config)
     restored.load_state(str(tmp_path / "cut"))
     assert restored.weight_version == backend.weight_version == 3
+
+
+def test_scheduler_sim_prints_every_policy_and_loses_no_group() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "scheduler_sim.py"), "--hours", "6", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    policies = json.loads(result.stdout)["policies"]
+    assert list(policies) == ["always-on", "s1-separate", "s1-convert"]
+    for figures in policies.values():
+        assert figures["lost_groups"] == 0
+        assert figures["groups_trained"] + figures["groups_left"] == figures["groups_produced"]
+    assert policies["s1-separate"]["trainer_hours"] < policies["always-on"]["trainer_hours"]
+    assert policies["s1-convert"]["node_hours"] < policies["s1-separate"]["node_hours"]
