@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rllm_core.errors import ObjectNotFoundError, SchedulerGaveUp
+from rllm_core.plan.load import parse_plan
 from rllm_core.ports import TrainerLifecycle, TrainerReattach
 from rllm_core.training.scheduler import (
     Controller,
@@ -191,6 +192,20 @@ def test_settings_default_and_bound_q_on() -> None:
         SchedulerSettings(batch_groups=4, q_on_groups=3)
     with pytest.raises(ValueError, match=r"poll_s = 0: use a positive number"):
         SchedulerSettings(batch_groups=4, poll_s=0)
+
+
+def test_settings_from_a_plan() -> None:
+    plan = parse_plan(
+        {
+            "run": {"pipeline": "async"},
+            "algorithm": {"batch_size": 4, "max_policy_age": 4, "mini_batches": 2},
+            "scheduler": {"q_on_groups": 12, "idle_fallback_s": 90, "max_failures": 5},
+        }
+    )
+    config = SchedulerSettings.from_plan(plan)
+    assert (config.q_on, config.max_backlog_groups) == (12, 12)
+    assert (config.idle_stop_s, config.idle_fallback_s, config.max_failures) == (None, 90.0, 5)
+    assert config.poll_s == 1.0
 
 
 def test_policy_decisions_carry_their_inputs() -> None:
