@@ -185,12 +185,14 @@ def test_settings_default_and_bound_q_on() -> None:
         SchedulerSettings(batch_groups=4, max_policy_age=3, versions_per_round=2).max_backlog_groups
         == 8
     )
-    with pytest.raises(ValueError, match=r"q_on_groups = 9 is more than the 8 groups") as info:
+    with pytest.raises(
+        ValueError, match=r"\[scheduler\].q_on_groups = 9 is more than the 8 groups"
+    ) as info:
         SchedulerSettings(batch_groups=4, max_policy_age=1, q_on_groups=9)
     assert "use at most 8, or raise max_policy_age" in str(info.value)
-    with pytest.raises(ValueError, match=r"q_on_groups = 3 is less than one batch"):
+    with pytest.raises(ValueError, match=r"\[scheduler\].q_on_groups = 3 is less than one batch"):
         SchedulerSettings(batch_groups=4, q_on_groups=3)
-    with pytest.raises(ValueError, match=r"poll_s = 0: use a positive number"):
+    with pytest.raises(ValueError, match=r"\[scheduler\].poll_s = 0: use a positive number"):
         SchedulerSettings(batch_groups=4, poll_s=0)
 
 

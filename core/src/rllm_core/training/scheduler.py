@@ -61,6 +61,18 @@ Action = Literal["start", "stop", "finish", "wait"]
 
 _INDEX_DIGITS = 12
 
+_PLAN_KEYS = {
+    "batch_groups": "[algorithm].batch_size",
+    "max_policy_age": "[algorithm].max_policy_age",
+    "versions_per_round": "[algorithm].mini_batches x epochs",
+    "q_on_groups": "[scheduler].q_on_groups",
+    "idle_stop_s": "[scheduler].idle_stop_s",
+    "idle_fallback_s": "[scheduler].idle_fallback_s",
+    "max_failures": "[scheduler].max_failures",
+    "poll_s": "[scheduler].poll_s",
+}
+"""The plan key behind each setting, which the settings' errors name."""
+
 
 @dataclass(frozen=True)
 class SchedulerSettings:
@@ -70,7 +82,8 @@ class SchedulerSettings:
     ``max_policy_age`` and ``versions_per_round`` (``mini_batches * epochs``) give the age
     bound. ``q_on_groups`` defaults to one batch, ``idle_stop_s`` to the measured start-up
     time (``idle_fallback_s`` before one was measured). ``poll_s`` is how often the
-    controller looks at the backlog while nothing happens.
+    controller looks at the backlog while nothing happens. Invalid settings raise
+    ``ValueError`` naming the plan key each comes from.
     """
 
     batch_groups: int
@@ -90,27 +103,27 @@ class SchedulerSettings:
             ("max_failures", self.max_failures, 1),
         ):
             if value < least:
-                raise ValueError(f"scheduler setting {name} = {value}: use at least {least}")
+                raise ValueError(f"{_PLAN_KEYS[name]} = {value}: use at least {least}")
         for name, seconds in (
             ("idle_stop_s", self.idle_stop_s),
             ("idle_fallback_s", self.idle_fallback_s),
             ("poll_s", self.poll_s),
         ):
             if seconds is not None and not seconds > 0:
-                raise ValueError(f"scheduler setting {name} = {seconds}: use a positive number")
+                raise ValueError(f"{_PLAN_KEYS[name]} = {seconds}: use a positive number")
         q_on, most = self.q_on, self.max_backlog_groups
         if q_on < self.batch_groups:
             raise ValueError(
-                f"scheduler setting q_on_groups = {q_on} is less than one batch"
-                f" ({self.batch_groups} groups): the trainer would start with nothing to train;"
+                f"[scheduler].q_on_groups = {q_on} is less than one batch ([algorithm].batch_size"
+                f" = {self.batch_groups} groups): the trainer would start with nothing to train;"
                 f" use at least {self.batch_groups}"
             )
         if q_on > most:
             raise ValueError(
-                f"scheduler setting q_on_groups = {q_on} is more than the {most} groups the"
-                f" age bound lets wait ({self.batch_groups} groups a batch x (max_policy_age"
-                f" {self.max_policy_age} // {self.versions_per_round} versions a round + 1)),"
-                f" so the trainer would never start: use at most {most}, or raise"
+                f"[scheduler].q_on_groups = {q_on} is more than the {most} groups the age bound"
+                f" lets wait ([algorithm].batch_size {self.batch_groups} x ([algorithm]"
+                f".max_policy_age {self.max_policy_age} // {self.versions_per_round} versions a"
+                f" step + 1)), so the trainer would never start: use at most {most}, or raise"
                 " max_policy_age"
             )
 
