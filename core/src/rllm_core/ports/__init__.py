@@ -16,6 +16,12 @@ from rllm_core.ports.losses import (
 )
 from rllm_core.ports.rendering import Renderer
 from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
+from rllm_core.ports.scheduling import (
+    NodeConverter,
+    StopTrigger,
+    TrainerLifecycle,
+    TrainerReattach,
+)
 from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
 from rllm_core.ports.training import (
     BusyClock,
@@ -38,6 +44,7 @@ __all__ = [
     "Loss",
     "LossContext",
     "LossOutput",
+    "NodeConverter",
     "NumericsReport",
     "ObjectStore",
     "Renderer",
@@ -45,9 +52,12 @@ __all__ = [
     "Sampler",
     "Sandbox",
     "SandboxBackend",
+    "StopTrigger",
     "TaskSource",
     "TraceStore",
     "TrainerBackend",
+    "TrainerLifecycle",
+    "TrainerReattach",
     "WeightReleaser",
     "WorkerPool",
 ]
