@@ -33,6 +33,7 @@ __all__ = [
     "SandboxFileNotFound",
     "SandboxGone",
     "SandboxTransientError",
+    "SchedulerGaveUp",
     "StaleIncarnationError",
     "StorageError",
     "TaskFormatError",
