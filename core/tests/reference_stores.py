@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-from rllm_core.errors import ObjectExistsError, ObjectNotFoundError
+from rllm_core.errors import ObjectNotFoundError
 from rllm_core.types import BacklogStats, Sample, SampleBatch, Trace, TraceRecord
 
 
@@ -215,12 +215,18 @@ class MemoryObjectStore:
         self._objects: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
-    def put(self, key: str, data: bytes, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes) -> None:
         check_key(key)
         with self._lock:
-            if if_absent and key in self._objects:
-                raise ObjectExistsError(f"an object is already stored under {key!r}")
             self._objects[key] = bytes(data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        check_key(key)
+        with self._lock:
+            if key in self._objects:
+                return False
+            self._objects[key] = bytes(data)
+            return True
 
     def get(self, key: str) -> bytes:
         check_key(key)
@@ -240,16 +246,16 @@ class MemoryObjectStore:
         with self._lock:
             self._objects.pop(key, None)
 
-    def list(self, prefix: str = "") -> list[str]:
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
         with self._lock:
-            return sorted(k for k in self._objects if k.startswith(prefix))
+            keys = sorted(k for k in self._objects if k.startswith(prefix))
+        return [k for k in keys if start_after is None or k > start_after]
 
 
 class DirectoryObjectStore:
-    """One file per key under ``root/objects``; a put writes a temporary file and renames it.
-
-    ``if_absent`` is atomic only within one process (it takes a lock), which is all the crash
-    test needs.
+    """One file per key under ``root/objects``; a put writes a temporary file and renames it
+    into place, ``put_if_absent`` links it there (the link fails when the name exists, so
+    one of several processes wins).
     """
 
     def __init__(self, location: str) -> None:
@@ -257,18 +263,26 @@ class DirectoryObjectStore:
         self._tmp = Path(location) / "tmp"
         self._objects.mkdir(parents=True, exist_ok=True)
         self._tmp.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
 
-    def put(self, key: str, data: bytes, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes) -> None:
         target = self._objects / check_key(key)
         temporary = self._tmp / uuid.uuid4().hex
         temporary.write_bytes(data)
         target.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            if if_absent and target.exists():
-                temporary.unlink()
-                raise ObjectExistsError(f"an object is already stored under {key!r}")
-            os.replace(temporary, target)
+        os.replace(temporary, target)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        target = self._objects / check_key(key)
+        temporary = self._tmp / uuid.uuid4().hex
+        temporary.write_bytes(data)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(temporary, target)
+        except FileExistsError:
+            return False
+        finally:
+            temporary.unlink()
+        return True
 
     def get(self, key: str) -> bytes:
         try:
@@ -282,10 +296,12 @@ class DirectoryObjectStore:
     def delete(self, key: str) -> None:
         (self._objects / check_key(key)).unlink(missing_ok=True)
 
-    def list(self, prefix: str = "") -> list[str]:
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
         keys = (
             path.relative_to(self._objects).as_posix()
             for path in self._objects.rglob("*")
             if path.is_file()
         )
-        return sorted(k for k in keys if k.startswith(prefix))
+        return sorted(
+            k for k in keys if k.startswith(prefix) and (start_after is None or k > start_after)
+        )

@@ -13,7 +13,6 @@ from types import ModuleType
 
 import msgspec
 import pytest
-from rllm_core.errors import ObjectExistsError
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.testing.suites.storage import (
     ObjectStoreConformance,
@@ -498,39 +497,72 @@ def test_buffer_crash_test_catches_a_buffer_that_is_not_durable(tmp_path):
 class UncheckedKeyStore(ref.MemoryObjectStore):
     """Accepts any key."""
 
-    def put(self, key: str, data: bytes, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes) -> None:
         self._objects[key] = data
 
 
 class InsertionOrderStore(ref.MemoryObjectStore):
     """Lists keys in the order they were first stored."""
 
-    def list(self, prefix: str = "") -> list[str]:
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
         return [k for k in self._objects if k.startswith(prefix)]
 
 
 class DirectoryPrefixStore(ref.MemoryObjectStore):
     """Treats a prefix as a directory name."""
 
-    def list(self, prefix: str = "") -> list[str]:
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
         folder = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         return sorted(k for k in self._objects if k.startswith(folder))
+
+
+class InclusiveStartAfterStore(ref.MemoryObjectStore):
+    """Lists from ``start_after`` itself instead of after it."""
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
+        keys = super().list(prefix)
+        return [k for k in keys if start_after is None or k >= start_after]
+
+
+class IgnoredStartAfterStore(ref.MemoryObjectStore):
+    """Ignores ``start_after``."""
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
+        return super().list(prefix)
 
 
 class RacyIfAbsentStore(ref.MemoryObjectStore):
     """Checks for the key, then writes it, with no lock between the two."""
 
-    def put(self, key: str, data: bytes, if_absent: bool = False) -> None:
-        if if_absent and self.exists(key):
-            raise ObjectExistsError(key)
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if self.exists(key):
+            return False
         time.sleep(0.02)
         super().put(key, data)
+        return True
+
+
+class OverwritingIfAbsentStore(ref.MemoryObjectStore):
+    """Overwrites the existing object and then reports that the key existed."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        existed = self.exists(key)
+        super().put(key, data)
+        return not existed
+
+
+class FalsyIfAbsentStore(ref.MemoryObjectStore):
+    """Creates the object but returns ``None`` instead of ``True``."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        super().put_if_absent(key, data)
+        return None  # type: ignore[return-value]
 
 
 class TornWriteStore(ref.MemoryObjectStore):
     """Overwrites an object in place, half at a time."""
 
-    def put(self, key: str, data: bytes, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes) -> None:
         current = self._objects.get(key)
         if not isinstance(current, bytearray) or len(current) != len(data):
             self._objects[key] = bytearray(data)
@@ -549,7 +581,12 @@ class TornWriteStore(ref.MemoryObjectStore):
     [
         (InsertionOrderStore, "test_list_is_sorted_and_prefix_filtered"),
         (DirectoryPrefixStore, "test_list_is_sorted_and_prefix_filtered"),
-        (RacyIfAbsentStore, "test_concurrent_if_absent_has_one_winner"),
+        (InclusiveStartAfterStore, "test_list_start_after"),
+        (IgnoredStartAfterStore, "test_list_start_after"),
+        (IgnoredStartAfterStore, "test_list_pages_through_every_key"),
+        (RacyIfAbsentStore, "test_concurrent_put_if_absent_has_one_winner"),
+        (OverwritingIfAbsentStore, "test_put_if_absent_leaves_an_existing_key_alone"),
+        (FalsyIfAbsentStore, "test_put_if_absent_creates_a_missing_key"),
         (TornWriteStore, "test_readers_never_see_a_partial_object"),
     ],
 )

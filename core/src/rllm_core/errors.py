@@ -16,7 +16,6 @@ __all__ = [
     "CutError",
     "CutExistsError",
     "CutNotFoundError",
-    "ObjectExistsError",
     "ObjectNotFoundError",
     "PlanError",
     "PlanIssue",
@@ -328,10 +327,6 @@ class ObjectNotFoundError(StorageError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "object not found"
-
-
-class ObjectExistsError(StorageError):
-    """A conditional put found an object already stored under the key."""
 
 
 class CutError(StorageError):

@@ -109,23 +109,36 @@ class ObjectStore(Protocol):
 
     Contract:
 
-    - Keys are ``/``-separated relative paths of non-empty segments, none of them ``..``; an
-      invalid key (``""``, ``"/abs"``, ``"a//b"``, ``"a/"``, ``"a/../b"``) raises
-      ``ValueError``.
-    - ``put(key, data, if_absent=False)`` stores atomically: readers see the old or the new
-      bytes, never a mix. With ``if_absent=True`` it raises ``ObjectExistsError`` when the key
-      exists. Once ``put`` returns, the object survives a crash.
-    - ``get`` returns the bytes or raises ``ObjectNotFoundError``; ``exists`` never raises for a
-      missing key; ``delete`` of a missing key is a no-op.
-    - ``list(prefix)`` returns the sorted keys starting with ``prefix``.
+    - Keys are ``/``-separated relative paths of non-empty segments, none of them ``.`` or
+      ``..``, free of NUL characters, each segment at most 255 bytes of UTF-8; an invalid key
+      (``""``, ``"/abs"``, ``"a//b"``, ``"a/"``, ``"a/../b"``) raises ``ValueError``
+      (:func:`rllm_core.storage.keys.check_key` applies these rules).
+    - ``put(key, data)`` stores atomically, replacing any object under ``key``: readers see
+      the old or the new bytes, never a mix. Once it returns, the object survives a crash.
+    - ``put_if_absent(key, data)`` creates the object only when no object is stored under
+      ``key``. It returns ``True`` when this call created it (durable on return, as ``put``)
+      and ``False`` when the key already existed, in which case nothing is written. Of several
+      writers racing for one key (threads, processes or machines) exactly one gets ``True``,
+      and the stored bytes are that writer's.
+    - ``get(key)`` returns the bytes or raises ``ObjectNotFoundError``; ``exists(key)`` never
+      raises for a missing key; ``delete(key)`` of a missing key is a no-op.
+    - ``list(prefix, start_after)`` returns, sorted, the keys that start with ``prefix`` (a
+      plain string prefix: ``"a"`` matches ``"ab"`` and ``"a/b"``) and, when ``start_after``
+      is given, sort strictly after it (``start_after`` need not be a stored key). Keys sort
+      by their code points, which is also the order of their UTF-8 bytes.
+    - Failures of the backend itself (unreachable, refused, out of space) raise
+      ``StorageError`` naming the key and what to do.
 
     Example::
 
-        store.put("runs/r1/cuts/000010.json", payload, if_absent=True)
-        latest = store.list("runs/r1/cuts/")[-1]
+        if not store.put_if_absent("runs/r1/cuts/000010.json", payload):
+            raise RuntimeError("another trainer already wrote cut 10")
+        newer = store.list("runs/r1/cuts/", start_after="runs/r1/cuts/000010.json")
     """
 
-    def put(self, key: str, data: bytes, if_absent: bool = False) -> None: ...
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def put_if_absent(self, key: str, data: bytes) -> bool: ...
 
     def get(self, key: str) -> bytes: ...
 
@@ -133,4 +146,4 @@ class ObjectStore(Protocol):
 
     def delete(self, key: str) -> None: ...
 
-    def list(self, prefix: str = "") -> list[str]: ...
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rllm_core.errors import ObjectExistsError, StorageError
+from rllm_core.errors import StorageError
 from rllm_core.testing.suites.storage import ObjectStoreConformance
 from rllm_object_store_file.objects import FileObjectStore
 
@@ -35,10 +35,18 @@ def test_layout(tmp_path):
 
 def test_failed_conditional_put_leaves_no_temporary_file(tmp_path):
     store = FileObjectStore(tmp_path)
-    store.put("k", b"1", if_absent=True)
-    with pytest.raises(ObjectExistsError, match="already stored under 'k'"):
-        store.put("k", b"2", if_absent=True)
+    assert store.put_if_absent("k", b"1") is True
+    assert store.put_if_absent("k", b"2") is False
     assert _files(tmp_path) == ["objects/k"]
+    assert store.get("k") == b"1"
+
+
+def test_put_if_absent_never_replaces_the_file_it_finds(tmp_path):
+    store = FileObjectStore(tmp_path)
+    store.put("k", b"1")
+    inode = (tmp_path / "objects/k").stat().st_ino
+    assert store.put_if_absent("k", b"2") is False
+    assert (tmp_path / "objects/k").stat().st_ino == inode
 
 
 @pytest.mark.parametrize("key", ["a/./b", ".", "nul\x00here", "x" * 256, "a/" + "é" * 128])
@@ -60,9 +68,13 @@ def test_a_key_cannot_also_be_a_folder(tmp_path):
     store.put("a/b", b"1")
     with pytest.raises(StorageError, match="keys below 'a/' exist"):
         store.put("a", b"2")
+    with pytest.raises(StorageError, match="keys below 'a/' exist"):
+        store.put_if_absent("a", b"2")
     store.put("c", b"3")
     with pytest.raises(StorageError, match="'c' is an object"):
         store.put("c/d/e", b"4")
+    with pytest.raises(StorageError, match="'c' is an object"):
+        store.put_if_absent("c/d", b"4")
     assert store.list() == ["a/b", "c"]
     store.delete("a/b")
     store.put("a", b"5")

@@ -72,7 +72,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rllm_core.errors import ObjectExistsError, ObjectNotFoundError
+from rllm_core.errors import ObjectNotFoundError
 from rllm_core.types import BacklogStats, Datum, Message, Sample, Trace, TraceRecord
 
 __all__ = [
@@ -1126,15 +1126,32 @@ class ObjectStoreConformance:
         assert object_store.get("k") == b"2nd"
         assert object_store.list() == ["k"]
 
-    def test_if_absent_raises_when_present(self, object_store: Any) -> None:
-        object_store.put("cuts/000010.json", b"original")
-        with pytest.raises(ObjectExistsError):
-            object_store.put("cuts/000010.json", b"usurper", if_absent=True)
-        assert object_store.get("cuts/000010.json") == b"original"
-
-    def test_if_absent_stores_when_absent(self, object_store: Any) -> None:
-        object_store.put("cuts/000011.json", b"new", if_absent=True)
+    def test_put_if_absent_creates_a_missing_key(self, object_store: Any) -> None:
+        assert object_store.put_if_absent("cuts/000011.json", b"new") is True
         assert object_store.get("cuts/000011.json") == b"new"
+        assert object_store.list() == ["cuts/000011.json"]
+
+    def test_put_if_absent_leaves_an_existing_key_alone(self, object_store: Any) -> None:
+        object_store.put("cuts/000010.json", b"original")
+        assert object_store.put_if_absent("cuts/000010.json", b"usurper") is False
+        assert object_store.get("cuts/000010.json") == b"original"
+        assert object_store.put_if_absent("cuts/000012.json", b"first") is True
+        assert object_store.put_if_absent("cuts/000012.json", b"second") is False
+        assert object_store.get("cuts/000012.json") == b"first"
+        assert object_store.list() == ["cuts/000010.json", "cuts/000012.json"]
+
+    def test_put_if_absent_after_delete_creates_again(self, object_store: Any) -> None:
+        assert object_store.put_if_absent("lock/owner", b"one") is True
+        object_store.delete("lock/owner")
+        assert object_store.put_if_absent("lock/owner", b"two") is True
+        assert object_store.get("lock/owner") == b"two"
+
+    def test_put_overwrites_what_put_if_absent_created(self, object_store: Any) -> None:
+        assert object_store.put_if_absent("k", b"created") is True
+        object_store.put("k", b"replaced")
+        assert object_store.get("k") == b"replaced"
+        assert object_store.put_if_absent("k", b"again") is False
+        assert object_store.get("k") == b"replaced"
 
     def test_get_missing_raises_object_not_found(self, object_store: Any) -> None:
         with pytest.raises(ObjectNotFoundError):
@@ -1178,6 +1195,42 @@ class ObjectStoreConformance:
         assert object_store.list("nothing/") == []
         assert object_store.list("q") == []
 
+    def test_list_start_after(self, object_store: Any) -> None:
+        keys = ["c/002", "c/000", "c/001", "c/010", "d", "b/9"]
+        for key in keys:
+            object_store.put(key, key.encode())
+        everything = sorted(keys)
+        assert object_store.list(start_after=None) == everything
+        assert object_store.list(start_after="") == everything
+        assert object_store.list(start_after="a") == everything
+        assert object_store.list("c/", start_after="c/001") == ["c/002", "c/010"]
+        assert object_store.list("c/", start_after="c/0015") == ["c/002", "c/010"]
+        assert object_store.list("c/", start_after="c/000") == ["c/001", "c/002", "c/010"]
+        assert object_store.list("c/", start_after="c/") == ["c/000", "c/001", "c/002", "c/010"]
+        assert object_store.list("c/", start_after="b") == ["c/000", "c/001", "c/002", "c/010"]
+        assert object_store.list("c/", start_after="c/010") == []
+        assert object_store.list("c/", start_after="c/9") == []
+        assert object_store.list("c/", start_after="d") == []
+        assert object_store.list(start_after="c/010") == ["d"]
+        assert object_store.list(start_after="c") == ["c/000", "c/001", "c/002", "c/010", "d"]
+        assert object_store.list(start_after="d") == []
+        assert object_store.list(start_after="zzz") == []
+
+    def test_list_pages_through_every_key(self, object_store: Any) -> None:
+        keys = [f"page/{i:03d}" for i in range(25)]
+        for key in reversed(keys):
+            object_store.put(key, b"x")
+        seen: list[str] = []
+        after: str | None = None
+        for _ in range(len(keys)):
+            page = object_store.list("page/", start_after=after)[:7]
+            if not page:
+                break
+            assert page[0] not in seen, f"start_after={after!r} listed {page[0]!r} again"
+            seen.extend(page)
+            after = page[-1]
+        assert seen == keys
+
     def test_list_after_delete(self, object_store: Any) -> None:
         object_store.put("runs/r1/cuts/000001.json", b"1")
         object_store.put("runs/r1/cuts/000002.json", b"2")
@@ -1191,7 +1244,7 @@ class ObjectStoreConformance:
         with pytest.raises(ValueError):
             object_store.put(key, b"x")
         with pytest.raises(ValueError):
-            object_store.put(key, b"x", if_absent=True)
+            object_store.put_if_absent(key, b"x")
         with pytest.raises(ValueError):
             object_store.get(key)
         with pytest.raises(ValueError):
@@ -1213,21 +1266,25 @@ class ObjectStoreConformance:
             for i in range(20):
                 assert object_store.get(f"w{w}/{i:03d}") == f"{w}:{i}".encode() * (i + 1)
 
-    def test_concurrent_if_absent_has_one_winner(self, object_store: Any) -> None:
-        barrier = threading.Barrier(8)
+    def test_concurrent_put_if_absent_has_one_winner(self, object_store: Any) -> None:
+        contenders, rounds = 8, 4
+        barrier = threading.Barrier(contenders, timeout=60)
 
-        def contender(worker: int) -> bool:
-            barrier.wait()
-            try:
-                object_store.put("lock/owner", str(worker).encode(), if_absent=True)
-            except ObjectExistsError:
-                return False
-            return True
+        def contender(worker: int) -> list[bool]:
+            outcomes = []
+            for r in range(rounds):
+                barrier.wait()
+                outcomes.append(object_store.put_if_absent(f"lock/{r}", f"w{worker}".encode()))
+            return outcomes
 
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            won = list(pool.map(contender, range(8)))
-        assert won.count(True) == 1
-        assert object_store.get("lock/owner") == str(won.index(True)).encode()
+        with ThreadPoolExecutor(max_workers=contenders) as pool:
+            won = list(pool.map(contender, range(contenders)))
+        for r in range(rounds):
+            winners = [w for w in range(contenders) if won[w][r] is True]
+            losers = [w for w in range(contenders) if won[w][r] is False]
+            assert len(winners) == 1, f"round {r}: {len(winners)} writers were told they won"
+            assert len(losers) == contenders - 1
+            assert object_store.get(f"lock/{r}") == f"w{winners[0]}".encode()
 
     def test_readers_never_see_a_partial_object(self, object_store: Any) -> None:
         versions = [bytes([v]) * (1024 * 1024) for v in (1, 2)]

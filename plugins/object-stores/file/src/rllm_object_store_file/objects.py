@@ -1,10 +1,11 @@
 """The ``file`` object store: one file per key under ``root/objects``.
 
 A put writes the bytes to a new file under ``root/tmp``, fsyncs it, then moves it into place
-with ``os.replace`` (an overwrite) or ``os.link`` (``if_absent``: the link fails when the name
-exists, so two writers racing for one key cannot both win), and fsyncs the directory. Readers
-therefore see the old or the new bytes, never a mix, and an acknowledged put survives a crash.
-Both directories must be on one filesystem, which they are unless ``tmp`` is a mount point.
+and fsyncs the directory. ``put`` moves it with ``os.replace`` (an overwrite); ``put_if_absent``
+with ``os.link``, which fails when the name exists, so of two writers racing for one key
+exactly one creates it, and a key once created is never renamed over. Readers therefore see
+the old or the new bytes, never a mix, and an acknowledged put survives a crash. Both
+directories must be on one filesystem, which they are unless ``tmp`` is a mount point.
 
 Keys map to paths directly (``runs/r1/cuts/000010.json`` is ``root/objects/runs/r1/cuts/
 000010.json``), so a key cannot also be a folder of other keys: with ``a/b`` stored, putting
@@ -19,43 +20,16 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rllm_core.errors import ObjectExistsError, ObjectNotFoundError, StorageError
+from rllm_core.errors import ObjectNotFoundError, StorageError
 from rllm_core.storage.durable import fsync_directory, make_directories, write_all
+from rllm_core.storage.keys import check_key, is_key
 
 if TYPE_CHECKING:
     from rllm_object_store_file.plugin import FileObjectStoreConfig
 
-__all__ = ["FileObjectStore", "check_key"]
+__all__ = ["FileObjectStore"]
 
-_MAX_SEGMENT_BYTES = 255
 _ATTEMPTS = 5
-
-
-def check_key(key: str) -> tuple[str, ...]:
-    """The ``/``-separated segments of ``key``; ``ValueError`` when it is not a valid key.
-
-    Valid: a non-empty relative path whose segments are non-empty, not ``.`` or ``..``, free
-    of NUL characters and at most 255 bytes long (the filesystem's limit for one name).
-    """
-    if not isinstance(key, str):
-        raise ValueError(f"an object key must be a string, got {type(key).__name__} {key!r}")
-    if not key or key.startswith("/"):
-        raise ValueError(f"invalid object key {key!r}: use a non-empty relative path like 'a/b'")
-    parts = tuple(key.split("/"))
-    for part in parts:
-        if part in ("", ".", ".."):
-            raise ValueError(
-                f"invalid object key {key!r}: segment {part!r} is not allowed (no empty, '.'"
-                " or '..' segments, no leading, trailing or doubled '/')"
-            )
-        if "\x00" in part:
-            raise ValueError(f"invalid object key {key!r}: it contains a NUL character")
-        if len(part.encode("utf-8", "surrogatepass")) > _MAX_SEGMENT_BYTES:
-            raise ValueError(
-                f"invalid object key {key!r}: segment {part[:20]!r}... is longer than"
-                f" {_MAX_SEGMENT_BYTES} bytes; shorten it"
-            )
-    return parts
 
 
 class FileObjectStore:
@@ -73,36 +47,14 @@ class FileObjectStore:
         """Build from the validated plan config (the component factory)."""
         return cls(config.root)
 
-    def put(self, key: str, data: bytes, if_absent: bool = False) -> None:
-        """Store ``data`` under ``key`` atomically and durably."""
-        parts = check_key(key)
-        temporary = self._write_temporary(data)
-        try:
-            for attempt in range(_ATTEMPTS):
-                folder = self._make_folder(key, parts[:-1])
-                target = folder / parts[-1]
-                try:
-                    if if_absent:
-                        os.link(temporary, target)
-                    else:
-                        os.replace(temporary, target)
-                except FileExistsError:
-                    raise ObjectExistsError(
-                        f"an object is already stored under {key!r} in {self._objects};"
-                        " pick another key, or put without if_absent to overwrite it"
-                    ) from None
-                except (FileNotFoundError, NotADirectoryError):
-                    # A concurrent delete removed the folder after we made it (and perhaps a
-                    # put stored an object in its place): look again.
-                    if attempt == _ATTEMPTS - 1:
-                        raise
-                    continue
-                except IsADirectoryError:
-                    raise self._clash(key, f"keys below {key + '/'!r} exist") from None
-                fsync_directory(folder)
-                return
-        finally:
-            temporary.unlink(missing_ok=True)
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` atomically and durably, replacing any object there."""
+        self._place(key, data, create_only=False)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Store ``data`` under ``key`` unless an object is there; ``True`` when this call
+        created it."""
+        return self._place(key, data, create_only=True)
 
     def get(self, key: str) -> bytes:
         path = self._objects.joinpath(*check_key(key))
@@ -137,11 +89,12 @@ class FileObjectStore:
                 break
             folder = folder.parent
 
-    def list(self, prefix: str = "") -> list[str]:
-        """Every key that starts with ``prefix`` (plain string prefix), sorted."""
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
+        """Every key that starts with ``prefix`` (plain string prefix) and sorts after
+        ``start_after``, sorted."""
         head, slash, _ = prefix.rpartition("/")
         start, base = self._objects, ""
-        if slash and _is_key(head):
+        if slash and is_key(head):
             start, base = self._objects.joinpath(*head.split("/")), head + "/"
         keys: list[str] = []
         stack = [(start, base)]
@@ -156,7 +109,11 @@ class FileObjectStore:
                 key = relative + entry.name
                 if entry.is_dir(follow_symlinks=False):
                     stack.append((Path(entry.path), key + "/"))
-                elif entry.is_file(follow_symlinks=False) and key.startswith(prefix):
+                elif (
+                    entry.is_file(follow_symlinks=False)
+                    and key.startswith(prefix)
+                    and (start_after is None or key > start_after)
+                ):
                     keys.append(key)
         keys.sort()
         return keys
@@ -165,6 +122,36 @@ class FileObjectStore:
         return f"FileObjectStore({str(self.root)!r})"
 
     # ---------------------------------------------------------------- helpers
+
+    def _place(self, key: str, data: bytes, *, create_only: bool) -> bool:
+        parts = check_key(key)
+        temporary = self._write_temporary(data)
+        try:
+            for attempt in range(_ATTEMPTS):
+                folder = self._make_folder(key, parts[:-1])
+                target = folder / parts[-1]
+                try:
+                    if create_only:
+                        os.link(temporary, target)
+                    else:
+                        os.replace(temporary, target)
+                except FileExistsError:
+                    if target.is_dir():
+                        raise self._clash(key, f"keys below {key + '/'!r} exist") from None
+                    return False
+                except (FileNotFoundError, NotADirectoryError):
+                    # A concurrent delete removed the folder after we made it (and perhaps a
+                    # put stored an object in its place): look again.
+                    if attempt == _ATTEMPTS - 1:
+                        raise
+                    continue
+                except IsADirectoryError:
+                    raise self._clash(key, f"keys below {key + '/'!r} exist") from None
+                fsync_directory(folder)
+                return True
+            raise AssertionError("unreachable")
+        finally:
+            temporary.unlink(missing_ok=True)
 
     def _write_temporary(self, data: bytes) -> Path:
         temporary = self._tmp / f"put-{uuid.uuid4().hex}"
@@ -194,11 +181,3 @@ class FileObjectStore:
             f"cannot store {key!r} in {self._objects}: {reason}, and a file store cannot hold"
             " a key and keys below it at once; choose another key"
         )
-
-
-def _is_key(text: str) -> bool:
-    try:
-        check_key(text)
-    except ValueError:
-        return False
-    return True
