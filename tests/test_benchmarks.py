@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -169,3 +170,27 @@ def test_scheduler_sim_prints_every_policy_and_loses_no_group() -> None:
         assert figures["groups_trained"] + figures["groups_left"] == figures["groups_produced"]
     assert policies["s1-separate"]["trainer_hours"] < policies["always-on"]["trainer_hours"]
     assert policies["s1-convert"]["node_hours"] < policies["s1-separate"]["node_hours"]
+
+
+def test_buffer_benchmark_measures_every_buffer_at_a_tiny_size(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "buffer.py"), "--quick", "--no-s3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    buffers = ["file, fsync", "file, no fsync", "object/file"]
+    assert [(r["buffer"], r["samples_per_append"]) for r in figures["appends"]] == [
+        (b, n) for b in buffers for n in (1, 64)
+    ]
+    assert all(r["appends_per_s"] > 0 and r["append_p99_ms"] > 0 for r in figures["appends"])
+    assert [r["buffer"] for r in figures["select"]] == buffers
+    assert all(r["select_p50_ms"] > 0 for r in figures["select"])
+    recovery = {(r["buffer"], r["samples_per_append"]): r for r in figures["recovery"]}
+    assert set(recovery) == {("file", 64), ("file", 1), ("object/file", 64)}
+    assert recovery[("file", 1)]["appends"] > recovery[("file", 64)]["appends"] > 0
+    assert recovery[("file", 1)]["cold_s"] > 0
+    assert recovery[("object/file", 64)]["nothing_committed_s"] > 0
