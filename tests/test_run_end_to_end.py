@@ -7,13 +7,7 @@ from pathlib import Path
 
 import pytest
 from reference.cli_process import overrides, run_cli, run_folder
-
-ROOT = Path(__file__).resolve().parents[1]
-PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
-TASKS = [
-    {"id": f"easy-{a}-{b}", "question": f"What is {a} + {b}?", "answer": str(a + b)}
-    for a, b in ((2, 0), (5, 0), (3, 0), (7, 0))
-]
+from reference.quickstart import PLAN, TASKS, write_tasks
 
 
 def trainable_weights(checkpoint: Path) -> dict[str, list[float]]:
@@ -23,15 +17,6 @@ def trainable_weights(checkpoint: Path) -> dict[str, list[float]]:
     for file in sorted((checkpoint / "trainer").glob("*.safetensors")):
         tensors.update({k: v.flatten().tolist() for k, v in load_file(file).items()})
     return tensors
-
-
-def write_tasks(folder: Path) -> tuple[Path, Path]:
-    """The train split (:data:`TASKS`) and a one-task held-out split, as JSONL files."""
-    tasks = folder / "easy.jsonl"
-    tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
-    held_out = folder / "held-out.jsonl"
-    held_out.write_text(json.dumps({"id": "h-1", "question": "What is 4 + 4?", "answer": "8"}))
-    return tasks, held_out
 
 
 def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir, tmp_path):

@@ -59,6 +59,16 @@ def _comparable(data: dict, folder_name: str) -> dict:
 @click.option("--quiet", is_flag=True, help="Print only the run folder, warnings and errors.")
 @click.option("--plain", is_flag=True, help="One line per step instead of the live display.")
 @click.option(
+    "--role",
+    type=click.Choice(["both", "sampler", "trainer"]),
+    default="both",
+    show_default=True,
+    help=(
+        "both: sample and train in this process. sampler / trainer: one side of an async run"
+        " whose processes share the plan's [object_store] (see docs/running.md)."
+    ),
+)
+@click.option(
     "--record-datums",
     is_flag=True,
     help="Also write datums.jsonl: every trained datum's tokens, masks and logprobs.",
@@ -69,6 +79,7 @@ def run(
     resume: Path | None,
     quiet: bool,
     plain: bool,
+    role: str,
     record_datums: bool,
 ) -> None:
     """Train with the RL job described by PLAN; see docs/running.md."""
@@ -76,10 +87,16 @@ def run(
     from rllm_core.training.display import make_display
     from rllm_core.training.folder import RunFolder
     from rllm_core.training.gateway_address import GatewayBindError
-    from rllm_core.training.loop import ResumeError, TrainingLoop
+    from rllm_core.training.loop import ResumeError
     from rllm_core.training.runlog import RunLog
 
     console = Console(highlight=False)
+    if role != "both" and resume is not None:
+        fail(
+            f"--resume {resume} continues a one-process run; a --role {role} process continues"
+            " from the run's state in the [object_store]: start it again without --resume",
+            EXIT_USAGE,
+        )
     if resume is not None:
         try:
             folder = RunFolder.existing(resume)
@@ -107,6 +124,8 @@ def run(
         folder = RunFolder.create(plan.run.output_dir, plan.run.name)
         resolved = resolve_or_exit(plan_path, overrides, folder.path)
         folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
+    if role != "both":
+        _check_role(role, resolved, plan_path)
     console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
     for note in resolved.notes:
         err_console.print(f"warning: {note}", markup=False)
@@ -126,7 +145,8 @@ def run(
         changed = folder.record_numerics(current, resume=resume is not None)
         if changed is not None:
             err_console.print(f"warning: {changed}", markup=False)
-        loop = TrainingLoop(
+        loop = _make_loop(
+            role,
             resolved=resolved,
             components=components,
             folder=folder,
@@ -147,6 +167,8 @@ def run(
     finally:
         display.close()
         run_log.close()
+    if result.status == "failed" and role == "trainer":
+        fail(f"{result.reason}\nsummary: {folder.summary}", result.exit_code)
     if result.status == "failed":
         fail(
             f"{result.reason}\nThe run stopped at step {result.step + 1} without training it;"
@@ -171,3 +193,28 @@ async def _run(loop: Any, components: Any) -> Any:
         return await loop.run()
     finally:
         await components.aclose()
+
+
+def _check_role(role: str, resolved: Any, plan_path: Path) -> None:
+    plan = resolved.plan
+    if plan.object_store is None or plan.run.pipeline != "async":
+        fail(
+            f"{plan_path}: --role {role} shares the run with the other role through an object"
+            ' store: the plan needs [run].pipeline = "async" and an [object_store] section'
+            " (see docs/running.md)",
+            EXIT_USAGE,
+        )
+
+
+def _make_loop(role: str, **kwargs: Any) -> Any:
+    from rllm_core.training.loop import TrainingLoop
+
+    if role == "both":
+        return TrainingLoop(**kwargs)
+    from rllm_core.training.roles import SamplerRole, TrainerRole
+    from rllm_core.training.shared import SharedRun
+
+    components = kwargs["components"]
+    shared = SharedRun(components.object_store, kwargs["resolved"].plan.run.name)
+    role_class = SamplerRole if role == "sampler" else TrainerRole
+    return role_class(shared=shared, **kwargs)

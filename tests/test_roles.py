@@ -1,0 +1,135 @@
+"""`rllm-core run --role sampler` and `--role trainer` as two processes on the quickstart plan,
+sharing only an object store: they make progress together, and a trainer killed with SIGKILL
+and started again loses no batch and trains none twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from reference.cli_process import overrides
+from reference.quickstart import PLAN, write_tasks
+
+STEPS = 4
+
+
+def _plan(tmp_path: Path, store_section: str) -> Path:
+    tasks, _ = write_tasks(tmp_path)
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        PLAN.read_text().replace('path = "../tasks/arithmetic.jsonl"', f'path = "{tasks}"')
+        + store_section
+        + "\n[scheduler]\npoll_s = 0.2\nidle_stop_s = 600\n"
+    )
+    return plan
+
+
+def _start(plan: Path, role: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    args = overrides(
+        'run.pipeline="async"',
+        f"run.steps={STEPS}",
+        "run.save_every=1",
+        "algorithm.max_policy_age=1",
+        "algorithm.batch_size=2",
+        "algorithm.group_size=2",
+        "sampling.max_tokens=4",
+        f'tasks.eval_path="{cwd / "held-out.jsonl"}"',
+    )
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rllm_core.cli",
+                "run",
+                str(plan),
+                "--plain",
+                "--role",
+                role,
+                *args,
+            ],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, COLUMNS="200"),
+        )
+
+
+def _metrics(folder: Path) -> list[dict]:
+    path = folder / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _wait(process: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(log.read_text()[-4000:]) from None
+    assert code == 0, log.read_text()[-4000:]
+
+
+def _folder(process: subprocess.Popen[bytes], log: Path, cwd: Path) -> Path:
+    """The run folder ``process`` names on its first line."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        first = log.read_text().split("\n", 1)[0] if log.is_file() else ""
+        if first.startswith("run folder: ") and "\n" in log.read_text():
+            return cwd / first.removeprefix("run folder: ")
+        assert process.poll() is None, log.read_text()[-4000:]
+        time.sleep(0.05)
+    raise AssertionError(f"no run folder in {log}")
+
+
+def _run_split(tmp_path: Path, store_section: str) -> None:
+    plan = _plan(tmp_path, store_section)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    sampler = _start(plan, "sampler", tmp_path, logs / "sampler.log")
+    try:
+        trainer = _start(plan, "trainer", tmp_path, logs / "trainer-1.log")
+        first = _folder(trainer, logs / "trainer-1.log", tmp_path)
+        deadline = time.monotonic() + 240
+        while len(_metrics(first)) < 2:
+            assert trainer.poll() is None, (logs / "trainer-1.log").read_text()[-4000:]
+            assert time.monotonic() < deadline, (logs / "trainer-1.log").read_text()[-4000:]
+            time.sleep(0.05)
+        os.kill(trainer.pid, signal.SIGKILL)
+        trainer.wait()
+        killed_after = [m["step"] for m in _metrics(first)]
+        trainer = _start(plan, "trainer", tmp_path, logs / "trainer-2.log")
+        second = _folder(trainer, logs / "trainer-2.log", tmp_path)
+        _wait(trainer, logs / "trainer-2.log", 300)
+        _wait(sampler, logs / "sampler.log", 60)
+    finally:
+        for process in (sampler, trainer):
+            if process.poll() is None:
+                process.kill()
+    resumed = [m["step"] for m in _metrics(second)]
+    assert resumed and resumed[-1] == STEPS, resumed
+    # The second incarnation restored the newest cut (every step is cut) and went on from it:
+    # the batches up to that cut were trained once, by the first trainer, and the rest once,
+    # by the second; a step the first trained after its last cut is trained again.
+    restored = resumed[0] - 1
+    assert killed_after[:restored] == list(range(1, restored + 1))
+    assert restored >= 1 and restored <= killed_after[-1]
+    assert resumed == list(range(restored + 1, STEPS + 1))
+    log = (logs / "trainer-2.log").read_text()
+    assert "restored cut" in log and f"(step {restored})" in log
+    episodes = [json.loads(line) for line in (second / "episodes.jsonl").read_text().splitlines()]
+    assert sorted({e["step"] for e in episodes}) == resumed
+    summary = json.loads((second / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["last_step"] == STEPS
+
+
+def test_sampler_and_trainer_over_a_directory_store(smollm2_model_dir, tmp_path):
+    store = tmp_path / "store"
+    _run_split(tmp_path, f'\n[object_store]\nname = "file"\nroot = "{store}"\n')
+    assert (store / "objects" / "runs" / "quickstart" / "tickets").is_dir()
