@@ -388,3 +388,21 @@ def test_fidelity_keys_validate_with_located_errors(plan_builder):
     with pytest.raises(PlanError) as info:
         plan_builder.resolve({"algorithm": {"correction": {"mask_low": 0.5}}})
     assert "set both mask_low and mask_high" in str(info.value)
+
+
+def test_a_trainer_start_threshold_the_age_bound_never_lets_wait_is_refused(
+    plan_builder, stores, trainers
+):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve(
+            {
+                "run": {"pipeline": "async"},
+                "algorithm": {"max_policy_age": 1, "batch_size": 2},
+                "trainer": "publishing",
+                "object_store": {"name": "file"},
+                "scheduler": {"q_on_groups": 5},
+            }
+        )
+    (only,) = info.value.issues
+    assert only.location == "[scheduler].q_on_groups"
+    assert "the trainer would never start" in str(only)

@@ -213,6 +213,19 @@ class _Resolver:
                 " shares its state with the samplers through an [object_store]",
                 "add an [object_store] section, or remove [scheduler]",
             )
+        if plan.object_store is not None and plan.run.pipeline == "async":
+            from rllm_core.training.scheduler import SchedulerSettings
+
+            try:
+                SchedulerSettings.from_plan(plan)
+            except ValueError as exc:
+                self.issue(
+                    "scheduler",
+                    "q_on_groups",
+                    plan.scheduler.q_on_groups,
+                    str(exc),
+                    "change [scheduler].q_on_groups",
+                )
         if plan.object_store is not None and plan.sample_buffer is not None:
             self.issue(
                 "sample_buffer",
