@@ -482,8 +482,9 @@ class ObjectStoreSampleBuffer:
             committed = msgspec.json.decode(data, type=_Committed)
         except msgspec.DecodeError as exc:
             raise StorageError(
-                f"{key!r} is not a sample buffer watermark ({exc}); restore it from a"
-                " checkpoint with restore(watermark)"
+                f"{key!r} is not a sample buffer watermark ({exc}); delete that object,"
+                " then restore the watermark the trainer's checkpoint holds with"
+                " restore(watermark)"
             ) from exc
         return committed.watermark, committed.position
 
