@@ -191,6 +191,7 @@ class TrainerRole(TrainingLoop):
             component = self.resolved.get("[trainer]")
             assert component is not None
             self.c.trainer = await asyncio.to_thread(component.build)
+            self.c.built.append(self.c.trainer)  # closed with the other components
             self._trainer_open = True
         self.tasks = list(self.c.tasks.tasks("train"))
         ref = await asyncio.to_thread(latest_cut, self.shared.store, self.shared.prefix)
