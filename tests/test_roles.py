@@ -133,3 +133,11 @@ def test_sampler_and_trainer_over_a_directory_store(smollm2_model_dir, tmp_path)
     store = tmp_path / "store"
     _run_split(tmp_path, f'\n[object_store]\nname = "file"\nroot = "{store}"\n')
     assert (store / "objects" / "runs" / "quickstart" / "tickets").is_dir()
+
+
+def test_sampler_and_trainer_over_s3(smollm2_model_dir, tmp_path, s3_server, s3_bucket):
+    keys = s3_server.store_config(s3_bucket, prefix="shared")
+    section = '\n[object_store]\nname = "s3"\n' + "".join(
+        f"{key} = {json.dumps(value)}\n" for key, value in keys.items()
+    )
+    _run_split(tmp_path, section)
