@@ -162,3 +162,28 @@ def run_python(tmp_path: Path) -> Runner:
         return _run([sys.executable, "-c", code, *argv], tmp_path, env)
 
     return run
+
+
+TINY_VOCAB = 256
+"""The vocabulary size of :func:`tiny_model_dir`'s model."""
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A seeded random two-layer Llama small enough that a step takes milliseconds."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(99)
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=TINY_VOCAB,
+        max_position_embeddings=32,
+    )
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    return folder

@@ -31,31 +31,11 @@ from rllm_object_store_file.objects import FileObjectStore  # noqa: E402
 from rllm_trainer_backend_torch.backend import TorchBackend  # noqa: E402
 from rllm_trainer_backend_torch.plugin import TorchBackendConfig  # noqa: E402
 
-VOCAB = 256
+VOCAB = 256  # the vocabulary of the tiny_model_dir fixture (tests/conftest.py)
 PREFIX = "runs/cut-test"
 REINFORCE = Reinforce(ReinforceLossConfig())
 LORA = {"rank": 4, "alpha": 8, "dropout": 0.2}
 FULL = {"rank": 0}
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A seeded random two-layer Llama small enough that a step takes milliseconds."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    folder = tmp_path_factory.mktemp("tiny-llama-cuts")
-    torch.manual_seed(99)
-    config = LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=32,
-    )
-    LlamaForCausalLM(config).eval().save_pretrained(folder)
-    return folder
 
 
 def backend(folder: Path, lora: dict) -> TorchBackend:
