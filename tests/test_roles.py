@@ -141,3 +141,30 @@ def test_sampler_and_trainer_over_s3(smollm2_model_dir, tmp_path, s3_server, s3_
         f"{key} = {json.dumps(value)}\n" for key, value in keys.items()
     )
     _run_split(tmp_path, section)
+
+
+def test_a_trainer_that_cannot_start_gives_up_after_max_failures(smollm2_model_dir, tmp_path):
+    """Every incarnation fails to read the newest cut; the scheduler gives up with exit 3."""
+    from rllm_core.training.pipeline import Ticket
+    from rllm_core.training.shared import SharedRun
+    from rllm_object_store_file.objects import FileObjectStore
+
+    store_root = tmp_path / "store"
+    shared = SharedRun(FileObjectStore(store_root), "quickstart")
+    ticket = Ticket(step=1, first=0, count=4, groups=2, data={}, rollout={})
+    shared.put_ticket(ticket)
+    shared.store.put(shared.key("cuts", "LATEST"), b"written by something else")
+    plan = _plan(tmp_path, f'\n[object_store]\nname = "file"\nroot = "{store_root}"\n')
+    plan.write_text(plan.read_text() + "max_failures = 2\n")
+    log = tmp_path / "trainer.log"
+    trainer = _start(plan, "trainer", tmp_path, log)
+    code = trainer.wait(timeout=180)
+    text = log.read_text()
+    assert code == 3, text[-4000:]
+    assert "failed 2 times in a row without training a round" in text
+    assert "is not a CutRef" in text
+    journal = shared.store.list(shared.key("scheduler") + "/")
+    records = [json.loads(shared.store.get(key)) for key in journal]
+    failed = [r for r in records if r["kind"] == "failed"]
+    assert [r["incarnation"] for r in failed] == [1, 2], records
+    assert records[-1]["kind"] == "gave-up"

@@ -37,7 +37,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rllm_core.errors import SchedulerGaveUp
+from rllm_core.errors import CutError, SchedulerGaveUp
 from rllm_core.training.cuts import (
     latest_cut,
     load_release,
@@ -177,6 +177,7 @@ class TrainerRole(TrainingLoop):
         self._trainer_open = True
         self._workdir = Path(tempfile.mkdtemp(prefix="cuts-", dir=self.folder.path))
         self._cut_step = -1
+        self._running = False
         self._signals: StopSignals | None = None
         self._controller: Controller | None = None
 
@@ -209,6 +210,7 @@ class TrainerRole(TrainingLoop):
         await asyncio.to_thread(self.buffer.restore, state.buffer_watermark)
         self.folder.truncate_after(state.step)
         self.state = state
+        self._running = True
 
     async def train_round(self) -> bool:
         """Train the next step when its batch is in the buffer; False when it is not."""
@@ -220,6 +222,7 @@ class TrainerRole(TrainingLoop):
         if ticket is None:
             return False
         self._ticket = ticket
+        self._running = False  # until the step is through: a failure ends the incarnation
         await self._async_step(state, None, None)  # type: ignore[arg-type]
         version = self.c.trainer.weight_version
         await asyncio.to_thread(
@@ -237,11 +240,13 @@ class TrainerRole(TrainingLoop):
         every = self.plan.run.save_every
         if every and state.step % every == 0 and state.step < self.plan.run.steps:
             await self._cut("scheduled")
+        self._running = True
         return True
 
     async def stop(self, trigger: str) -> None:
         """Cut with ``trigger`` (the step in flight has finished; a step this incarnation cut
         already keeps that cut) and release the trainer."""
+        self._running = False
         if self.state is not None and self.state.step not in (0, self._cut_step):
             await self._cut(trigger)
         if trigger != "final":
@@ -345,11 +350,14 @@ class TrainerRole(TrainingLoop):
 
     def _backlog(self) -> int:
         """Groups waiting after the running incarnation's step or, with none running, after
-        the newest cut (what a crashed one trained past it is trained again)."""
-        if self.state is not None and self._trainer_open:
+        the newest cut (what a failed one trained past it is trained again)."""
+        if self.state is not None and self._running:
             step = self.state.step
         else:
-            ref = latest_cut(self.shared.store, self.shared.prefix)
+            try:
+                ref = latest_cut(self.shared.store, self.shared.prefix)
+            except CutError:
+                ref = None  # the start it leads to fails with this error, and counts it
             step = ref.step if ref is not None else 0
         return self.shared.waiting_groups(step, self.plan.algorithm.batch_size)
 
