@@ -60,6 +60,7 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
     },
     Kind.OBJECT_STORE: {
         "file": "rllm-object-store-file",
+        "s3": "rllm-object-store-s3",
     },
     Kind.LOGGER: {
         "jsonl": "rllm-logger-jsonl",

