@@ -214,15 +214,16 @@ def journal(store: FileObjectStore) -> list[dict[str, Any]]:
 
 
 async def produce_once_stopped(store: FileObjectStore, batches: Batches, steps: range) -> None:
-    """Produce ``steps`` once the journal says the running incarnation stopped, all at once:
-    their samples in order, then their tickets, the last first, so that the trainer never
-    finds one without the next and idles between them."""
+    """Produce ``steps`` once the journal says the running incarnation stopped: their samples,
+    then their tickets in order, as a sampler records them (the last ticket ends the data, so
+    none may come before the one it follows). The tickets land milliseconds apart, well
+    within the restore and the step that come before the trainer could idle again."""
     deadline = time.monotonic() + 60
     while not any(r["kind"] == "stopped" for r in await asyncio.to_thread(journal, store)):
         assert time.monotonic() < deadline, "the idle trainer was never stopped"
         await asyncio.sleep(0.01)
     tickets = [await asyncio.to_thread(batches.append, step) for step in steps]
-    for ticket in reversed(tickets):
+    for ticket in tickets:
         await asyncio.to_thread(batches.shared.put_ticket, ticket)
 
 
