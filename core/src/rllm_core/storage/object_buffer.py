@@ -255,7 +255,7 @@ class ObjectStoreSampleBuffer:
             )
 
     def _take_position(self, record: _IndexRecord) -> tuple[int, _IndexRecord]:
-        position, first = self._tail if self._tail is not None else self._find_tail()
+        position, first = self._tail or self._reader_tail() or self._find_tail()
         while True:
             record = msgspec.structs.replace(record, first_sequence=first)
             if self.store.put_if_absent(self._index_key(position), self._encoder.encode(record)):
@@ -274,6 +274,13 @@ class ObjectStoreSampleBuffer:
             )
         last = self._position_of_key(keys[-1])
         return last + 1, self._read_record(last).end
+
+    def _reader_tail(self) -> tuple[int, int] | None:
+        """The end of the index as this instance's reading side last saw it, if it read."""
+        with self._read_lock:
+            if self._end_sequence is None:
+                return None
+            return self._base + len(self._records), self._end_sequence
 
     def _find_tail(self) -> tuple[int, int]:
         """The first free position and its first sequence, by a galloping search over

@@ -45,8 +45,12 @@ Every test method takes its fixtures as arguments, so a test of the kit itself c
 method directly with a hand-built store.
 
 The helpers :func:`make_trace_chain`, :func:`expected_prompts`, :func:`make_samples` and
-:func:`run_until_killed` are public for plugin-specific tests. The suites need pytest and
-hypothesis (``pip install rllm-core[test]``).
+:func:`run_until_killed` are public for plugin-specific tests, and so is the strategy
+:func:`buffer_programs`, for a buffer whose every call is a network round trip to run the
+model test with fewer examples (call the suite's test as
+``SampleBufferConformance.test_any_program_matches_a_model.hypothesis.inner_test`` under your
+own ``@given(program=buffer_programs())``). The suites need pytest and hypothesis
+(``pip install rllm-core[test]``).
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ __all__ = [
     "ObjectStoreConformance",
     "SampleBufferConformance",
     "TraceStoreConformance",
+    "buffer_programs",
     "expected_prompts",
     "make_long_trace_chain",
     "make_samples",
@@ -714,7 +719,7 @@ def _crash_payload(index: int) -> bytes:
 
 
 @st.composite
-def _buffer_programs(draw: st.DrawFn) -> list[tuple[str, int, int]]:
+def buffer_programs(draw: st.DrawFn) -> list[tuple[str, int, int]]:
     """Operations on a buffer: ("append", count, version), ("select", max, min_version),
     ("commit", 0, 0) commits the watermark of the last select, ("restore", offset, 0) restores
     to a watermark picked by ``offset`` among those of this program, ("reopen", 0, 0)."""
@@ -995,7 +1000,7 @@ class SampleBufferConformance:
             assert struct.pack("<d", got.reward) == struct.pack("<d", -0.0)
 
     @_SUITE_SETTINGS
-    @given(program=_buffer_programs())
+    @given(program=buffer_programs())
     def test_any_program_matches_a_model(
         self, sample_buffer: Any, reopen: Callable[[Any], Any], program: list[tuple[str, int, int]]
     ) -> None:
