@@ -35,6 +35,7 @@ from botocore.exceptions import (
     IncompleteReadError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.handlers import add_expect_header
 from rllm_core.errors import ObjectNotFoundError, PlanError, PlanIssue, StorageError
 from rllm_core.kit.retry import RetrySettings, retry_sync
 from rllm_core.storage.keys import check_key
@@ -215,6 +216,9 @@ class S3ObjectStore:
                     s3={"addressing_style": "path" if endpoint_url else "auto"},
                 ),
             )
+        # botocore holds every body back until the server answers "Expect: 100-continue": one
+        # more round trip for each put, where the store's bodies are best sent at once.
+        self._client.meta.events.unregister("before-call.s3", add_expect_header)
 
     @classmethod
     def from_config(cls, config: S3ObjectStoreConfig) -> S3ObjectStore:
