@@ -30,6 +30,7 @@ from rllm_loss_ppo.reinforce import Reinforce  # noqa: E402
 from rllm_object_store_file.objects import FileObjectStore  # noqa: E402
 from rllm_trainer_backend_torch.backend import TorchBackend  # noqa: E402
 from rllm_trainer_backend_torch.plugin import TorchBackendConfig  # noqa: E402
+from rllm_trainer_backend_torch.testing import assert_same_state  # noqa: E402
 
 VOCAB = 256  # the vocabulary of the tiny_model_dir fixture (tests/conftest.py)
 PREFIX = "runs/cut-test"
@@ -84,21 +85,6 @@ def loop_state_after(steps: int, watermark: int) -> LoopState:
     return LoopState(step=steps, data=data, rngs=capture_rngs(), buffer_watermark=watermark)
 
 
-def assert_bitwise_equal(a: TorchBackend, b: TorchBackend) -> None:
-    pa, pb = a.trainable_parameters, b.trainable_parameters
-    assert pa.keys() == pb.keys()
-    for name in pa:
-        assert torch.equal(pa[name], pb[name]), f"parameter {name} differs"
-    sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
-    assert sa["param_groups"] == sb["param_groups"]
-    assert sa["state"].keys() == sb["state"].keys()
-    for index, state in sa["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, sb["state"][index][key]), f"optimizer {index}.{key} differs"
-    assert a.scheduler.state_dict() == b.scheduler.state_dict()
-    assert (a.weight_version, a.optimizer_steps) == (b.weight_version, b.optimizer_steps)
-
-
 @pytest.mark.parametrize("lora", [LORA, FULL], ids=["lora-with-dropout", "full"])
 def test_a_restored_cut_continues_bitwise_equal_to_never_stopping(tiny_model_dir, tmp_path, lora):
     straight = backend(tiny_model_dir, lora)
@@ -135,7 +121,7 @@ def test_a_restored_cut_continues_bitwise_equal_to_never_stopping(tiny_model_dir
     assert (resumed.weight_version, resumed.optimizer_steps) == (2, 2)
     train(resumed, range(2, 4))
 
-    assert_bitwise_equal(straight, resumed)
+    assert_same_state(straight, resumed)
     assert resumed.weight_version == 4
 
 

@@ -40,6 +40,7 @@ from rllm_core.training.shared import SharedRun  # noqa: E402
 from rllm_core.training.state import DataOrder  # noqa: E402
 from rllm_core.types import Cut, Datum, Episode, Sample, Task  # noqa: E402
 from rllm_object_store_file.objects import FileObjectStore  # noqa: E402
+from rllm_trainer_backend_torch.testing import assert_same_state  # noqa: E402
 
 PLUGINS = PluginManager()
 NAME = "role-cut"
@@ -237,21 +238,6 @@ def rows(folder: RunFolder, name: str) -> list[dict[str, Any]]:
     return RunFolder.read_jsonl(folder.path / name)
 
 
-def assert_bitwise_equal(a: Any, b: Any) -> None:
-    pa, pb = a.trainable_parameters, b.trainable_parameters
-    assert pa.keys() == pb.keys()
-    for name in pa:
-        assert torch.equal(pa[name], pb[name]), f"parameter {name} differs"
-    sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
-    assert sa["param_groups"] == sb["param_groups"]
-    assert sa["state"].keys() == sb["state"].keys()
-    for index, state in sa["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, sb["state"][index][key]), f"optimizer {index}.{key} differs"
-    assert a.scheduler.state_dict() == b.scheduler.state_dict()
-    assert (a.weight_version, a.optimizer_steps) == (b.weight_version, b.optimizer_steps)
-
-
 @pytest.mark.parametrize("lora", [LORA, FULL], ids=["lora-with-dropout", "full"])
 def test_a_scheduled_cut_restored_by_a_new_incarnation_ends_bitwise_equal(
     tiny_model_dir, tmp_path, lora
@@ -357,7 +343,7 @@ def test_a_scheduled_cut_restored_by_a_new_incarnation_ends_bitwise_equal(
             k: v for k, v in b.items() if k.startswith("train/")
         }
     try:
-        assert_bitwise_equal(straight.c.trainer, resumed.c.trainer)
+        assert_same_state(straight.c.trainer, resumed.c.trainer)
         straight_final = cuts(straight_store)["0000000004-000001"]
         assert {k: f.sha256 for k, f in straight_final.files.items()} == {
             k: f.sha256 for k, f in written[final.name].files.items()

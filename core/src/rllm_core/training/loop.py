@@ -300,18 +300,32 @@ class TrainingLoop:
                     "failure",
                     {"step": state.step + 1, "reason": str(failure), "failure": failure.to_dict()},
                 )
-            write_json(self.folder.summary, summary)
-            self.observers.event("summary", summary)
-            self.display.finish(summary)
+            self._write_summary(summary)
         except BaseException as exc:
             self._crashed(exc, state, started)
             raise
+        return self._ended(status, exit_code, state.step, summary, failure)
+
+    def _write_summary(self, summary: dict[str, Any]) -> None:
+        write_json(self.folder.summary, summary)
+        self.observers.event("summary", summary)
+        self.display.finish(summary)
+
+    def _ended(
+        self,
+        status: str,
+        exit_code: int,
+        step: int,
+        summary: dict[str, Any],
+        failure: BaseException | None,
+    ) -> RunResult:
+        """Fire ``rllm_run_end`` for a run that ended with ``status``; its result."""
         run_status = {"finished": RunStatus.COMPLETED, "interrupted": RunStatus.INTERRUPTED}
         self.observers.run_end(run_status.get(status, RunStatus.FAILED), failure)
         return RunResult(
             status=status,
             exit_code=exit_code,
-            step=state.step,
+            step=step,
             summary=summary,
             reason=str(failure) if failure is not None else None,
         )

@@ -51,7 +51,6 @@ from rllm_core.training.scheduler import Controller, SchedulerSettings
 from rllm_core.training.shared import SharedRun
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
-from rllm_core.types import RunStatus
 
 __all__ = ["ROLES", "SamplerRole", "TrainerRole"]
 
@@ -333,20 +332,8 @@ class TrainerRole(TrainingLoop):
         summary = self._summary(status, state, started) | {"role": "trainer"}
         if failure is not None:
             summary["reason"] = str(failure)
-        from rllm_core.training.folder import write_json
-
-        write_json(self.folder.summary, summary)
-        self.observers.event("summary", summary)
-        self.display.finish(summary)
-        run_status = {"finished": RunStatus.COMPLETED, "interrupted": RunStatus.INTERRUPTED}
-        self.observers.run_end(run_status.get(status, RunStatus.FAILED), failure)
-        return RunResult(
-            status=status,
-            exit_code=exit_code,
-            step=state.step,
-            summary=summary,
-            reason=str(failure) if failure is not None else None,
-        )
+        self._write_summary(summary)
+        return self._ended(status, exit_code, state.step, summary, failure)
 
     def _backlog(self) -> int:
         """Groups waiting after the running incarnation's step or, with none running, after

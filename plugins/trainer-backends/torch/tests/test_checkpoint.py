@@ -15,6 +15,7 @@ from rllm_loss_ppo.reinforce import Reinforce
 from rllm_trainer_backend_torch.backend import TorchBackend
 from rllm_trainer_backend_torch.checkpoint import CheckpointError
 from rllm_trainer_backend_torch.plugin import TorchBackendConfig
+from rllm_trainer_backend_torch.testing import assert_same_state
 
 VOCAB = 256
 REINFORCE = Reinforce(ReinforceLossConfig())
@@ -69,21 +70,6 @@ def train(trainer: TorchBackend, steps: range) -> list[dict[str, float]]:
         metrics |= trainer.optim_step()
         out.append(metrics)
     return out
-
-
-def assert_same_state(a: TorchBackend, b: TorchBackend) -> None:
-    pa, pb = a.trainable_parameters, b.trainable_parameters
-    assert pa.keys() == pb.keys()
-    for name in pa:
-        assert torch.equal(pa[name], pb[name]), f"parameter {name} differs"
-    sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
-    assert sa["param_groups"] == sb["param_groups"]
-    assert sa["state"].keys() == sb["state"].keys()
-    for index, state in sa["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, sb["state"][index][key]), f"optimizer {index}.{key} differs"
-    assert a.scheduler.state_dict() == b.scheduler.state_dict()
-    assert (a.weight_version, a.optimizer_steps) == (b.weight_version, b.optimizer_steps)
 
 
 @pytest.mark.parametrize(
