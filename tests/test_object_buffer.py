@@ -4,6 +4,7 @@ restore, and what polling costs."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -16,13 +17,19 @@ from dataclasses import dataclass
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
 from rllm_core.errors import ObjectNotFoundError, StorageError
+from rllm_core.plugins.manager import PluginManager
 from rllm_core.storage.object_buffer import (
     PAYLOAD_MAGIC,
     SKIPPED_MAGIC,
     ObjectStoreSampleBuffer,
 )
-from rllm_core.testing.suites.storage import SampleBufferConformance, make_samples
+from rllm_core.testing.suites.storage import (
+    SampleBufferConformance,
+    buffer_programs,
+    make_samples,
+)
 from rllm_core.types import BacklogStats, Sample
 from rllm_object_store_file.objects import FileObjectStore
 
@@ -113,6 +120,56 @@ class TestOverTheFileObjectStore(SampleBufferConformance):
     @pytest.fixture
     def subprocess_factory_source(self):
         return FACTORY_SOURCE
+
+
+@functools.cache
+def _plugins() -> PluginManager:
+    return PluginManager()
+
+
+class TestOverS3OnMoto(SampleBufferConformance):
+    @pytest.fixture
+    def config(self, s3_server, s3_bucket):
+        return s3_server.store_config(s3_bucket)
+
+    @pytest.fixture
+    def open_s3(self, config):
+        stores = []
+
+        def _open():
+            stores.append(_plugins().get("object_store", "s3").build(config))
+            return stores[-1]
+
+        yield _open
+        for store in stores:
+            store.close()
+
+    @pytest.fixture
+    def sample_buffer(self, open_s3):
+        return ObjectStoreSampleBuffer(open_s3(), PREFIX)
+
+    @pytest.fixture
+    def reopen(self, open_s3):
+        return lambda buffer: ObjectStoreSampleBuffer(open_s3(), PREFIX)
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(program=buffer_programs())
+    def test_any_program_matches_a_model(self, sample_buffer, reopen, program):
+        """Fewer programs than the suite's 40: every step is several round trips to moto."""
+        SampleBufferConformance.test_any_program_matches_a_model.hypothesis.inner_test(
+            self, sample_buffer, reopen, program
+        )
+
+    @pytest.fixture
+    def subprocess_factory_source(self, config):
+        return f"""
+from rllm_core.plugins.manager import PluginManager
+from rllm_core.storage.object_buffer import ObjectStoreSampleBuffer
+
+def open_store(location):
+    store = PluginManager().get("object_store", "s3").build({config!r})
+    return ObjectStoreSampleBuffer(store, {PREFIX!r})
+"""
 
 
 class TestOverAnInProcessStore(SampleBufferConformance):
