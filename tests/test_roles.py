@@ -112,6 +112,8 @@ def _run_split(tmp_path: Path, store_section: str) -> None:
         for process in (sampler, trainer):
             if process.poll() is None:
                 process.kill()
+    for line in _metrics(first) + _metrics(second):
+        assert 0 < line["time/step_s"] < 300, line  # timed from the incarnation's start
     resumed = [m["step"] for m in _metrics(second)]
     assert resumed and resumed[-1] == STEPS, resumed
     # The second incarnation restored the newest cut (every step is cut) and went on from it:

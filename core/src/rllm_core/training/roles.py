@@ -209,6 +209,7 @@ class TrainerRole(TrainingLoop):
         await asyncio.to_thread(self.buffer.restore, state.buffer_watermark)
         self.folder.truncate_after(state.step)
         self.state = state
+        self._step_ended = time.monotonic()
         self._running = True
 
     async def train_round(self) -> bool:
