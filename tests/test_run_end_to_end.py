@@ -124,6 +124,9 @@ def test_async_quickstart_trains_each_batch_within_the_age_bound(smollm2_model_d
     for line in metrics:
         assert line["async/dropped_stale"] == 0.0 and line["episodes"] == 4.0
         assert 0.0 <= line["async/policy_age_mean"] <= line["async/policy_age_max"] <= 1.0
+        # At most the next batch (lead 1) waits, and nothing once the last step is trained.
+        assert line["async/queue_groups"] in (0.0, 1.0, 2.0)
+    assert metrics[-1]["async/queue_groups"] == 0.0
     episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     for episode in episodes:
         trained_at = metrics[episode["step"] - 1]["weight_version"] - 1

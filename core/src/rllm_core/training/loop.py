@@ -595,7 +595,7 @@ class TrainingLoop:
             "async/policy_age_mean": sum(ages) / len(ages) if ages else 0.0,
             "async/policy_age_max": float(max(ages, default=0)),
             "async/dropped_stale": float(len(stale_groups)),
-            "async/queue_groups": float(self._queued_groups()),
+            "async/queue_groups": float(self.buffer.backlog().groups),
             "async/sampler_wait_s": self._producer.take_waited() if self._producer else 0.0,
             "async/trainer_wait_s": trainer_wait_s,
         }
@@ -609,10 +609,6 @@ class TrainingLoop:
             self._gate.trained(step)
         self._show(line)
         return True
-
-    def _queued_groups(self) -> int:
-        """Groups rolled out and waiting for a later step."""
-        return self._queue.groups
 
     def _select(self, ticket: Ticket) -> tuple[list[Sample], int]:
         """The samples of ``ticket`` and the watermark to commit once trained. Samples before

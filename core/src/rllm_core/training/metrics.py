@@ -21,16 +21,16 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
 - ``time/sampler_busy_s`` and ``sampler_utilization`` (busy seconds over ``time/rollout_s``):
   how long the sampler ran the model during the rollout phase, when it reports that
   (:class:`~rllm_core.ports.training.BusyClock`); absent otherwise.
-- with ``[run].pipeline = "async"``: ``async/policy_age_mean`` and ``async/policy_age_max``
-  (the trainer's weight version at the update minus each trained sample's version; 0 when
-  nothing was trained), ``async/dropped_stale`` (groups of the step's batch older than
+- with ``[run].pipeline = "async"``: ``async/policy_age_mean`` and ``async/policy_age_max`` (the
+  trainer's weight version at the update minus each trained sample's version; 0 when nothing was
+  trained), ``async/dropped_stale`` (groups of the step's batch older than
   ``[algorithm].max_policy_age``, not trained), ``async/queue_groups`` (groups of later batches
-  waiting in the sample buffer when the step's update ended), ``async/sampler_wait_s`` (how
-  long rollouts waited for the trainer, since the previous line, because they were as far
-  ahead as the bound allows) and ``async/trainer_wait_s`` (how long this step waited for its
-  batch). ``time/rollout_s`` is then the batch's rollout time and ``time/step_s`` the time
-  since the previous step ended; ``time/sampler_busy_s`` is absent (batches overlap, so the
-  sampler's busy time has no one batch to belong to).
+  waiting in the sample buffer when the step's update ended: its ``backlog().groups``),
+  ``async/sampler_wait_s`` (how long rollouts waited for the trainer, since the previous line,
+  because they were as far ahead as the bound allows) and ``async/trainer_wait_s`` (how long this
+  step waited for its batch). ``time/rollout_s`` is then the batch's rollout time and
+  ``time/step_s`` the time since the previous step ended; ``time/sampler_busy_s`` is absent (batches
+  overlap, so the sampler's busy time has no one batch to belong to).
 - ``system/rss_gb``: the process's peak resident memory so far, in GB (10^9 bytes; the
   kernel's high-water mark, model load included), and ``system/rss_now_gb``: its resident
   memory when the line was made. Absent where the platform does not report them.

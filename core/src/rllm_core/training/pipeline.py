@@ -92,7 +92,7 @@ class _Failed:
 
 
 class TicketQueue:
-    """Tickets in step order, and the groups they hold; one event loop."""
+    """Tickets in step order; one event loop."""
 
     def __init__(self) -> None:
         self._items: deque[Ticket | _Failed] = deque()
@@ -119,10 +119,6 @@ class TicketQueue:
             if isinstance(item, _Failed):
                 return item.error
         return None
-
-    @property
-    def groups(self) -> int:
-        return sum(item.groups for item in self._items if isinstance(item, Ticket))
 
 
 class StepGate:

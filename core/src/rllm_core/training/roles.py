@@ -283,10 +283,6 @@ class TrainerRole(TrainingLoop):
         ticket, self._ticket = self._ticket, None
         return ticket
 
-    def _queued_groups(self) -> int:
-        step = self.state.step + 1 if self.state is not None else 0
-        return self.shared.waiting_groups(step, self.plan.algorithm.batch_size)
-
     def _on_stop(self) -> None:
         self._stop = True
         self.display.warn("stopping: the trainer cuts after the step in flight")
