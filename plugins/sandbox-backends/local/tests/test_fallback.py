@@ -92,6 +92,11 @@ def test_timeout_and_close_leave_no_process(
             await sb.exec("(sleep 319.5 & sleep 319.5) & sleep 319.5", timeout=1.0)
         assert host_processes_with("sleep 319.5") == []
         await sb.exec("sleep 320.5 >/dev/null 2>&1 &", timeout=10)
+        # The shell returns once it has forked the background job, which may not have
+        # become `sleep` yet on a loaded machine.
+        deadline = time.monotonic() + 3
+        while not host_processes_with("sleep 320.5") and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(host_processes_with("sleep 320.5")) == 1
         await sb.close()
         deadline = time.monotonic() + 3
