@@ -367,6 +367,10 @@ asyncio.run(main())
     try:
         assert owner.stdout is not None
         assert owner.stdout.readline() == "ready\n"
+        # The background job may not have become `sleep` yet when its shell returned.
+        deadline = time.monotonic() + 3
+        while not host_processes_with("sleep 321.5") and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(host_processes_with("sleep 321.5")) == 1
         assert host_processes_with(str(roots)), "the sandbox's bwrap is not running"
     finally:
