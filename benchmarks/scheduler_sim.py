@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from _tables import right_aligned
-from rllm_core.errors import ObjectNotFoundError
+from rllm_core.storage.memory_objects import MemoryObjectStore
 from rllm_core.training.nodes import ConvertingTrainer, Node, NodeClass, NodePool
 from rllm_core.training.scheduler import Controller, SchedulerSettings
 
@@ -100,40 +100,6 @@ def load_periods(setup: Setup) -> list[tuple[float, float]]:
         periods.append((now, min(now + length, end)))
         now += length + rng.uniform(*setup.quiet_min) * 60.0
     return periods
-
-
-class MemoryStore:
-    """The scheduler journal's object store, in a dict."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def put(self, key: str, data: bytes) -> None:
-        self.objects[key] = data
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        if key in self.objects:
-            return False
-        self.objects[key] = data
-        return True
-
-    def get(self, key: str) -> bytes:
-        if key not in self.objects:
-            raise ObjectNotFoundError(key)
-        return self.objects[key]
-
-    def exists(self, key: str) -> bool:
-        return key in self.objects
-
-    def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
-
-    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
-        return sorted(
-            k
-            for k in self.objects
-            if k.startswith(prefix) and (start_after is None or k > start_after)
-        )
 
 
 @dataclass
@@ -317,7 +283,7 @@ async def under_s1(world: World, lifecycle: Any) -> None:
     controller = Controller(
         lifecycle=lifecycle,
         settings=world.setup.settings(),
-        store=MemoryStore(),
+        store=MemoryObjectStore(),
         prefix="sim/scheduler",
         backlog=world.backlog,
         data_ended=world.data_ended,

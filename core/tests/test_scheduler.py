@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rllm_core.errors import ObjectNotFoundError, SchedulerGaveUp
+from rllm_core.errors import SchedulerGaveUp
 from rllm_core.plan.load import parse_plan
 from rllm_core.ports import TrainerLifecycle, TrainerReattach
+from rllm_core.storage.memory_objects import MemoryObjectStore
 from rllm_core.training.scheduler import (
     Controller,
     JournalConflictError,
@@ -27,41 +28,6 @@ from rllm_core.training.scheduler import (
 
 PREFIX = "runs/r1/scheduler"
 EPOCH = 1_700_000_000.0
-
-
-class DictStore:
-    """An object store in a dict, with exactly the port's methods."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def put(self, key: str, data: bytes) -> None:
-        self.objects[key] = bytes(data)
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        if key in self.objects:
-            return False
-        self.objects[key] = bytes(data)
-        return True
-
-    def get(self, key: str) -> bytes:
-        try:
-            return self.objects[key]
-        except KeyError:
-            raise ObjectNotFoundError(key) from None
-
-    def exists(self, key: str) -> bool:
-        return key in self.objects
-
-    def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
-
-    def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
-        return sorted(
-            k
-            for k in self.objects
-            if k.startswith(prefix) and (start_after is None or k > start_after)
-        )
 
 
 class Crash(BaseException):
@@ -146,7 +112,7 @@ class RemoteTrainer(FakeTrainer):
 
 
 def controller(
-    store: DictStore, world: World, trainer: Any, config: SchedulerSettings
+    store: MemoryObjectStore, world: World, trainer: Any, config: SchedulerSettings
 ) -> Controller:
     return Controller(
         lifecycle=trainer,
@@ -160,7 +126,7 @@ def controller(
     )
 
 
-def journal(store: DictStore) -> list[dict[str, Any]]:
+def journal(store: MemoryObjectStore) -> list[dict[str, Any]]:
     return SchedulerJournal(store, PREFIX).read()
 
 
@@ -253,7 +219,7 @@ def test_starts_when_the_backlog_reaches_q_on() -> None:
     world = World(arrivals=arrivals, batch=4)
     trainer = FakeTrainer(world)
     config = SchedulerSettings(batch_groups=4, max_policy_age=1, q_on_groups=8, poll_s=1.0)
-    store = DictStore()
+    store = MemoryObjectStore()
     outcome = asyncio.run(controller(store, world, trainer, config).run())
 
     (incarnation, started), *_ = trainer.named("start")
@@ -274,7 +240,7 @@ def test_idle_stop_after_the_measured_start_up_time() -> None:
     world = World(arrivals=arrivals, batch=4)
     trainer = FakeTrainer(world, startup_s=30.0)
     config = SchedulerSettings(batch_groups=4, idle_fallback_s=600.0, poll_s=1.0)
-    store = DictStore()
+    store = MemoryObjectStore()
     asyncio.run(controller(store, world, trainer, config).run())
 
     records = journal(store)
@@ -294,7 +260,7 @@ def test_idle_stop_s_overrides_the_measured_time() -> None:
     world = World(arrivals=[EPOCH] * 4 + [EPOCH + 1000.0] * 4, batch=4)
     trainer = FakeTrainer(world, startup_s=30.0)
     config = SchedulerSettings(batch_groups=4, idle_stop_s=100.0, poll_s=1.0)
-    store = DictStore()
+    store = MemoryObjectStore()
     asyncio.run(controller(store, world, trainer, config).run())
     idle = kinds(journal(store), "idle")[0]["ts"]
     (_, stopped), *_ = trainer.named("stop")
@@ -304,7 +270,7 @@ def test_idle_stop_s_overrides_the_measured_time() -> None:
 def test_data_end_finishes_with_a_final_cut() -> None:
     world = World(arrivals=[EPOCH + i for i in range(12)], batch=4)
     trainer = FakeTrainer(world)
-    store = DictStore()
+    store = MemoryObjectStore()
     outcome = asyncio.run(
         controller(store, world, trainer, SchedulerSettings(batch_groups=4)).run()
     )
@@ -318,7 +284,7 @@ def test_data_end_finishes_with_a_final_cut() -> None:
 def test_data_end_with_the_trainer_stopped_and_less_than_a_batch_exits_without_starting() -> None:
     world = World(arrivals=[EPOCH] * 3, batch=4)
     trainer = FakeTrainer(world)
-    store = DictStore()
+    store = MemoryObjectStore()
     outcome = asyncio.run(
         controller(store, world, trainer, SchedulerSettings(batch_groups=4)).run()
     )
@@ -333,7 +299,7 @@ def test_a_restarted_controller_continues_the_idle_timer_and_the_numbering() -> 
     world = World(arrivals=[EPOCH] * 4 + [EPOCH + 5000.0] * 4, batch=4)
     trainer = RemoteTrainer(world, startup_s=30.0)
     config = SchedulerSettings(batch_groups=4, poll_s=1.0)
-    store = DictStore()
+    store = MemoryObjectStore()
     first = controller(store, world, trainer, config)
     world.crash_at = EPOCH + 30.0 + 5.0 + 20.0
     with pytest.raises(Crash):
@@ -354,7 +320,7 @@ def test_a_restarted_controller_continues_the_idle_timer_and_the_numbering() -> 
 def test_a_restarted_controller_counts_a_lost_incarnation_and_starts_the_next() -> None:
     world = World(arrivals=[EPOCH] * 8, batch=4)
     trainer = FakeTrainer(world, startup_s=30.0)
-    store = DictStore()
+    store = MemoryObjectStore()
     config = SchedulerSettings(batch_groups=4, max_policy_age=1, poll_s=1.0)
     world.crash_at = EPOCH + 10.0  # during incarnation 1's start-up
     with pytest.raises(Crash):
@@ -371,7 +337,7 @@ def test_a_restarted_controller_counts_a_lost_incarnation_and_starts_the_next() 
 def test_failure_count_continues_across_a_restart_then_gives_up() -> None:
     world = World(arrivals=[EPOCH] * 4, batch=4)
     trainer = FakeTrainer(world, startup_s=10.0, fail_starts={1, 2, 3})
-    store = DictStore()
+    store = MemoryObjectStore()
     config = SchedulerSettings(batch_groups=4, max_failures=3, poll_s=1.0)
     # Two failed starts (10 s each, a 1 s pause after each), then the process dies.
     world.crash_at = EPOCH + 21.5
@@ -398,7 +364,7 @@ def test_failure_count_continues_across_a_restart_then_gives_up() -> None:
 def test_a_trained_round_ends_the_failure_streak() -> None:
     world = World(arrivals=[EPOCH] * 4 + [EPOCH + 500.0] * 4, batch=4)
     trainer = FakeTrainer(world, startup_s=10.0, fail_starts={1, 3})
-    store = DictStore()
+    store = MemoryObjectStore()
     config = SchedulerSettings(batch_groups=4, max_failures=2, poll_s=1.0)
     asyncio.run(controller(store, world, trainer, config).run())
     assert [i for i, _ in trainer.named("start")] == [1, 2, 3, 4]
@@ -414,14 +380,14 @@ def test_give_up_after_failed_rounds_names_each_failure() -> None:
 
     config = SchedulerSettings(batch_groups=4, max_failures=2)
     with pytest.raises(SchedulerGaveUp, match="incarnation 1: ValueError: nan loss; incarnation 2"):
-        asyncio.run(controller(DictStore(), world, Broken(world), config).run())
+        asyncio.run(controller(MemoryObjectStore(), world, Broken(world), config).run())
 
 
 @pytest.mark.parametrize("trigger", ["preempt", "manual"])
 def test_a_stop_request_cuts_with_its_trigger_at_a_round_boundary(trigger: str) -> None:
     world = World(arrivals=[EPOCH] * 12, batch=4)
     trainer = FakeTrainer(world)
-    store = DictStore()
+    store = MemoryObjectStore()
     config = SchedulerSettings(batch_groups=4, max_policy_age=2)
     control = controller(store, world, trainer, config)
     trainer.on_round = lambda: control.request_stop(trigger)  # type: ignore[arg-type]
@@ -439,7 +405,7 @@ def test_a_stop_request_wakes_a_waiting_controller() -> None:
 
     async def main() -> Any:
         control = controller(
-            DictStore(), world, trainer, SchedulerSettings(batch_groups=4, poll_s=3600.0)
+            MemoryObjectStore(), world, trainer, SchedulerSettings(batch_groups=4, poll_s=3600.0)
         )
 
         async def sleep(seconds: float) -> None:
@@ -456,7 +422,7 @@ def test_a_stop_request_wakes_a_waiting_controller() -> None:
 
 
 def test_two_controllers_cannot_write_the_same_record() -> None:
-    store = DictStore()
+    store = MemoryObjectStore()
     one, two = SchedulerJournal(store, PREFIX), SchedulerJournal(store, PREFIX)
     one.read(), two.read()
     one.append({"kind": "decision", "ts": EPOCH})
@@ -467,7 +433,7 @@ def test_two_controllers_cannot_write_the_same_record() -> None:
 
 def test_waits_are_journaled_once_per_rule() -> None:
     world = World(arrivals=[EPOCH + 3600.0] * 4, batch=4)
-    store = DictStore()
+    store = MemoryObjectStore()
     config = SchedulerSettings(batch_groups=4, poll_s=60.0)
     asyncio.run(controller(store, world, FakeTrainer(world), config).run())
     decisions = [(r["action"], r["rule"]) for r in kinds(journal(store), "decision")]
@@ -502,7 +468,7 @@ def test_property_never_idles_past_t_s_and_trains_every_group(
     arrivals += [now] * (len(arrivals) % batch)
     world = World(arrivals=arrivals, batch=batch)
     trainer = FakeTrainer(world, startup_s=startup_s, round_s=round_s)
-    store = DictStore()
+    store = MemoryObjectStore()
     config = SchedulerSettings(batch_groups=batch, max_policy_age=1, poll_s=poll_s)
     asyncio.run(controller(store, world, trainer, config).run())
 

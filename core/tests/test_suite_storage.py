@@ -14,6 +14,7 @@ from types import ModuleType
 import msgspec
 import pytest
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
+from rllm_core.storage.memory_objects import MemoryObjectStore
 from rllm_core.testing.suites.storage import (
     ObjectStoreConformance,
     SampleBufferConformance,
@@ -116,7 +117,7 @@ class TestJsonlSampleBuffer(SampleBufferConformance):
 class TestMemoryObjectStore(ObjectStoreConformance):
     @pytest.fixture
     def object_store(self):
-        return ref.MemoryObjectStore()
+        return MemoryObjectStore()
 
 
 class TestDirectoryObjectStore(ObjectStoreConformance):
@@ -494,21 +495,21 @@ def test_buffer_crash_test_catches_a_buffer_that_is_not_durable(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
-class UncheckedKeyStore(ref.MemoryObjectStore):
+class UncheckedKeyStore(MemoryObjectStore):
     """Accepts any key."""
 
     def put(self, key: str, data: bytes) -> None:
         self._objects[key] = data
 
 
-class InsertionOrderStore(ref.MemoryObjectStore):
+class InsertionOrderStore(MemoryObjectStore):
     """Lists keys in the order they were first stored."""
 
     def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
         return [k for k in self._objects if k.startswith(prefix)]
 
 
-class DirectoryPrefixStore(ref.MemoryObjectStore):
+class DirectoryPrefixStore(MemoryObjectStore):
     """Treats a prefix as a directory name."""
 
     def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
@@ -516,7 +517,7 @@ class DirectoryPrefixStore(ref.MemoryObjectStore):
         return sorted(k for k in self._objects if k.startswith(folder))
 
 
-class InclusiveStartAfterStore(ref.MemoryObjectStore):
+class InclusiveStartAfterStore(MemoryObjectStore):
     """Lists from ``start_after`` itself instead of after it."""
 
     def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
@@ -524,14 +525,14 @@ class InclusiveStartAfterStore(ref.MemoryObjectStore):
         return [k for k in keys if start_after is None or k >= start_after]
 
 
-class IgnoredStartAfterStore(ref.MemoryObjectStore):
+class IgnoredStartAfterStore(MemoryObjectStore):
     """Ignores ``start_after``."""
 
     def list(self, prefix: str = "", start_after: str | None = None) -> list[str]:
         return super().list(prefix)
 
 
-class RacyIfAbsentStore(ref.MemoryObjectStore):
+class RacyIfAbsentStore(MemoryObjectStore):
     """Checks for the key, then writes it, with no lock between the two."""
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -542,7 +543,7 @@ class RacyIfAbsentStore(ref.MemoryObjectStore):
         return True
 
 
-class OverwritingIfAbsentStore(ref.MemoryObjectStore):
+class OverwritingIfAbsentStore(MemoryObjectStore):
     """Overwrites the existing object and then reports that the key existed."""
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -551,7 +552,7 @@ class OverwritingIfAbsentStore(ref.MemoryObjectStore):
         return not existed
 
 
-class FalsyIfAbsentStore(ref.MemoryObjectStore):
+class FalsyIfAbsentStore(MemoryObjectStore):
     """Creates the object but returns ``None`` instead of ``True``."""
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -559,7 +560,7 @@ class FalsyIfAbsentStore(ref.MemoryObjectStore):
         return None  # type: ignore[return-value]
 
 
-class TornWriteStore(ref.MemoryObjectStore):
+class TornWriteStore(MemoryObjectStore):
     """Overwrites an object in place, half at a time."""
 
     def put(self, key: str, data: bytes) -> None:
