@@ -405,4 +405,4 @@ def test_a_trainer_start_threshold_the_age_bound_never_lets_wait_is_refused(
         )
     (only,) = info.value.issues
     assert only.location == "[scheduler].q_on_groups"
-    assert "the trainer would never start" in str(only)
+    assert "it would never start" in str(only) and "between 2 and 4" in str(only)

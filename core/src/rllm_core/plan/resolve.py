@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from rllm_core.errors import ComponentConflictError, PlanError, PlanIssue, UnknownComponentError
 from rllm_core.plan.load import issues_from_validation, load_plan
-from rllm_core.plan.schema import ComponentRef, Plan, component_sections
+from rllm_core.plan.schema import ComponentRef, Plan, component_sections, waiting_groups_bound
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import ComponentSpec, Kind
 
@@ -213,18 +213,23 @@ class _Resolver:
                 " shares its state with the samplers through an [object_store]",
                 "add an [object_store] section, or remove [scheduler]",
             )
-        if plan.object_store is not None and plan.run.pipeline == "async":
-            from rllm_core.training.scheduler import SchedulerSettings
-
-            try:
-                SchedulerSettings.from_plan(plan)
-            except ValueError as exc:
+        q_on = plan.scheduler.q_on_groups
+        if q_on is not None and plan.object_store is not None and plan.run.pipeline == "async":
+            algorithm = plan.algorithm
+            least = algorithm.batch_size
+            most = waiting_groups_bound(
+                least, algorithm.max_policy_age, algorithm.mini_batches * algorithm.epochs
+            )
+            if not least <= q_on <= most:
                 self.issue(
                     "scheduler",
                     "q_on_groups",
-                    plan.scheduler.q_on_groups,
-                    str(exc),
-                    "change [scheduler].q_on_groups",
+                    q_on,
+                    f"the trainer starts once q_on_groups groups wait; less than one batch"
+                    f" ([algorithm].batch_size = {least}) leaves it nothing to train, and more"
+                    f" than the {most} groups the age bound lets wait means it would never start",
+                    f"set [scheduler].q_on_groups between {least} and {most}, or raise"
+                    " [algorithm].max_policy_age",
                 )
         if plan.object_store is not None and plan.sample_buffer is not None:
             self.issue(

@@ -27,6 +27,7 @@ __all__ = [
     "SchedulerSection",
     "component_section",
     "component_sections",
+    "waiting_groups_bound",
 ]
 
 AggregationMode = Literal[AGGREGATION_MODES]  # type: ignore[valid-type]
@@ -208,6 +209,13 @@ class RolloutSection(_Section):
             " step's rollouts failed on infrastructure after their retries (1: never stop)."
         ),
     )
+
+
+def waiting_groups_bound(batch_size: int, max_policy_age: int, versions_per_step: int) -> int:
+    """The most groups that can wait for a stopped trainer: the sampler starts batch ``r`` only
+    once step ``r - 1 - lead`` is trained (``lead = max_policy_age // versions_per_step``), so
+    at most ``lead + 1`` batches wait."""
+    return batch_size * (max_policy_age // versions_per_step + 1)
 
 
 class SchedulerSection(_Section):

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from rllm_core.errors import RllmError, SchedulerGaveUp
+from rllm_core.plan.schema import waiting_groups_bound
 from rllm_core.ports import ObjectStore, StopTrigger, TrainerLifecycle, TrainerReattach
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class SchedulerSettings:
     @property
     def max_backlog_groups(self) -> int:
         """The most groups that can wait while the trainer is stopped (the module docstring)."""
-        return self.batch_groups * (self.max_policy_age // self.versions_per_round + 1)
+        return waiting_groups_bound(self.batch_groups, self.max_policy_age, self.versions_per_round)
 
     @classmethod
     def from_plan(cls, plan: Plan) -> SchedulerSettings:
