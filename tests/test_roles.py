@@ -170,3 +170,31 @@ def test_a_trainer_that_cannot_start_gives_up_after_max_failures(smollm2_model_d
     failed = [r for r in records if r["kind"] == "failed"]
     assert [r["incarnation"] for r in failed] == [1, 2], records
     assert records[-1]["kind"] == "gave-up"
+
+
+def test_a_sampler_that_cannot_load_a_release_fails_instead_of_waiting(
+    smollm2_model_dir, tmp_path
+):
+    """The trainer reports a version whose release is not in the store: the sampler, which
+    waits for that trainer at its age bound, ends with the error instead of waiting forever."""
+    from rllm_core.training.shared import SharedRun
+    from rllm_object_store_file.objects import FileObjectStore
+
+    store_root = tmp_path / "store"
+    plan = _plan(tmp_path, f'\n[object_store]\nname = "file"\nroot = "{store_root}"\n')
+    log = tmp_path / "sampler.log"
+    sampler = _start(plan, "sampler", tmp_path, log)
+    try:
+        deadline = time.monotonic() + 240
+        while "batch 2 queued" not in (log.read_text() if log.is_file() else ""):
+            assert sampler.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.1)
+        SharedRun(FileObjectStore(store_root), "quickstart").put_progress(1, 1)
+        code = sampler.wait(timeout=60)
+    finally:
+        if sampler.poll() is None:
+            sampler.kill()
+    text = log.read_text()
+    assert code == 1, text[-4000:]
+    assert "no release under" in text and "releases/LATEST" in text

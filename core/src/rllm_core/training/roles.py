@@ -45,6 +45,7 @@ from rllm_core.training.cuts import (
     restore_cut,
     write_cut,
 )
+from rllm_core.training.folder import write_json
 from rllm_core.training.loop import RunResult, TrainingLoop
 from rllm_core.training.pipeline import Ticket
 from rllm_core.training.scheduler import Controller, SchedulerSettings
@@ -128,7 +129,12 @@ class SamplerRole(TrainingLoop):
                     watcher = asyncio.ensure_future(self._watch())
                     assert self._producer_task is not None
                     with contextlib.suppress(asyncio.CancelledError):
-                        await self._producer_task
+                        await asyncio.wait(
+                            {self._producer_task, watcher}, return_when=asyncio.FIRST_COMPLETED
+                        )
+                    if watcher.done() and not watcher.cancelled():
+                        # A release that cannot be loaded: the gate would never open again.
+                        raise watcher.exception() or RuntimeError("the release watcher ended")
                 if signals.received is not None:
                     status, exit_code = "interrupted", signals.exit_code
         finally:
@@ -150,8 +156,6 @@ class SamplerRole(TrainingLoop):
             "last_batch": self.shared.last_step(),
             "weight_version": self._loaded_version,
         }
-        from rllm_core.training.folder import write_json
-
         write_json(self.folder.summary, summary)
         self.display.info(f"sampler {status}: batches up to {summary['last_batch']} produced")
         self.observers.close_loggers()
