@@ -172,9 +172,7 @@ def test_a_trainer_that_cannot_start_gives_up_after_max_failures(smollm2_model_d
     assert records[-1]["kind"] == "gave-up"
 
 
-def test_a_sampler_that_cannot_load_a_release_fails_instead_of_waiting(
-    smollm2_model_dir, tmp_path
-):
+def test_a_sampler_that_cannot_load_a_release_fails_instead_of_waiting(smollm2_model_dir, tmp_path):
     """The trainer reports a version whose release is not in the store: the sampler, which
     waits for that trainer at its age bound, ends with the error instead of waiting forever."""
     from rllm_core.training.shared import SharedRun

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from rllm_core.ports import NodeConverter, TrainerLifecycle
+from rllm_core.storage.memory_objects import MemoryObjectStore
 from rllm_core.training.nodes import (
     ConversionError,
     ConvertingTrainer,
@@ -19,7 +20,7 @@ from rllm_core.training.nodes import (
     NodePool,
 )
 from rllm_core.training.scheduler import Controller, SchedulerJournal, SchedulerSettings
-from test_scheduler import EPOCH, DictStore
+from test_scheduler import EPOCH
 
 GPU = NodeClass("h100", spot=False, precision="bf16")
 SPOT = NodeClass("h100-spot", spot=True, precision="bf16")
@@ -221,7 +222,7 @@ def test_s1_converts_a_node_to_train_and_back() -> None:
         if now[0] >= EPOCH + 10.0 and not converter.buffer and not converter.rounds:
             converter.buffer = ["g1", "g2", "g3", "g4"]
 
-    store = DictStore()
+    store = MemoryObjectStore()
     control = Controller(
         lifecycle=ConvertingTrainer(nodes),
         settings=SchedulerSettings(batch_groups=2, poll_s=1.0, idle_stop_s=5.0),
