@@ -25,6 +25,7 @@ __all__ = [
     "BacklogStats",
     "Cut",
     "CutTrigger",
+    "ExportedWeights",
     "Datum",
     "Episode",
     "ExecResult",
@@ -166,6 +167,23 @@ class SampleResult(msgspec.Struct, kw_only=True, frozen=True):
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
     weight_version: int
+
+
+class ExportedWeights(msgspec.Struct, kw_only=True, frozen=True):
+    """A policy written in the layout model servers load
+    (:meth:`~rllm_core.ports.WeightExporter.export_weights`).
+
+    ``path`` is the folder; ``version`` the weight version it holds; ``kind`` is ``"lora"``
+    (a PEFT adapter folder over ``base_model``) or ``"full"`` (a model folder that loads on
+    its own); ``base_model`` is the model folder or name the backend loaded, ``lora_rank`` the
+    adapter's rank (0 for ``"full"``), which a server must be started to accept.
+    """
+
+    path: str
+    version: int
+    kind: Literal["lora", "full"]
+    base_model: str
+    lora_rank: int = 0
 
 
 class WorkerStatus(msgspec.Struct, kw_only=True, frozen=True):

@@ -303,6 +303,11 @@ class Plan(_Section):
         default_factory=GatewaySection, description="The gateway a run serves its model through."
     )
     trainer: ComponentRef | None = component_section("trainer_backend", "Trainer backend.")
+    sampler: ComponentRef | None = component_section(
+        "sampler",
+        "Model servers the rollouts sample from, kept on the trainer's policy after every"
+        " optimizer step (unset: the trainer backend's own sampler).",
+    )
     renderer: ComponentRef | None = component_section("renderer", "Chat renderer.")
     sandbox: ComponentRef | None = component_section("sandbox_backend", "Sandbox backend.")
     harness: ComponentRef | None = component_section("harness", "Harness (agent loop).")

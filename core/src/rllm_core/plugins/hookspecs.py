@@ -186,6 +186,7 @@ def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
     traits={
         "proximal_modes": Trait(("rollout",), choices=("rollout", "recompute")),
         "publishes_weights": Trait(False, choices=(True, False)),
+        "exports_weights": Trait(False, choices=(True, False)),
     },
 )
 def rllm_trainer_backends() -> Iterable[ComponentSpec]:
@@ -200,7 +201,10 @@ def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     trains: every ``optim_step`` publishes the new version to the sampler, which switches
     between calls (a call in flight finishes on the version it started with and reports it).
     ``[run].pipeline = "async"`` needs it; ``plan check`` refuses async with a backend
-    without it, naming the backend.
+    without it, naming the backend. The trait ``exports_weights`` (default False) says that the
+    backend implements :class:`~rllm_core.ports.WeightExporter`, which a ``[sampler]`` section
+    (model servers kept on the policy) needs; ``plan check`` refuses one with a backend
+    without it, naming both.
 
     Example::
 

@@ -27,8 +27,11 @@ from rllm_core.ports.training import (
     BusyClock,
     LogprobScorer,
     NumericsReport,
+    ParallelTrainer,
+    PolicyFollower,
     Sampler,
     TrainerBackend,
+    WeightExporter,
     WeightReleaser,
     WorkerPool,
 )
@@ -47,6 +50,8 @@ __all__ = [
     "NodeConverter",
     "NumericsReport",
     "ObjectStore",
+    "ParallelTrainer",
+    "PolicyFollower",
     "Renderer",
     "SampleBuffer",
     "Sampler",
@@ -58,6 +63,7 @@ __all__ = [
     "TrainerBackend",
     "TrainerLifecycle",
     "TrainerReattach",
+    "WeightExporter",
     "WeightReleaser",
     "WorkerPool",
 ]

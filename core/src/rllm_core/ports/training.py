@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from rllm_core.types import Datum, SampleRequest, SampleResult, WorkerStatus
+from rllm_core.types import Datum, ExportedWeights, SampleRequest, SampleResult, WorkerStatus
 
 if TYPE_CHECKING:
     from rllm_core.algorithms.objective import Objective
@@ -14,8 +14,11 @@ __all__ = [
     "BusyClock",
     "LogprobScorer",
     "NumericsReport",
+    "ParallelTrainer",
+    "PolicyFollower",
     "Sampler",
     "TrainerBackend",
+    "WeightExporter",
     "WeightReleaser",
     "WorkerPool",
 ]
@@ -189,3 +192,84 @@ class NumericsReport(Protocol):
     """
 
     def numerics(self) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class ParallelTrainer(Protocol):
+    """What a trainer backend may also offer: training in several processes at once
+    (``torch.distributed`` ranks, one per device), launched by ``torchrun`` or by ``rllm-core
+    run`` itself.
+
+    Contract:
+
+    - ``rank`` and ``world_size`` are the process's place in the group (``0`` and ``1`` for a
+      backend that runs alone).
+    - Rank 0 is the only rank the run talks to: it owns the gateway, the run folder and the
+      loggers, and uses the backend as any :class:`TrainerBackend`. Every call it makes
+      (``forward_backward``, ``optim_step``, ``save_state`` ...) is carried out by all ranks
+      together: the backend hands the call to the others itself, and raises on rank 0 when
+      any rank failed, naming the rank.
+    - On every other rank the run builds the same backend from the same plan and calls
+      ``follow()``, which carries out rank 0's calls until rank 0 closes its backend, then
+      returns (or raises when rank 0 is gone).
+    - The result does not depend on ``world_size``: one ``forward_backward`` call's datums are
+      split across the ranks, with the normalizers of the whole call, and metrics are those of
+      the whole call; weights after an optimizer step equal those of one process up to
+      floating-point summation order.
+    - Only rank 0 has a sampler.
+    """
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def follow(self) -> None: ...
+
+
+@runtime_checkable
+class WeightExporter(Protocol):
+    """What a trainer backend may also offer: its current policy in the layout model servers
+    load (Hugging Face folders), for samplers that are not the backend's own.
+
+    Contract:
+
+    - ``export_weights(path)`` writes the current ``weight_version`` into the folder ``path``
+      (created when missing, written completely before it returns): with LoRA training a PEFT
+      adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) for the base model
+      the backend loaded; with full training a model folder (``config.json``, safetensors
+      weights, the tokenizer files) that loads on its own. It returns the
+      :class:`~rllm_core.types.ExportedWeights` describing it. Nothing of the backend changes.
+    - A backend that offers it declares the spec trait ``exports_weights = True``; ``plan
+      check`` refuses a ``[sampler]`` section with a backend that does not, naming both.
+    """
+
+    def export_weights(self, path: str) -> ExportedWeights: ...
+
+
+@runtime_checkable
+class PolicyFollower(Protocol):
+    """What a sampler (a ``[sampler]`` section of a training run) may also offer: model servers
+    kept on the trainer's current policy.
+
+    Contract:
+
+    - ``export_path(version)`` is the folder the trainer writes weight version ``version``
+      into (:meth:`WeightExporter.export_weights`), on storage the servers read.
+    - ``await update_weights(exported)`` makes every server sample from those weights. Once it
+      returns, every request the sampler starts uses them and reports ``exported.version`` as
+      its ``weight_version``; a request already in flight finishes on the weights it started
+      with and reports their version. Transient failures are retried; when the retries are
+      spent it raises :class:`~rllm_core.errors.UpstreamError` naming the server and what it
+      answered, and the run fails with it.
+    - A server that lost the weights it was given (it restarted) gets them again before it
+      serves another request.
+    - ``rllm-core run`` calls it once before the first rollout (with the weights the run starts
+      or resumes from) and after every optimizer step, before any rollout samples from the new
+      version.
+    """
+
+    def export_path(self, version: int) -> str: ...
+
+    async def update_weights(self, exported: ExportedWeights) -> None: ...

@@ -1,0 +1,5 @@
+"""``python -m rllm_core``: the ``rllm-core`` command, as ``torchrun -m rllm_core`` starts it."""
+
+from rllm_core.cli import main
+
+main()
