@@ -5,6 +5,7 @@ epochs and mini-batches."""
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 import torch
@@ -280,6 +281,51 @@ def test_micro_batches_give_the_metrics_of_the_whole_call():
     for key in whole:
         if key.startswith("offpolicy/") or key.endswith("tokens") or key == "loss":
             assert split[key] == pytest.approx(whole[key]), key
+
+
+def test_partials_of_several_steps_merge_into_the_metrics_of_one():
+    batch = inputs(shift=0.4)
+    objective = Objective.of(
+        Recorder(),
+        [(ObservationNll(), 0.5)],
+        correction=RolloutCorrection(tis_cap=1.2, mask_low=0.5, mask_high=1.4),
+    )
+    masks = ([batch.action_mask], [batch.observation_mask])
+    single = objective.begin(*masks)
+    for rows in (slice(0, 1), slice(1, 2)):
+        single.evaluate(rows_of(batch, rows))
+    expected = single.metrics()
+    # Two processes, one micro-batch each, both counting the whole call's normalizers.
+    steps = [objective.begin(*masks), objective.begin(*masks)]
+    for step, rows in zip(steps, (slice(0, 1), slice(1, 2)), strict=True):
+        step.evaluate(rows_of(batch, rows))
+    partials = [pickle.loads(pickle.dumps(step.partial())) for step in steps]
+    merged = objective.begin(*masks)
+    merged.merge(partials)
+    assert merged.metrics() == pytest.approx(expected, rel=1e-12)
+    assert merged.metrics().keys() == expected.keys()
+    assert steps[0].metrics() != pytest.approx(expected)
+
+
+def test_merging_a_step_without_micro_batches_changes_nothing():
+    batch = inputs(shift=0.2)
+    objective = Objective.of(Recorder())
+    masks = ([batch.action_mask], [batch.observation_mask])
+    busy, idle = objective.begin(*masks), objective.begin(*masks)
+    busy.evaluate(batch)
+    expected = busy.metrics()
+    busy.merge([busy.partial(), idle.partial()])
+    assert busy.metrics() == expected
+
+
+def rows_of(batch: LossInputs, rows: slice) -> LossInputs:
+    return LossInputs(
+        logprobs=batch.logprobs[rows],
+        rollout_logprobs=batch.rollout_logprobs[rows],
+        advantages=batch.advantages[rows],
+        action_mask=batch.action_mask[rows],
+        observation_mask=batch.observation_mask[rows],
+    )
 
 
 # ---------------------------------------------------------------- aggregate

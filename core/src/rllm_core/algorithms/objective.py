@@ -54,6 +54,7 @@ __all__ = [
     "PROXIMAL_MODES",
     "LossInputs",
     "Objective",
+    "ObjectivePartial",
     "ObjectiveStep",
     "OffPolicyStats",
     "RolloutCorrection",
@@ -334,6 +335,50 @@ class ObjectiveStep:
         out["observation_tokens"] = float(self.observation_tokens)
         return out
 
+    def partial(self) -> ObjectivePartial:
+        """What this step accumulated over the micro-batches it evaluated, as plain picklable
+        values: a trainer that splits one call's micro-batches across processes gathers every
+        process's partial and :meth:`merge` s them, so :meth:`metrics` describes the whole
+        call."""
+        means = self._means
+        return ObjectivePartial(
+            sums=dict(self._sums),
+            weighted=dict(means._weighted),
+            weights=dict(means._weights),
+            plain={name: list(values) for name, values in means._plain.items()},
+            offpolicy=self.offpolicy.partial(),
+        )
+
+    def merge(self, partials: Sequence[ObjectivePartial]) -> None:
+        """Replace what this step accumulated with the union of ``partials`` (this step's own
+        among them), taken in order: sums add, weighted means pool their weights, off-policy
+        statistics pool their tokens. The normalizers are not touched: every process counted
+        them over the whole call."""
+        sums: dict[str, float] = defaultdict(float)
+        means = _WeightedMeans()
+        offpolicy = OffPolicyStats()
+        for part in partials:
+            for name, value in part.sums.items():
+                sums[name] += value
+            for name, values in part.plain.items():
+                means._weighted[name] += part.weighted.get(name, 0.0)
+                means._weights[name] += part.weights.get(name, 0.0)
+                means._plain[name].extend(values)
+            offpolicy.absorb(part.offpolicy)
+        self._sums, self._means, self.offpolicy = sums, means, offpolicy
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectivePartial:
+    """The metric accumulators of one :class:`ObjectiveStep` (see
+    :meth:`ObjectiveStep.partial`); plain floats and lists, so it pickles."""
+
+    sums: dict[str, float]
+    weighted: dict[str, float]
+    weights: dict[str, float]
+    plain: dict[str, list[float]]
+    offpolicy: dict[str, float]
+
 
 class OffPolicyStats:
     """How far the trainer's policy is from the sampler's on the sampled tokens, accumulated
@@ -381,6 +426,31 @@ class OffPolicyStats:
         self._sum_sampler += float(rollout_logprobs.detach()[mask].double().sum())
         self._min = min(self._min, float(ratio.min()))
         self._max = max(self._max, float(ratio.max()))
+
+    _FIELDS = (
+        "_sum_neg_log",
+        "_sum_k3",
+        "_sum_ratio",
+        "_sum_ratio2",
+        "_sum_trainer",
+        "_sum_sampler",
+    )
+
+    def partial(self) -> dict[str, float]:
+        """The accumulated sums, token count, minimum and maximum as plain floats."""
+        out = {name: getattr(self, name) for name in self._FIELDS}
+        out |= {"tokens": float(self.tokens), "min": self._min, "max": self._max}
+        return out
+
+    def absorb(self, partial: dict[str, float]) -> None:
+        """Add the statistics another accumulator's :meth:`partial` returned."""
+        if not partial["tokens"]:
+            return
+        self.tokens += int(partial["tokens"])
+        for name in self._FIELDS:
+            setattr(self, name, getattr(self, name) + partial[name])
+        self._min = min(self._min, partial["min"])
+        self._max = max(self._max, partial["max"])
 
     def result(self) -> dict[str, float]:
         if not self.tokens:
