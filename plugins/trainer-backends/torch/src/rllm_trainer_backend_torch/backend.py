@@ -317,6 +317,26 @@ class TorchBackend:
             self._pending = False
             self.gate.set_version(version)
 
+    def export_weights(self, path: str) -> Any:
+        """Write the current version into the folder ``path`` as model servers load it and
+        return its :class:`~rllm_core.types.ExportedWeights`
+        (:class:`~rllm_core.ports.WeightExporter`): a PEFT adapter folder over the resolved
+        base model folder with LoRA, a model folder with the base's tokenizer files for full
+        training (:func:`rllm_trainer_backend_torch.export.export_policy`)."""
+        from rllm_core.models import resolve_model
+
+        from rllm_trainer_backend_torch.export import export_policy
+
+        self._check_open()
+        with self.gate.exclusive():
+            return export_policy(
+                self.model,
+                path,
+                version=self.gate.version,
+                base_model=resolve_model(self.config.model),
+                lora_rank=self.config.lora.rank,
+            )
+
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:

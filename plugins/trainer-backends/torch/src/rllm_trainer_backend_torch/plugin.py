@@ -199,5 +199,9 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_trainer_backend_torch.backend:TorchBackend"),
         config=TorchBackendConfig,
         summary="local transformers model: LoRA or full training and a batched KV-cache sampler",
-        traits={"proximal_modes": ("rollout", "recompute"), "publishes_weights": True},
+        traits={
+            "proximal_modes": ("rollout", "recompute"),
+            "publishes_weights": True,
+            "exports_weights": True,
+        },
     )
