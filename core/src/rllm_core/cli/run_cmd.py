@@ -65,7 +65,8 @@ def _comparable(data: dict, folder_name: str) -> dict:
     show_default=True,
     help=(
         "both: sample and train in this process. sampler / trainer: one side of an async run"
-        " whose processes share the plan's [object_store] (see docs/running.md)."
+        " whose processes share the plan's [object_store] (see docs/running.md). A sampler"
+        " runs in one process whatever [trainer].parallel.world_size says."
     ),
 )
 @click.option(
@@ -82,7 +83,40 @@ def run(
     role: str,
     record_datums: bool,
 ) -> None:
-    """Train with the RL job described by PLAN; see docs/running.md."""
+    """Train with the RL job described by PLAN; see docs/running.md.
+
+    With ``[trainer].parallel.world_size`` above 1 it starts that many processes through
+    ``torchrun`` (or is one of them); see docs/scaling.md."""
+    from rllm_core.training.launch import distributed_env, report_rank0
+
+    try:
+        group = distributed_env()
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if group is not None and role == "sampler":
+        fail(
+            f"--role sampler runs in one process, and torchrun started this one as rank"
+            f" {group.rank} of {group.world_size}: start the sampler without torchrun",
+            EXIT_USAGE,
+        )
+    if group is not None and group.rank > 0:
+        _follow(plan_path, overrides, group)
+    launch_args = _run_args(plan_path, overrides, resume, quiet, plain, role, record_datums)
+    with report_rank0():
+        _run(plan_path, overrides, resume, quiet, plain, role, record_datums, group, launch_args)
+
+
+def _run(
+    plan_path: Path,
+    overrides: tuple[str, ...],
+    resume: Path | None,
+    quiet: bool,
+    plain: bool,
+    role: str,
+    record_datums: bool,
+    group: Any,
+    launch_args: list[str],
+) -> None:
     from rllm_core.training.components import BuildError, build_components
     from rllm_core.training.display import make_display
     from rllm_core.training.folder import RunFolder
@@ -111,6 +145,7 @@ def run(
                 EXIT_USAGE,
             )
         check_gateway(resolved)
+        resolved = _place(resolved, role, group, launch_args)
     else:
         try:
             from rllm_core.plan.load import load_plan
@@ -120,9 +155,11 @@ def run(
             fail_plan(exc)
         # Everything that can fail on the plan fails here, before the folder exists.
         placeholder = Path(plan.run.output_dir) / "<run folder>"
-        check_gateway(resolve_or_exit(plan_path, overrides, placeholder))
+        checked = resolve_or_exit(plan_path, overrides, placeholder)
+        check_gateway(checked)
+        _place(checked, role, group, launch_args)
         folder = RunFolder.create(plan.run.output_dir, plan.run.name)
-        resolved = resolve_or_exit(plan_path, overrides, folder.path)
+        resolved = _place(resolve_or_exit(plan_path, overrides, folder.path), role, group, None)
         folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
     if role != "both":
         _check_role(role, resolved, plan_path)
@@ -141,6 +178,8 @@ def run(
             )
         except BuildError as exc:
             fail(str(exc), EXIT_FAILURE)
+        if group is not None:
+            _check_parallel(components.trainer, resolved, group)
         current = conditions(deterministic, components.placed)
         changed = folder.record_numerics(current, resume=resume is not None)
         if changed is not None:
@@ -155,7 +194,7 @@ def run(
             record_datums=record_datums,
         )
         try:
-            result = asyncio.run(_run(loop, components))
+            result = asyncio.run(_drive(loop, components))
         except (ResumeError, GatewayBindError) as exc:
             fail(str(exc), EXIT_USAGE)
         except Exception as exc:
@@ -188,7 +227,7 @@ def run(
     sys.exit(result.exit_code)
 
 
-async def _run(loop: Any, components: Any) -> Any:
+async def _drive(loop: Any, components: Any) -> Any:
     try:
         return await loop.run()
     finally:
@@ -218,3 +257,122 @@ def _make_loop(role: str, **kwargs: Any) -> Any:
     shared = SharedRun(components.object_store, kwargs["resolved"].plan.run.name)
     role_class = SamplerRole if role == "sampler" else TrainerRole
     return role_class(shared=shared, **kwargs)
+
+
+def _run_args(
+    plan_path: Path,
+    overrides: tuple[str, ...],
+    resume: Path | None,
+    quiet: bool,
+    plain: bool,
+    role: str,
+    record_datums: bool,
+) -> list[str]:
+    """This command's arguments, for the ranks the launcher starts."""
+    args = ["run", str(plan_path)]
+    for item in overrides:
+        args += ["--set", item]
+    if resume is not None:
+        args += ["--resume", str(resume)]
+    args += [flag for flag, on in (("--quiet", quiet), ("--plain", plain)) if on]
+    if role != "both":
+        args += ["--role", role]
+    if record_datums:
+        args.append("--record-datums")
+    return args
+
+
+def _parallel(resolved: Any) -> Any:
+    """The trainer's ``parallel`` settings, or None when its backend has none."""
+    from rllm_core.kit.trainer_config import ParallelSettings
+
+    trainer = resolved.get("[trainer]")
+    parallel = getattr(trainer.config, "parallel", None) if trainer is not None else None
+    return parallel if isinstance(parallel, ParallelSettings) else None
+
+
+def _place(resolved: Any, role: str, group: Any, launch_args: list[str] | None) -> Any:
+    """Where this process stands in a run of ``parallel.world_size`` processes.
+
+    Under torchrun the world sizes must agree. Otherwise, with a world size above 1 and
+    ``launch_args``, this process becomes the launcher of the ranks and exits with rank 0's
+    code. A sampler role always runs alone: its trainer is built with a world size of 1."""
+    from dataclasses import replace
+
+    from rllm_core.training.launch import WorldSizeMismatch, check_world_size, launch
+
+    parallel = _parallel(resolved)
+    world_size = parallel.world_size if parallel is not None else 1
+    if group is not None:
+        try:
+            check_world_size(group, world_size, resolved.path)
+        except WorldSizeMismatch as exc:
+            fail(str(exc), EXIT_USAGE)
+        return resolved
+    if world_size == 1:
+        return resolved
+    if role == "sampler":
+        trainer = resolved.get("[trainer]")
+        alone = trainer.config.model_copy(
+            update={"parallel": parallel.model_copy(update={"world_size": 1})}
+        )
+        components = dict(resolved.components)
+        components["[trainer]"] = replace(trainer, config=alone)
+        return replace(resolved, components=components)
+    if launch_args is not None:
+        sys.exit(launch(world_size, launch_args))
+    return resolved
+
+
+def _check_parallel(trainer: Any, resolved: Any, group: Any) -> None:
+    from rllm_core.ports import ParallelTrainer
+
+    if not isinstance(trainer, ParallelTrainer):
+        component = resolved.get("[trainer]")
+        fail(
+            f"{resolved.path}: [trainer] {component.kind.value}:{component.name} does not train"
+            f" in several processes (no ParallelTrainer), and torchrun started"
+            f" {group.world_size}; run it in one process",
+            EXIT_USAGE,
+        )
+
+
+def _follow(plan_path: Path, overrides: tuple[str, ...], group: Any) -> None:
+    """Rank ``group.rank`` > 0: build the plan's trainer only and carry out rank 0's calls
+    until rank 0 closes it; then exit 0. It writes no run folder and starts no gateway."""
+    import inspect
+    import signal
+
+    from rllm_core.training.components import BuildError
+
+    resolved = resolve_or_exit(plan_path, overrides, Path("<run folder>"))
+    _place(resolved, "both", group, None)
+    prepare_environment(resolved.plan.run.deterministic)
+    component = resolved.get("[trainer]")
+    try:
+        trainer = component.build()
+    except Exception as exc:
+        error = BuildError(
+            f"rank {group.rank}: {component.where}: building {component.kind.value}:"
+            f"{component.name} ({component.provider}) failed: {type(exc).__name__}: {exc}"
+        )
+        fail(str(error), EXIT_FAILURE)
+    try:
+        _check_parallel(trainer, resolved, group)
+        # Rank 0 decides when the run stops, and stops it with the ranks' help (its last
+        # checkpoint is collective): a signal torchrun passes to every rank is rank 0's alone.
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            trainer.follow()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    except Exception as exc:
+        fail(f"rank {group.rank}: following rank 0 failed: {type(exc).__name__}: {exc}")
+    finally:
+        close = getattr(trainer, "close", None)
+        if callable(close):
+            result = close()
+            if inspect.isawaitable(result):
+                asyncio.run(result)
+    sys.exit(0)

@@ -138,6 +138,7 @@ class _Resolver:
         """Keys and sections a run would accept and not use are errors, each saying why."""
         plan = self.plan
         self.refuse_pipeline_keys()
+        self.refuse_sampler()
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
         modes = trainer.spec.trait("proximal_modes") if trainer else None
@@ -155,6 +156,23 @@ class _Resolver:
                     hint='use proximal = "rollout" or a trainer that recomputes logprobs',
                 )
             )
+
+    def refuse_sampler(self) -> None:
+        """A ``[sampler]`` is kept on the policy with weights the trainer exports, which a
+        backend declares with the trait ``exports_weights``."""
+        sampler = self.components.get("[sampler]")
+        trainer = self.components.get("[trainer]")
+        if sampler is None or trainer is None or trainer.spec.trait("exports_weights"):
+            return
+        self.issue(
+            "sampler",
+            "name",
+            sampler.name,
+            f"sampler {sampler.name!r} needs weights exported by the trainer; trainer backend"
+            f" {trainer.name!r} cannot export them",
+            "remove [sampler] to sample from the trainer backend itself, or use a trainer"
+            " backend that exports weights (torch)",
+        )
 
     def refuse_pipeline_keys(self) -> None:
         """The policy-age bound and the sample buffer belong to the async pipeline, which needs
@@ -298,6 +316,17 @@ class _Resolver:
             )
             return
         options = ref.options
+        if kind is Kind.TRAINER_BACKEND and "parallel" in options and not _parallel(spec):
+            self.issue(
+                section,
+                "parallel",
+                None,
+                f"trainer backend {spec.name!r} trains in one process: it has no parallel"
+                " table (it is no ParallelTrainer), so it cannot run in several processes",
+                "remove [trainer].parallel, or select a trainer backend that trains in several"
+                ' processes (name = "torch")',
+            )
+            options = {key: value for key, value in options.items() if key != "parallel"}
         coef: float | None = None
         if role == "auxiliary":
             takes_coef = AUX_COEF_KEY in spec.config.model_fields
@@ -348,6 +377,15 @@ class _Resolver:
         self.components[where] = ResolvedComponent(
             where=where, spec=spec, config=config, provider=record.plugin.label, coef=coef
         )
+
+
+def _parallel(spec: ComponentSpec) -> bool:
+    """Whether a trainer backend trains in several processes: its config's ``parallel`` key
+    is the kit's :class:`~rllm_core.kit.trainer_config.ParallelSettings` table."""
+    from rllm_core.kit.trainer_config import ParallelSettings
+
+    field = spec.config.model_fields.get("parallel") if spec.config is not None else None
+    return field is not None and field.annotation is ParallelSettings
 
 
 def resolve_plan(
