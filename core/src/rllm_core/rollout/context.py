@@ -7,9 +7,13 @@
         batch = await rollouts.runner.run(tasks, step=1)
 
 :func:`open_rollouts` starts a loopback :class:`~rllm_core.gateway.server.Gateway` as a task on
-the running loop, on ``components.trainer.sampler()`` (the one sampler of the context) and
-``components.renderer``, recording into ``components.trace_store``, in the plan's
-``[gateway].token_mode``, on ``[gateway].host`` and ``[gateway].port``. It then builds a
+the running loop, on the one sampler of the context and ``components.renderer``, recording into
+``components.trace_store``, in the plan's ``[gateway].token_mode``, on ``[gateway].host`` and
+``[gateway].port``. The sampler is the plan's ``[sampler]`` (``components.sampler``) when it
+has one, kept on the trainer's policy by a
+:class:`~rllm_core.training.policy_sync.PolicySync` that has synced once before the block
+starts (``RolloutContext.policy``; a training run syncs again after every optimizer step);
+otherwise ``components.trainer.sampler()``. It then builds a
 :class:`~rllm_core.rollout.RolloutRunner` on ``components.tasks``, ``components.harness`` and
 ``components.sandbox`` whose sessions are seeded from ``[run].seed``
 (:class:`~rllm_core.training.sessions.SeededGateway`). The gateway stops when the block exits,
@@ -19,10 +23,10 @@ however it exits. A gateway that cannot bind raises
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rllm_core.gateway.server import Gateway
 from rllm_core.plan.schema import Plan
@@ -31,6 +35,7 @@ from rllm_core.rollout.records import RolloutEvent
 from rllm_core.rollout.runner import RolloutRunner
 from rllm_core.rollout.settings import RolloutSettings
 from rllm_core.training.gateway_address import gateway_bind_error
+from rllm_core.training.policy_sync import PolicySync
 from rllm_core.training.sessions import SeededGateway
 from rllm_core.types import SamplingParams
 
@@ -42,12 +47,14 @@ __all__ = ["RolloutContext", "open_rollouts", "rollout_settings"]
 
 @dataclass(frozen=True)
 class RolloutContext:
-    """An open rollout context: the serving ``gateway``, the ``sampler`` behind it and the
-    ``runner`` that rolls out through it."""
+    """An open rollout context: the serving ``gateway``, the ``sampler`` behind it, the
+    ``runner`` that rolls out through it and, with a ``[sampler]``, the ``policy`` sync that
+    keeps it on the trainer's weights."""
 
     gateway: Gateway
     sampler: Sampler
     runner: RolloutRunner
+    policy: PolicySync | None = None
 
 
 def rollout_settings(plan: Plan, *, group_size: int) -> RolloutSettings:
@@ -75,10 +82,20 @@ async def open_rollouts(
     run_id: str,
     on_event: Callable[[RolloutEvent], None] | None = None,
     plan_path: str = "plan.toml",
+    trainer_call: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
 ) -> AsyncIterator[RolloutContext]:
     """Open the rollout context of ``plan`` (see the module docstring); ``run_id`` prefixes
-    every session id, ``on_event`` gets every rollout event."""
-    sampler = components.trainer.sampler()
+    every session id, ``on_event`` gets every rollout event, ``trainer_call`` runs the
+    trainer's weight exports (a worker thread by default). What the first sync raises (the
+    sampler's error) propagates, after the gateway stopped."""
+    policy: PolicySync | None = None
+    sampler: Sampler
+    if components.sampler is not None:
+        sampler = components.sampler
+        options = {"call": trainer_call} if trainer_call is not None else {}
+        policy = PolicySync(components.trainer, components.sampler, **options)  # type: ignore[arg-type]
+    else:
+        sampler = components.trainer.sampler()
     gateway = Gateway(
         renderer=components.renderer,
         sampler=sampler,
@@ -94,6 +111,8 @@ async def open_rollouts(
             exc, host=gateway.host, port=plan.gateway.port, plan_path=plan_path
         ) from None
     try:
+        if policy is not None:
+            await policy.sync()
         runner = RolloutRunner(
             task_source=components.tasks,
             harness=components.harness,
@@ -104,6 +123,6 @@ async def open_rollouts(
             run_id=run_id,
             on_event=on_event,
         )
-        yield RolloutContext(gateway=gateway, sampler=sampler, runner=runner)
+        yield RolloutContext(gateway=gateway, sampler=sampler, runner=runner, policy=policy)
     finally:
         await gateway.astop()

@@ -35,6 +35,7 @@ from rllm_core.ports import (
     ObjectStore,
     Renderer,
     SampleBuffer,
+    Sampler,
     SandboxBackend,
     TaskSource,
     TraceStore,
@@ -189,7 +190,9 @@ class Components:
     """The built components of a run. ``sandbox`` is None when the plan selects none;
     ``loss`` and ``advantage`` when it selects none and they were not required;
     ``sample_buffer`` when it selects none (the async pipeline then queues in memory, or in
-    the ``object_store`` when the plan has one).
+    the ``object_store`` when the plan has one); ``sampler`` (a
+    :class:`~rllm_core.ports.PolicyFollower`, checked at build) when it selects none, and the
+    rollouts then sample from ``trainer.sampler()``.
     ``loggers`` are the ``[[loggers]]`` entries, each with a label naming it
     (``"[loggers[0]] jsonl"``); they are in ``built`` too, so :meth:`aclose` closes them.
     ``placed`` maps each plan location (``"[trainer]"``) to its component."""
@@ -204,6 +207,7 @@ class Components:
     sample_buffer: SampleBuffer | None = None
     object_store: ObjectStore | None = None
     sandbox: SandboxBackend | None = None
+    sampler: Sampler | None = None
     aux_losses: list[tuple[Loss, float]] = field(default_factory=list)
     loggers: list[tuple[str, Logger]] = field(default_factory=list)
     built: list[Any] = field(default_factory=list)
@@ -253,6 +257,7 @@ def build_components(
             order.append(instance)
             if on_built is not None:
                 on_built(component)
+        _check_sampler(resolved, built)
     except BuildError:
         for instance in reversed(order):
             close = getattr(instance, "close", None)
@@ -276,8 +281,29 @@ def build_components(
         sample_buffer=built.get("[sample_buffer]"),
         object_store=built.get("[object_store]"),
         sandbox=built.get("[sandbox]"),
+        sampler=built.get("[sampler]"),
         aux_losses=aux,
         loggers=loggers,
         built=order,
         placed=built,
     )
+
+
+def _check_sampler(resolved: ResolvedPlan, built: dict[str, Any]) -> None:
+    """A ``[sampler]`` must follow the policy and the trainer must export it
+    (:func:`~rllm_core.training.policy_sync.check_policy_follower`); :class:`BuildError`
+    otherwise."""
+    from rllm_core.training.policy_sync import SamplerMismatch, check_policy_follower
+
+    sampler, trainer = resolved.get("[sampler]"), resolved.get("[trainer]")
+    if sampler is None or trainer is None:
+        return
+    try:
+        check_policy_follower(
+            built["[sampler]"],
+            built["[trainer]"],
+            sampler_name=sampler.name,
+            trainer_name=trainer.name,
+        )
+    except SamplerMismatch as exc:
+        raise BuildError(f"{resolved.path}: {exc}") from None

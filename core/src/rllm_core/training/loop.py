@@ -36,6 +36,12 @@ On SIGINT/SIGTERM the rollout phase in flight is cancelled (the runner cleans up
 ``cancel_timeout_s``); a train phase in flight finishes and its step is recorded. The last
 completed step is checkpointed and :attr:`RunResult.exit_code` is 130 or 143.
 
+With a ``[sampler]`` section the rollouts sample from its model servers, kept on the policy
+(:mod:`rllm_core.training.policy_sync`): the trainer's weights are exported to them before the
+first rollout (a fresh or a resumed run) and after every optimizer step, on the trainer thread,
+and the next rollout starts only once the servers serve them. A sync that fails (the sampler
+gave up on a server) ends the run ``failed`` with the sampler's error.
+
 With ``[run].pipeline = "async"`` the rollouts run ahead of the trainer
 (:mod:`rllm_core.training.pipeline`) into the sample buffer (``[sample_buffer]``, or one in
 memory): step ``N`` trains on rollout batch ``N`` once it is queued, dropping the groups older
@@ -53,7 +59,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -341,6 +347,7 @@ class TrainingLoop:
                 run_id=self.run_id,
                 on_event=self.display.on_event,
                 plan_path=self.plan_path,
+                trainer_call=self._on_trainer_thread,
             )
         )
         builder = DatumBuilder(
@@ -467,6 +474,7 @@ class TrainingLoop:
             epochs=algorithm.epochs,
             mini_batches=algorithm.mini_batches,
             call=self._on_trainer_thread,
+            after_step=self._policy_sync(),
         )
         return train, time.monotonic() - began
 
@@ -648,6 +656,12 @@ class TrainingLoop:
                 max_workers=1, thread_name_prefix="rllm-trainer"
             )
         return await asyncio.get_running_loop().run_in_executor(self._trainer_executor, call)
+
+    def _policy_sync(self) -> Callable[[], Awaitable[Any]] | None:
+        """What moves the ``[sampler]`` to the trainer's new version after an optimizer step;
+        None without one, or where this process rolls out nothing (the trainer role)."""
+        policy = self._rollouts.policy if self._rollouts is not None else None
+        return policy.sync if policy is not None else None
 
     def _sampler_busy(self) -> float | None:
         sampler = self._rollouts.sampler if self._rollouts is not None else None

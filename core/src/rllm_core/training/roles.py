@@ -8,8 +8,9 @@ The two roles share nothing but the plan's ``[object_store]`` (:mod:`rllm_core.t
   lead`` (``lead = max_policy_age // (mini_batches * epochs)``), so the sampler waits at a
   backlog cap of ``lead + 1`` batches. Whenever the trainer reports a new weight version it
   loads the newest release (checking its digest) before letting the next batch start, and
-  samples are tagged with the version that produced them. It ends once ``[run].steps`` batches
-  are in the buffer.
+  samples are tagged with the version that produced them. With a ``[sampler]`` (model servers)
+  it exports each release it loads to them (:mod:`rllm_core.training.policy_sync`) before the
+  next batch starts. It ends once ``[run].steps`` batches are in the buffer.
 - **trainer** (:class:`TrainerRole`): runs trainer incarnations under the scheduler
   (:mod:`rllm_core.training.scheduler`, ``[scheduler]``). An incarnation restores the newest
   cut (weights, optimizer, counters, random generators, the buffer watermark), trains step
@@ -19,7 +20,8 @@ The two roles share nothing but the plan's ``[object_store]`` (:mod:`rllm_core.t
   trigger (``scheduled`` when the scheduler idles it, ``manual`` on SIGINT, ``preempt`` on
   SIGTERM, ``final`` after the last step). The buffer is restored to the cut's watermark on
   each start: a batch trained after the last cut by an incarnation that then crashed is
-  trained again (its weights were lost with it), none before the cut is.
+  trained again (its weights were lost with it), none before the cut is. It rolls out
+  nothing, so a ``[sampler]`` is left to the sampler role.
 
 Each role writes its own run folder: the sampler its traces and ``queue.jsonl``, the trainer
 ``metrics.jsonl``, ``episodes.jsonl``, plots and ``summary.json``.
@@ -99,6 +101,9 @@ class SamplerRole(TrainingLoop):
                 load_release, self.shared.store, self.shared.prefix, self.c.trainer, self._workdir
             )
             self._loaded_version = loaded
+            policy = self._policy_sync()
+            if policy is not None:
+                await policy()
             self.display.info(f"loaded policy version {loaded} (trainer at step {step})")
         return step
 

@@ -85,9 +85,11 @@ async def update_policy(
     epochs: int,
     mini_batches: int,
     call: Callable[[Callable[[], Any]], Awaitable[Any]],
+    after_step: Callable[[], Awaitable[Any]] | None = None,
 ) -> dict[str, float]:
     """Train on ``datums`` as the module docstring says; ``call`` runs each trainer call (the
-    loop's trainer thread). Returns the merged metrics."""
+    loop's trainer thread), ``after_step`` is awaited after every ``optim_step`` (a run with a
+    ``[sampler]`` moves its servers to the new version there). Returns the merged metrics."""
     if objective.proximal == "recompute":
         scored = await call(functools.partial(trainer.compute_logprobs, list(datums)))
         datums = [
@@ -101,6 +103,8 @@ async def update_policy(
             fb = await call(functools.partial(trainer.forward_backward, chunk, objective))
             opt = await call(trainer.optim_step)
             passes.append((epoch, fb, opt))
+            if after_step is not None:
+                await after_step()
     return merge_pass_metrics(passes)
 
 
