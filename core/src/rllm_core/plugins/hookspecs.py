@@ -351,9 +351,12 @@ def rllm_samplers() -> Iterable[ComponentSpec]:
     """Yield the samplers this plugin provides: inference servers reached over the network.
 
     ``rllm-core gateway serve`` selects one (``--upstream URL`` builds ``sampler:vllm`` with
-    ``{"urls": [...]}``); a training run samples from its trainer backend instead. The factory
-    returns a :class:`~rllm_core.ports.Sampler`, usually also a
-    :class:`~rllm_core.ports.WorkerPool` so that the gateway can report and close it.
+    ``{"urls": [...]}``); ``rllm-core run`` and ``rllm-core eval`` sample from the plan's
+    ``[sampler]`` when it has one, and from the trainer backend's own sampler otherwise. The
+    factory returns a :class:`~rllm_core.ports.Sampler`, usually also a
+    :class:`~rllm_core.ports.WorkerPool` so that the gateway can report and close it; a
+    ``[sampler]`` must also be a :class:`~rllm_core.ports.PolicyFollower`, which the run keeps
+    on the trainer's weights (a build error otherwise).
 
     Example::
 
