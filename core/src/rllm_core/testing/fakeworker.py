@@ -64,6 +64,7 @@ class _Body(msgspec.Struct):
     max_tokens: int = 16
     stop_token_ids: list[int] = []
     return_token_ids: bool = False
+    model: str | None = None
 
 
 @dataclass
@@ -157,14 +158,17 @@ class FakeWorker:
             message = await receive()
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
-        path = scope["path"]
+        await self.handle(scope["method"], scope["path"], b"".join(chunks), send)
+
+    async def handle(self, method: str, path: str, raw: bytes, send: Callable) -> None:
+        """Answer one HTTP request (a subclass adds routes and falls back to this)."""
         if path == "/health":
             status = 200 if self.healthy else 503
             await _respond(send, status, b"" if self.healthy else b'{"error": "unhealthy"}')
-        elif path == "/v1/completions" and scope["method"] == "POST":
-            await self._complete(b"".join(chunks), send)
+        elif path == "/v1/completions" and method == "POST":
+            await self._complete(raw, send)
         else:
-            await _respond(send, 404, _encode({"error": {"message": f"no route {path}"}}))
+            await _respond(send, 404, _encode({"detail": "Not Found"}))
 
     async def _complete(self, raw: bytes, send: Callable) -> None:
         if self.record:
@@ -181,6 +185,10 @@ class FakeWorker:
         if isinstance(body.prompt, str):
             await _respond(send, 400, _encode({"error": {"message": "token ids only"}}))
             return
+        refusal = self.admit(body)
+        if refusal is not None:
+            await _respond(send, refusal[0], refusal[1])
+            return
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -191,6 +199,11 @@ class FakeWorker:
             self.in_flight -= 1
         self.served += 1
         await _respond(send, 200, self.answer(ids, body, len(body.prompt)))
+
+    def admit(self, body: Any) -> tuple[int, bytes] | None:
+        """``None`` to serve the decoded completion request ``body``, else the status and body
+        to refuse it with (a subclass checks its ``model`` field)."""
+        return None
 
     def answer(self, ids: Sequence[int], body: Any, prompt_tokens: int) -> bytes:
         """The vLLM-shaped completion for ``ids``."""

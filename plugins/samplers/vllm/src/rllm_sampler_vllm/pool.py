@@ -63,6 +63,11 @@ class _AttemptFailed(UpstreamError):
         self.moved = moved
 
 
+class _ModelMissing(UpstreamError):
+    """The worker answered that the model the request named does not exist: it lost the
+    weights it was given (it restarted)."""
+
+
 class _OverBudget(Exception):
     """The next wait would end past ``retry_budget_s``."""
 
@@ -177,6 +182,15 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 # ------------------------------------------------------------------------------ the pool
 
 
+@dataclass(frozen=True)
+class Policy:
+    """What a request is sent with: the ``model`` field (``None``: none) and the weight
+    version its result reports."""
+
+    model: str | None
+    version: int
+
+
 @dataclass
 class _Worker:
     url: str
@@ -187,6 +201,8 @@ class _Worker:
     served: int = 0
     failures: int = 0
     last_error: str | None = None
+    restores: int = 0
+    restoring: asyncio.Future[str | None] | None = None
 
 
 class HttpWorkerPool:
@@ -195,9 +211,15 @@ class HttpWorkerPool:
 
     ``model`` is sent as the request's ``model`` field (vLLM's served model name) when given;
     ``api_key`` as a bearer token. ``weight_version`` is what results report unless a worker
-    answers with its own ``weight_version`` field; the run loop sets it when it publishes new
-    weights to the workers. ``retry`` holds the retry keys (``retries``, ``retry_backoff_s``,
+    answers with its own ``weight_version`` field. :meth:`use` changes both for the requests
+    that start afterwards; a request keeps the model and version it started with (a
+    :class:`Policy`). ``retry`` holds the retry keys (``retries``, ``retry_backoff_s``,
     ``retry_backoff_max_s``).
+
+    A subclass that gives the workers their weights overrides :meth:`holds_weights` and
+    :meth:`restore`: a worker that answers 404 "does not exist" for a model other than
+    ``model`` (an adapter it was given), or that comes back after being down, is restored
+    before it serves another request.
 
     The pool belongs to the event loop it is first used in. :meth:`start` begins health
     checks (the first :meth:`sample` starts them too); :meth:`aclose` stops them and closes
@@ -248,7 +270,7 @@ class HttpWorkerPool:
         self.health_path = health_path
         self.completions_path = completions_path
         self.max_sticky_sessions = max_sticky_sessions
-        self.weight_version = weight_version
+        self._policy = Policy(model=model, version=weight_version)
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
@@ -273,6 +295,63 @@ class HttpWorkerPool:
             health_interval_s=config.health_interval_s,
         )
 
+    # ---------------------------------------------------------------- policy
+
+    @property
+    def weight_version(self) -> int:
+        return self._policy.version
+
+    @weight_version.setter
+    def weight_version(self, version: int) -> None:
+        self._policy = Policy(model=self._policy.model, version=version)
+
+    @property
+    def policy(self) -> Policy:
+        """The model name and version requests starting now are sent with."""
+        return self._policy
+
+    def use(self, model: str | None, version: int) -> None:
+        """Send requests that start from now on with ``model`` and report ``version``."""
+        self._policy = Policy(model=model, version=version)
+
+    def holds_weights(self) -> bool:
+        """Whether this pool gave the workers weights that :meth:`restore` gives back to one
+        that lost them. The base pool gives none."""
+        return False
+
+    async def restore(self, url: str) -> None:
+        """Give the worker at ``url`` the current weights again (it restarted). Raises when it
+        cannot; the worker then stays down until a health check restores it."""
+
+    def restores(self) -> int:
+        """How many times a worker was given its weights again."""
+        return sum(w.restores for w in self._workers)
+
+    async def _restore_worker(self, worker: _Worker) -> str | None:
+        """Restore ``worker`` once however many requests found it lost its weights; the error,
+        or ``None``."""
+        if worker.restoring is None:
+            worker.restoring = asyncio.ensure_future(self._run_restore(worker))
+        return await asyncio.shield(worker.restoring)
+
+    async def _run_restore(self, worker: _Worker) -> str | None:
+        log.warning(
+            "upstream worker %s lost its policy weights (it restarted?); giving it %s again",
+            worker.url,
+            self._policy.model or f"version {self._policy.version}",
+        )
+        try:
+            await self.restore(worker.url)
+        except Exception as exc:
+            error = f"restoring the policy weights failed: {exc}"
+            self._mark_down(worker, error)
+            return error
+        else:
+            worker.restores += 1
+            return None
+        finally:
+            worker.restoring = None
+
     # ---------------------------------------------------------------- Sampler port
 
     async def sample(self, request: SampleRequest) -> SampleResult:
@@ -281,7 +360,8 @@ class HttpWorkerPool:
         self._ensure_health_checks()
         loop = asyncio.get_running_loop()
         key = routing_key.get() or request.request_id or None
-        body = completion_body(request, model=self.model)
+        policy = self._policy
+        body = completion_body(request, model=policy.model)
         headers = self._headers
         if request.request_id:
             headers = {**headers, "x-request-id": request.request_id}
@@ -290,11 +370,25 @@ class HttpWorkerPool:
         attempts = 0
 
         async def attempt() -> SampleResult:
-            nonlocal attempts
+            nonlocal attempts, policy, body
             worker = await self._worker_for(key, started)
+            if worker.restoring is not None:
+                error = await self._restore_worker(worker)
+                if error is not None:
+                    failures.append(f"{worker.url}: {error}")
+                    raise _AttemptFailed(f"{worker.url}: {error}", moved=True)
             attempts += 1
             try:
-                return await self._post(worker, body, headers)
+                return await self._post(worker, body, headers, policy)
+            except _ModelMissing as exc:
+                failures.append(str(exc))
+                error = await self._restore_worker(worker)
+                if error is not None:
+                    raise _AttemptFailed(f"{worker.url}: {error}", moved=True) from None
+                # The request starts over on the weights the worker was given back.
+                policy = self._policy
+                body = completion_body(request, model=policy.model)
+                raise _AttemptFailed(str(exc), retry_after=0.0) from None
             except _AttemptFailed as exc:
                 failures.append(str(exc))
                 raise
@@ -329,9 +423,11 @@ class HttpWorkerPool:
                 raise self._unavailable(started)
             await self._wait_for_health(remaining)
 
-    async def _post(self, worker: _Worker, body: bytes, headers: dict[str, str]) -> SampleResult:
+    async def _post(
+        self, worker: _Worker, body: bytes, headers: dict[str, str], policy: Policy
+    ) -> SampleResult:
         """One completion request to ``worker``; :class:`_AttemptFailed` when it may be
-        retried."""
+        retried, :class:`_ModelMissing` when the worker lost the model ``policy`` names."""
         worker.in_flight += 1
         try:
             response = await self._client.request(
@@ -355,10 +451,17 @@ class HttpWorkerPool:
             worker.in_flight -= 1
         if response.status == 200:
             worker.served += 1
-            return self._result(worker, response)
+            return self._result(worker, response, policy)
         detail = _error_detail(response)
         worker.failures += 1
         worker.last_error = f"HTTP {response.status}: {detail}"
+        if (
+            response.status == 404
+            and "does not exist" in detail
+            and policy.model not in (None, self.model)
+            and self.holds_weights()
+        ):
+            raise _ModelMissing(f"{worker.url}: HTTP 404: {detail}")
         if response.status != 429 and response.status < 500:
             raise UpstreamRejectedError(
                 f"worker {worker.url} rejected the request with HTTP {response.status}: {detail}",
@@ -435,7 +538,7 @@ class HttpWorkerPool:
             " start the workers, or fix the sampler's urls (--upstream of gateway serve)"
         )
 
-    def _result(self, worker: _Worker, response: HttpResponse) -> SampleResult:
+    def _result(self, worker: _Worker, response: HttpResponse, policy: Policy) -> SampleResult:
         try:
             body = _response_decoder.decode(response.body)
         except msgspec.DecodeError as exc:
@@ -477,7 +580,7 @@ class HttpWorkerPool:
             completion_token_ids=ids,
             logprobs=values,  # type: ignore[arg-type]
             finish_reason=choice.finish_reason,  # type: ignore[arg-type]
-            weight_version=self.weight_version if version is None else version,
+            weight_version=policy.version if version is None else version,
         )
 
     # ---------------------------------------------------------------- health
@@ -502,6 +605,8 @@ class HttpWorkerPool:
         results = await asyncio.gather(*(self._probe(w) for w in self._workers))
         changed = False
         for worker, error in zip(self._workers, results, strict=True):
+            if error is None and not worker.healthy and self.holds_weights():
+                error = await self._restore_worker(worker)
             if error is None:
                 if not worker.healthy:
                     log.warning("upstream worker %s is back", worker.url)

@@ -1,0 +1,294 @@
+"""A stand-in for a vLLM OpenAI server that keeps the state a sampler following a trainer
+changes: runtime LoRA adapters, full-weight reloads, the prefix cache, restarts.
+
+It is a :class:`~rllm_core.testing.fakeworker.FakeWorker` (same completions, same faults, same
+``reply`` hook) that also answers, with vLLM's paths, bodies and statuses:
+
+- ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` and ``POST
+  /v1/unload_lora_adapter`` ``{"lora_name"}`` (only with ``runtime_lora``, as vLLM serves them
+  only under ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``): a name already loaded is a 400 unless
+  ``load_inplace``, an unknown one on unload a 404, a folder that does not exist a 404, an
+  adapter whose ``adapter_config.json`` has ``r`` above ``max_lora_rank`` a 400;
+- ``GET /v1/models``: the served model name and every loaded adapter (``root`` its folder);
+- ``POST /collective_rpc`` (only with ``dev_mode``, as vLLM under ``VLLM_SERVER_DEV_MODE=1``):
+  ``update_config`` with ``[{"model_config": {"model": folder}}]`` then ``reload_weights``
+  makes the base model serve that folder; any other method is a 500;
+- ``POST /reset_prefix_cache`` (``dev_mode``).
+
+A completion's ``model`` is the served name (or absent) or a loaded adapter; anything else is
+vLLM's 404 ``The model `X` does not exist.``. Each served completion is recorded in
+:attr:`FakeVllmServer.served` with the model it named and the weight version it ran on, read
+from the folder name (``.../v7`` is version 7; a folder named otherwise is ``None``; the
+weights the server started with are version 0).
+
+Failure injection: :meth:`FakeVllmServer.fail_next_loads` and :meth:`fail_next_reloads` answer
+the next adapter loads / weight reloads with an error status; :meth:`restart` forgets every
+adapter and reloaded weight and is unreachable (connection refused) or answers 503 for a
+while, then serves again on the same port.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from rllm_core.testing.fakeworker import FakeWorker, Reply, _respond
+
+__all__ = ["FakeVllmServer", "Served", "version_of"]
+
+_encode = msgspec.json.Encoder().encode
+_VERSION = re.compile(r"v(\d+)$")
+
+
+def version_of(path: str | None) -> int | None:
+    """The weight version a folder named ``.../v<N>`` holds (``None`` for other names)."""
+    if path is None:
+        return 0
+    match = _VERSION.search(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class Served:
+    """One completion the server admitted: the ``model`` it named (``None`` when it named
+    none), the folder of the weights it ran on (``None``: the weights the server started with)
+    and their version."""
+
+    model: str | None
+    path: str | None
+    version: int | None
+
+
+def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
+    return status, _encode({"error": {"message": message, "type": kind, "code": status}})
+
+
+class FakeVllmServer(FakeWorker):
+    """A fake vLLM server; ``start()`` serves it in a background thread.
+
+    ``model`` is the served model name (vLLM's ``--served-model-name``); ``runtime_lora``
+    enables the adapter endpoints, ``dev_mode`` the reload and cache endpoints;
+    ``max_lora_rank`` is the largest adapter rank it accepts. ``check_paths`` (default on)
+    refuses adapter and weight folders that do not exist, as vLLM does.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = "base",
+        runtime_lora: bool = True,
+        dev_mode: bool = True,
+        max_lora_rank: int = 64,
+        check_paths: bool = True,
+        reply: Reply | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        delay_s: float = 0.0,
+    ) -> None:
+        super().__init__(reply=reply, host=host, port=port, delay_s=delay_s)
+        self.model = model
+        self.runtime_lora = runtime_lora
+        self.dev_mode = dev_mode
+        self.max_lora_rank = max_lora_rank
+        self.check_paths = check_paths
+        self.adapters: dict[str, str] = {}
+        self.weights_path: str | None = None
+        self.pending_model: str | None = None
+        self.loads = 0
+        self.unloads = 0
+        self.reloads = 0
+        self.prefix_cache_resets = 0
+        self.restarts = 0
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.served: list[Served] = []
+        self.prefix_cache_stale = False
+        self.served_on_stale_cache = 0
+        self._load_faults: deque[tuple[int, str]] = deque()
+        self._reload_faults: deque[tuple[int, str]] = deque()
+        self._unavailable_until = 0.0
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- control
+
+    @property
+    def weight_version(self) -> int | None:
+        """The version the base model serves (0: the weights it started with)."""
+        return version_of(self.weights_path)
+
+    def fail_next_loads(
+        self, count: int = 1, status: int = 500, message: str = "injected load failure"
+    ) -> None:
+        """Answer the next ``count`` ``/v1/load_lora_adapter`` calls with ``status``."""
+        self._load_faults.extend([(status, message)] * count)
+
+    def fail_next_reloads(
+        self, count: int = 1, status: int = 500, message: str = "injected reload failure"
+    ) -> None:
+        """Answer the next ``count`` ``reload_weights`` calls with ``status``."""
+        self._reload_faults.extend([(status, message)] * count)
+
+    def restart(self, down_s: float = 0.3, *, refuse: bool = True) -> None:
+        """Lose every adapter and reloaded weight, as a restarted vLLM does, and be down for
+        ``down_s`` seconds: connections refused (``refuse``) or every call answered 503. Returns
+        at once; the server comes back on the same port by itself."""
+        with self._lock:
+            self.adapters.clear()
+            self.weights_path = None
+            self.pending_model = None
+            self.prefix_cache_stale = False
+            self.restarts += 1
+        if not refuse:
+            self._unavailable_until = time.monotonic() + down_s
+            return
+        self.server.stop()
+        timer = threading.Timer(down_s, self.server.start)
+        timer.daemon = True
+        timer.start()
+
+    def loaded(self) -> list[str]:
+        """The names of the adapters loaded now, in load order."""
+        return list(self.adapters)
+
+    # ---------------------------------------------------------------- HTTP
+
+    async def handle(self, method: str, path: str, raw: bytes, send: Callable) -> None:
+        if time.monotonic() < self._unavailable_until:
+            status, body = _error(503, "the server is starting", "ServiceUnavailableError")
+            await _respond(send, status, body)
+            return
+        route = self._routes().get((method, path))
+        if route is None:
+            await super().handle(method, path, raw, send)
+            return
+        try:
+            payload = json.loads(raw) if raw else {}
+        except json.JSONDecodeError as exc:
+            await _respond(send, 400, _encode({"detail": f"JSON decode error: {exc}"}))
+            return
+        self.calls.append((path, payload))
+        status, body = route(payload)
+        await _respond(send, status, body)
+
+    def _routes(self) -> dict[tuple[str, str], Callable[[dict[str, Any]], tuple[int, bytes]]]:
+        routes: dict[tuple[str, str], Callable[[dict[str, Any]], tuple[int, bytes]]] = {
+            ("GET", "/v1/models"): self._models,
+        }
+        if self.runtime_lora:
+            routes[("POST", "/v1/load_lora_adapter")] = self._load
+            routes[("POST", "/v1/unload_lora_adapter")] = self._unload
+        if self.dev_mode:
+            routes[("POST", "/collective_rpc")] = self._rpc
+            routes[("POST", "/reset_prefix_cache")] = self._reset_cache
+        return routes
+
+    def _models(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        cards = [{"id": self.model, "object": "model", "root": self.weights_path or self.model}]
+        cards += [
+            {"id": name, "object": "model", "root": path, "parent": self.model}
+            for name, path in self.adapters.items()
+        ]
+        return 200, _encode({"object": "list", "data": cards})
+
+    def _load(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        name, path = payload.get("lora_name"), payload.get("lora_path")
+        if not name or not path:
+            return _error(
+                400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput"
+            )
+        if self._load_faults:
+            status, message = self._load_faults.popleft()
+            return _error(status, message, "InternalServerError")
+        if name in self.adapters and not payload.get("load_inplace"):
+            return _error(
+                400,
+                f"The lora adapter '{name}' has already been loaded. If you want to load the"
+                " adapter in place, set 'load_inplace' to True.",
+                "InvalidUserInput",
+            )
+        if self.check_paths:
+            folder = Path(path)
+            if not folder.is_dir():
+                return _error(404, f"No adapter found for {path}", "NotFoundError")
+            config = folder / "adapter_config.json"
+            if config.is_file():
+                rank = json.loads(config.read_text()).get("r", 0)
+                if rank > self.max_lora_rank:
+                    return _error(
+                        400,
+                        f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}.",
+                        "BadRequestError",
+                    )
+        with self._lock:
+            self.adapters[name] = path
+            self.loads += 1
+        return 200, f"Success: LoRA adapter '{name}' added successfully.".encode()
+
+    def _unload(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        name = payload.get("lora_name")
+        if not name:
+            return _error(
+                400,
+                "'lora_name' needs to be provided to unload a LoRA adapter.",
+                "InvalidUserInput",
+            )
+        with self._lock:
+            if name not in self.adapters:
+                return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+            del self.adapters[name]
+            self.unloads += 1
+        return 200, f"Success: LoRA adapter '{name}' removed successfully.".encode()
+
+    def _rpc(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        method = payload.get("method")
+        if method is None:
+            return 400, _encode({"detail": "Missing 'method' in request body"})
+        args = payload.get("args", [])
+        if method == "update_config":
+            overrides = args[0] if args else payload.get("kwargs", {}).get("overrides", {})
+            model = overrides.get("model_config", {}).get("model")
+            if model is None or set(overrides) - {"model_config", "load_config"}:
+                return 500, _encode({"detail": f"unsupported overrides {overrides!r}"})
+            self.pending_model = model
+            return 200, _encode({"results": [None]})
+        if method == "reload_weights":
+            if self._reload_faults:
+                status, message = self._reload_faults.popleft()
+                return status, _encode({"detail": message})
+            path = self.pending_model
+            if path is None:
+                return 200, _encode({"results": [None]})
+            if self.check_paths and not (Path(path) / "config.json").is_file():
+                return 500, _encode({"detail": f"no config.json in {path}"})
+            with self._lock:
+                self.weights_path = path
+                self.reloads += 1
+                self.prefix_cache_stale = True
+            return 200, _encode({"results": [None]})
+        return 500, _encode({"detail": f"Worker has no method {method!r}"})
+
+    def _reset_cache(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        self.prefix_cache_resets += 1
+        self.prefix_cache_stale = False
+        return 200, b""
+
+    def admit(self, body: Any) -> tuple[int, bytes] | None:
+        model = body.model
+        if model is None or model == self.model:
+            path = self.weights_path
+        elif model in self.adapters:
+            path = self.adapters[model]
+        else:
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        if self.prefix_cache_stale and (model is None or model == self.model):
+            self.served_on_stale_cache += 1
+        self.served.append(Served(model=model, path=path, version=version_of(path)))
+        return None
