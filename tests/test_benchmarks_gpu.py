@@ -1,5 +1,5 @@
 """The GPU scale-out benchmark answers --help and, on this machine without a GPU, --dry-run:
-it prints the vLLM server command and every run's command, and its plans pass plan check."""
+it prints every run's command, and its plans pass plan check."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def test_scale_out_dry_run_prints_the_commands_and_checks_the_plans(tmp_path: Pa
     done = _script("--dry-run", "--output-dir", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve ")
-    assert "--enable-lora --max-lora-rank 16" in lines[0]
     runs = [line for line in lines if " -m rllm_core run " in line]
     assert len(runs) == 3
-    assert 'sampler.urls=["http://127.0.0.1:8000"]' in runs[0]
+    assert "sampler.serve={model = " in runs[0]
+    assert "max_lora_rank = 16}" in runs[0]
+    assert f'sampler.weights_dir="{tmp_path}/weights"' in runs[0]
     assert 'trainer.parallel={world_size = 2, strategy = "fsdp"}' in runs[2]
     assert all(f'run.output_dir="{tmp_path}/runs"' in run for run in runs)
     assert lines[-1] == "plans ok: vllm, torch sampler, fsdp"
@@ -42,5 +42,5 @@ def test_scale_out_dry_run_prints_the_commands_and_checks_the_plans(tmp_path: Pa
 def test_scale_out_dry_run_with_a_server_url_starts_none() -> None:
     done = _script("--dry-run", "--vllm-url", "http://10.0.0.5:8000")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "vllm serve" not in done.stdout
+    assert "sampler.serve" not in done.stdout
     assert 'sampler.urls=["http://10.0.0.5:8000"]' in done.stdout

@@ -4,9 +4,12 @@ backend's own sampler and by ``model.generate``, and a full-training step over 2
 Each case runs ``examples/quickstart/plan.toml`` for ``--steps`` steps (3 by default) on
 ``cuda``, one after the other, each ``rllm-core run`` its own process from the repository root:
 
-1. ``vllm``: the plan with ``[sampler] name = "vllm"`` pointing at a vLLM server, kept on the
-   policy after every optimizer step (LoRA adapters loaded at run time). The script starts
-   ``vllm serve`` on the plan's model itself (flags below) unless given ``--vllm-url``;
+1. ``vllm``: the plan with ``[sampler] name = "vllm"``, kept on the policy after every optimizer
+   step (the trainer exports each LoRA version to ``weights_dir`` and the servers load it as a
+   runtime adapter). The sampler starts ``vllm serve`` on the plan's model itself
+   (``[sampler.serve]``) unless the script is given ``--vllm-url`` (servers started with
+   ``--enable-lora --max-lora-rank 16 --logprobs-mode processed_logprobs`` and
+   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, reading the same ``weights_dir``);
 2. ``torch sampler``: the same plan sampled by the torch backend's own sampler;
 3. ``generate``: ``model.generate`` in this process, on the quickstart's first batch of prompts
    (``batch_size x group_size`` of them, the plan's temperature, top-p and ``max_tokens``);
@@ -17,12 +20,6 @@ Each case runs ``examples/quickstart/plan.toml`` for ``--steps`` steps (3 by def
 Sampler tokens per second are completion tokens over the rollout phases' wall time
 (``tokens_sampled / rollout_s`` of the run's ``summary.json``), and for ``generate`` new tokens
 over the call's wall time.
-
-``vllm serve`` is started as::
-
-    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve <model folder> --host 127.0.0.1
-      --port <port> --enable-lora --max-lora-rank <plan's lora rank>
-      --logprobs-mode processed_logprobs --dtype float32 --seed 0
 
 Run from the repository root (needs rllm-core with the torch trainer and the vllm sampler, the
 quickstart model pulled, ``vllm`` installed and two GPUs)::
@@ -40,14 +37,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -62,13 +56,23 @@ FSDP_WORLD_SIZE = 2
 VLLM_READY_S = 600.0
 
 
-def case_overrides(steps: int, output_dir: Path, vllm_urls: Sequence[str]) -> dict[str, list[str]]:
+def case_overrides(
+    steps: int, output_dir: Path, vllm_urls: Sequence[str], model_dir: Path
+) -> dict[str, list[str]]:
     """The ``--set`` assignments of each ``rllm-core run`` case over the quickstart plan."""
-    common = [f"run.steps={steps}", f"run.output_dir={json.dumps(str(output_dir))}"]
+    common = [f"run.steps={steps}", f"run.output_dir={json.dumps(str(output_dir / 'runs'))}"]
     common += ['trainer.device="cuda"']
-    urls = "[" + ", ".join(json.dumps(url) for url in vllm_urls) + "]"
+    if vllm_urls:
+        source = "sampler.urls=[" + ", ".join(json.dumps(url) for url in vllm_urls) + "]"
+    else:
+        source = f"sampler.serve={{model = {json.dumps(str(model_dir))}, max_lora_rank = 16}}"
     return {
-        "vllm": [*common, 'sampler.name="vllm"', f"sampler.urls={urls}"],
+        "vllm": [
+            *common,
+            'sampler.name="vllm"',
+            source,
+            f"sampler.weights_dir={json.dumps(str(output_dir / 'weights'))}",
+        ],
         "torch sampler": common,
         "fsdp": [
             *common,
@@ -83,27 +87,6 @@ def run_command(overrides: Sequence[str]) -> list[str]:
     for item in overrides:
         command += ["--set", item]
     return command
-
-
-def vllm_command(model_dir: Path, port: int, lora_rank: int) -> list[str]:
-    return [
-        "vllm",
-        "serve",
-        str(model_dir),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--enable-lora",
-        "--max-lora-rank",
-        str(lora_rank),
-        "--logprobs-mode",
-        "processed_logprobs",
-        "--dtype",
-        "float32",
-        "--seed",
-        "0",
-    ]
 
 
 def check_plans(cases: dict[str, list[str]]) -> list[str]:
@@ -133,20 +116,6 @@ def quickstart_settings() -> dict[str, Any]:
         "group_size": plan["algorithm"]["group_size"],
         **plan["sampling"],
     }
-
-
-def _wait_ready(url: str, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + VLLM_READY_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"vllm serve exited {server.returncode} before it answered {url}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            time.sleep(2.0)
-    raise SystemExit(f"vllm serve did not answer {url}/health within {VLLM_READY_S:.0f} s")
 
 
 def run_case(name: str, overrides: Sequence[str], output_dir: Path) -> dict[str, Any]:
@@ -221,28 +190,13 @@ def measure(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
         raise SystemExit(f"needs {FSDP_WORLD_SIZE} GPUs, found {torch.cuda.device_count()}")
     settings = quickstart_settings()
     model_dir = resolve_model(settings["model"])
-    server = None
-    urls = list(args.vllm_url)
-    if not urls:
-        url = f"http://127.0.0.1:{args.vllm_port}"
-        env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
-        command = vllm_command(model_dir, args.vllm_port, settings["lora_rank"])
-        server = subprocess.Popen(command, env=env, start_new_session=True)
-        _wait_ready(url, server)
-        urls = [url]
-    cases = case_overrides(args.steps, output_dir / "runs", urls)
-    results: dict[str, Any] = {"steps": args.steps, "vllm_urls": urls}
-    try:
-        results["vllm"] = run_case("vllm", cases["vllm"], output_dir / "runs")
-    finally:
-        if server is not None:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=120)
-    results["torch_sampler"] = run_case(
-        "torch sampler", cases["torch sampler"], output_dir / "runs"
-    )
+    cases = case_overrides(args.steps, output_dir, args.vllm_url, model_dir)
+    runs = output_dir / "runs"
+    results: dict[str, Any] = {"steps": args.steps, "vllm_urls": args.vllm_url}
+    results["vllm"] = run_case("vllm", cases["vllm"], runs)
+    results["torch_sampler"] = run_case("torch sampler", cases["torch sampler"], runs)
     results["generate"] = generate_case(settings, model_dir)
-    results["fsdp"] = run_case("fsdp", cases["fsdp"], output_dir / "runs")
+    results["fsdp"] = run_case("fsdp", cases["fsdp"], runs)
     results["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return results
 
@@ -281,13 +235,10 @@ def render(results: dict[str, Any]) -> str:
 
 
 def dry_run(args: argparse.Namespace, output_dir: Path) -> int:
+    from rllm_core.models.store import resolve_model
+
     settings = quickstart_settings()
-    urls = list(args.vllm_url) or [f"http://127.0.0.1:{args.vllm_port}"]
-    cases = case_overrides(args.steps, output_dir / "runs", urls)
-    if not args.vllm_url:
-        model = f"<model folder of {settings['model']}>"
-        command = vllm_command(Path(model), args.vllm_port, settings["lora_rank"])
-        print("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True " + shlex.join(command))
+    cases = case_overrides(args.steps, output_dir, args.vllm_url, resolve_model(settings["model"]))
     for name, overrides in cases.items():
         print(f"# {name}: {PLAN.relative_to(ROOT)} with")
         for item in overrides:
@@ -314,9 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="URL",
-        help="a running vLLM server (repeatable); by default the script starts vllm serve",
+        help="a running vLLM server (repeatable); by default the sampler starts vllm serve",
     )
-    parser.add_argument("--vllm-port", type=int, default=8000, help="port of the started server")
     parser.add_argument("--steps", type=int, default=3, help="steps of each run (default 3)")
     parser.add_argument(
         "--output-dir", type=Path, default=None, help="keep the run folders here (default: temp)"
