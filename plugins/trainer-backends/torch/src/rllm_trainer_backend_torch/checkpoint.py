@@ -125,14 +125,29 @@ def read_state(
             " save_state wrote"
         )
     state = json.loads(state_file.read_text(encoding="utf-8"))
-    if state.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{source} holds checkpoint format {state.get('format')!r}; this version of"
-            f" rllm-trainer-backend-torch reads format {FORMAT}"
-        )
-    _check_identity(source, state.get("identity", {}), identity)
-    weights = _load_weights(source, parameters)
-    trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
+    if state.get("layout") == "sharded":
+        # A sharded checkpoint (several processes wrote it) read whole into this process.
+        from rllm_trainer_backend_torch.sharded import SHARDED_FORMAT, read_full, to_indexed
+
+        if state.get("format") != SHARDED_FORMAT:
+            raise CheckpointError(
+                f"{source} holds sharded checkpoint format {state.get('format')!r}; this"
+                f" version of rllm-trainer-backend-torch reads format {SHARDED_FORMAT}"
+            )
+        _check_identity(source, state.get("identity", {}), identity)
+        state, weights, named = read_full(source)
+        _check_tensors(source, weights, parameters)
+        trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
+        trainer["optimizer"] = to_indexed(named, list(parameters))
+    else:
+        if state.get("format") != FORMAT:
+            raise CheckpointError(
+                f"{source} holds checkpoint format {state.get('format')!r}; this version of"
+                f" rllm-trainer-backend-torch reads format {FORMAT} (and sharded checkpoints)"
+            )
+        _check_identity(source, state.get("identity", {}), identity)
+        weights = _load_weights(source, parameters)
+        trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
     with torch.no_grad():
         for name, param in parameters.items():
             param.copy_(weights[name])
@@ -209,6 +224,13 @@ def _load_weights(
     source: Path, parameters: Mapping[str, torch.nn.Parameter]
 ) -> dict[str, torch.Tensor]:
     weights = load_file(str(source / WEIGHTS))
+    _check_tensors(source, weights, parameters)
+    return weights
+
+
+def _check_tensors(
+    source: Path, weights: Mapping[str, torch.Tensor], parameters: Mapping[str, torch.nn.Parameter]
+) -> None:
     if set(weights) != set(parameters) or any(
         weights[name].shape != param.shape for name, param in parameters.items()
     ):
@@ -217,7 +239,6 @@ def _load_weights(
             f" the {len(parameters)} parameters this backend trains; the file is damaged or"
             " from another model"
         )
-    return weights
 
 
 def _rng_state() -> dict[str, Any]:

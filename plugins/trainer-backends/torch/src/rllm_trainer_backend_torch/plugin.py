@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
-from rllm_core.kit.trainer_config import AdamWSettings, LearningRate
+from rllm_core.kit.trainer_config import AdamWSettings, LearningRate, ParallelSettings
 
 __all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "TorchBackendConfig", "rllm_trainer_backends"]
 
@@ -172,6 +172,14 @@ class TorchBackendConfig(_Config, AdamWSettings):
         description=(
             "Sampler: longest prompt plus completion, in tokens. Unset uses the model's context"
             " length."
+        ),
+    )
+
+    parallel: ParallelSettings = Field(
+        default_factory=ParallelSettings,
+        description=(
+            "Training in several processes with torch.distributed (`world_size`, `strategy`,"
+            " `backend`, `timeout_s`); world_size 1 trains in this process alone."
         ),
     )
 
