@@ -342,3 +342,17 @@ def test_plan_check_refuses_parallel_for_a_backend_of_one_process(ranks, tmp_pat
     message = done.stderr
     assert "[trainer].parallel: trainer backend 'fake-solo' trains in one process" in message
     assert "no ParallelTrainer" in message
+
+
+def test_a_resume_may_change_the_world_size_and_nothing_else_of_parallel():
+    from rllm_core.cli.run_cmd import _comparable
+
+    def data(parallel):
+        trainer = {"name": "torch", "model": "m"} | ({"parallel": parallel} if parallel else {})
+        return {"plan": {"run": {"steps": 3}, "trainer": trainer}}
+
+    two = _comparable(data({"world_size": 2}), "run-1")
+    assert two == _comparable(data({"world_size": 1}), "run-1")
+    assert two == _comparable(data(None), "run-1")
+    fsdp = _comparable(data({"world_size": 2, "strategy": "fsdp"}), "run-1")
+    assert fsdp != _comparable(data({"world_size": 2, "strategy": "ddp"}), "run-1")

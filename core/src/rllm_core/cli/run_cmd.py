@@ -20,13 +20,20 @@ from rllm_core.numerics import conditions, prepare_environment
 
 
 def _comparable(data: dict, folder_name: str) -> dict:
-    """The resolved plan of ``data`` as far as a resume must match it: ``run.steps`` may
-    differ, and store and logger paths the run put in its folder may spell that folder
+    """The resolved plan of ``data`` as far as a resume must match it: ``run.steps`` and
+    ``trainer.parallel.world_size`` (a checkpoint of several processes loads at any world size)
+    may differ, and store and logger paths the run put in its folder may spell that folder
     differently (a relative path at the start, an absolute one to ``--resume``)."""
     from rllm_core.training.components import LOGS_FOLDER, STORE_SECTIONS
 
     plan = dict(data["plan"])
     plan["run"] = {k: v for k, v in plan.get("run", {}).items() if k != "steps"}
+    trainer = plan.get("trainer")
+    if isinstance(trainer, dict) and isinstance(trainer.get("parallel"), dict):
+        parallel = {k: v for k, v in trainer["parallel"].items() if k != "world_size"}
+        plan["trainer"] = {k: v for k, v in trainer.items() if k != "parallel"}
+        if parallel:
+            plan["trainer"]["parallel"] = parallel
     for section in STORE_SECTIONS:
         ref = plan.get(section)
         if isinstance(ref, dict) and isinstance(ref.get("path"), str):
@@ -141,7 +148,8 @@ def _run(
         if _comparable(resolved.to_dict(), name) != _comparable(folder.read_resolved(), name):
             fail(
                 f"{plan_path} (with these --set values) differs from the plan {folder.path} was"
-                f" started with (beyond run.steps); resume with that plan: {folder.plan_file}",
+                " started with (beyond run.steps and trainer.parallel.world_size); resume with"
+                f" that plan: {folder.plan_file}",
                 EXIT_USAGE,
             )
         check_gateway(resolved)
