@@ -47,6 +47,9 @@ def make_datums(seed: int, lengths: tuple[int, ...]) -> list[Any]:
     return datums
 
 
+NEXT_STEP = make_datums(seed=7, lengths=(6, 5, 7))
+
+
 def make_objective(kind: str) -> Any:
     from rllm_core.algorithms.objective import Objective, RolloutCorrection
 
@@ -114,6 +117,15 @@ def worker(scenario: str, job: dict[str, Any]) -> None:
             backend.save_weights(str(out / "weights"))
             backend.save_state(str(out / "sharded"))
             report["sampler_weights"] = sampler_sees_release(backend, out / "weights")
+            # Resume at world size 2 from the sharded checkpoint and from its consolidation.
+            from rllm_trainer_backend_torch.sharded import consolidate
+
+            consolidated = consolidate(out / "sharded", out / "consolidated-by-rank-0")
+            for source, release in ((out / "sharded", "resumed"), (consolidated, "resumed-1")):
+                backend.load_state(str(source))
+                backend.forward_backward(NEXT_STEP, make_objective(job["loss"]))
+                backend.optim_step()
+                backend.save_weights(str(out / release))
         elif scenario == "fail":
             try:
                 backend.forward_backward(make_datums(**STEPS[0]), make_objective("failing"))
@@ -236,11 +248,15 @@ def test_two_ranks_train_as_one_process_and_resume_at_world_size_one(
     for name, param in direct.trainable_parameters.items():
         assert torch.equal(param.detach(), released[name]), name
     assert direct.optimizer_steps == len(STEPS)
-    next_step = make_datums(seed=7, lengths=(6, 5, 7))
     for backend in (direct, merged):
-        backend.forward_backward(next_step, make_objective(loss))
+        backend.forward_backward(NEXT_STEP, make_objective(loss))
         backend.optim_step()
     assert_same_state(direct, merged)
+    # World size 2 resumed from either checkpoint continues as world size 1 does.
+    for release in ("resumed", "resumed-1"):
+        resumed = load_file(str(tmp_path / release / "weights.safetensors"))
+        for name, param in direct.trainable_parameters.items():
+            torch.testing.assert_close(resumed[name], param.detach(), rtol=0, atol=1e-5)
     for backend in (single, direct, merged):
         backend.close()
 

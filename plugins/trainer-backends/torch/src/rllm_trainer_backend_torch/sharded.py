@@ -120,12 +120,13 @@ def load_sharded_into(
     model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=Path(folder) / SHARDED)
+    # Not strict: the frozen base weights are not in the checkpoint (the identity matched).
     set_state_dict(
         model,
         optimizer,
         model_state_dict=state["model"],
         optim_state_dict=state["optimizer"],
-        options=options,
+        options=StateDictOptions(ignore_frozen_params=True, strict=False),
     )
 
 
