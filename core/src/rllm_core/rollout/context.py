@@ -11,8 +11,9 @@ the running loop, on the one sampler of the context and ``components.renderer``,
 ``components.trace_store``, in the plan's ``[gateway].token_mode``, on ``[gateway].host`` and
 ``[gateway].port``. The sampler is the plan's ``[sampler]`` (``components.sampler``) when it
 has one, kept on the trainer's policy by a
-:class:`~rllm_core.training.policy_sync.PolicySync` that has synced once before the block
-starts (``RolloutContext.policy``; a training run syncs again after every optimizer step);
+:class:`~rllm_core.training.policy_sync.PolicySync` (``RolloutContext.policy``) that has synced
+once before the block starts (unless the caller syncs itself; a training run syncs again after
+every optimizer step);
 otherwise ``components.trainer.sampler()``. It then builds a
 :class:`~rllm_core.rollout.RolloutRunner` on ``components.tasks``, ``components.harness`` and
 ``components.sandbox`` whose sessions are seeded from ``[run].seed``
@@ -83,11 +84,13 @@ async def open_rollouts(
     on_event: Callable[[RolloutEvent], None] | None = None,
     plan_path: str = "plan.toml",
     trainer_call: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+    sync: bool = True,
 ) -> AsyncIterator[RolloutContext]:
     """Open the rollout context of ``plan`` (see the module docstring); ``run_id`` prefixes
     every session id, ``on_event`` gets every rollout event, ``trainer_call`` runs the
-    trainer's weight exports (a worker thread by default). What the first sync raises (the
-    sampler's error) propagates, after the gateway stopped."""
+    trainer's weight exports (a worker thread by default). With ``sync=False`` the caller makes
+    the first sync itself (``RolloutContext.policy.sync()``) before any rollout. What the first
+    sync raises (the sampler's error) propagates, after the gateway stopped."""
     policy: PolicySync | None = None
     sampler: Sampler
     if components.sampler is not None:
@@ -111,7 +114,7 @@ async def open_rollouts(
             exc, host=gateway.host, port=plan.gateway.port, plan_path=plan_path
         ) from None
     try:
-        if policy is not None:
+        if policy is not None and sync:
             await policy.sync()
         runner = RolloutRunner(
             task_source=components.tasks,

@@ -38,9 +38,10 @@ completed step is checkpointed and :attr:`RunResult.exit_code` is 130 or 143.
 
 With a ``[sampler]`` section the rollouts sample from its model servers, kept on the policy
 (:mod:`rllm_core.training.policy_sync`): the trainer's weights are exported to them before the
-first rollout (a fresh or a resumed run) and after every optimizer step, on the trainer thread,
-and the next rollout starts only once the servers serve them. A sync that fails (the sampler
-gave up on a server) ends the run ``failed`` with the sampler's error.
+first rollout (a fresh or a resumed run, once the run has started) and after every optimizer
+step, on the trainer thread, and the next rollout starts only once the servers serve them. A
+sync that fails (the sampler gave up on a server) ends the run ``failed`` with the sampler's
+error, as any other exception does.
 
 With ``[run].pipeline = "async"`` the rollouts run ahead of the trainer
 (:mod:`rllm_core.training.pipeline`) into the sample buffer (``[sample_buffer]``, or one in
@@ -269,6 +270,9 @@ class TrainingLoop:
         self.observers.run_start(self._run_info())
         try:
             try:
+                policy = self._policy_sync()
+                if policy is not None:
+                    await policy()
                 with StopSignals(self._on_stop, self._on_force) as signals:
                     if self._asynchronous:
                         self._start_producer(state, runner, builder)
@@ -348,6 +352,7 @@ class TrainingLoop:
                 on_event=self.display.on_event,
                 plan_path=self.plan_path,
                 trainer_call=self._on_trainer_thread,
+                sync=False,
             )
         )
         builder = DatumBuilder(

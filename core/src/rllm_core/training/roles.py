@@ -119,6 +119,9 @@ class SamplerRole(TrainingLoop):
         try:
             state = self._initial_state()
             runner, builder = await self._start(rollouts)
+            policy = self._policy_sync()
+            if policy is not None:
+                await policy()
             trained = await self._follow_trainer()
         except BaseException:
             await rollouts.aclose()
