@@ -17,7 +17,7 @@ It is a :class:`~rllm_core.testing.fakeworker.FakeWorker` (same completions, sam
 
 A completion's ``model`` is the served name (or absent) or a loaded adapter; anything else is
 vLLM's 404 ``The model `X` does not exist.``. Each served completion is recorded in
-:attr:`FakeVllmServer.served` with the model it named and the weight version it ran on, read
+:attr:`FakeVllmServer.completions` with the model it named and the weight version it ran on, read
 from the folder name (``.../v7`` is version 7; a folder named otherwise is ``None``; the
 weights the server started with are version 0).
 
@@ -109,7 +109,7 @@ class FakeVllmServer(FakeWorker):
         self.prefix_cache_resets = 0
         self.restarts = 0
         self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.served: list[Served] = []
+        self.completions: list[Served] = []
         self.prefix_cache_stale = False
         self.served_on_stale_cache = 0
         self._load_faults: deque[tuple[int, str]] = deque()
@@ -290,5 +290,52 @@ class FakeVllmServer(FakeWorker):
             return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
         if self.prefix_cache_stale and (model is None or model == self.model):
             self.served_on_stale_cache += 1
-        self.served.append(Served(model=model, path=path, version=version_of(path)))
+        self.completions.append(Served(model=model, path=path, version=version_of(path)))
         return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m rllm_core.testing.fakevllm serve MODEL --port P ...``: the fake in place of
+    ``vllm serve``, reading the flags and environment a sampler starts vLLM with
+    (``--served-model-name``, ``--enable-lora``, ``--max-lora-rank``,
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``, ``VLLM_SERVER_DEV_MODE``); other flags are ignored."""
+    import argparse
+    import os
+
+    from rllm_core.gateway.serving import new_event_loop
+
+    parser = argparse.ArgumentParser(description="A fake vLLM server.")
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--enable-lora", action="store_true")
+    parser.add_argument("--max-lora-rank", type=int, default=16)
+    args, _ = parser.parse_known_args(argv)
+    lora_env = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("true", "1")
+    server = FakeVllmServer(
+        model=args.served_model_name or args.model,
+        runtime_lora=args.enable_lora and lora_env,
+        dev_mode=os.environ.get("VLLM_SERVER_DEV_MODE") == "1",
+        max_lora_rank=args.max_lora_rank,
+        host=args.host,
+        port=args.port,
+    )
+    server.record = False
+
+    async def run() -> None:
+        await server.server.astart()
+        await server.server.wait()
+
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(run())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.close()
+
+
+if __name__ == "__main__":
+    main()

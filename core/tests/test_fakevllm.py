@@ -1,0 +1,136 @@
+"""The fake vLLM server of the test kit answers vLLM's adapter, model, reload and cache
+endpoints with vLLM's statuses, keeps their state, and fails or restarts on demand."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from rllm_core.testing.fakevllm import FakeVllmServer, Served, version_of
+
+
+def call(server: FakeVllmServer, path: str, payload: dict | None = None) -> tuple[int, dict]:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(server.url + path, data=data, method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            body = response.read()
+            status = response.status
+    except urllib.error.HTTPError as error:
+        body, status = error.read(), error.code
+    try:
+        return status, json.loads(body) if body else {}
+    except json.JSONDecodeError:
+        return status, {"text": body.decode()}
+
+
+def complete(server: FakeVllmServer, model: str | None) -> tuple[int, dict]:
+    payload: dict = {"prompt": [1, 2, 3], "max_tokens": 4, "return_token_ids": True}
+    if model is not None:
+        payload["model"] = model
+    return call(server, "/v1/completions", payload)
+
+
+@pytest.fixture
+def server():
+    fake = FakeVllmServer(model="base")
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+def adapter(root: Path, name: str, rank: int = 8) -> str:
+    folder = root / name
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"r": rank}))
+    return str(folder)
+
+
+def test_adapters_load_serve_list_and_unload(server, tmp_path):
+    path = adapter(tmp_path, "v3")
+    assert call(server, "/v1/load_lora_adapter", {"lora_name": "p-v3", "lora_path": path})[0] == 200
+    status, again = call(server, "/v1/load_lora_adapter", {"lora_name": "p-v3", "lora_path": path})
+    assert status == 400 and "has already been loaded" in again["error"]["message"]
+    models = call(server, "/v1/models")[1]["data"]
+    assert [(m["id"], m["root"]) for m in models] == [("base", "base"), ("p-v3", path)]
+    status, answer = complete(server, "p-v3")
+    assert status == 200 and answer["choices"][0]["token_ids"]
+    assert complete(server, None)[0] == 200
+    assert server.completions == [
+        Served(model="p-v3", path=path, version=3),
+        Served(model=None, path=None, version=0),
+    ]
+    assert call(server, "/v1/unload_lora_adapter", {"lora_name": "p-v3"})[0] == 200
+    status, missing = call(server, "/v1/unload_lora_adapter", {"lora_name": "p-v3"})
+    assert status == 404 and "cannot be found" in missing["error"]["message"]
+    status, unknown = complete(server, "p-v3")
+    assert status == 404 and unknown["error"]["message"] == "The model `p-v3` does not exist."
+    assert (server.loads, server.unloads) == (1, 1)
+
+
+def test_adapters_vllm_would_refuse_are_refused(server, tmp_path):
+    status, body = call(
+        server, "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path / "nope")}
+    )
+    assert status == 404 and "No adapter found" in body["error"]["message"]
+    big = adapter(tmp_path, "big", rank=128)
+    status, body = call(server, "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": big})
+    assert status == 400 and "greater than max_lora_rank 64" in body["error"]["message"]
+    server.fail_next_loads(1, status=503)
+    ok = adapter(tmp_path, "ok")
+    payload = {"lora_name": "x", "lora_path": ok}
+    assert call(server, "/v1/load_lora_adapter", payload)[0] == 503
+    assert call(server, "/v1/load_lora_adapter", payload)[0] == 200
+
+
+def test_endpoints_exist_only_with_their_flags(tmp_path):
+    with FakeVllmServer(runtime_lora=False, dev_mode=False) as fake:
+        payload = {"lora_name": "x", "lora_path": adapter(tmp_path, "a")}
+        assert call(fake, "/v1/load_lora_adapter", payload) == (404, {"detail": "Not Found"})
+        assert call(fake, "/collective_rpc", {"method": "reload_weights"})[0] == 404
+        assert call(fake, "/reset_prefix_cache", {})[0] == 404
+
+
+def test_full_weights_reload_through_collective_rpc_and_the_cache_resets(server, tmp_path):
+    folder = tmp_path / "v5"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    overrides = {"model_config": {"model": str(folder)}}
+    update = {"method": "update_config", "args": [overrides]}
+    assert call(server, "/collective_rpc", update)[0] == 200
+    server.fail_next_reloads(1)
+    assert call(server, "/collective_rpc", {"method": "reload_weights"})[0] == 500
+    assert server.weight_version == 0
+    assert call(server, "/collective_rpc", {"method": "reload_weights"})[0] == 200
+    assert server.weight_version == 5
+    complete(server, "base")
+    assert server.served_on_stale_cache == 1
+    assert call(server, "/reset_prefix_cache", {})[0] == 200
+    complete(server, "base")
+    assert server.served_on_stale_cache == 1
+    assert [c.version for c in server.completions] == [5, 5]
+    assert call(server, "/collective_rpc", {"method": "no_such_method"})[0] == 500
+
+
+def test_a_restart_forgets_everything_and_is_down_for_a_while(server, tmp_path):
+    path = adapter(tmp_path, "v1")
+    call(server, "/v1/load_lora_adapter", {"lora_name": "p-v1", "lora_path": path})
+    server.restart(down_s=0.3, refuse=True)
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(server.url + "/health", timeout=2)
+    time.sleep(0.6)
+    assert call(server, "/health")[0] == 200
+    assert server.loaded() == [] and server.restarts == 1
+    assert complete(server, "p-v1")[0] == 404
+    server.restart(down_s=0.3, refuse=False)
+    assert call(server, "/health")[0] == 503
+    time.sleep(0.4)
+    assert call(server, "/health")[0] == 200
+
+
+def test_version_of_reads_the_folder_name():
+    assert (version_of("/w/v12"), version_of("/w/latest"), version_of(None)) == (12, None, 0)

@@ -1,0 +1,365 @@
+"""``VllmSampler`` keeps fake vLLM servers (real HTTP, vLLM's endpoints and state) on the
+trainer's policy: adapters loaded everywhere, versions stamped per request, older adapters
+unloaded, failed loads retried then reported, restarted servers restored, full-weight reloads
+with a prefix cache reset."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from rllm_core.errors import ComponentError, UpstreamError
+from rllm_core.kit.retry import RetrySettings
+from rllm_core.ports import PolicyFollower, Sampler, WorkerPool
+from rllm_core.routing import routed
+from rllm_core.testing.fakevllm import FakeVllmServer, Served
+from rllm_core.types import ExportedWeights, SampleRequest, SamplingParams
+from rllm_sampler_vllm.follower import VllmSampler
+
+PROMPT = [101, 7, 8, 9]
+PARAMS = SamplingParams(max_tokens=8, stop_token_ids=(2,))
+FAST = RetrySettings(retries=3, retry_backoff_s=0.01, retry_backoff_max_s=0.05)
+
+
+@pytest.fixture
+def servers():
+    """``servers(n, **options)`` starts ``n`` fake vLLM servers; all stop after the test."""
+    started: list[FakeVllmServer] = []
+
+    def start(n: int = 1, **options) -> list[FakeVllmServer]:
+        new = [FakeVllmServer(**options) for _ in range(n)]
+        for server in new:
+            server.start()
+        started.extend(new)
+        return new
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def export(root: Path, version: int, kind: str = "lora", rank: int = 8) -> ExportedWeights:
+    """A folder shaped like what the trainer writes for ``version``."""
+    folder = root / f"v{version}"
+    folder.mkdir(parents=True, exist_ok=True)
+    if kind == "lora":
+        (folder / "adapter_config.json").write_text(json.dumps({"r": rank}))
+    else:
+        (folder / "config.json").write_text("{}")
+    return ExportedWeights(
+        path=str(folder), version=version, kind=kind, base_model="base", lora_rank=rank
+    )
+
+
+def sampler_for(servers, root: Path, **options) -> VllmSampler:
+    options.setdefault("retry", FAST)
+    options.setdefault("health_interval_s", 0.05)
+    options.setdefault("retry_budget_s", 10.0)
+    return VllmSampler([s.url for s in servers], model="base", weights_dir=str(root), **options)
+
+
+async def sample(sampler: VllmSampler, key: str = "s"):
+    with routed(key):
+        return await sampler.sample(SampleRequest(prompt_token_ids=PROMPT, params=PARAMS))
+
+
+def test_it_is_a_sampler_a_worker_pool_and_a_policy_follower(tmp_path):
+    sampler = VllmSampler(["http://127.0.0.1:1"], weights_dir=str(tmp_path))
+    assert isinstance(sampler, Sampler)
+    assert isinstance(sampler, WorkerPool)
+    assert isinstance(sampler, PolicyFollower)
+    assert sampler.export_path(3) == str(tmp_path / "v3")
+
+
+def test_export_path_without_weights_dir_says_which_key_to_set():
+    sampler = VllmSampler(["http://127.0.0.1:1"])
+    with pytest.raises(ComponentError, match=r"no weights_dir.*version 4.*\[sampler\] weights_dir"):
+        sampler.export_path(4)
+
+
+def test_adapters_load_on_every_server_and_new_requests_name_the_newest(servers, tmp_path):
+    fakes = servers(2)
+
+    async def main():
+        sampler = sampler_for(fakes, tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 1))
+            first = [await sample(sampler, f"k{i}") for i in range(6)]
+            await sampler.update_weights(export(tmp_path, 2))
+            second = [await sample(sampler, f"k{i}") for i in range(6)]
+            return first, second, sampler.sync_metrics()
+        finally:
+            await sampler.aclose()
+
+    first, second, metrics = asyncio.run(main())
+    for fake in fakes:
+        assert fake.adapters == {
+            "policy-v1": str(tmp_path / "v1"),
+            "policy-v2": str(tmp_path / "v2"),
+        }
+        assert fake.loads == 2
+    assert [r.weight_version for r in first] == [1] * 6
+    assert [r.weight_version for r in second] == [2] * 6
+    served = [s for fake in fakes for s in fake.completions]
+    assert sorted(s.model for s in served) == ["policy-v1"] * 6 + ["policy-v2"] * 6
+    assert all(s.version == int(s.model.rpartition("v")[2]) for s in served)
+    assert all(fake.completions for fake in fakes), "both servers took requests"
+    assert metrics["vllm/weight_syncs"] == 2.0 and metrics["vllm/restores"] == 0.0
+
+
+def test_keep_adapters_leaves_that_many_older_adapters_loaded(servers, tmp_path):
+    fakes = servers(2)
+
+    async def main(keep: int):
+        sampler = sampler_for(fakes, tmp_path, keep_adapters=keep)
+        try:
+            for version in (1, 2, 3, 4):
+                await sampler.update_weights(export(tmp_path, version))
+        finally:
+            await sampler.aclose()
+
+    asyncio.run(main(1))
+    for fake in fakes:
+        assert fake.loaded() == ["policy-v3", "policy-v4"]
+        assert fake.unloads == 2
+    for fake in fakes:
+        fake.adapters.clear()
+    asyncio.run(main(0))
+    assert [fake.loaded() for fake in fakes] == [["policy-v4"], ["policy-v4"]]
+
+
+def test_a_request_in_flight_during_an_update_keeps_its_version(servers, tmp_path):
+    (fake,) = servers(1, delay_s=0.4)
+
+    async def main():
+        sampler = sampler_for(fakes_list := [fake], tmp_path)
+        del fakes_list
+        try:
+            await sampler.update_weights(export(tmp_path, 1))
+            slow = asyncio.create_task(sample(sampler, "a"))
+            while fake.in_flight == 0:
+                await asyncio.sleep(0.01)
+            await sampler.update_weights(export(tmp_path, 2))
+            fresh = await sample(sampler, "b")
+            return await slow, fresh
+        finally:
+            await sampler.aclose()
+
+    slow, fresh = asyncio.run(main())
+    assert (slow.weight_version, fresh.weight_version) == (1, 2)
+    assert fake.completions == [
+        Served(model="policy-v1", path=str(tmp_path / "v1"), version=1),
+        Served(model="policy-v2", path=str(tmp_path / "v2"), version=2),
+    ]
+
+
+def test_a_failed_load_is_retried(servers, tmp_path):
+    (fake,) = servers(1)
+    fake.fail_next_loads(2, status=503)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 1))
+            return await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    assert asyncio.run(main()).weight_version == 1
+    assert [path for path, _ in fake.calls].count("/v1/load_lora_adapter") == 3
+    assert fake.loaded() == ["policy-v1"]
+
+
+def test_a_load_that_keeps_failing_fails_the_update_naming_server_adapter_and_answer(
+    servers, tmp_path
+):
+    (fake,) = servers(1)
+    fake.fail_next_loads(10, status=500, message="CUDA out of memory")
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path, retry=RetrySettings(retries=2, retry_backoff_s=0))
+        try:
+            with pytest.raises(UpstreamError) as caught:
+                await sampler.update_weights(export(tmp_path, 1))
+            return str(caught.value), sampler.policy
+        finally:
+            await sampler.aclose()
+
+    message, policy = asyncio.run(main())
+    assert fake.url in message
+    assert "'policy-v1'" in message and str(tmp_path / "v1") in message
+    assert "HTTP 500: CUDA out of memory (after 3 attempts)" in message
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in message
+    assert (policy.model, policy.version) == ("base", 0), "nothing switched to the new adapter"
+
+
+def test_a_load_the_server_refuses_is_not_retried(servers, tmp_path):
+    (fake,) = servers(1, max_lora_rank=8)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            with pytest.raises(UpstreamError, match="greater than max_lora_rank 8") as caught:
+                await sampler.update_weights(export(tmp_path, 1, rank=16))
+            return str(caught.value)
+        finally:
+            await sampler.aclose()
+
+    assert "after" not in asyncio.run(main())
+    assert [path for path, _ in fake.calls] == ["/v1/load_lora_adapter"]
+
+
+def test_a_server_without_runtime_lora_is_named_with_the_flags_it_needs(servers, tmp_path):
+    (fake,) = servers(1, runtime_lora=False)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 1))
+        finally:
+            await sampler.aclose()
+
+    with pytest.raises(UpstreamError, match=r"HTTP 404: Not Found.*--enable-lora"):
+        asyncio.run(main())
+
+
+def test_a_server_that_restarted_gets_its_adapter_back_before_serving(servers, tmp_path):
+    (fake,) = servers(1)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path, health_interval_s=0)
+        try:
+            await sampler.update_weights(export(tmp_path, 1))
+            await sampler.update_weights(export(tmp_path, 2))
+            fake.restart(down_s=0.0, refuse=False)  # back before anyone noticed
+            result = await sample(sampler)
+            return result, sampler.restores()
+        finally:
+            await sampler.aclose()
+
+    result, restores = asyncio.run(main())
+    assert result.weight_version == 2
+    assert restores == 1
+    assert fake.loaded() == ["policy-v2"]
+    assert fake.completions == [Served(model="policy-v2", path=str(tmp_path / "v2"), version=2)]
+
+
+def test_a_server_that_was_down_is_restored_when_it_comes_back(servers, tmp_path):
+    fakes = servers(2)
+
+    async def main():
+        sampler = sampler_for(fakes, tmp_path)
+        try:
+            await sampler.start()
+            await sampler.update_weights(export(tmp_path, 1))
+            fakes[1].restart(down_s=0.5, refuse=True)
+            # Down while the trainer steps: the update goes to the server that is up.
+            await sampler.update_weights(export(tmp_path, 2))
+            down = [w.healthy for w in sampler.status()]
+            for _ in range(200):
+                if all(w.healthy for w in sampler.status()):
+                    break
+                await asyncio.sleep(0.02)
+            results = [await sample(sampler, f"k{i}") for i in range(6)]
+            return down, results, sampler.restores()
+        finally:
+            await sampler.aclose()
+
+    down, results, restores = asyncio.run(main())
+    assert down == [True, False]
+    assert restores == 1
+    assert fakes[1].loaded() == ["policy-v2"]
+    assert {r.weight_version for r in results} == {2}
+    assert fakes[1].completions and all(s.model == "policy-v2" for s in fakes[1].completions)
+
+
+def test_full_weights_reload_every_server_and_reset_the_prefix_cache(servers, tmp_path):
+    fakes = servers(2, runtime_lora=False)
+
+    async def main():
+        sampler = sampler_for(fakes, tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 1, kind="full"))
+            first = [await sample(sampler, f"k{i}") for i in range(4)]
+            await sampler.update_weights(export(tmp_path, 2, kind="full"))
+            second = [await sample(sampler, f"k{i}") for i in range(4)]
+            return first, second
+        finally:
+            await sampler.aclose()
+
+    first, second = asyncio.run(main())
+    assert [r.weight_version for r in first + second] == [1] * 4 + [2] * 4
+    for fake in fakes:
+        assert fake.weights_path == str(tmp_path / "v2")
+        assert (fake.reloads, fake.prefix_cache_resets, fake.served_on_stale_cache) == (2, 2, 0)
+        assert [p for p, _ in fake.calls][:3] == [
+            "/collective_rpc",
+            "/collective_rpc",
+            "/reset_prefix_cache",
+        ]
+        assert {s.model for s in fake.completions} == {"base"}
+    served = sorted(s.version for fake in fakes for s in fake.completions)
+    assert served == [1] * 4 + [2] * 4
+
+
+def test_a_full_update_waits_for_requests_in_flight(servers, tmp_path):
+    (fake,) = servers(1, runtime_lora=False, delay_s=0.4)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 1, kind="full"))
+            slow = asyncio.create_task(sample(sampler, "a"))
+            while fake.in_flight == 0:
+                await asyncio.sleep(0.01)
+            await sampler.update_weights(export(tmp_path, 2, kind="full"))
+            return await slow, await sample(sampler, "b")
+        finally:
+            await sampler.aclose()
+
+    slow, fresh = asyncio.run(main())
+    assert (slow.weight_version, fresh.weight_version) == (1, 2)
+    assert [s.version for s in fake.completions] == [1, 2]
+
+
+def test_a_reload_that_keeps_failing_fails_the_update(servers, tmp_path):
+    (fake,) = servers(1, runtime_lora=False)
+    fake.fail_next_reloads(10, status=500, message="weights do not match the model")
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path, retry=RetrySettings(retries=1, retry_backoff_s=0))
+        try:
+            await sampler.update_weights(export(tmp_path, 1, kind="full"))
+        finally:
+            await sampler.aclose()
+
+    with pytest.raises(UpstreamError) as caught:
+        asyncio.run(main())
+    message = str(caught.value)
+    assert fake.url in message and str(tmp_path / "v1") in message
+    assert "weights do not match the model (after 2 attempts)" in message
+    assert "VLLM_SERVER_DEV_MODE=1" in message
+    assert fake.weights_path is None
+
+
+def test_a_restarted_server_gets_full_weights_back(servers, tmp_path):
+    (fake,) = servers(1, runtime_lora=False)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.start()
+            await sampler.update_weights(export(tmp_path, 3, kind="full"))
+            fake.restart(down_s=0.3, refuse=True)
+            result = await sample(sampler)
+            return result, sampler.restores()
+        finally:
+            await sampler.aclose()
+
+    result, restores = asyncio.run(main())
+    assert result.weight_version == 3
+    assert restores == 1
+    assert fake.weight_version == 3
+    assert fake.completions == [Served(model="base", path=str(tmp_path / "v3"), version=3)]
