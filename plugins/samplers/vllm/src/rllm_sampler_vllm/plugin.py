@@ -1,7 +1,7 @@
 """Entry module of rllm-sampler-vllm: the config model and the spec the registry hook yields.
 
 Imports only rllm-core, pydantic and the standard library; the pool
-(:mod:`rllm_sampler_vllm.pool`) loads when the sampler is built.
+(:mod:`rllm_sampler_vllm.follower`) loads when the sampler is built.
 """
 
 from __future__ import annotations
