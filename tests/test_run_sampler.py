@@ -71,9 +71,7 @@ def arithmetic_reply(model_dir: Path, on_reply: Any = None) -> Any:
     return reply
 
 
-def write_plan(
-    folder: Path, model_dir: Path, url: str, *, steps: int = 3, rank: int = 4, extra: str = ""
-) -> Path:
+def write_plan(folder: Path, model_dir: Path, url: str, *, steps: int = 3, rank: int = 4) -> Path:
     tasks, held_out = write_tasks(folder)
     lora = f"lora = {{ rank = {rank}, alpha = {2 * rank}.0 }}" if rank else "lora = { rank = 0 }"
     plan = folder / "plan.toml"
@@ -109,7 +107,6 @@ retries = 2
 retry_backoff_s = 0.05
 retry_backoff_max_s = 0.1
 health_interval_s = 0.2
-{extra}
 
 [renderer]
 name = "chatml"
@@ -251,3 +248,34 @@ def test_a_restarted_server_gets_its_adapter_back_and_the_run_finishes(model_dir
     assert Counter(v for vs in by_step.values() for v in vs) == Counter(
         s.version for s in server.completions
     )
+
+
+def test_async_runs_and_evaluations_sample_from_the_servers_on_the_policy(model_dir, tmp_path):
+    with FakeVllmServer(reply=arithmetic_reply(model_dir)) as server:
+        plan = write_plan(tmp_path, model_dir, server.url)
+        plan.write_text(
+            plan.read_text()
+            .replace("steps = 3\n", 'steps = 3\npipeline = "async"\n')
+            .replace("batch_size = 2\n", "batch_size = 2\nmax_policy_age = 1\n")
+        )
+        result = run(plan, tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        run_dir = run_folder(result, tmp_path, "served")
+        assert loaded_versions(server) == [0, 1, 2, 3]
+        by_step = trace_versions(run_dir)
+        # Batch k may run ahead of step k - 1 by one version, never more.
+        for step, versions in by_step.items():
+            assert set(versions) <= {step - 2, step - 1}, (step, versions)
+        assert Counter(v for vs in by_step.values() for v in vs) == Counter(
+            s.version for s in server.completions
+        )
+        served_before = len(server.completions)
+
+        checkpoint = sorted((run_dir / "checkpoints").iterdir())[-1]
+        evaluated = run_cli(
+            "eval", str(plan), "--checkpoint", str(checkpoint), "--plain", cwd=tmp_path, timeout=240
+        )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    # The evaluation exported the checkpoint's weights to the servers and sampled from them.
+    assert loaded_versions(server)[4:] == [3]
+    assert {s.version for s in server.completions[served_before:]} == {3}
