@@ -279,3 +279,47 @@ def test_async_runs_and_evaluations_sample_from_the_servers_on_the_policy(model_
     # The evaluation exported the checkpoint's weights to the servers and sampled from them.
     assert loaded_versions(server)[4:] == [3]
     assert {s.version for s in server.completions[served_before:]} == {3}
+
+
+def test_a_sampler_role_exports_each_release_it_loads_to_the_servers(model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    with FakeVllmServer(reply=arithmetic_reply(model_dir)) as server:
+        plan = write_plan(tmp_path, model_dir, server.url)
+        plan.write_text(
+            plan.read_text()
+            .replace("steps = 3\n", 'steps = 3\npipeline = "async"\n')
+            .replace("batch_size = 2\n", "batch_size = 2\nmax_policy_age = 1\n")
+            + f'\n[object_store]\nname = "file"\nroot = "{tmp_path / "store"}"\n'
+            + "\n[scheduler]\npoll_s = 0.1\nidle_stop_s = 600\n"
+        )
+        command = [sys.executable, "-m", "rllm_core.cli", "run", str(plan), "--plain", "--role"]
+        roles = {
+            role: subprocess.Popen(
+                [*command, role],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for role in ("sampler", "trainer")
+        }
+        try:
+            outputs = {role: process.communicate(timeout=240)[0] for role, process in roles.items()}
+        finally:
+            for process in roles.values():
+                if process.poll() is None:
+                    process.kill()
+    for role, process in roles.items():
+        assert process.returncode == 0, (role, outputs[role][-3000:])
+    loads = loaded_versions(server)
+    # The untrained policy first, then the releases the sampler loaded, in order; it loads at
+    # least version 1 before batch 3 (one batch ahead at most).
+    assert loads[0] == 0 and loads == sorted(set(loads)) and 1 in loads, loads
+    sampler_dir = Path(outputs["sampler"].splitlines()[0].removeprefix("run folder: "))
+    by_step = trace_versions(tmp_path / sampler_dir)
+    assert Counter(v for vs in by_step.values() for v in vs) == Counter(
+        s.version for s in server.completions
+    )
+    assert set(by_step[1]) == {0}
