@@ -82,7 +82,9 @@ class TorchBackend:
             torch.set_num_threads(config.cpu_threads)
         seed_everything(config.seed)
         self._group: Group | None = None
+        self._strategy: str | None = None
         if config.parallel.world_size > 1:
+            self._strategy = resolve_strategy(config.parallel, full=config.lora.full)
             self._group = start_group(config.parallel, config.device)
             self.device = self._group.device
         else:
@@ -93,11 +95,9 @@ class TorchBackend:
         # on rank 0 when FSDP shards the parameters); both the model itself in one process.
         self._train_model = self.model
         self._full_model: torch.nn.Module | None = None
-        self._strategy: str | None = None
-        if self._group is not None:
-            self._strategy = resolve_strategy(config.parallel, full=config.lora.full)
+        if self._group is not None and self._strategy is not None:
             if self._strategy == "fsdp" and self._group.rank == 0:
-                self._full_model = copy.deepcopy(self.model)
+                self._full_model = copy.deepcopy(self.model).requires_grad_(False)
             self._train_model = wrap_model(self.model, self._strategy, self.device)
         self._command_lock = threading.RLock()
         self._parameters = {
