@@ -112,6 +112,7 @@ def worker(scenario: str, job: dict[str, Any]) -> None:
     try:
         report: dict[str, Any] = {}
         if scenario == "train":
+            backend.save_state(str(out / "initial"))
             report["metrics"] = train(backend, make_objective(job["loss"]))
             report["logprobs"] = backend.compute_logprobs(make_datums(**STEPS[0]))
             backend.save_weights(str(out / "weights"))
@@ -252,12 +253,20 @@ def test_two_ranks_train_as_one_process_and_resume_at_world_size_one(
         backend.forward_backward(NEXT_STEP, make_objective(loss))
         backend.optim_step()
     assert_same_state(direct, merged)
+    # Saved before the first step: the optimizer has no state yet, as in a fresh backend.
+    fresh, initial = build(job, world_size=1), build(job, world_size=1)
+    initial.load_state(str(tmp_path / "initial"))
+    assert_same_state(fresh, initial)
+    for backend in (fresh, initial):
+        backend.forward_backward(NEXT_STEP, make_objective(loss))
+        backend.optim_step()
+    assert_same_state(fresh, initial)
     # World size 2 resumed from either checkpoint continues as world size 1 does.
     for release in ("resumed", "resumed-1"):
         resumed = load_file(str(tmp_path / release / "weights.safetensors"))
         for name, param in direct.trainable_parameters.items():
             torch.testing.assert_close(resumed[name], param.detach(), rtol=0, atol=1e-5)
-    for backend in (single, direct, merged):
+    for backend in (single, direct, merged, fresh, initial):
         backend.close()
 
 

@@ -5,7 +5,8 @@ Layout of a sharded checkpoint folder (``state.json`` format 2, ``"layout": "sha
 - ``sharded/``: a ``torch.distributed.checkpoint`` folder holding ``model`` (the trainable
   parameters) and ``optimizer``, both keyed by parameter name
   (``torch.distributed.checkpoint.state_dict``), so it loads at any world size;
-- ``trainer.pt``: rank 0's scheduler state and random generators;
+- ``trainer.pt``: rank 0's scheduler state, random generators and optimizer hyperparameters
+  (``param_groups``);
 - ``state.json``: format, layout, the world size that wrote it, counters and identity; written
   last.
 
@@ -75,7 +76,11 @@ def write_sharded(
     ranks see)."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_state_dict,
+    )
 
     from rllm_trainer_backend_torch.checkpoint import _rng_state
 
@@ -84,15 +89,32 @@ def write_sharded(
         target.mkdir(parents=True, exist_ok=True)
         (target / STATE).unlink(missing_ok=True)
     dist.barrier()
-    model_state, optimizer_state = get_state_dict(
-        model, optimizer, options=StateDictOptions(ignore_frozen_params=True)
-    )
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=target / SHARDED)
+    # An optimizer that never stepped has no state; asking for its state dict would step it
+    # once with zero gradients, and the next real step would then be its second.
+    stepped = bool(optimizer.state)
+    options = StateDictOptions(ignore_frozen_params=True)
+    if stepped:
+        model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
+        content = {"model": model_state, "optimizer": optimizer_state}
+    else:
+        content = {"model": get_model_state_dict(model, options=options)}
+    dcp.save(content, checkpoint_id=target / SHARDED)
     if rank == 0:
-        torch.save({"scheduler": scheduler.state_dict(), "rng": _rng_state()}, target / TRAINER)
+        torch.save(
+            {
+                "scheduler": scheduler.state_dict(),
+                "rng": _rng_state(),
+                "param_groups": optimizer.state_dict()["param_groups"],
+                "parameter_names": [
+                    name for name, param in model.named_parameters() if param.requires_grad
+                ],
+            },
+            target / TRAINER,
+        )
         state = {
             "format": SHARDED_FORMAT,
             "layout": SHARDED,
+            "optimizer": stepped,
             "world_size": world_size,
             "counters": dict(counters),
             "identity": dict(identity),
@@ -105,18 +127,33 @@ def write_sharded(
 
 
 def load_sharded_into(
-    folder: str | os.PathLike[str], *, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    folder: str | os.PathLike[str],
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    stepped: bool = True,
 ) -> None:
     """Every rank: reshard a sharded checkpoint's model and optimizer into this group's
-    ``model`` and ``optimizer``, in place."""
+    ``model`` and ``optimizer``, in place (``stepped``: whether the checkpoint holds optimizer
+    state; without it the optimizer's state is cleared)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
+        get_model_state_dict,
         get_state_dict,
+        set_model_state_dict,
         set_state_dict,
     )
 
     options = StateDictOptions(ignore_frozen_params=True)
+    if not stepped:
+        weights = get_model_state_dict(model, options=options)
+        dcp.load({"model": weights}, checkpoint_id=Path(folder) / SHARDED)
+        set_model_state_dict(
+            model, weights, options=StateDictOptions(ignore_frozen_params=True, strict=False)
+        )
+        optimizer.state.clear()
+        return
     model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=Path(folder) / SHARDED)
@@ -147,7 +184,14 @@ def read_full(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
         whole = Path(scratch) / "whole.pt"
         dcp_to_torch_save(source / SHARDED, whole)
         loaded = torch.load(whole, map_location="cpu", weights_only=False)
-    return state, dict(loaded["model"]), loaded["optimizer"]
+    optimizer = loaded.get("optimizer")
+    if optimizer is None:
+        # Saved before the first step: no optimizer state, the hyperparameters from rank 0.
+        trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
+        optimizer = to_named(
+            {"state": {}, "param_groups": trainer["param_groups"]}, trainer["parameter_names"]
+        )
+    return state, dict(loaded["model"]), optimizer
 
 
 def to_indexed(named: Mapping[str, Any], order: list[str]) -> dict[str, Any]:
@@ -216,7 +260,11 @@ def read_into_group(
     ``scheduler``, and return its counters. Raises :class:`CheckpointError` as
     :func:`~rllm_trainer_backend_torch.checkpoint.read_state` does."""
     from safetensors.torch import load_file
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_state_dict,
+    )
 
     from rllm_trainer_backend_torch.checkpoint import _check_identity, _set_rng_state
 
@@ -236,7 +284,10 @@ def read_into_group(
                 f"{source} holds sharded checkpoint format {state.get('format')!r}; this"
                 f" version of rllm-trainer-backend-torch reads format {SHARDED_FORMAT}"
             )
-        load_sharded_into(source, model=model, optimizer=optimizer)
+        stepped = state.get("optimizer", True)
+        load_sharded_into(source, model=model, optimizer=optimizer, stepped=stepped)
+        if not stepped:
+            _set_hyperparameters(optimizer, trainer["param_groups"])
     else:
         if state.get("format") != FORMAT:
             raise CheckpointError(
@@ -250,13 +301,24 @@ def read_into_group(
                 f" {len(names)} parameters this backend trains; the file is damaged or from"
                 " another model"
             )
-        set_state_dict(
-            model,
-            optimizer,
-            model_state_dict=weights,
-            optim_state_dict=to_named(trainer["optimizer"], names),
-            options=StateDictOptions(full_state_dict=True, strict=False),
-        )
+        options = StateDictOptions(full_state_dict=True, strict=False)
+        if trainer["optimizer"]["state"]:
+            set_state_dict(
+                model,
+                optimizer,
+                model_state_dict=weights,
+                optim_state_dict=to_named(trainer["optimizer"], names),
+                options=options,
+            )
+        else:
+            set_model_state_dict(model, weights, options=options)
+            optimizer.state.clear()
+            _set_hyperparameters(optimizer, trainer["optimizer"]["param_groups"])
     scheduler.load_state_dict(trainer["scheduler"])
     _set_rng_state(trainer["rng"])
     return {key: int(value) for key, value in state["counters"].items()}
+
+
+def _set_hyperparameters(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> None:
+    for group, saved in zip(optimizer.param_groups, groups, strict=True):
+        group.update({key: value for key, value in saved.items() if key != "params"})
