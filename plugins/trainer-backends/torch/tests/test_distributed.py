@@ -118,6 +118,8 @@ def worker(scenario: str, job: dict[str, Any]) -> None:
             backend.save_weights(str(out / "weights"))
             backend.save_state(str(out / "sharded"))
             report["sampler_weights"] = sampler_sees_release(backend, out / "weights")
+            exported = backend.export_weights(str(out / "export"))
+            report["export"] = [exported.kind, exported.version, sorted(os.listdir(exported.path))]
             # Resume at world size 2 from the sharded checkpoint and from its consolidation.
             from rllm_trainer_backend_torch.sharded import consolidate
 
@@ -236,6 +238,9 @@ def test_two_ranks_train_as_one_process_and_resume_at_world_size_one(
     expected = single.trainable_parameters
     assert released.keys() == expected.keys()
     assert report["sampler_weights"] is True
+    kind, version, files = report["export"]
+    assert (kind, version) == ("lora" if strategy == "ddp" else "full", len(STEPS))
+    assert ("adapter_model.safetensors" if kind == "lora" else "model.safetensors") in files
     for name, tensor in released.items():
         torch.testing.assert_close(tensor, expected[name].detach(), rtol=0, atol=1e-5, msg=name)
 
