@@ -168,7 +168,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_llama) -> Path:
     folder = tmp_path_factory.mktemp("tiny-llama-dist")
-    tiny_llama(1234, vocab_size=VOCAB, max_position_embeddings=64).save_pretrained(folder)
+    # Tied input and output embeddings, as SmolLM2 has: a frozen weight under two names.
+    model = tiny_llama(1234, vocab_size=VOCAB, max_position_embeddings=64, tie_word_embeddings=True)
+    model.save_pretrained(folder)
     return folder
 
 

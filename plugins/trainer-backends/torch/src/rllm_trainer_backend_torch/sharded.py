@@ -95,9 +95,9 @@ def write_sharded(
     options = StateDictOptions(ignore_frozen_params=True)
     if stepped:
         model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
-        content = {"model": model_state, "optimizer": optimizer_state}
+        content = {"model": _trainable(model_state, model), "optimizer": optimizer_state}
     else:
-        content = {"model": get_model_state_dict(model, options=options)}
+        content = {"model": _trainable(get_model_state_dict(model, options=options), model)}
     dcp.save(content, checkpoint_id=target / SHARDED)
     if rank == 0:
         torch.save(
@@ -147,7 +147,7 @@ def load_sharded_into(
 
     options = StateDictOptions(ignore_frozen_params=True)
     if not stepped:
-        weights = get_model_state_dict(model, options=options)
+        weights = _trainable(get_model_state_dict(model, options=options), model)
         dcp.load({"model": weights}, checkpoint_id=Path(folder) / SHARDED)
         set_model_state_dict(
             model, weights, options=StateDictOptions(ignore_frozen_params=True, strict=False)
@@ -155,7 +155,7 @@ def load_sharded_into(
         optimizer.state.clear()
         return
     model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
-    state = {"model": model_state, "optimizer": optimizer_state}
+    state = {"model": _trainable(model_state, model), "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=Path(folder) / SHARDED)
     # Not strict: the frozen base weights are not in the checkpoint (the identity matched).
     set_state_dict(
@@ -317,6 +317,14 @@ def read_into_group(
     scheduler.load_state_dict(trainer["scheduler"])
     _set_rng_state(trainer["rng"])
     return {key: int(value) for key, value in state["counters"].items()}
+
+
+def _trainable(state: Mapping[str, Any], model: torch.nn.Module) -> dict[str, Any]:
+    """``state`` without the frozen weights ``ignore_frozen_params`` keeps: a weight tied to a
+    frozen one (a LoRA model's ``lm_head`` tied to the embeddings) is listed under its own name
+    although it is not trained."""
+    trained = {name for name, param in model.named_parameters() if param.requires_grad}
+    return {name: value for name, value in state.items() if name in trained}
 
 
 def _set_hyperparameters(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> None:
