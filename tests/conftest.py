@@ -168,22 +168,44 @@ TINY_VOCAB = 256
 """The vocabulary size of :func:`tiny_model_dir`'s model."""
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A seeded random two-layer Llama small enough that a step takes milliseconds."""
+def save_tiny_llama(folder: Path, *, vocab: int, max_positions: int, seed: int) -> Path:
+    """A seeded random two-layer Llama saved in ``folder``, small enough that a step takes
+    milliseconds."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(99)
+    torch.manual_seed(seed)
     config = LlamaConfig(
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        vocab_size=TINY_VOCAB,
-        max_position_embeddings=32,
+        vocab_size=vocab,
+        max_position_embeddings=max_positions,
     )
     LlamaForCausalLM(config).eval().save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A seeded random two-layer Llama small enough that a step takes milliseconds."""
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    return save_tiny_llama(folder, vocab=TINY_VOCAB, max_positions=32, seed=99)
+
+
+@pytest.fixture(scope="session")
+def tiny_smol_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_model_dir: Path) -> Path:
+    """A tiny random Llama over SmolLM2's tokenizer and chat template: real chat prompts, and
+    steps and weight exports that take milliseconds."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-smol")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (smollm2_model_dir / name).is_file():
+            shutil.copyfile(smollm2_model_dir / name, folder / name)
+    vocab = len(AutoTokenizer.from_pretrained(str(smollm2_model_dir)))
+    return save_tiny_llama(folder, vocab=vocab, max_positions=256, seed=7)

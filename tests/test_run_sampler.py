@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import shutil
 import threading
 import time
 from collections import Counter
@@ -24,29 +23,8 @@ QUESTION = re.compile(r"What is (\d+) \+ (\d+)\?")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_model_dir: Path) -> Path:
-    """A tiny random Llama over SmolLM2's tokenizer and chat template: real chat prompts, and
-    steps and exports that take milliseconds."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    folder = tmp_path_factory.mktemp("tiny-smol")
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (smollm2_model_dir / name).is_file():
-            shutil.copyfile(smollm2_model_dir / name, folder / name)
-    vocab = len(AutoTokenizer.from_pretrained(str(smollm2_model_dir)))
-    torch.manual_seed(7)
-    config = LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=vocab,
-        max_position_embeddings=256,
-    )
-    LlamaForCausalLM(config).eval().save_pretrained(folder)
-    return folder
+def model_dir(tiny_smol_model_dir: Path) -> Path:
+    return tiny_smol_model_dir
 
 
 def arithmetic_reply(model_dir: Path, on_reply: Any = None) -> Any:

@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from rllm_core.testing.fakeworker import FakeWorker, Reply, _respond
+from rllm_core.testing.fakeworker import FakeWorker, Reply, _respond, serve_forever
 
 __all__ = ["FakeVllmServer", "Served", "version_of"]
 
@@ -302,8 +302,6 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import os
 
-    from rllm_core.gateway.serving import new_event_loop
-
     parser = argparse.ArgumentParser(description="A fake vLLM server.")
     parser.add_argument("command", choices=["serve"])
     parser.add_argument("model")
@@ -323,18 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
     )
     server.record = False
-
-    async def run() -> None:
-        await server.server.astart()
-        await server.server.wait()
-
-    loop = new_event_loop()
-    try:
-        loop.run_until_complete(run())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        loop.close()
+    serve_forever(server, announce=None)
 
 
 if __name__ == "__main__":

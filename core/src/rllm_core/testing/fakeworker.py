@@ -29,7 +29,7 @@ import msgspec
 
 from rllm_core.gateway.serving import AsgiServer
 
-__all__ = ["FakeWorker", "echo_reply", "fake_logprob", "fixed_reply"]
+__all__ = ["FakeWorker", "echo_reply", "fake_logprob", "fixed_reply", "serve_forever"]
 
 Reply = Callable[[list[int], int, list[int]], list[int]]
 
@@ -270,14 +270,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     reply = echo_reply(args.echo)
     if args.reply_ids:
         reply = fixed_reply([int(t) for t in args.reply_ids.split(",")])
-    worker = FakeWorker(reply=reply, host=args.host, port=args.port, record=False)
+    serve_forever(FakeWorker(reply=reply, host=args.host, port=args.port, record=False))
+
+
+def serve_forever(worker: FakeWorker, *, announce: str | None = "fake worker") -> None:
+    """Serve ``worker`` in this process until Ctrl-C, printing ``<announce> on <url>`` once it
+    listens (nothing with ``announce=None``)."""
+    from rllm_core.gateway.serving import new_event_loop
 
     async def run() -> None:
         url = await worker.server.astart()
-        print(f"fake worker on {url}", flush=True)
+        if announce is not None:
+            print(f"{announce} on {url}", flush=True)
         await worker.server.wait()
-
-    from rllm_core.gateway.serving import new_event_loop
 
     loop = new_event_loop()
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -27,24 +26,9 @@ FULL = {"lora": {"rank": 0}, "micro_batch_size": 2, "learning_rate": 1e-3}
 
 
 def make_datums(seed: int, lengths: tuple[int, ...]) -> list[Any]:
-    from rllm_core.types import Datum
+    from rllm_trainer_backend_torch.testing import random_datums
 
-    rng = random.Random(seed)
-    datums = []
-    for length in lengths:
-        action = [i >= 2 and i % 4 in (2, 3) for i in range(length)]
-        observation = [i >= 2 and not a for i, a in enumerate(action)]
-        advantage = rng.uniform(-1.0, 1.0)
-        datums.append(
-            Datum(
-                token_ids=[rng.randrange(VOCAB) for _ in range(length)],
-                logprobs=[-rng.uniform(0.5, 6.0) for _ in range(length)],
-                advantages=[advantage] * length,
-                action_mask=action,
-                observation_mask=observation,
-            )
-        )
-    return datums
+    return random_datums(seed, lengths, vocab=VOCAB)
 
 
 NEXT_STEP = make_datums(seed=7, lengths=(6, 5, 7))

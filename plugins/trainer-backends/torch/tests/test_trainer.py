@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from rllm_trainer_backend_torch.collate import collate
 from rllm_trainer_backend_torch.logprobs import target_logprobs, token_logprobs
 from rllm_trainer_backend_torch.plugin import TorchBackendConfig
 from rllm_trainer_backend_torch.schedule import lr_factor
+from rllm_trainer_backend_torch.testing import random_datums
 
 VOCAB = 512
 
@@ -42,25 +42,7 @@ def backend(folder: Path, **overrides) -> TorchBackend:
 
 
 def make_datums(seed: int = 0, lengths: tuple[int, ...] = (7, 4, 9, 5, 6)) -> list[Datum]:
-    """Two prompt tokens, then alternating pairs of action and observation tokens. Padding-free
-    values everywhere (advantages and logprobs are nonzero off the masks too), so a leak of an
-    unmasked position into the loss would show."""
-    rng = random.Random(seed)
-    datums = []
-    for length in lengths:
-        action = [i >= 2 and i % 4 in (2, 3) for i in range(length)]
-        observation = [i >= 2 and not a for i, a in enumerate(action)]
-        advantage = rng.uniform(-1.0, 1.0)
-        datums.append(
-            Datum(
-                token_ids=[rng.randrange(VOCAB) for _ in range(length)],
-                logprobs=[-rng.uniform(0.5, 6.0) for _ in range(length)],
-                advantages=[advantage] * length,
-                action_mask=action,
-                observation_mask=observation,
-            )
-        )
-    return datums
+    return random_datums(seed, lengths, vocab=VOCAB)
 
 
 def grads(trainer: TorchBackend) -> dict[str, torch.Tensor]:

@@ -95,15 +95,23 @@ def write_state(
         },
         target / TRAINER,
     )
-    state = {
-        "format": FORMAT,
-        "counters": dict(counters),
-        "identity": dict(identity),
-        "digest": digest(identity),
-    }
-    temporary = target / (STATE + ".tmp")
+    write_state_file(
+        target,
+        {
+            "format": FORMAT,
+            "counters": dict(counters),
+            "identity": dict(identity),
+            "digest": digest(identity),
+        },
+    )
+
+
+def write_state_file(folder: Path, state: Mapping[str, Any]) -> None:
+    """Write ``state.json`` into ``folder`` whole (a temporary file renamed over it): the
+    last file of a checkpoint, whose presence makes the folder one."""
+    temporary = folder / (STATE + ".tmp")
     temporary.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    temporary.replace(target / STATE)
+    temporary.replace(folder / STATE)
 
 
 def read_state(

@@ -35,6 +35,7 @@ from rllm_trainer_backend_torch.checkpoint import (
     WEIGHTS,
     CheckpointError,
     digest,
+    write_state_file,
 )
 
 __all__ = [
@@ -111,18 +112,18 @@ def write_sharded(
             },
             target / TRAINER,
         )
-        state = {
-            "format": SHARDED_FORMAT,
-            "layout": SHARDED,
-            "optimizer": stepped,
-            "world_size": world_size,
-            "counters": dict(counters),
-            "identity": dict(identity),
-            "digest": digest(identity),
-        }
-        temporary = target / (STATE + ".tmp")
-        temporary.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        temporary.replace(target / STATE)
+        write_state_file(
+            target,
+            {
+                "format": SHARDED_FORMAT,
+                "layout": SHARDED,
+                "optimizer": stepped,
+                "world_size": world_size,
+                "counters": dict(counters),
+                "identity": dict(identity),
+                "digest": digest(identity),
+            },
+        )
     dist.barrier()
 
 
@@ -234,15 +235,15 @@ def consolidate(folder: str | os.PathLike[str], target: str | os.PathLike[str]) 
         },
         out / TRAINER,
     )
-    single = {
-        "format": FORMAT,
-        "counters": state["counters"],
-        "identity": state["identity"],
-        "digest": state["digest"],
-    }
-    temporary = out / (STATE + ".tmp")
-    temporary.write_text(json.dumps(single, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    temporary.replace(out / STATE)
+    write_state_file(
+        out,
+        {
+            "format": FORMAT,
+            "counters": state["counters"],
+            "identity": state["identity"],
+            "digest": state["digest"],
+        },
+    )
     return out
 
 

@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+from rllm_core.types import Datum
 
 if TYPE_CHECKING:
     from rllm_trainer_backend_torch.backend import TorchBackend
 
-__all__ = ["assert_same_state"]
+__all__ = ["assert_same_state", "random_datums"]
+
+
+def random_datums(seed: int, lengths: Sequence[int], *, vocab: int) -> list[Datum]:
+    """One seeded random datum per length: two prompt tokens, then alternating pairs of action
+    and observation tokens. Padding-free values everywhere (advantages and logprobs are nonzero
+    off the masks too), so a leak of an unmasked position into the loss would show."""
+    rng = random.Random(seed)
+    datums = []
+    for length in lengths:
+        action = [i >= 2 and i % 4 in (2, 3) for i in range(length)]
+        observation = [i >= 2 and not a for i, a in enumerate(action)]
+        advantage = rng.uniform(-1.0, 1.0)
+        datums.append(
+            Datum(
+                token_ids=[rng.randrange(vocab) for _ in range(length)],
+                logprobs=[-rng.uniform(0.5, 6.0) for _ in range(length)],
+                advantages=[advantage] * length,
+                action_mask=action,
+                observation_mask=observation,
+            )
+        )
+    return datums
 
 
 def assert_same_state(a: TorchBackend, b: TorchBackend) -> None:
