@@ -301,3 +301,21 @@ def test_a_sampler_role_exports_each_release_it_loads_to_the_servers(model_dir, 
         s.version for s in server.completions
     )
     assert set(by_step[1]) == {0}
+
+
+@pytest.mark.parametrize("example", ["tinker-modal", "fireworks-daytona"])
+def test_plan_check_refuses_the_vllm_sampler_with_a_managed_trainer_naming_both(example, tmp_path):
+    shipped = Path(__file__).resolve().parents[1] / "examples" / example / "plan.toml"
+    plan = shipped.parent / f".sampler-check-{tmp_path.name}.toml"
+    sampler = '[sampler]\nname = "vllm"\nurls = ["http://127.0.0.1:9"]\nweights_dir = "w"\n'
+    plan.write_text(shipped.read_text(encoding="utf-8") + "\n" + sampler, encoding="utf-8")
+    try:
+        done = run_cli("plan", "check", str(plan), cwd=tmp_path)
+    finally:
+        plan.unlink()
+    trainer = example.split("-")[0]
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        f"[sampler].name: sampler 'vllm' needs weights exported by the trainer; trainer backend"
+        f" '{trainer}' cannot export them" in " ".join((done.stdout + done.stderr).split())
+    )
