@@ -356,3 +356,22 @@ def test_a_resume_may_change_the_world_size_and_nothing_else_of_parallel():
     assert two == _comparable(data(None), "run-1")
     fsdp = _comparable(data({"world_size": 2, "strategy": "fsdp"}), "run-1")
     assert fsdp != _comparable(data({"world_size": 2, "strategy": "ddp"}), "run-1")
+
+
+def test_a_process_that_only_samples_builds_its_trainer_for_one_process(ranks, tmp_path):
+    code = (
+        "from pathlib import Path\n"
+        "from rllm_core.training.components import prepare_plan\n"
+        "from rllm_core.training.launch import in_one_process\n"
+        "resolved = prepare_plan('plan.toml', (), run_dir=Path('run'))\n"
+        "alone = in_one_process(resolved)\n"
+        "print(resolved.get('[trainer]').config.parallel.world_size,"
+        " alone.get('[trainer]').config.parallel.world_size,"
+        " alone.get('[trainer]').config.marker == resolved.get('[trainer]').config.marker)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ranks.pythonpath)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "1", "True"]

@@ -14,6 +14,7 @@ from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
 from rllm_core.cli.preflight import check_gateway, resolve_or_exit
 from rllm_core.errors import PlanError
+from rllm_core.training.launch import in_one_process
 
 
 @click.command(name="eval")
@@ -77,7 +78,8 @@ def eval_(
     placeholder = Path(plan.run.output_dir) / "<eval folder>"
     check_gateway(resolve_or_exit(plan_path, overrides, placeholder, training=False))
     folder = EvalFolder.create(plan.run.output_dir, plan.run.name)
-    resolved = resolve_or_exit(plan_path, overrides, folder.path, training=False)
+    # Evaluating only samples: the trainer runs in this one process whatever its world size.
+    resolved = in_one_process(resolve_or_exit(plan_path, overrides, folder.path, training=False))
     folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
     console = Console(highlight=False)
     console.print(f"eval folder: {folder.path}", markup=False, soft_wrap=True)

@@ -305,9 +305,12 @@ def _place(resolved: Any, role: str, group: Any, launch_args: list[str] | None) 
     Under torchrun the world sizes must agree. Otherwise, with a world size above 1 and
     ``launch_args``, this process becomes the launcher of the ranks and exits with rank 0's
     code. A sampler role always runs alone: its trainer is built with a world size of 1."""
-    from dataclasses import replace
-
-    from rllm_core.training.launch import WorldSizeMismatch, check_world_size, launch
+    from rllm_core.training.launch import (
+        WorldSizeMismatch,
+        check_world_size,
+        in_one_process,
+        launch,
+    )
 
     parallel = _parallel(resolved)
     world_size = parallel.world_size if parallel is not None else 1
@@ -320,13 +323,7 @@ def _place(resolved: Any, role: str, group: Any, launch_args: list[str] | None) 
     if world_size == 1:
         return resolved
     if role == "sampler":
-        trainer = resolved.get("[trainer]")
-        alone = trainer.config.model_copy(
-            update={"parallel": parallel.model_copy(update={"world_size": 1})}
-        )
-        components = dict(resolved.components)
-        components["[trainer]"] = replace(trainer, config=alone)
-        return replace(resolved, components=components)
+        return in_one_process(resolved)
     if launch_args is not None:
         sys.exit(launch(world_size, launch_args))
     return resolved

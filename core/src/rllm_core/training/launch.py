@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 __all__ = [
     "LAUNCH_DIR_ENV",
@@ -32,6 +33,7 @@ __all__ = [
     "WorldSizeMismatch",
     "check_world_size",
     "distributed_env",
+    "in_one_process",
     "launch",
     "launcher_argv",
     "report_rank0",
@@ -196,3 +198,24 @@ def _write(path: Path, value: int) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(str(value), encoding="utf-8")
     os.replace(partial, path)
+
+
+def in_one_process(resolved: Any) -> Any:
+    """``resolved`` (a :class:`~rllm_core.plan.ResolvedPlan`) with its trainer built for one
+    process (``parallel.world_size = 1``), for commands that only sample from the trainer: the
+    sampler role and ``rllm-core eval``. A plan without a ``parallel`` table is returned as
+    it is."""
+    from dataclasses import replace
+
+    from rllm_core.kit.trainer_config import ParallelSettings
+
+    trainer = resolved.get("[trainer]")
+    parallel = getattr(trainer.config, "parallel", None) if trainer is not None else None
+    if not isinstance(parallel, ParallelSettings) or parallel.world_size == 1:
+        return resolved
+    alone = trainer.config.model_copy(
+        update={"parallel": parallel.model_copy(update={"world_size": 1})}
+    )
+    components = dict(resolved.components)
+    components["[trainer]"] = replace(trainer, config=alone)
+    return replace(resolved, components=components)
