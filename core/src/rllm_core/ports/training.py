@@ -17,6 +17,7 @@ __all__ = [
     "ParallelTrainer",
     "PolicyFollower",
     "Sampler",
+    "SupervisedTrainer",
     "TrainerBackend",
     "WeightExporter",
     "WeightReleaser",
@@ -273,3 +274,32 @@ class PolicyFollower(Protocol):
     def export_path(self, version: int) -> str: ...
 
     async def update_weights(self, exported: ExportedWeights) -> None: ...
+
+
+@runtime_checkable
+class SupervisedTrainer(Protocol):
+    """What a trainer backend may also offer: supervised fine-tuning steps on its own
+    cross-entropy path (a service's fused kernel), for ``rllm-core sft``.
+
+    Contract:
+
+    - ``forward_backward_supervised(datums)`` adds the gradient of the mean negative
+      log-likelihood of the datums' trained tokens: those whose ``action_mask`` is true (what
+      the renderer marks as sampled: assistant content and its closing token). The mean is over
+      every trained token of the call (``token-mean``), whatever micro-batches the backend
+      splits it into; every other token is context only. ``logprobs``, ``advantages`` and
+      ``proximal_logprobs`` are ignored. Returns float metrics: ``nll`` (that mean), ``tokens``
+      (trained tokens) and ``sequences``, plus the backend's own, prefixed with its name.
+    - Further calls before ``optim_step`` add their gradients, each normalized over its own
+      datums; ``optim_step`` is :meth:`TrainerBackend.optim_step`.
+    - A backend without it is trained through :meth:`TrainerBackend.forward_backward` with
+      the core's negative log-likelihood objective, which computes the same quantity; a backend
+      that has it gives the same gradient as that path up to floating-point summation order.
+
+    Example::
+
+        metrics = backend.forward_backward_supervised(batch)
+        metrics |= backend.optim_step()
+    """
+
+    def forward_backward_supervised(self, datums: Sequence[Datum]) -> Mapping[str, float]: ...
