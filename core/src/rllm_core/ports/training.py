@@ -242,11 +242,15 @@ class WeightExporter(Protocol):
       the backend loaded; with full training a model folder (``config.json``, safetensors
       weights, the tokenizer files) that loads on its own. It returns the
       :class:`~rllm_core.types.ExportedWeights` describing it. Nothing of the backend changes.
+    - ``export_weights(path, merge=True)`` always writes a model folder that loads on its own
+      (``kind = "full"``): with LoRA training the adapter merged into the base weights. It
+      holds the tokenizer and its chat template, so ``AutoModelForCausalLM.from_pretrained``,
+      ``AutoTokenizer.from_pretrained`` and vLLM load it, and its logits equal the backend's.
     - A backend that offers it declares the spec trait ``exports_weights = True``; ``plan
       check`` refuses a ``[sampler]`` section with a backend that does not, naming both.
     """
 
-    def export_weights(self, path: str) -> ExportedWeights: ...
+    def export_weights(self, path: str, *, merge: bool = False) -> ExportedWeights: ...
 
 
 @runtime_checkable
