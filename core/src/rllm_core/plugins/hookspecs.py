@@ -187,6 +187,7 @@ def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
         "proximal_modes": Trait(("rollout",), choices=("rollout", "recompute")),
         "publishes_weights": Trait(False, choices=(True, False)),
         "exports_weights": Trait(False, choices=(True, False)),
+        "packs_sequences": Trait(False, choices=(True, False)),
     },
 )
 def rllm_trainer_backends() -> Iterable[ComponentSpec]:
@@ -204,7 +205,11 @@ def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     without it, naming the backend. The trait ``exports_weights`` (default False) says that the
     backend implements :class:`~rllm_core.ports.WeightExporter`, which a ``[sampler]`` section
     (model servers kept on the policy) needs; ``plan check`` refuses one with a backend
-    without it, naming both.
+    without it, naming both. The trait ``packs_sequences`` (default False) says that the
+    backend trains a datum whose ``metadata["packed_lengths"]`` (a list of lengths summing to
+    its token count) splits it into examples exactly as if each were its own datum: positions
+    restart and attention stops at every example's start, whose first token gets logprob 0;
+    ``[sft].packing`` needs it.
 
     Example::
 
