@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rllm_core.types import Datum, ExportedWeights, SampleRequest, SampleResult, WorkerStatus
@@ -17,6 +17,7 @@ __all__ = [
     "ParallelTrainer",
     "PolicyFollower",
     "Sampler",
+    "StreamingSampler",
     "SupervisedTrainer",
     "TrainerBackend",
     "WeightExporter",
@@ -54,6 +55,35 @@ class Sampler(Protocol):
     def weight_version(self) -> int: ...
 
     async def sample(self, request: SampleRequest) -> SampleResult: ...
+
+
+@runtime_checkable
+class StreamingSampler(Sampler, Protocol):
+    """A sampler that can hand out tokens while it is still sampling; optional.
+
+    ``sample_stream(request)`` is an async iterator. While the completion is being sampled it
+    yields ``(token_ids, logprobs)`` pairs: the tokens sampled since the previous pair (at
+    least one) and their logprobs. It then yields exactly one
+    :class:`~rllm_core.types.SampleResult` for the whole completion, whose
+    ``completion_token_ids`` and ``logprobs`` are the pairs concatenated, and ends. Everything
+    else follows the :class:`Sampler` contract (stop tokens included, errors raised as
+    :class:`~rllm_core.errors.UpstreamError`). A consumer that stops early closes the
+    iterator (``aclose``); the sampler then abandons the request. The gateway streams a chat
+    completion's deltas from this when the sampler offers it, and otherwise sends the
+    finished completion.
+
+    Example::
+
+        async for item in sampler.sample_stream(request):
+            if isinstance(item, SampleResult):
+                result = item
+            else:
+                token_ids, logprobs = item
+    """
+
+    def sample_stream(
+        self, request: SampleRequest
+    ) -> AsyncIterator[tuple[list[int], list[float]] | SampleResult]: ...
 
 
 @runtime_checkable
