@@ -7,6 +7,7 @@ was written. All problems are collected and raised together as one :class:`PlanE
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +69,8 @@ class ResolvedComponent:
 class ResolvedPlan:
     """A plan whose every component resolved to an installed plugin with a valid config.
 
-    ``notes`` are warnings about the plan that do not stop it (a key the run overrides), each
+    ``notes`` are warnings about the plan that do not stop it (a key the run overrides, a
+    warning a component's config raised while validating, such as a deprecated key), each
     naming the file, the key and what to do.
     """
 
@@ -112,6 +114,7 @@ class _Resolver:
         self.manager = manager
         self.path = path
         self.issues: list[PlanIssue] = []
+        self.notes: list[str] = []
         self.components: dict[str, ResolvedComponent] = {}
 
     def run(self) -> None:
@@ -358,7 +361,9 @@ class _Resolver:
                 coef = float(raw)
         owner = f"{kind.label} {spec.name!r}"
         try:
-            config = spec.validate_config(options)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                config = spec.validate_config(options)
         except ValidationError as exc:
             prefix = [key] if key is not None else []
             self.issues.extend(
@@ -372,6 +377,7 @@ class _Resolver:
                 )
             )
             return
+        self.notes.extend(f"{self.path}: {where}: {warning.message}" for warning in caught)
         if role == "auxiliary" and coef is None:
             coef = float(getattr(config, AUX_COEF_KEY))
         self.components[where] = ResolvedComponent(
@@ -396,7 +402,9 @@ def resolve_plan(
     resolver.run()
     if resolver.issues:
         raise PlanError(resolver.issues)
-    return ResolvedPlan(path=path, plan=plan, components=resolver.components)
+    return ResolvedPlan(
+        path=path, plan=plan, components=resolver.components, notes=tuple(resolver.notes)
+    )
 
 
 def resolve_plan_file(

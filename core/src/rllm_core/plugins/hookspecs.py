@@ -188,6 +188,7 @@ def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
         "publishes_weights": Trait(False, choices=(True, False)),
         "exports_weights": Trait(False, choices=(True, False)),
         "packs_sequences": Trait(False, choices=(True, False)),
+        "hosted_model": Trait(False, choices=(True, False)),
     },
 )
 def rllm_trainer_backends() -> Iterable[ComponentSpec]:
@@ -209,7 +210,10 @@ def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     backend trains a datum whose ``metadata["packed_lengths"]`` (a list of lengths summing to
     its token count) splits it into examples exactly as if each were its own datum: positions
     restart and attention stops at every example's start, whose first token gets logprob 0;
-    ``[sft].packing`` needs it.
+    ``[sft].packing`` needs it. The trait ``hosted_model`` (default False) says that the
+    backend's ``model`` key names a model its remote service hosts (``Qwen/Qwen3-8B`` as the
+    service spells it), so nothing is resolved or loaded on this machine: the plan names the
+    renderer's ``tokenizer`` itself.
 
     Example::
 

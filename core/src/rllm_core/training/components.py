@@ -81,12 +81,15 @@ def _config_fields(manager: PluginManager, section: str, name: str) -> dict[str,
 
 
 def _trainer_model_dir(manager: PluginManager, ref: ComponentRef) -> Path | None:
-    """The trainer's model folder when its config names a ``model``; raises
+    """The trainer's model folder when its config names a ``model`` that lives on this
+    machine (not one a backend with the trait ``hosted_model`` trains on its service); raises
     :class:`~rllm_core.errors.ModelError` when the model is not cached."""
     from rllm_core.models import resolve_model
 
     try:
         spec = manager.get_record(COMPONENT_SECTIONS["trainer"], ref.name).spec
+        if spec.trait("hosted_model"):
+            return None
         config = spec.validate_config(ref.options)
     except Exception:
         return None
