@@ -8,6 +8,7 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 
 import pytest
+from pydantic import ConfigDict, ValidationError
 from rllm_core.kit.managed import (
     ManagedServiceSettings,
     ServiceCalls,
@@ -117,3 +118,25 @@ def test_sampling_retries_are_counted_until_taken():
     assert asyncio.run(service.sample(once, "a sampling request")) == "sample"
     assert service.take_sampler_retries() == 2
     assert service.take_sampler_retries() == 0
+
+
+class HostedSettings(ManagedServiceSettings):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "m"
+
+
+def test_base_model_is_read_as_model_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match=r"rename the key: model = 'owner/x'"):
+        settings = HostedSettings(base_model="owner/x")
+    assert settings.model == "owner/x"
+    with pytest.raises(ValidationError, match="both model and base_model are set"):
+        HostedSettings(model="owner/x", base_model="owner/y")
+
+
+def test_base_model_stays_unknown_to_settings_without_a_model_key():
+    class Other(ManagedServiceSettings):
+        model_config = ConfigDict(extra="forbid")
+
+    with pytest.raises(ValidationError, match="base_model"):
+        Other(base_model="owner/x")

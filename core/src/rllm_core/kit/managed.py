@@ -16,10 +16,11 @@ model subclasses it.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rllm_core.kit.retry import RetrySettings, retry_async, retry_sync
 
@@ -32,7 +33,12 @@ _RETRYABLE = frozenset({408, 429})
 
 class ManagedServiceSettings(RetrySettings):
     """The retry keys of :class:`~rllm_core.kit.retry.RetrySettings` and the longest wait for
-    one request."""
+    one request.
+
+    A subclass with a ``model`` key (the model the service trains, the key every trainer
+    backend names its model with) also accepts that key's old name ``base_model`` until the
+    next release, with a ``DeprecationWarning`` saying to rename it; both at once are refused.
+    """
 
     request_timeout_s: float = Field(
         900.0,
@@ -43,6 +49,30 @@ class ManagedServiceSettings(RetrySettings):
             " with TimeoutError; such a request is not sent again."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_base_model(cls, data: Any) -> Any:
+        if (
+            not isinstance(data, dict)
+            or "base_model" not in data
+            or "model" not in cls.model_fields
+        ):
+            return data
+        if "model" in data:
+            raise ValueError(
+                "both model and base_model are set; base_model is the old name of model:"
+                " remove base_model"
+            )
+        warnings.warn(
+            f"base_model is the old name of model and is accepted until the next release;"
+            f" rename the key: model = {data['base_model']!r}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        renamed = {key: value for key, value in data.items() if key != "base_model"}
+        renamed["model"] = data["base_model"]
+        return renamed
 
 
 def retryable_status(status: int | None) -> bool:
