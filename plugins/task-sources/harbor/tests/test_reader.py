@@ -77,6 +77,8 @@ def test_every_field_is_read(tmp_path):
     assert task.data == {
         "task_dir": str(task_dir.resolve()),
         "verifier_user": "checker",
+        "reward_key": None,
+        "reward_key_source": "task.toml [verifier]",
         "agent_user": "agent",
         "setup_commands": [
             "mkdir -p /srv && cd /srv && echo one > a.txt",

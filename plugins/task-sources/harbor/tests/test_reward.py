@@ -1,4 +1,5 @@
-"""Reading reward files: reward.txt holds one number, reward.json a reward and signals."""
+"""Reading reward files: reward.txt holds one number, reward.json named rewards, of which
+one scalar is trained on and the rest are signals."""
 
 from __future__ import annotations
 
@@ -39,6 +40,56 @@ def test_reward_json_integer_reward():
     assert parse_reward(JSON, '{"reward": 1}', task_id="t") == Grade(reward=1.0)
 
 
+NAMED = '{"correctness": 1, "style": 0.5, "speed": 0}'
+
+
+def test_reward_key_picks_the_named_reward_and_every_reward_is_a_signal():
+    grade = parse_reward(JSON, NAMED, task_id="t", reward_key="style")
+    assert grade == Grade(reward=0.5, signals={"correctness": 1.0, "style": 0.5, "speed": 0.0})
+
+
+def test_reward_key_beats_a_field_named_reward_and_reaches_nested_fields():
+    content = '{"reward": 0.2, "checks": {"strict": 0.9}}'
+    grade = parse_reward(JSON, content, task_id="t", reward_key="checks.strict")
+    assert grade == Grade(reward=0.9, signals={"checks.strict": 0.9})
+
+
+def test_without_a_key_the_field_named_reward_is_trained_on():
+    grade = parse_reward(JSON, '{"style": 0.5, "reward": 0.25}', task_id="t")
+    assert grade == Grade(reward=0.25, signals={"style": 0.5})
+
+
+def test_a_single_named_reward_is_trained_on():
+    grade = parse_reward(JSON, '{"correctness": 0.75, "note": "ok"}', task_id="t")
+    assert grade == Grade(reward=0.75, signals={"correctness": 0.75})
+
+
+def test_several_named_rewards_without_reward_or_key_give_their_mean():
+    grade = parse_reward(JSON, NAMED, task_id="t")
+    assert grade.reward == pytest.approx(0.5)
+    assert grade.signals == {"correctness": 1.0, "style": 0.5, "speed": 0.0}
+
+
+def test_reward_txt_ignores_the_reward_key():
+    assert parse_reward(TXT, "0.5", task_id="t", reward_key="style") == Grade(reward=0.5)
+
+
+@pytest.mark.parametrize(
+    ("source", "where"),
+    [
+        ("task.toml [verifier]", "the reward_key of task.toml [verifier]"),
+        ("the task source", "the reward_key of the task source"),
+    ],
+)
+def test_a_reward_key_missing_from_reward_json_names_the_key_and_what_is_there(source, where):
+    with pytest.raises(RewardFileInvalid) as info:
+        parse_reward(JSON, NAMED, task_id="t", reward_key="safety", reward_key_source=source)
+    assert str(info.value).startswith(
+        f"task t: reward file {JSON} has no numeric reward named 'safety' ({where});"
+        " it holds correctness, style, speed;"
+    )
+
+
 @pytest.mark.parametrize(
     ("path", "content", "reason"),
     [
@@ -51,7 +102,8 @@ def test_reward_json_integer_reward():
         (JSON, "", "is empty"),
         (JSON, "{reward: 1}", "is not valid JSON"),
         (JSON, "[1]", "must hold a JSON object"),
-        (JSON, '{"score": 1}', 'has no "reward" field'),
+        (JSON, '{"note": "x", "ok": true, "list": [1]}', "holds no numeric reward"),
+        (JSON, "{}", "holds no numeric reward"),
         (JSON, '{"reward": "1"}', "non-numeric reward '1'"),
         (JSON, '{"reward": true}', "non-numeric reward True"),
         (JSON, '{"reward": NaN}', "non-finite reward nan"),

@@ -113,7 +113,7 @@ def test_missing_reward_file_after_exit_0(tmp_path):
         (f": > {LOGS}/reward.txt", "reward.txt is empty"),
         (f"echo yes > {LOGS}/reward.txt", "must hold one number, got 'yes'"),
         (f"echo nan > {LOGS}/reward.txt", "non-finite"),
-        (f"echo '{{}}' > {LOGS}/reward.json", 'has no "reward" field'),
+        (f"echo '{{}}' > {LOGS}/reward.json", "holds no numeric reward"),
         (f"echo '{{oops' > {LOGS}/reward.json", "is not valid JSON"),
     ],
 )

@@ -40,6 +40,12 @@ class HarborConfig(BaseModel):
         default=None,
         description="user the verifier runs as, overriding every task's [verifier].user",
     )
+    reward_key: str | None = Field(
+        default=None,
+        min_length=1,
+        description="named reward of each task's reward.json to train on, overriding every"
+        " task's [verifier].reward_key",
+    )
     limit: int | None = Field(
         default=None, ge=1, description="keep only the first N tasks of each split (by id)"
     )

@@ -22,7 +22,7 @@ from rllm_core.kit.dockerfile import DockerfileReplay, parse_dockerfile
 from rllm_core.ports.agents import DatasetCheck, TaskCheck
 from rllm_core.types import NetworkPolicy, SandboxSpec, Task
 
-from rllm_task_source_harbor.task_toml import read_task_toml, unknown_keys
+from rllm_task_source_harbor.task_toml import VerifierSection, read_task_toml, unknown_keys
 
 __all__ = [
     "SOURCE",
@@ -59,13 +59,15 @@ def check_task(
     *,
     replay_dockerfile: bool | None = None,
     verifier_user: str | None = None,
+    reward_key: str | None = None,
 ) -> TaskCheck:
     """Read one task directory and report everything found, without raising.
 
     ``replay_dockerfile`` overrides the default (on for a Dockerfile base image, off when the
     task names a prebuilt ``[environment].docker_image``); ``verifier_user`` overrides
-    ``[verifier].user``. The check's ``settings`` are ``verifier_user``,
-    ``replay_dockerfile`` and ``setup_steps``; its ``setup`` is ``"N RUN"`` or ``"image"``.
+    ``[verifier].user`` and ``reward_key`` ``[verifier].reward_key``. The check's
+    ``settings`` are ``verifier_user``, ``replay_dockerfile`` and ``setup_steps``; its
+    ``setup`` is ``"N RUN"`` or ``"image"``.
     """
     task_dir = Path(task_dir).resolve()
     check = TaskCheck(task_dir=task_dir, task_id=task_dir.name)
@@ -89,6 +91,16 @@ def check_task(
         _problem(check, where, message)
     agent, verifier, environment = toml.agent, toml.verifier, toml.environment
     verifier_user = verifier_user or verifier.user
+    reward_key_source = "the task source" if reward_key else "task.toml [verifier]"
+    reward_key = reward_key or verifier.reward_key
+    if toml.steps is not None:
+        _problem(
+            check,
+            "steps",
+            "multi-step tasks are not supported: this reader runs one instruction.md and one"
+            " tests/test.sh per task; split the steps into separate tasks",
+        )
+    _check_verifier_environment(check, task_dir, verifier)
     if environment.mcp_servers:
         check.warnings.append(
             f"{check.task_id}: [environment].mcp_servers is not supported; the servers are not"
@@ -148,7 +160,7 @@ def check_task(
         lifetime_s=lifetime,
         env={**(replayed.env if replayed else {}), **environment.env},
         user=agent.user,
-        network=NetworkPolicy.FULL if environment.allow_internet else NetworkPolicy.NONE,
+        network=NetworkPolicy.FULL if environment.internet else NetworkPolicy.NONE,
     )
     check.task = Task(
         task_id=check.task_id,
@@ -157,6 +169,8 @@ def check_task(
         data={
             "task_dir": str(task_dir),
             "verifier_user": verifier_user,
+            "reward_key": reward_key,
+            "reward_key_source": reward_key_source,
             "agent_user": agent.user,
             "setup_commands": setup_commands,
             "replay_dockerfile": bool(replayed),
@@ -169,7 +183,11 @@ def check_task(
         environment=spec,
         agent_timeout_s=agent.timeout_sec,
         verifier_timeout_s=verifier.timeout_sec,
-        metadata={"version": toml.version or "", **toml.metadata.model_dump(exclude_unset=True)},
+        metadata={
+            "version": toml.declared_version or "",
+            **({"package": toml.task} if toml.task is not None else {}),
+            **toml.metadata.model_dump(exclude_unset=True),
+        },
     )
     check.settings = {
         "verifier_user": verifier_user,
@@ -180,22 +198,66 @@ def check_task(
     return check
 
 
+def _check_verifier_environment(
+    check: TaskCheck, task_dir: Path, verifier: VerifierSection
+) -> None:
+    """Refuse a separate verifier environment: the verifier runs in the agent's sandbox."""
+    tests_dockerfile = task_dir / "tests" / "Dockerfile"
+    mode = verifier.environment_mode
+    if mode == "shared" and verifier.environment is not None:
+        _problem(
+            check,
+            "[verifier].environment",
+            "is set but [verifier].environment_mode is 'shared'; remove one of them",
+        )
+        return
+    if mode == "separate" or verifier.environment is not None:
+        field = "[verifier].environment_mode" if mode == "separate" else "[verifier].environment"
+        image = (
+            f"its image built from {tests_dockerfile}"
+            if tests_dockerfile.is_file()
+            else "its own image"
+        )
+        _problem(
+            check,
+            field,
+            f"asks for a separate verifier environment ({image}), which this task source"
+            " does not support: it runs tests/test.sh in the agent's sandbox only"
+            " (environment_mode = 'shared'); remove the setting and install what the"
+            " verifier needs in environment/Dockerfile",
+        )
+        return
+    if tests_dockerfile.is_file():
+        check.warnings.append(
+            f"{check.task_id}: tests/Dockerfile is only built for a separate verifier"
+            " environment; the verifier runs in the agent's sandbox and the file is uploaded"
+            " with tests/"
+        )
+
+
 def load_task(
     task_dir: str | Path,
     *,
     replay_dockerfile: bool | None = None,
     verifier_user: str | None = None,
+    reward_key: str | None = None,
 ) -> Task:
     """Read one Harbor task directory into a :class:`~rllm_core.types.Task`.
 
     The task id is the directory name. ``environment`` is the sandbox spec; ``data`` holds
     ``task_dir`` (absolute), ``verifier_user``, ``agent_user``, ``setup_commands`` (the
     replayed ``RUN`` steps, possibly empty), ``replay_dockerfile``, ``build_timeout_s``,
-    ``verifier_env``, ``solution_env``, ``has_solution`` and ``gpus``. Raises
+    ``verifier_env``, ``solution_env``, ``has_solution``, ``gpus``, ``reward_key`` and
+    ``reward_key_source`` (where the key was set). Raises
     ``TaskFormatError`` listing every problem; logs unknown fields as warnings and what replay
     skips at INFO.
     """
-    check = check_task(task_dir, replay_dockerfile=replay_dockerfile, verifier_user=verifier_user)
+    check = check_task(
+        task_dir,
+        replay_dockerfile=replay_dockerfile,
+        verifier_user=verifier_user,
+        reward_key=reward_key,
+    )
     _log(check.warnings, check.notes)
     if check.task is None:
         raise TaskFormatError(check.problems)
@@ -237,6 +299,7 @@ def check_dataset(
     *,
     replay_dockerfile: bool | None = None,
     verifier_user: str | None = None,
+    reward_key: str | None = None,
 ) -> DatasetCheck:
     """Read every task of a dataset directory, without raising.
 
@@ -272,7 +335,10 @@ def check_dataset(
             )
     for task_dir in task_dirs:
         task_check = check_task(
-            task_dir, replay_dockerfile=replay_dockerfile, verifier_user=verifier_user
+            task_dir,
+            replay_dockerfile=replay_dockerfile,
+            verifier_user=verifier_user,
+            reward_key=reward_key,
         )
         if task_check.task is not None and task_dir != path:
             task = task_check.task
@@ -288,12 +354,18 @@ def load_dataset(
     *,
     replay_dockerfile: bool | None = None,
     verifier_user: str | None = None,
+    reward_key: str | None = None,
 ) -> list[Task]:
     """Read every task of a dataset directory, sorted by task id (see :func:`check_dataset`).
 
     Raises ``TaskFormatError`` listing every problem of every task.
     """
-    check = check_dataset(path, replay_dockerfile=replay_dockerfile, verifier_user=verifier_user)
+    check = check_dataset(
+        path,
+        replay_dockerfile=replay_dockerfile,
+        verifier_user=verifier_user,
+        reward_key=reward_key,
+    )
     _log(
         [*check.warnings, *(w for t in check.tasks for w in t.warnings)],
         [n for t in check.tasks for n in t.notes],

@@ -57,6 +57,7 @@ class HarborTaskSource:
                 self._paths[split],
                 replay_dockerfile=self.config.replay_dockerfile,
                 verifier_user=self.config.verifier_user,
+                reward_key=self.config.reward_key,
             )
             if self.config.limit is not None:
                 tasks = tasks[: self.config.limit]
@@ -81,6 +82,7 @@ class HarborTaskSource:
             self._path(split),
             replay_dockerfile=self.config.replay_dockerfile,
             verifier_user=self.config.verifier_user,
+            reward_key=self.config.reward_key,
         )
         if require_solution:
             for task_check in report.tasks:

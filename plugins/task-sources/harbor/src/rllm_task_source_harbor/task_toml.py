@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_AGENT_TIMEOUT_S",
     "DEFAULT_BUILD_TIMEOUT_S",
     "DEFAULT_VERIFIER_TIMEOUT_S",
+    "SCHEMA_VERSIONS",
     "TaskToml",
     "read_task_toml",
     "unknown_keys",
@@ -39,6 +40,9 @@ __all__ = [
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0
 DEFAULT_BUILD_TIMEOUT_S = 600.0
+
+SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+"""The ``schema_version`` values this reader understands, oldest first."""
 
 _PROBLEM = "task_toml"
 
@@ -65,6 +69,12 @@ def _text(value: Any) -> str:
 def _absolute(value: str) -> str:
     if not value.startswith("/"):
         raise _problem(f"must be an absolute path, got {value!r}")
+    return value
+
+
+def _table(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise _problem(f"must be a table, got {value!r}")
     return value
 
 
@@ -119,6 +129,39 @@ def _version(value: Any) -> str:
     return value
 
 
+def _schema_version(value: Any) -> str:
+    understood = ", ".join(SCHEMA_VERSIONS)
+    if not isinstance(value, str):
+        raise _problem(
+            f"must be a string such as {SCHEMA_VERSIONS[-1]!r}, got {value!r}; task.toml"
+            f" versions understood: {understood}"
+        )
+    if value.strip() not in SCHEMA_VERSIONS:
+        raise _problem(
+            f"task.toml declares schema version {value!r}, which this reader does not"
+            f" understand; it reads {understood}: write the task for {SCHEMA_VERSIONS[-1]}"
+            " or upgrade rllm-task-source-harbor"
+        )
+    return value.strip()
+
+
+def _network_mode(value: Any) -> str:
+    if value in ("public", "no-network"):
+        return value
+    if value == "allowlist":
+        raise _problem(
+            "'allowlist' is not supported: a sandbox here has either no network or full"
+            " network; use 'no-network' or 'public'"
+        )
+    raise _problem(f"must be 'no-network' or 'public', got {value!r}")
+
+
+def _verifier_mode(value: Any) -> str:
+    if value not in ("shared", "separate"):
+        raise _problem(f"must be 'shared' or 'separate', got {value!r}")
+    return value
+
+
 def _tags(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
         raise _problem(f"must be a list of strings, got {value!r}")
@@ -170,11 +213,18 @@ class AgentSection(_Table):
 
 
 class VerifierSection(_Table):
-    """``[verifier]``: ``tests/test.sh``'s timeout, user and added environment."""
+    """``[verifier]``: ``tests/test.sh``'s timeout, user and added environment, which named
+    reward of ``reward.json`` is trained on (``reward_key``), and where the verifier runs.
+
+    ``environment_mode`` and ``environment`` are read so that the reader can refuse a
+    separate verifier environment: the verifier runs in the agent's sandbox only."""
 
     timeout_sec: Seconds = DEFAULT_VERIFIER_TIMEOUT_S
     env: Env = Field(default_factory=dict)
     user: Text | None = None
+    reward_key: Text | None = None
+    environment_mode: Annotated[str, BeforeValidator(_verifier_mode)] | None = None
+    environment: Annotated[dict[str, Any], BeforeValidator(_table)] | None = None
 
 
 class SolutionSection(_Table):
@@ -200,6 +250,7 @@ class EnvironmentSection(_Table):
     gpus: Count = 0
     gpu_types: Any = None
     allow_internet: Flag = False
+    network_mode: Annotated[str, BeforeValidator(_network_mode)] | None = None
     env: Env = Field(default_factory=dict)
     mcp_servers: Any = None
 
@@ -221,6 +272,14 @@ class EnvironmentSection(_Table):
         """MiB from ``storage`` or ``storage_mb``; ``None`` when neither is set."""
         return self.storage if self.storage is not None else self.storage_mb
 
+    @property
+    def internet(self) -> bool:
+        """Whether the sandbox has network: ``network_mode`` when set (the 1.4 key), else
+        ``allow_internet``."""
+        if self.network_mode is not None:
+            return self.network_mode == "public"
+        return self.allow_internet
+
 
 class TaskToml(BaseModel):
     """A whole ``task.toml``. Every key is optional; ``docs/tasks.md`` lists what each
@@ -228,12 +287,21 @@ class TaskToml(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
+    schema_version: Annotated[str, BeforeValidator(_schema_version)] | None = None
     version: Annotated[str, BeforeValidator(_version)] | None = None
+    task: Annotated[dict[str, Any], BeforeValidator(_table)] | None = None
+    steps: Any = None
     metadata: Metadata = Field(default_factory=Metadata)
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     solution: SolutionSection = Field(default_factory=SolutionSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+
+    @property
+    def declared_version(self) -> str | None:
+        """The format version the task declares: ``schema_version``, else the older
+        ``version`` key; ``None`` when it declares neither."""
+        return self.schema_version or self.version
 
 
 _SECTIONS: dict[str, type[_Table]] = {

@@ -3,7 +3,8 @@
 Contract: ``tests/`` is uploaded to ``/tests`` (after removing whatever the agent left there
 and any stale reward file), ``bash /tests/test.sh`` runs as the verifier user, in the workdir,
 with ``[verifier].env`` and the verifier timeout; the reward is read from the first existing
-of :data:`REWARD_FILES`. Anything that keeps a reward from being read is a ``VerifierError``,
+of :data:`REWARD_FILES` (see :func:`parse_reward` for which named reward of a
+``reward.json`` is trained on). Anything that keeps a reward from being read is a ``VerifierError``,
 never a reward of 0.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +71,68 @@ def _signals(data: dict[str, Any], prefix: str, out: dict[str, float]) -> list[s
     return bad
 
 
-def parse_reward(path: str, content: str, *, task_id: str) -> Grade:
+def _named_rewards(
+    data: dict[str, Any], invalid: Callable[[str], RewardFileInvalid]
+) -> dict[str, float]:
+    rewards: dict[str, float] = {}
+    bad = _signals(data, "", rewards)
+    if "reward" in data and not isinstance(data["reward"], dict) and "reward" not in rewards:
+        if "reward" in bad:
+            raise invalid(f"holds a non-finite reward {data['reward']!r}")
+        raise invalid(f"has a non-numeric reward {data['reward']!r}")
+    if bad:
+        raise invalid("holds non-finite values in " + ", ".join(bad))
+    return rewards
+
+
+def _scalar(
+    rewards: dict[str, float],
+    reward_key: str | None,
+    key_source: str,
+    invalid: Callable[[str], RewardFileInvalid],
+) -> float:
+    """The reward trained on: the one ``reward_key`` names, else ``reward``, else the only
+    one, else the mean of all."""
+    if reward_key is not None:
+        if reward_key not in rewards:
+            held = ", ".join(rewards) or "no numeric field"
+            raise invalid(
+                f"has no numeric reward named {reward_key!r} (the reward_key of {key_source});"
+                f" it holds {held}"
+            )
+        return rewards[reward_key]
+    if "reward" in rewards:
+        return rewards["reward"]
+    if not rewards:
+        raise invalid("holds no numeric reward")
+    return math.fsum(rewards.values()) / len(rewards)
+
+
+def parse_reward(
+    path: str,
+    content: str,
+    *,
+    task_id: str,
+    reward_key: str | None = None,
+    reward_key_source: str = "task.toml [verifier]",
+) -> Grade:
     """Read one reward file's text into a :class:`~rllm_core.types.Grade`.
 
-    ``reward.txt`` holds one finite number. ``reward.json`` holds an object with a numeric
-    ``"reward"``; every other numeric field becomes a signal (nested objects flattened to
-    ``outer.inner``; strings, lists and booleans are ignored). Raises ``RewardFileInvalid``
-    for an empty file, text that does not parse, a missing or non-numeric reward, or a
-    non-finite number.
+    ``reward.txt`` holds one finite number, the reward. ``reward.json`` holds an object of
+    named rewards: every numeric field (nested objects flattened to ``outer.inner``; strings,
+    lists and booleans ignored). The reward trained on is the field ``reward_key`` names
+    (``reward_key_source`` says where it was set, for the error), else the field
+    ``reward``, else the only named reward, else the mean of all of them; every named reward
+    but ``reward`` itself becomes a signal. Raises ``RewardFileInvalid`` for an empty file,
+    text that does not parse, no numeric field, a missing ``reward_key`` field, a
+    non-numeric ``reward`` or a non-finite number.
     """
 
     def invalid(reason: str) -> RewardFileInvalid:
         return RewardFileInvalid(
             f"task {task_id}: reward file {path} {reason}; make tests/test.sh write one"
-            ' finite number to reward.txt or {"reward": <number>} to reward.json',
+            " finite number to reward.txt or a JSON object of named numbers, such as"
+            ' {"reward": 1.0}, to reward.json',
             task_id=task_id,
             path=path,
             content=content[:500],
@@ -98,18 +148,9 @@ def parse_reward(path: str, content: str, *, task_id: str) -> Grade:
             raise invalid(f"is not valid JSON ({exc})") from exc
         if not isinstance(data, dict):
             raise invalid(f"must hold a JSON object, got {text[:80]!r}")
-        if "reward" not in data:
-            raise invalid('has no "reward" field')
-        reward = _number(data["reward"])
-        if reward is None:
-            raise invalid(f"has a non-numeric reward {data['reward']!r}")
-        signals: dict[str, float] = {}
-        bad = _signals({k: v for k, v in data.items() if k != "reward"}, "", signals)
-        if not math.isfinite(reward):
-            raise invalid(f"holds a non-finite reward {data['reward']!r}")
-        if bad:
-            raise invalid("holds non-finite values in " + ", ".join(bad))
-        return Grade(reward=reward, signals=signals)
+        rewards = _named_rewards(data, invalid)
+        reward = _scalar(rewards, reward_key, reward_key_source, invalid)
+        return Grade(reward=reward, signals={k: v for k, v in rewards.items() if k != "reward"})
     try:
         reward = float(text)
     except ValueError as exc:
@@ -158,7 +199,13 @@ async def run_verifier(task: Task, sandbox: Sandbox) -> Grade:
             raw = await sandbox.read_file(path)
         except SandboxFileNotFound:
             continue
-        return parse_reward(path, raw.decode("utf-8", errors="replace"), task_id=task.task_id)
+        return parse_reward(
+            path,
+            raw.decode("utf-8", errors="replace"),
+            task_id=task.task_id,
+            reward_key=task.data.get("reward_key"),
+            reward_key_source=task.data.get("reward_key_source") or "task.toml [verifier]",
+        )
     if result.exit_code != 0:
         tail = output_tail(result.stdout, result.stderr)
         raise VerifierCrashed(
