@@ -20,7 +20,7 @@ from rllm_trainer_backend_torch.checkpoint import (
     write_state,
     write_weights,
 )
-from rllm_trainer_backend_torch.collate import Collated, collate
+from rllm_trainer_backend_torch.collate import Collated, collate, count_examples
 from rllm_trainer_backend_torch.distributed import (
     Group,
     resolve_strategy,
@@ -203,7 +203,7 @@ class TorchBackend:
             self._local_forward_backward(batch, step)
         metrics = step.metrics()
         metrics["tokens"] = float(batch.lengths.sum())
-        metrics["sequences"] = float(batch.size)
+        metrics["sequences"] = float(count_examples(datums))
         return metrics
 
     def _local_forward_backward(self, batch: Collated, step: ObjectiveStep) -> None:
@@ -230,6 +230,7 @@ class TorchBackend:
             micro.token_ids.to(self.device),
             temperature=self.config.logprob_temperature,
             needed=((micro.action_mask != 0) | (micro.observation_mask != 0)).to(self.device),
+            position_ids=_on(micro.position_ids, self.device),
         )
 
     def _loss_inputs(self, micro: Collated, logprobs: torch.Tensor) -> LossInputs:
@@ -314,6 +315,7 @@ class TorchBackend:
                     model,
                     micro.token_ids.to(self.device),
                     temperature=self.config.logprob_temperature,
+                    position_ids=_on(micro.position_ids, self.device),
                 ).cpu()
                 if index >= len(micros):
                     continue
@@ -670,6 +672,10 @@ class TorchBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this TorchBackend is closed; build a new one")
+
+
+def _on(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if tensor is None else tensor.to(device)
 
 
 def _as_float(norm: torch.Tensor) -> float:

@@ -1,4 +1,10 @@
-"""Datums to right-padded ``[B, T]`` tensors, and their split into micro-batches."""
+"""Datums to right-padded ``[B, T]`` tensors, and their split into micro-batches.
+
+A datum whose ``metadata["packed_lengths"]`` lists several lengths (summing to its token count)
+holds that many examples one after another; its row gets position ids that restart at 0 at
+each example's start, which is how the model keeps the examples apart (see
+:func:`rllm_trainer_backend_torch.logprobs.token_logprobs`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,10 @@ from dataclasses import dataclass
 import torch
 from rllm_core.types import Datum
 
-__all__ = ["Collated", "collate"]
+__all__ = ["PACKED_LENGTHS", "Collated", "collate", "count_examples", "packed_lengths"]
+
+PACKED_LENGTHS = "packed_lengths"
+"""The datum metadata key that splits a datum into packed examples."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +36,7 @@ class Collated:
     observation_mask: torch.Tensor
     lengths: torch.Tensor
     proximal_logprobs: torch.Tensor | None = None
+    position_ids: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -48,6 +58,7 @@ class Collated:
                 proximal_logprobs=None
                 if self.proximal_logprobs is None
                 else self.proximal_logprobs[rows, :width],
+                position_ids=None if self.position_ids is None else self.position_ids[rows, :width],
             )
 
 
@@ -55,9 +66,10 @@ def collate(datums: Sequence[Datum], *, vocab_size: int, max_length: int | None)
     """Pack ``datums`` into a :class:`Collated` batch.
 
     Raises ``ValueError``, naming the datum's index, for an empty batch or datum, a token id
-    outside ``[0, vocab_size)``, a datum longer than ``max_length``, a mask set on position 0
-    (no logprob exists for a token without a predecessor), or a non-finite value where a mask
-    is set.
+    outside ``[0, vocab_size)``, a datum (or packed example) longer than ``max_length``, a mask
+    set on position 0 or on a packed example's first token (no logprob exists for a token
+    without a predecessor), ``packed_lengths`` that are not positive integers summing to the
+    datum's length, or a non-finite value where a mask is set.
     """
     if not datums:
         raise ValueError("forward_backward got no datums; pass the optimizer step's datums")
@@ -66,17 +78,64 @@ def collate(datums: Sequence[Datum], *, vocab_size: int, max_length: int | None)
     token_ids = torch.zeros(shape, dtype=torch.int64)
     floats = {name: torch.zeros(shape, dtype=torch.float32) for name in _FLOAT_FIELDS}
     lengths = torch.zeros(len(datums), dtype=torch.int64)
+    packs = [packed_lengths(datum, index) for index, datum in enumerate(datums)]
+    position_ids = None
+    if any(pack is not None for pack in packs):
+        position_ids = torch.arange(width, dtype=torch.int64).repeat(len(datums), 1)
     for index, datum in enumerate(datums):
         length = len(datum.token_ids)
-        _check(index, datum, vocab_size=vocab_size, max_length=max_length)
+        pack = packs[index]
+        _check(index, datum, pack, vocab_size=vocab_size, max_length=max_length)
+        if pack is not None and position_ids is not None:
+            position_ids[index, :length] = torch.cat([torch.arange(n) for n in pack])
         lengths[index] = length
         token_ids[index, :length] = torch.tensor(datum.token_ids, dtype=torch.int64)
         for name, source in _FLOAT_FIELDS.items():
             floats[name][index, :length] = torch.tensor(getattr(datum, source), dtype=torch.float32)
     _check_finite(floats)
     return Collated(
-        token_ids=token_ids, lengths=lengths, proximal_logprobs=_proximal(datums, shape), **floats
+        token_ids=token_ids,
+        lengths=lengths,
+        proximal_logprobs=_proximal(datums, shape),
+        position_ids=position_ids,
+        **floats,
     )
+
+
+def packed_lengths(datum: Datum, index: int) -> list[int] | None:
+    """The lengths of the examples packed into ``datum`` (``metadata["packed_lengths"]``), or
+    ``None`` when it holds one example. Raises ``ValueError``, naming the datum's ``index``,
+    when they are not positive integers summing to its length."""
+    value = datum.metadata.get(PACKED_LENGTHS)
+    if value is None:
+        return None
+    length = len(datum.token_ids)
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in value)
+    ):
+        raise ValueError(
+            f"datum {index} has metadata[{PACKED_LENGTHS!r}] = {value!r}; it must be a non-empty"
+            f" list of positive token counts, one per packed example, summing to the datum's"
+            f" {length} tokens"
+        )
+    if sum(value) != length:
+        raise ValueError(
+            f"datum {index} has metadata[{PACKED_LENGTHS!r}] summing to {sum(value)}, but it"
+            f" holds {length} tokens; the packed examples' lengths must add up to the datum's"
+            " length"
+        )
+    return list(value)
+
+
+def count_examples(datums: Sequence[Datum]) -> int:
+    """Examples in ``datums``: a packed datum counts each of its examples, any other one."""
+    total = 0
+    for datum in datums:
+        value = datum.metadata.get(PACKED_LENGTHS)
+        total += len(value) if isinstance(value, (list, tuple)) and value else 1
+    return total
 
 
 def _proximal(datums: Sequence[Datum], shape: tuple[int, int]) -> torch.Tensor | None:
@@ -105,11 +164,24 @@ _FLOAT_FIELDS = {
 }
 
 
-def _check(index: int, datum: Datum, *, vocab_size: int, max_length: int | None) -> None:
+def _check(
+    index: int,
+    datum: Datum,
+    pack: list[int] | None,
+    *,
+    vocab_size: int,
+    max_length: int | None,
+) -> None:
     length = len(datum.token_ids)
     if length == 0:
         raise ValueError(f"datum {index} has no tokens; leave it out of the batch")
-    if max_length is not None and length > max_length:
+    if max_length is not None and pack is not None and max(pack) > max_length:
+        example = pack.index(max(pack))
+        raise ValueError(
+            f"datum {index}'s packed example {example} has {max(pack)} tokens but the model's"
+            f" context holds {max_length}; truncate or drop it before packing"
+        )
+    if max_length is not None and pack is None and length > max_length:
         raise ValueError(
             f"datum {index} has {length} tokens but the model's context holds {max_length};"
             " truncate or drop it before training"
@@ -127,6 +199,18 @@ def _check(index: int, datum: Datum, *, vocab_size: int, max_length: int | None)
                 f"datum {index} has {mask}[0] set, but the first token has no logprob (nothing"
                 " precedes it); start the sequence with its prompt"
             )
+    if pack is None:
+        return
+    start = 0
+    for example, size in enumerate(pack):
+        for mask in ("action_mask", "observation_mask"):
+            if getattr(datum, mask)[start]:
+                raise ValueError(
+                    f"datum {index} has {mask}[{start}] set at the start of packed example"
+                    f" {example}, but an example's first token has no logprob (nothing of its"
+                    " own precedes it); start each example with its prompt"
+                )
+        start += size
 
 
 def _check_finite(floats: dict[str, torch.Tensor]) -> None:

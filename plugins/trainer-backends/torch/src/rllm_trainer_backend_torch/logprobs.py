@@ -15,6 +15,7 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     needed: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[B, T]`` float32 logprobs: position ``t`` holds ``log p(token_ids[:, t] | tokens < t)``
     under ``softmax(logits / temperature)``; position 0 holds 0.
@@ -28,27 +29,50 @@ def token_logprobs(
     model's ``logits_to_keep`` then gets their indices, so the ``[B, T, V]`` logits and their
     gradient shrink to ``[B, T', V]`` (the prompt columns of a single-turn batch drop out),
     which saves memory and the output layer's time. Other positions hold 0, with no gradient.
+
+    ``position_ids`` (``[B, T]``, for rows that pack several sequences) restart at 0 where each
+    packed sequence starts. The model gets them, and with no attention mask its mask builder
+    (transformers' ``create_causal_mask``) reads every restart as a sequence boundary and makes
+    the causal mask block-diagonal: each sequence's logprobs equal those it has alone. A
+    position whose id is 0 holds logprob 0, with no gradient, as position 0 does.
     """
     if needed is not None:
         columns = (needed != 0).any(dim=0).nonzero().squeeze(1)
         columns = columns[columns > 0]
         if 0 < len(columns) < token_ids.shape[1] - 1:
-            return _needed_logprobs(model, token_ids, columns, temperature)
-    logits = model(input_ids=token_ids, use_cache=False).logits.float()
+            predicted = _needed_logprobs(model, token_ids, columns, temperature, position_ids)
+            return _zero_starts(predicted, position_ids)
+    logits = model(input_ids=token_ids, position_ids=position_ids, use_cache=False).logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     # Position t of the logits predicts token t + 1; the last position predicts nothing and
     # is given any valid target, then dropped.
     targets = torch.nn.functional.pad(token_ids[:, 1:], (0, 1))
     predicted = target_logprobs(logits, targets)
-    return torch.nn.functional.pad(predicted[:, :-1], (1, 0))
+    return _zero_starts(torch.nn.functional.pad(predicted[:, :-1], (1, 0)), position_ids)
+
+
+def _zero_starts(logprobs: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
+    # A packed sequence's first token is predicted from the sequence before it: no logprob.
+    if position_ids is None:
+        return logprobs
+    return torch.where(position_ids == 0, torch.zeros_like(logprobs), logprobs)
 
 
 def _needed_logprobs(
-    model: torch.nn.Module, token_ids: torch.Tensor, columns: torch.Tensor, temperature: float
+    model: torch.nn.Module,
+    token_ids: torch.Tensor,
+    columns: torch.Tensor,
+    temperature: float,
+    position_ids: torch.Tensor | None,
 ) -> torch.Tensor:
     # The logits at position t - 1 predict the token at t.
-    logits = model(input_ids=token_ids, use_cache=False, logits_to_keep=columns - 1).logits
+    logits = model(
+        input_ids=token_ids,
+        position_ids=position_ids,
+        use_cache=False,
+        logits_to_keep=columns - 1,
+    ).logits
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature

@@ -72,8 +72,11 @@ class TorchBackendConfig(_Config, AdamWSettings):
         "smollm2-135m-instruct",
         min_length=1,
         description=(
-            "A model catalog name (such as 'smollm2-135m-instruct') or a local folder holding a"
-            " transformers model (config.json, safetensors weights)."
+            "A model catalog name (such as 'smollm2-135m-instruct'), else a local folder holding"
+            " a transformers model (config.json, safetensors weights; relative to the plan, write"
+            " ./name for a folder without a slash), else a Hugging Face Hub id"
+            " (owner/name[@revision]) already in the Hugging Face cache (HF_HUB_CACHE or"
+            " HF_HOME/hub; rllm-core models pull owner/name downloads one)."
         ),
     )
     device: str = Field(
@@ -211,5 +214,6 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
             "proximal_modes": ("rollout", "recompute"),
             "publishes_weights": True,
             "exports_weights": True,
+            "packs_sequences": True,
         },
     )
