@@ -117,21 +117,25 @@ def test_a_local_model_folder_resolves_to_itself(tmp_path, monkeypatch):
     assert models.resolve_model("~/my-model") == folder
 
 
-def test_a_folder_without_config_is_not_a_model(tmp_path):
+def test_a_folder_without_config_is_not_a_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(ModelNotFoundError) as caught:
         models.resolve_model(str(tmp_path))
     assert str(caught.value) == (
         f"the folder '{tmp_path}' has no config.json, so it holds no model; name a known model"
-        f" ({NAME}) or a local Hugging Face model folder (one with config.json)"
+        f" ({NAME}), a local Hugging Face model folder (one with config.json) or a Hub id cached"
+        f" in {tmp_path / 'hub'}"
     )
 
 
-def test_anything_else_names_the_value_and_the_known_models(tmp_path):
+def test_anything_else_names_the_value_and_the_known_models(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(ModelNotFoundError) as caught:
         models.resolve_model("smollm2-135m")
     assert str(caught.value) == (
-        f"'smollm2-135m' is neither a known model nor an existing folder; name a known model"
-        f" ({NAME}) or a local Hugging Face model folder (one with config.json)"
+        "'smollm2-135m' is neither a known model, an existing folder nor a Hugging Face Hub id"
+        f" (owner/name or owner/name@revision); name a known model ({NAME}), a local Hugging"
+        f" Face model folder (one with config.json) or a Hub id cached in {tmp_path / 'hub'}"
     )
     assert caught.value.value == "smollm2-135m"
 
@@ -370,7 +374,7 @@ def test_cli_path_gives_the_not_cached_error(cache):
     )
     unknown = invoke("models", "path", "no-such-model")
     assert unknown.exit_code == 2
-    assert "'no-such-model' is neither a known model nor an existing folder" in unknown.stderr
+    assert "'no-such-model' is neither a known model, an existing folder nor a" in unknown.stderr
 
 
 def test_cli_path_verify_catches_same_size_damage(cache, fake_conversion):

