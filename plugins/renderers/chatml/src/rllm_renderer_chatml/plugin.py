@@ -20,9 +20,11 @@ class ChatMLConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: Annotated[str, PlanPath()] = Field(
-        description="local folder of a Hugging Face tokenizer: its tokenizer.json is used, and"
-        " with template='auto' its chat template tells which template to render"
+    tokenizer: Annotated[str, PlanPath(or_name=True)] = Field(
+        description="a Hugging Face tokenizer: a model catalog name, a local folder (relative"
+        " to the plan; write ./name for a folder without a slash) or a Hub id"
+        " (owner/name[@revision]) already in the Hugging Face cache; its tokenizer.json is"
+        " used, and with template='auto' its chat template tells which template to render"
     )
     template: Literal["auto", "smollm2", "qwen2.5"] = Field(
         default="auto",
@@ -41,9 +43,11 @@ class Qwen3Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: Annotated[str, PlanPath()] = Field(
-        description="local folder of a Hugging Face tokenizer with a Qwen vocabulary (Qwen3's,"
-        " or Qwen2.5's, where <think> is plain text); its tokenizer.json is used"
+    tokenizer: Annotated[str, PlanPath(or_name=True)] = Field(
+        description="a Hugging Face tokenizer with a Qwen vocabulary (Qwen3's, or Qwen2.5's,"
+        " where <think> is plain text): a local folder (relative to the plan; write ./name for"
+        " a folder without a slash) or a Hub id (owner/name[@revision]) already in the Hugging"
+        " Face cache; its tokenizer.json is used"
     )
     keep_reasoning: bool = Field(
         default=False,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rllm_core.kit.completions import THINK_CLOSE, THINK_OPEN, assistant_message
+from rllm_core.models import resolve_tokenizer
 from rllm_core.types import Message, ToolSpec
 
 from rllm_renderer_chatml.qwen3_template import Qwen3Template, is_query
@@ -51,7 +52,7 @@ class Qwen3Renderer(ChatMLRenderer):
         template = Qwen3Template(
             keep_reasoning=config.keep_reasoning, enable_thinking=config.enable_thinking
         )
-        return cls(TextTokenizer(config.tokenizer), template)
+        return cls(TextTokenizer(resolve_tokenizer(config.tokenizer)), template)
 
     def _last_query_end(self, prompt: list[int]) -> int | None:
         """Where the turn of the last user query ends in ``prompt`` (``None``: no query)."""

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rllm_core.kit.completions import parse_completion, split_at_stop
+from rllm_core.models import resolve_tokenizer
 from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 from rllm_renderer_chatml.templates import TEMPLATES, ChatTemplate, detect_template
@@ -49,7 +50,7 @@ class ChatMLRenderer:
 
     @classmethod
     def from_config(cls, config: ChatMLConfig) -> ChatMLRenderer:
-        tokenizer = TextTokenizer(config.tokenizer)
+        tokenizer = TextTokenizer(resolve_tokenizer(config.tokenizer))
         name = config.template
         if name == "auto":
             name = detect_template(load_chat_template(tokenizer.folder), config.tokenizer)

@@ -20,9 +20,10 @@ class HFConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: Annotated[str, PlanPath()] = Field(
-        description="local folder of a Hugging Face tokenizer with a chat template (never"
-        " downloaded: the folder must hold the files)"
+    tokenizer: Annotated[str, PlanPath(or_name=True)] = Field(
+        description="the tokenizer with a chat template: a model catalog name, a local folder"
+        " (relative to the plan; write ./name for a folder without a slash) or a Hugging Face"
+        " Hub id (owner/name[@revision]) already in the Hugging Face cache; never downloaded"
     )
     chat_template: str | None = Field(
         default=None,

@@ -20,6 +20,7 @@ from rllm_core.kit.completions import (
     split_think,
 )
 from rllm_core.kit.toolcalls import split_tool_calls
+from rllm_core.models import resolve_tokenizer
 from rllm_core.types import Message, ParsedResponse, ParsedToolCall, RenderedTokens, ToolSpec
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ class HFRenderer:
     def __init__(self, config: HFConfig) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.config = config
-        folder = str(Path(config.tokenizer).expanduser().resolve())
+        folder = str(resolve_tokenizer(config.tokenizer).resolve())
         self.tokenizer = _load_tokenizer(folder, _stamp(folder))
         self._template = config.chat_template
         if not (self._template or getattr(self.tokenizer, "chat_template", None)):
