@@ -173,3 +173,40 @@ def test_verbose_shows_replay_notes(tmp_path):
     result = invoke(str(tmp_path / "set"), "-v")
     assert result.exit_code == 0, result.output
     assert "a: Dockerfile line 2: COPY in.txt /app/ skipped on replay" in result.output
+
+
+NAMED_TEST = """\
+mkdir -p "$SANDBOX_ROOT/logs/verifier"
+if [ "$(cat output.txt 2>/dev/null)" = "done" ]; then c=1; else c=0; fi
+echo "{\\"correctness\\": $c, \\"style\\": 0.5}" > "$SANDBOX_ROOT/logs/verifier/reward.json"
+"""
+
+
+def test_a_1_4_task_with_named_rewards_solves_and_reports_every_reward(tmp_path, backends):
+    toml = 'schema_version = "1.4"\n[verifier]\nreward_key = "correctness"\n'
+    write_task(tmp_path / "set", "named", toml=toml, test_sh=NAMED_TEST)
+    result = invoke(str(tmp_path / "set"), "--solve", "--noop", "--sandbox", "rooted", "--json")
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.output)["tasks"][0]["runs"]
+    assert runs["solve"]["reward"] == 1.0
+    assert runs["solve"]["signals"] == {"correctness": 1.0, "style": 0.5}
+    assert runs["noop"]["reward"] == 0.0
+    assert runs["noop"]["signals"] == {"correctness": 0.0, "style": 0.5}
+
+
+def test_a_separate_verifier_or_a_newer_version_is_refused_before_any_sandbox(tmp_path, backends):
+    root = tmp_path / "set"
+    separate = '[verifier]\nenvironment_mode = "separate"\n'
+    write_task(root, "sep", toml=separate, extra={"tests/Dockerfile": "FROM alpine\n"})
+    write_task(root, "newer", toml='schema_version = "2.0"\n')
+    result = invoke(str(root), "--solve", "--sandbox", "rooted")
+    assert result.exit_code == 2
+    assert (
+        "newer: schema_version: task.toml declares schema version '2.0', which this reader"
+        " does not understand; it reads 1.0, 1.1, 1.2, 1.3, 1.4" in result.output
+    )
+    assert (
+        "sep: [verifier].environment_mode: asks for a separate verifier environment (its"
+        f" image built from {(root / 'sep' / 'tests' / 'Dockerfile').resolve()})" in result.output
+    )
+    assert backends == []
