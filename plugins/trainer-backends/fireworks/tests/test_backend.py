@@ -15,7 +15,7 @@ from rllm_core.types import Datum, SampleRequest, SamplingParams
 from rllm_trainer_backend_fireworks.backend import STATE_FILE, FireworksBackend
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 
-CONFIG = FireworksBackendConfig(base_model="accounts/fireworks/models/qwen3-8b", lora_rank=8)
+CONFIG = FireworksBackendConfig(model="accounts/fireworks/models/qwen3-8b", lora_rank=8)
 
 
 class Reinforce:
@@ -74,7 +74,7 @@ def test_build_creates_a_lora_client_and_publishes_version_0(
 ) -> None:
     assert isinstance(backend, TrainerBackend)
     assert service.created == [
-        {"base_model": CONFIG.base_model, "lora_rank": 8, "seed": 0, "lora_alpha": 32}
+        {"base_model": CONFIG.model, "lora_rank": 8, "seed": 0, "lora_alpha": 32}
     ]
     assert service.training.saved_for_sampler == ["rllm-weights-v0-1"]
     assert backend.weight_version == 0
@@ -193,7 +193,7 @@ def test_save_and_load_state_round_trip(
     state = json.loads((tmp_path / "cut" / STATE_FILE).read_text())
     assert state == {
         "checkpoint": "dcp/rllm-state-step1-1",
-        "base_model": CONFIG.base_model,
+        "model": CONFIG.model,
         "lora_rank": 8,
         "weight_version": 1,
         "optimizer_steps": 1,
@@ -205,6 +205,21 @@ def test_save_and_load_state_round_trip(
     other = FireworksBackend(CONFIG.model_copy(update={"lora_rank": 4}), service=FakeService())
     with pytest.raises(ValueError, match="lora_rank 8"):
         other.load_state(str(tmp_path / "cut"))
+
+
+def test_a_state_folder_saved_with_the_old_key_name_loads(
+    backend: FireworksBackend, service: FakeService, tmp_path
+) -> None:
+    backend.save_state(str(tmp_path))
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    state["base_model"] = state.pop("model")
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))
+    backend.load_state(str(tmp_path))
+    other = FireworksBackend(
+        CONFIG.model_copy(update={"model": "accounts/a/models/b"}), service=FakeService()
+    )
+    with pytest.raises(ValueError, match="saved with model 'accounts/fireworks/models/qwen3-8b'"):
+        other.load_state(str(tmp_path))
 
 
 def test_close_is_idempotent_and_final(backend: FireworksBackend, service: FakeService) -> None:

@@ -25,7 +25,7 @@ pytestmark = [
 
 def test_sample_train_step_and_sample_again() -> None:
     model = os.environ.get("RLLM_FIREWORKS_TEST_MODEL", "accounts/fireworks/models/qwen3-8b")
-    backend = FireworksBackend(FireworksBackendConfig(base_model=model, lora_rank=8))
+    backend = FireworksBackend(FireworksBackendConfig(model=model, lora_rank=8))
     try:
         sampler = backend.sampler()
         prompt = [9707, 11, 1879]

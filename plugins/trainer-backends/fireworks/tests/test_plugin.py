@@ -20,6 +20,7 @@ def test_the_manager_finds_the_fireworks_trainer() -> None:
     spec = get_plugin_manager().get("trainer_backend", "fireworks")
     assert spec.config is FireworksBackendConfig
     assert spec.factory_path == "rllm_trainer_backend_fireworks.backend:FireworksBackend"
+    assert spec.trait("hosted_model") is True
 
 
 def test_entry_module_imports_neither_the_sdk_nor_torch() -> None:
@@ -31,13 +32,21 @@ def test_entry_module_imports_neither_the_sdk_nor_torch() -> None:
     assert json.loads(out.stdout) == []
 
 
-def test_config_requires_a_base_model_and_forbids_unknown_keys() -> None:
-    with pytest.raises(ValidationError, match="base_model"):
+def test_config_requires_a_model_and_forbids_unknown_keys() -> None:
+    with pytest.raises(ValidationError, match="model"):
         FireworksBackendConfig()
     with pytest.raises(ValidationError, match="lora_rnak"):
-        FireworksBackendConfig(base_model="m", lora_rnak=8)
+        FireworksBackendConfig(model="m", lora_rnak=8)
     with pytest.raises(ValidationError, match=r"betas must be in \[0, 1\)"):
-        FireworksBackendConfig(base_model="m", betas=(0.9, 1.0))
+        FireworksBackendConfig(model="m", betas=(0.9, 1.0))
+
+
+def test_base_model_is_the_old_name_of_model() -> None:
+    with pytest.warns(DeprecationWarning, match="rename the key: model = 'accounts/a/models/b'"):
+        config = FireworksBackendConfig(base_model="accounts/a/models/b")
+    assert config.model == "accounts/a/models/b"
+    with pytest.raises(ValidationError, match="both model and base_model are set"):
+        FireworksBackendConfig(model="m", base_model="m")
 
 
 def test_example_plan_passes_plan_check() -> None:
@@ -51,3 +60,5 @@ def test_example_plan_passes_plan_check() -> None:
     assert "trainer_backend:fireworks" in result.stdout
     assert "sandbox_backend:daytona" in result.stdout
     assert "harness:shell" in result.stdout
+    assert "warning" not in result.stderr
+    assert "model =" in result.stdout and "base_model" not in result.stdout

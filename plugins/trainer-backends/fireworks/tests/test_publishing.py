@@ -17,7 +17,7 @@ from rllm_trainer_backend_fireworks.backend import FireworksBackend
 from rllm_trainer_backend_fireworks.gate import HotLoadGate
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 
-CONFIG = FireworksBackendConfig(base_model="accounts/fireworks/models/qwen3-8b", lora_rank=8)
+CONFIG = FireworksBackendConfig(model="accounts/fireworks/models/qwen3-8b", lora_rank=8)
 WAIT_S = 10.0
 """A bound on each wait below, so that a broken hand-over fails instead of hanging."""
 

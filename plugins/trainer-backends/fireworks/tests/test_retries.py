@@ -36,7 +36,7 @@ def service() -> FakeService:
 
 
 def backend_over(service: FakeService, **config) -> FireworksBackend:
-    settings = {"base_model": "accounts/fireworks/models/qwen3-8b", "retry_backoff_s": 0.0}
+    settings = {"model": "accounts/fireworks/models/qwen3-8b", "retry_backoff_s": 0.0}
     return FireworksBackend(FireworksBackendConfig(**{**settings, **config}), service=service)
 
 

@@ -50,7 +50,7 @@ def test_save_writes_the_tinker_path_identity_and_counters(service, backend, tmp
         "format": 1,
         "tinker_path": "tinker://fake-run/weights/rllm-step000001",
         "identity": {
-            "base_model": "Qwen/Qwen3-8B",
+            "model": "Qwen/Qwen3-8B",
             "lora_rank": 32,
             "train_mlp": True,
             "train_attn": True,
@@ -102,3 +102,18 @@ def test_load_of_a_malformed_file_says_so(backend, tmp_path):
     (tmp_path / STATE_FILE).write_text('{"format": 1}')
     with pytest.raises(CheckpointError, match="not a valid tinker state file"):
         backend.load_state(str(tmp_path))
+
+
+def test_a_folder_saved_with_the_old_key_name_loads(service, backend, tmp_path):
+    _step(backend)
+    backend.save_state(str(tmp_path))
+    record = json.loads((tmp_path / STATE_FILE).read_text())
+    record["identity"]["base_model"] = record["identity"].pop("model")
+    (tmp_path / STATE_FILE).write_text(json.dumps(record))
+    backend.load_state(str(tmp_path))
+    assert backend.weight_version == 1
+    other = TinkerBackend(
+        TinkerBackendConfig(model="meta-llama/Llama-3.2-1B"), service_client=service
+    )
+    with pytest.raises(CheckpointError, match=r"model='Qwen/Qwen3-8B'.*model='meta-llama"):
+        other.load_state(str(tmp_path))

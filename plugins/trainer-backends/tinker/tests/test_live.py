@@ -30,7 +30,7 @@ BASE_MODEL = os.environ.get("RLLM_TINKER_TEST_MODEL", "meta-llama/Llama-3.2-1B")
 
 def test_sample_train_publish_save_and_load(tmp_path):
     backend = TinkerBackend(
-        TinkerBackendConfig(base_model=BASE_MODEL, lora_rank=8, checkpoint_ttl_s=3600)
+        TinkerBackendConfig(model=BASE_MODEL, lora_rank=8, checkpoint_ttl_s=3600)
     )
     try:
         prompt = [1, 450, 4996, 17354, 1701]

@@ -15,6 +15,14 @@ def test_registered_as_trainer_backend_tinker():
     spec = get_plugin_manager().get("trainer_backend", "tinker")
     assert spec.config is TinkerBackendConfig
     assert spec.factory.target == "rllm_trainer_backend_tinker.backend:TinkerBackend"
+    assert spec.trait("hosted_model") is True
+
+
+def test_base_model_is_the_old_name_of_model():
+    with pytest.warns(DeprecationWarning, match="rename the key: model = 'meta-llama/x'"):
+        assert TinkerBackendConfig(base_model="meta-llama/x").model == "meta-llama/x"
+    with pytest.raises(ValidationError, match="both model and base_model are set"):
+        TinkerBackendConfig(model="a/b", base_model="a/b")
 
 
 def test_entry_module_imports_neither_tinker_nor_torch():
@@ -30,7 +38,7 @@ def test_entry_module_imports_neither_tinker_nor_torch():
 
 def test_defaults():
     config = TinkerBackendConfig()
-    assert config.base_model == "Qwen/Qwen3-8B"
+    assert config.model == "Qwen/Qwen3-8B"
     assert config.lora_rank == 32
     assert config.betas == (0.9, 0.95)
     assert config.logprob_temperature == 1.0

@@ -81,7 +81,7 @@ class FireworksBackend:
         self._service = service if service is not None else _connect(config)
         self.calls = ServiceCalls("Fireworks", config, transient=is_transient)
         self._training = self._service.create_training_client(
-            base_model=config.base_model,
+            base_model=config.model,
             lora_rank=config.lora_rank,
             seed=config.seed,
             lora_alpha=config.lora_alpha,
@@ -173,7 +173,7 @@ class FireworksBackend:
         folder.mkdir(parents=True, exist_ok=True)
         state = {
             "checkpoint": checkpoint,
-            "base_model": self.config.base_model,
+            "model": self.config.model,
             "lora_rank": self.config.lora_rank,
             "weight_version": self.weight_version,
             "optimizer_steps": self._steps,
@@ -191,7 +191,10 @@ class FireworksBackend:
                 " save_state"
             )
         state = json.loads(file.read_text())
-        for key in ("base_model", "lora_rank"):
+        if "base_model" in state:
+            # Folders saved before the key was renamed name the model base_model.
+            state["model"] = state.pop("base_model")
+        for key in ("model", "lora_rank"):
             if state[key] != getattr(self.config, key):
                 raise ValueError(
                     f"{file} was saved with {key} {state[key]!r} but this backend trains"
@@ -256,7 +259,7 @@ def _connect(config: FireworksBackendConfig) -> Any:
     from fireworks.training.sdk import FiretitanServiceClient
 
     managed: dict[str, Any] = {
-        "base_model": config.base_model,
+        "base_model": config.model,
         "lora_rank": config.lora_rank,
         "lora_alpha": config.lora_alpha if config.lora_rank else None,
         "seed": config.seed,

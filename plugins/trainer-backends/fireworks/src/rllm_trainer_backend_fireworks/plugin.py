@@ -22,14 +22,18 @@ class FireworksBackendConfig(ManagedServiceSettings, AdamWSettings):
 
     ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls
     to Fireworks that fail transiently (training steps, sampling, checkpoints).
+    ``base_model``, the old name of ``model``, is accepted until the next release with a
+    warning (see :class:`~rllm_core.kit.managed.ManagedServiceSettings`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    base_model: str = Field(
+    model: str = Field(
         min_length=1,
         description=(
-            "Fireworks model resource to train, such as 'accounts/fireworks/models/qwen3-8b'."
+            "Fireworks model resource to train, such as 'accounts/fireworks/models/qwen3-8b';"
+            " nothing is loaded on this machine. The old name of this key, base_model, is"
+            " accepted until the next release with a warning."
         ),
     )
     lora_rank: int = Field(
@@ -51,7 +55,7 @@ class FireworksBackendConfig(ManagedServiceSettings, AdamWSettings):
         None,
         description=(
             "Fireworks training shape (accelerators, sharding) for the managed trainer job;"
-            " unset lets Fireworks choose the validated shape for base_model."
+            " unset lets Fireworks choose the validated shape for the model."
         ),
     )
     deployment_id: str | None = Field(
@@ -77,5 +81,5 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_trainer_backend_fireworks.backend:FireworksBackend"),
         config=FireworksBackendConfig,
         summary="Fireworks training API (remote LoRA/full, custom losses) + hot-loaded sampler",
-        traits={"publishes_weights": True},
+        traits={"publishes_weights": True, "hosted_model": True},
     )

@@ -63,7 +63,7 @@ class TinkerBackend:
         self.calls = ServiceCalls("Tinker", config, transient=is_transient)
         self._training = self.calls.call(
             lambda: self._service.create_lora_training_client(
-                base_model=config.base_model,
+                base_model=config.model,
                 rank=config.lora_rank,
                 seed=config.seed,
                 train_mlp=config.train_mlp,
@@ -165,7 +165,7 @@ class TinkerBackend:
         """What a state folder must match to load into this backend."""
         config = self.config
         return {
-            "base_model": config.base_model,
+            "model": config.model,
             "lora_rank": config.lora_rank,
             "train_mlp": config.train_mlp,
             "train_attn": config.train_attn,

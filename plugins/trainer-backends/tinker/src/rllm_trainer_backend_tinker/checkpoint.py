@@ -75,6 +75,12 @@ def read_state(
         )
     if not isinstance(tinker_path, str) or not tinker_path.startswith("tinker://"):
         raise CheckpointError(f"{path} names {tinker_path!r}, which is not a tinker:// path")
+    if isinstance(saved_identity, dict) and "base_model" in saved_identity:
+        # Folders saved before the key was renamed name the model base_model.
+        saved_identity = {
+            ("model" if key == "base_model" else key): value
+            for key, value in saved_identity.items()
+        }
     if saved_identity != dict(identity):
         raise CheckpointError(
             f"{path} was saved by a backend with {_describe(saved_identity)}, but this one has"

@@ -24,18 +24,20 @@ class TinkerBackendConfig(ManagedServiceSettings, AdamWSettings):
     to Tinker that fail transiently (training steps, sampling, checkpoints).
 
     Credentials never appear here: the Tinker SDK reads ``TINKER_API_KEY`` (or its stored
-    credentials) itself.
+    credentials) itself. ``base_model``, the old name of ``model``, is accepted until the next
+    release with a warning (see :class:`~rllm_core.kit.managed.ManagedServiceSettings`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    base_model: str = Field(
+    model: str = Field(
         "Qwen/Qwen3-8B",
         min_length=1,
         description=(
             "Name of a base model Tinker serves, as Tinker spells it (such as 'Qwen/Qwen3-8B'"
-            " or 'meta-llama/Llama-3.1-8B'). The plan's renderer must use this model's"
-            " tokenizer."
+            " or 'meta-llama/Llama-3.1-8B'); nothing is loaded on this machine. The plan's"
+            " renderer must use this model's tokenizer. The old name of this key, base_model,"
+            " is accepted until the next release with a warning."
         ),
     )
     lora_rank: int = Field(32, ge=1, description="Rank of the LoRA adapters Tinker trains.")
@@ -93,5 +95,5 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_trainer_backend_tinker.backend:TinkerBackend"),
         config=TinkerBackendConfig,
         summary="LoRA training and sampling on Tinker's hosted models, with rllm-core's losses",
-        traits={"publishes_weights": True},
+        traits={"publishes_weights": True, "hosted_model": True},
     )
