@@ -19,6 +19,7 @@ from rllm_core.cli.plan_cmd import plan
 from rllm_core.cli.plugins_cmd import plugins
 from rllm_core.cli.run_cmd import run
 from rllm_core.cli.runs_cmd import runs
+from rllm_core.cli.sft_cmd import sft
 from rllm_core.cli.tasks_cmd import tasks
 from rllm_core.cli.traces_cmd import traces
 
@@ -35,6 +36,7 @@ def main() -> None:
 main.add_command(plugins)
 main.add_command(plan)
 main.add_command(run)
+main.add_command(sft)
 main.add_command(eval_)
 main.add_command(docs)
 main.add_command(gateway)

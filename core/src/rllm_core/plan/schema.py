@@ -7,12 +7,12 @@ name is resolved to an installed plugin (see :mod:`rllm_core.plan.resolve`).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rllm_core.algorithms.aggregation import AGGREGATION_MODES
-from rllm_core.plugins.specs import Kind
+from rllm_core.plugins.specs import Kind, PlanPath
 
 __all__ = [
     "AggregationMode",
@@ -25,6 +25,7 @@ __all__ = [
     "RunSection",
     "SamplingSection",
     "SchedulerSection",
+    "SftSection",
     "component_section",
     "component_sections",
     "waiting_groups_bound",
@@ -268,6 +269,102 @@ class GatewaySection(_Section):
     )
 
 
+class SftSection(_Section):
+    """Supervised fine-tuning (``rllm-core sft``); see docs/sft.md."""
+
+    data: Annotated[str | None, PlanPath()] = Field(
+        None,
+        description=(
+            "Training examples: a chat JSONL file (one `{messages, tools}` object a line), a"
+            " parquet, arrow or jsonl file read with `datasets`, or a folder of such files."
+            " Relative to the plan's folder."
+        ),
+    )
+    format: Literal["auto", "chat-jsonl", "datasets"] = Field(
+        "auto",
+        description=(
+            "How `data` is read: `chat-jsonl` (plain JSON lines), `datasets`"
+            " (`datasets.load_dataset`, needs the `datasets` package), or `auto`: `.jsonl`"
+            " files as chat JSONL, anything else through `datasets`."
+        ),
+    )
+    messages_field: str = Field(
+        "messages", min_length=1, description="Column (or JSON key) holding the chat messages."
+    )
+    tools_field: str = Field(
+        "tools", min_length=1, description="Column (or JSON key) holding the tools, if any."
+    )
+    from_run: Annotated[str | None, PlanPath()] = Field(
+        None,
+        description=(
+            "Train on the episodes of a run folder instead of `data` (rejection sampling): the"
+            " tokens the policy sampled, exactly as the run trained on them."
+        ),
+    )
+    min_reward: float | None = Field(
+        None,
+        description="With `from_run`: keep only episodes whose reward is at least this.",
+    )
+    eval_data: Annotated[str | None, PlanPath()] = Field(
+        None,
+        description="Held-out examples in the same format as `data`, scored by mean NLL.",
+    )
+    eval_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description=(
+            "Share of the training examples held out for evaluation instead (chosen with"
+            " `[run].seed`; 0: none)."
+        ),
+    )
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description="Score the eval split every N optimizer steps (0: only at the end).",
+    )
+    epochs: int = Field(1, ge=1, description="Passes over the training examples.")
+    batch_size: int = Field(
+        8,
+        ge=1,
+        description="Examples per optimizer step (the last step of an epoch may hold fewer).",
+    )
+    max_length: int | None = Field(
+        None,
+        ge=2,
+        description=(
+            "Longest example in tokens; longer ones are dropped and counted (never truncated:"
+            " a cut conversation teaches an unfinished turn). Unset: no limit."
+        ),
+    )
+    packing: bool = Field(
+        False,
+        description=(
+            "Pack several examples into one row of at most `max_length` tokens (which it then"
+            " requires) instead of padding each; needs a trainer backend that packs sequences."
+        ),
+    )
+    export: Annotated[str | None, PlanPath()] = Field(
+        None,
+        description=(
+            "At the end, write the trained model as a standalone model folder here (LoRA merged"
+            " into the base weights), for an RL plan's `[trainer].model` to name."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SftSection:
+        if self.data is not None and self.from_run is not None:
+            raise ValueError("set data or from_run, not both")
+        if self.min_reward is not None and self.from_run is None:
+            raise ValueError("min_reward filters the episodes of from_run; set from_run")
+        if self.eval_data is not None and self.eval_fraction > 0:
+            raise ValueError("set eval_data or eval_fraction, not both")
+        if self.packing and self.max_length is None:
+            raise ValueError("packing fills rows of max_length tokens; set max_length")
+        return self
+
+
 def component_section(kind: str, description: str) -> Any:
     """A plan section that selects one component of ``kind`` (``[trainer] name = "torch"``):
     declare it as a field of :class:`Plan` with this default, and the plan loader, resolver
@@ -322,6 +419,18 @@ class Plan(_Section):
         ),
     )
     loggers: list[ComponentRef] = Field(default_factory=list, description="Metrics loggers.")
+    sft: SftSection = Field(
+        default_factory=SftSection,
+        description=(
+            "Supervised fine-tuning, for `rllm-core sft` (a plan with this section is an SFT"
+            " plan; `rllm-core run` refuses it). See docs/sft.md."
+        ),
+    )
+
+    @property
+    def is_sft(self) -> bool:
+        """Whether the plan has an ``[sft]`` section."""
+        return "sft" in self.model_fields_set
 
 
 COMPONENT_SECTIONS: dict[str, Kind] = component_sections(Plan)

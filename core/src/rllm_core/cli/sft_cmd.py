@@ -1,0 +1,204 @@
+"""``rllm-core sft``: supervised fine-tuning described by a plan's ``[sft]`` section
+(``docs/sft.md``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, err_console, fail, fail_plan
+from rllm_core.cli.plan_cmd import SET_HELP
+from rllm_core.errors import ModelError, PlanError, PlanIssue
+from rllm_core.numerics import conditions, prepare_environment
+
+SFT_COMPONENTS = ("[trainer]", "[renderer]")
+"""What an SFT run needs besides ``[sft]``."""
+
+
+@click.command()
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option(
+    "--resume",
+    "resume",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="RUN_FOLDER",
+    help="Continue the SFT run in RUN_FOLDER from its last checkpoint (same plan).",
+)
+@click.option("--quiet", is_flag=True, help="Print only the run folder, warnings and errors.")
+def sft(plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet: bool) -> None:
+    """Supervised fine-tuning with the [sft] section of PLAN; see docs/sft.md.
+
+    Trains on the assistant tokens of chat examples (or of a run's episodes) with the plan's
+    [trainer] and [renderer], writing a run folder as `rllm-core run` does."""
+    from rllm_core.training.components import BuildError
+    from rllm_core.training.folder import RunFolder
+    from rllm_core.training.loop import ResumeError
+    from rllm_core.training.runlog import RunLog
+    from rllm_core.training.sft.data import DataError
+    from rllm_core.training.sft.display import SftDisplay
+    from rllm_core.training.sft.loop import SftLoop
+    from rllm_core.training.sft.prepare import (
+        PROVISIONAL_TOTAL_STEPS,
+        fills_total_steps,
+        load_sft_data,
+    )
+
+    console = Console(highlight=False)
+    try:
+        from rllm_core.plan.load import load_plan
+
+        plan, _ = load_plan(plan_path, overrides)
+    except PlanError as exc:
+        fail_plan(exc)
+    if not plan.is_sft:
+        fail(
+            f"{plan_path} has no [sft] section: `rllm-core sft` trains on examples it names"
+            " (docs/sft.md); train with rewards through `rllm-core run`",
+            EXIT_USAGE,
+        )
+    folder = RunFolder.existing(resume) if resume is not None and _exists(resume) else None
+    run_dir = folder.path if folder is not None else Path(plan.run.output_dir) / "<run folder>"
+    fill = fills_total_steps(plan)
+    provisional = (f"trainer.total_steps={PROVISIONAL_TOTAL_STEPS}",) if fill else ()
+    first = _resolve(plan_path, (*overrides, *provisional), run_dir)
+    renderer = _build(first, "[renderer]")
+    try:
+        data = load_sft_data(first, renderer)
+    except DataError as exc:
+        fail(f"{plan_path}: {exc}", EXIT_USAGE)
+    total = data.total_steps(first.plan)
+    filled = (f"trainer.total_steps={total}",) if fill else ()
+    if resume is not None:
+        if folder is None:
+            fail(f"{resume!r} is not a run folder (it has no plan.resolved.json)", EXIT_USAGE)
+        resolved = _resolve(plan_path, (*overrides, *filled), folder.path)
+        from rllm_core.cli.run_cmd import _comparable
+
+        name = Path(os.path.abspath(folder.path)).name
+        if _comparable(resolved.to_dict(), name) != _comparable(folder.read_resolved(), name):
+            fail(
+                f"{plan_path} (with these --set values) differs from the plan {folder.path} was"
+                f" started with; resume with that plan: {folder.plan_file}",
+                EXIT_USAGE,
+            )
+    else:
+        _resolve(plan_path, (*overrides, *filled), run_dir)
+        folder = RunFolder.create(plan.run.output_dir, plan.run.name)
+        resolved = _resolve(plan_path, (*overrides, *filled), folder.path)
+        folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
+    console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
+    display = SftDisplay(console, err_console, total, quiet=quiet)
+    for note in resolved.notes:
+        display.warn(note)
+    for warning in data.warnings:
+        display.warn(warning)
+    held = f", {len(data.held_out)} held out" if data.held_out else ""
+    display.info(
+        f"{len(data.train)} training examples{held}; {total} optimizer steps"
+        f" ({resolved.plan.sft.epochs} epoch(s) of batch_size {resolved.plan.sft.batch_size})"
+    )
+    prepare_environment(resolved.plan.run.deterministic)
+    run_log = RunLog(folder.log)
+    built: list[Any] = []
+    try:
+        trainer = _build(resolved, "[trainer]", display)
+        built.append(trainer)
+        loggers = []
+        for component in resolved:
+            if component.where.startswith("[loggers"):
+                logger = _build(resolved, component.where, display)
+                built.append(logger)
+                loggers.append((f"{component.where} {component.name}", logger))
+        changed = folder.record_numerics(
+            conditions(resolved.plan.run.deterministic, {"[trainer]": trainer}),
+            resume=resume is not None,
+        )
+        if changed is not None:
+            display.warn(changed)
+        loop = SftLoop(
+            resolved=resolved,
+            trainer=trainer,
+            loggers=loggers,
+            folder=folder,
+            display=display,
+            train=data.train,
+            held_out=data.held_out,
+            resume=resume is not None,
+        )
+        try:
+            result = loop.run()
+        except ResumeError as exc:
+            fail(str(exc), EXIT_USAGE)
+        except Exception as exc:
+            fail(
+                f"the SFT run failed: {type(exc).__name__}: {exc}; finished checkpoints in"
+                f" {folder.checkpoints} are intact",
+                EXIT_FAILURE,
+            )
+    except BuildError as exc:
+        fail(str(exc), EXIT_FAILURE)
+    finally:
+        for instance in reversed(built):
+            close = getattr(instance, "close", None)
+            if callable(close):
+                close()
+        run_log.close()
+    if result.status == "interrupted":
+        command = f"rllm-core sft {plan_path} --resume {folder.path}"
+        command += "".join(f" --set {item}" for item in overrides)
+        print(f"stopped after step {result.step}; resume with: {command}", file=sys.stderr)
+    sys.exit(result.exit_code)
+
+
+def _exists(path: Path) -> bool:
+    return (path / "plan.resolved.json").is_file()
+
+
+def _resolve(plan_path: Path, overrides: tuple[str, ...], run_dir: Path) -> Any:
+    """The plan prepared for an SFT run in ``run_dir``, or exit 2 naming every problem."""
+    from rllm_core.training.components import prepare_plan
+
+    try:
+        resolved = prepare_plan(plan_path, overrides, run_dir=run_dir)
+    except PlanError as exc:
+        fail_plan(exc)
+    except ModelError as exc:
+        fail(f"{plan_path}: [trainer].model: {exc}", EXIT_USAGE)
+    missing = [
+        PlanIssue(
+            path=str(plan_path),
+            section=where.strip("[]"),
+            key="name",
+            message="an SFT run needs it, and the plan selects none",
+            hint=f'add a {where} section (name = "{example}")',
+        )
+        for where, example in zip(SFT_COMPONENTS, ("torch", "chatml"), strict=True)
+        if resolved.get(where) is None
+    ]
+    if missing:
+        fail_plan(PlanError(missing))
+    return resolved
+
+
+def _build(resolved: Any, where: str, display: Any = None) -> Any:
+    from rllm_core.training.components import BuildError
+
+    component = resolved.get(where)
+    try:
+        instance = component.build()
+    except Exception as exc:
+        error = BuildError(
+            f"{component.where}: building {component.kind.value}:{component.name}"
+            f" ({component.provider}) failed: {type(exc).__name__}: {exc}"
+        )
+        fail(str(error), EXIT_FAILURE)
+    if display is not None:
+        display.info(f"built {component.where}: {component.kind.value}:{component.name}")
+    return instance

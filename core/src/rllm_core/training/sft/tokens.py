@@ -1,0 +1,101 @@
+"""SFT examples as token sequences and datums.
+
+A chat example is rendered with the plan's renderer, as the gateway renders prompts during a
+run, and trained on the tokens the renderer marks as sampled (``RenderedTokens.sampled_mask``:
+assistant content and its closing token); system, user and tool messages and the template's
+scaffold are context only. So an SFT run and an RL run of the same renderer see the same
+tokens.
+
+A supervised :class:`~rllm_core.types.Datum` has ``action_mask`` = the trained tokens,
+``observation_mask`` all false, and ``logprobs`` and ``advantages`` all 0.0: the NLL objective
+(:mod:`rllm_core.algorithms.nll`) and a backend's supervised path read neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rllm_core.ports import Renderer
+from rllm_core.training.sft.data import ChatExample, TokenExample
+from rllm_core.types import Datum
+
+__all__ = ["TokenizeReport", "supervised_datum", "tokenize"]
+
+
+@dataclass
+class TokenizeReport:
+    """What tokenizing kept and dropped: ``too_long`` lists the origins of examples over
+    ``max_length``; ``untrained`` those with no trained token."""
+
+    kept: int = 0
+    too_long: list[str] = field(default_factory=list)
+    untrained: list[str] = field(default_factory=list)
+
+    def warnings(self, max_length: int | None, what: str) -> list[str]:
+        out = []
+        if self.too_long:
+            out.append(
+                f"{what}: {len(self.too_long)} example(s) longer than [sft].max_length ="
+                f" {max_length} tokens were dropped (first: {self.too_long[0]}); raise"
+                " max_length to keep them"
+            )
+        if self.untrained:
+            out.append(
+                f"{what}: {len(self.untrained)} example(s) had no assistant token to train on"
+                f" and were dropped (first: {self.untrained[0]})"
+            )
+        return out
+
+
+def render_example(renderer: Renderer, example: ChatExample) -> TokenExample:
+    rendered = renderer.render(list(example.messages), tools=list(example.tools) or None)
+    return TokenExample(
+        token_ids=tuple(rendered.token_ids),
+        trained=tuple(bool(m) for m in rendered.sampled_mask),
+        origin=example.origin,
+    )
+
+
+def tokenize(
+    examples: Iterable[ChatExample | TokenExample],
+    renderer: Renderer | None,
+    *,
+    max_length: int | None,
+) -> tuple[list[TokenExample], TokenizeReport]:
+    """Every example as tokens (chat examples rendered with ``renderer``), dropping those
+    longer than ``max_length`` and those with nothing to train."""
+    report = TokenizeReport()
+    out = []
+    for example in examples:
+        if isinstance(example, ChatExample):
+            if renderer is None:
+                raise ValueError("chat examples need a renderer")
+            example = render_example(renderer, example)
+        if max_length is not None and len(example.token_ids) > max_length:
+            report.too_long.append(example.origin)
+        elif not any(example.trained):
+            report.untrained.append(example.origin)
+        else:
+            out.append(example)
+    report.kept = len(out)
+    return out, report
+
+
+def supervised_datum(examples: Sequence[TokenExample], *, packed: bool = False) -> Datum:
+    """One datum of ``examples`` (one, or several packed into one row: their tokens in order,
+    ``metadata["packed_lengths"]`` listing each one's length)."""
+    tokens = [t for e in examples for t in e.token_ids]
+    trained = [m for e in examples for m in e.trained]
+    n = len(tokens)
+    metadata: dict = {"origins": [e.origin for e in examples]}
+    if packed:
+        metadata["packed_lengths"] = [len(e.token_ids) for e in examples]
+    return Datum(
+        token_ids=tokens,
+        logprobs=[0.0] * n,
+        advantages=[0.0] * n,
+        action_mask=trained,
+        observation_mask=[False] * n,
+        metadata=metadata,
+    )
