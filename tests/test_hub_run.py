@@ -1,0 +1,84 @@
+"""A plan naming its model by Hugging Face Hub id: a tiny random Llama with SmolLM2's tokenizer
+and chat template saved into a Hugging Face cache laid out by the test, with
+``HF_HUB_OFFLINE=1``. ``plan check`` resolves the renderer's tokenizer to the snapshot, and
+``rllm-core run`` trains on it; an id missing from the cache fails the check naming the id and
+the cache. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from reference.cli_process import overrides, plan_check, run_cli, run_folder
+from reference.quickstart import PLAN, write_tasks
+
+pytest.importorskip("torch")
+
+REPO = "acme/tiny-smol"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch, tiny_smol_model_dir) -> Path:
+    cache = tmp_path / "hf-cache"
+    repo = cache / "models--acme--tiny-smol"
+    shutil.copytree(tiny_smol_model_dir, repo / "snapshots" / COMMIT)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT, encoding="utf-8")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def _plan(tmp_path: Path, model: str) -> tuple[Path, list[str]]:
+    tasks, held_out = write_tasks(tmp_path)
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.read_text(encoding="utf-8"), encoding="utf-8")
+    settings = overrides(
+        "run.steps=1",
+        "run.save_every=1",
+        "algorithm.batch_size=2",
+        "algorithm.group_size=2",
+        "sampling.max_tokens=4",
+        f'trainer.model="{model}"',
+        "trainer.lora={rank = 4, alpha = 8.0}",
+        f'tasks.path="{tasks}"',
+        f'tasks.eval_path="{held_out}"',
+    )
+    return plan, settings
+
+
+def test_a_run_trains_the_model_a_hub_id_names_from_the_cache(hub_cache, tmp_path):
+    plan, settings = _plan(tmp_path, REPO)
+    snapshot = hub_cache / "models--acme--tiny-smol" / "snapshots" / COMMIT
+    done = run_cli("plan", "check", "--json", str(plan), *settings, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f'"model": "{REPO}"' in done.stdout
+    assert str(snapshot) in done.stdout  # the renderer's tokenizer, from the trainer's model
+    done = run_cli("run", str(plan), "--plain", *settings, cwd=tmp_path, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = run_folder(done, tmp_path, "quickstart")
+    assert (run_dir / "metrics.jsonl").read_text().count("\n") >= 1
+
+
+def test_plan_check_names_a_hub_id_missing_from_the_cache(hub_cache, tmp_path):
+    plan, settings = _plan(tmp_path, "acme/absent@v2")
+    done = run_cli("plan", "check", str(plan), *settings, cwd=tmp_path, timeout=120)
+    assert done.returncode != 0
+    message = " ".join(done.stderr.split())
+    assert "'acme/absent@v2' is not in the Hugging Face cache" in message
+    assert str(hub_cache) in message
+    assert "rllm-core models pull acme/absent@v2" in message
+
+
+def test_plan_check_accepts_the_hub_id_written_in_the_plan(hub_cache, tmp_path):
+    plan, _ = _plan(tmp_path, REPO)
+    text = plan.read_text(encoding="utf-8").replace(
+        'model = "smollm2-135m-instruct"', f'model = "{REPO}"'
+    )
+    plan.write_text(text, encoding="utf-8")
+    checked = {c["where"]: c["config"] for c in plan_check(plan, tmp_path)["components"]}
+    snapshot = hub_cache / "models--acme--tiny-smol" / "snapshots" / COMMIT
+    assert checked["[trainer]"]["model"] == REPO
+    assert checked["[renderer]"]["tokenizer"] == str(snapshot)
