@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -335,16 +335,23 @@ class GatewayApp:
 
     async def _chat(self, sid: str, scope: Scope, receive: Receive, response: _Response) -> None:
         body = protocol.decode_chat(await self._body(scope, receive))
-        messages, tools, params = protocol.to_chat_parts(body, self.default_params)
-        request = EngineChatRequest(messages=messages, tools=tools, params=params)
-        stream = bool(body.stream)
-        result = await self._call(sid, self.engine.chat(sid, request), response, stream)
+        messages, tools, choice, params = protocol.to_chat_parts(body, self.default_params)
+        request = EngineChatRequest(
+            messages=messages,
+            tools=tools,
+            params=params,
+            tool_choice="auto" if choice.mode == "none" else choice.mode,
+            tool_name=choice.name,
+        )
+        if body.stream:
+            return await self._stream_chat(sid, request, body, response)
+        result = await self._call(sid, self.engine.chat(sid, request), response, False)
         await self._reply(
             response,
             result,
             body,
             logprobs=bool(body.logprobs),
-            chunks=protocol.chat_chunks,
+            chunks=None,
             whole=protocol.chat_completion,
         )
 
@@ -371,7 +378,7 @@ class GatewayApp:
         body: Any,
         *,
         logprobs: bool,
-        chunks: Callable[..., Any],
+        chunks: Callable[..., Any] | None,
         whole: Callable[..., Any],
     ) -> None:
         """Send ``result`` as server-sent ``chunks`` when the request streams, else ``whole``."""
@@ -381,7 +388,7 @@ class GatewayApp:
             "decode": self._decode_one,
             "token_ids": bool(body.return_token_ids),
         }
-        if body.stream:
+        if body.stream and chunks is not None:
             usage = body.stream_options is not None and body.stream_options.include_usage
             payload = chunks(result, include_usage=usage, **options)
         else:
@@ -395,8 +402,17 @@ class GatewayApp:
         heartbeat = _Heartbeat(response, self.heartbeat_interval_s, stream)
         token = routing_key.set(sid)
         try:
-            async with asyncio.timeout(self.request_timeout_s):
-                return await call
+            with self._mapped_errors(sid):
+                async with asyncio.timeout(self.request_timeout_s):
+                    return await call
+        finally:
+            routing_key.reset(token)
+            await heartbeat.stop()
+
+    @contextlib.contextmanager
+    def _mapped_errors(self, sid: str) -> Iterator[None]:
+        try:
+            yield
         except TimeoutError:
             raise HTTPError(
                 504,
@@ -436,6 +452,51 @@ class GatewayApp:
             ) from None
         except UpstreamError as exc:
             raise HTTPError(502, str(exc), type="upstream_error", code="upstream_error") from None
+
+    async def _stream_chat(
+        self,
+        sid: str,
+        request: EngineChatRequest,
+        body: protocol.ChatCompletionBody,
+        response: _Response,
+    ) -> None:
+        """Stream a chat completion's deltas as the sampler produces them. The response
+        starts with the first sampled tokens, so errors before that get their own status."""
+        response.stream = True
+        heartbeat = _Heartbeat(response, self.heartbeat_interval_s, True)
+        token = routing_key.set(sid)
+        writer: protocol.ChatStream | None = None
+        try:
+            with self._mapped_errors(sid):
+                async with asyncio.timeout(self.request_timeout_s):
+                    items = self.engine.chat_stream(sid, request)
+                    async with contextlib.aclosing(items):
+                        async for item in items:
+                            if isinstance(item, str):
+                                writer = protocol.ChatStream(
+                                    trace_id=item,
+                                    model=self.model,
+                                    parse=self.engine.renderer.parse_response,
+                                    decode=self._decode_one,
+                                    logprobs=bool(body.logprobs),
+                                    include_usage=bool(
+                                        body.stream_options and body.stream_options.include_usage
+                                    ),
+                                    token_ids=bool(body.return_token_ids),
+                                )
+                                continue
+                            assert writer is not None
+                            if isinstance(item, tuple):
+                                payload = writer.piece(*item)
+                            else:
+                                payload = writer.finish(item)
+                            if not payload:
+                                continue
+                            await heartbeat.stop()
+                            if not response.started:
+                                await response.start(200, list(_SSE_HEADERS))
+                            await response.chunk(payload)
+            await response.chunk(b"", False)
         finally:
             routing_key.reset(token)
             await heartbeat.stop()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -30,11 +30,12 @@ from rllm_core.gateway.accumulator import (
     new_trace_id,
     renderer_keeps_reasoning,
 )
-from rllm_core.ports import Renderer, Sampler, TraceStore
+from rllm_core.ports import Renderer, Sampler, StreamingSampler, TraceStore
 from rllm_core.types import (
     Message,
     ParsedToolCall,
     SampleRequest,
+    SampleResult,
     SamplingParams,
     ToolCall,
     ToolSpec,
@@ -117,11 +118,18 @@ class InvalidChatRequestError(GatewayError, ValueError):
 
 
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """One chat completion request of a session, as the HTTP layer parsed it."""
+    """One chat completion request of a session, as the HTTP layer parsed it.
+
+    ``tools`` are the tools rendered into the prompt. ``tool_choice`` is ``auto``,
+    ``required`` (the reply must call a tool) or ``function`` (it must call ``tool_name``);
+    sampling is never constrained, so the result says whether the reply met it.
+    """
 
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     params: SamplingParams = SamplingParams()
+    tool_choice: str = "auto"
+    tool_name: str | None = None
 
 
 class ChatResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,7 +140,8 @@ class ChatResult(msgspec.Struct, frozen=True, kw_only=True):
     is exactly what the sampler received. ``finish_reason`` is ``tool_calls`` when the reply
     has tool calls, else the sampler's ``stop`` or ``length``. ``mode`` is ``root``,
     ``extend``, ``replay`` or ``reset``; ``reset_reason`` is set for a reset, and
-    ``divergent_message`` for a ``prefix_changed`` one.
+    ``divergent_message`` for a ``prefix_changed`` one. ``tool_choice_met`` is ``None`` unless
+    the request required a tool call, then whether the reply holds one (of the named function).
     """
 
     message: Message
@@ -148,6 +157,7 @@ class ChatResult(msgspec.Struct, frozen=True, kw_only=True):
     reset_reason: str | None
     weight_version: int
     divergent_message: int | None = None
+    tool_choice_met: bool | None = None
 
 
 class CompletionResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -325,6 +335,49 @@ class GatewayEngine:
 
     async def chat(self, session_id: str, request: ChatRequest) -> ChatResult:
         """Serve one chat request of a session; see the class docstring."""
+        result = None
+        async for item in self._serve_chat(session_id, request, stream=False):
+            result = item
+        assert isinstance(result, ChatResult)
+        return result
+
+    async def chat_stream(
+        self, session_id: str, request: ChatRequest
+    ) -> AsyncIterator[str | tuple[list[int], list[float]] | ChatResult]:
+        """Serve one chat request while it is sampled.
+
+        Yields the trace id once the prompt is accepted, then ``(token_ids, logprobs)`` pieces
+        as the sampler produces them (one piece with the whole completion when the sampler is
+        not a :class:`~rllm_core.ports.StreamingSampler`), then the :class:`ChatResult`. The
+        trace recorded is the one :meth:`chat` records. Close the iterator (``aclose``) when
+        stopping early; nothing is then recorded."""
+        async for item in self._serve_chat(session_id, request, stream=True):
+            yield item
+
+    async def _sample(
+        self, request: SampleRequest, stream: bool
+    ) -> AsyncIterator[tuple[list[int], list[float]] | SampleResult]:
+        if stream and isinstance(self.sampler, StreamingSampler):
+            final = None
+            async for item in self.sampler.sample_stream(request):
+                if isinstance(item, SampleResult):
+                    final = item
+                else:
+                    yield item
+            if final is None:
+                raise RuntimeError(
+                    f"{type(self.sampler).__name__}.sample_stream ended without a SampleResult"
+                )
+            yield final
+            return
+        result = await self.sampler.sample(request)
+        if stream:
+            yield result.completion_token_ids, result.logprobs
+        yield result
+
+    async def _serve_chat(
+        self, session_id: str, request: ChatRequest, *, stream: bool
+    ) -> AsyncIterator[str | tuple[list[int], list[float]] | ChatResult]:
         if not request.messages:
             raise InvalidChatRequestError(
                 f"the chat request of session {session_id!r} has no messages; send at least one"
@@ -338,11 +391,18 @@ class GatewayEngine:
             params = self._params(session, request.params)
             created = time.time()
             started = time.perf_counter()
-            result = await self.sampler.sample(
-                SampleRequest(
-                    prompt_token_ids=plan.prompt_token_ids, params=params, request_id=plan.trace_id
-                )
+            sample = SampleRequest(
+                prompt_token_ids=plan.prompt_token_ids, params=params, request_id=plan.trace_id
             )
+            if stream:
+                yield plan.trace_id
+            result = None
+            async for item in self._sample(sample, stream):
+                if isinstance(item, SampleResult):
+                    result = item
+                else:
+                    yield item
+            assert result is not None
             latency = time.perf_counter() - started
             reply, attempts = self._reply(plan, result.completion_token_ids)
             if self._sessions.get(session_id) is session:
@@ -366,7 +426,12 @@ class GatewayEngine:
                     )
                 )
             accumulator.commit(plan, result.completion_token_ids, reply)
-        return ChatResult(
+        met = None
+        if request.tool_choice == "required":
+            met = bool(reply.tool_calls)
+        elif request.tool_choice == "function":
+            met = any(c.name == request.tool_name for c in reply.tool_calls)
+        yield ChatResult(
             message=reply,
             tool_call_attempts=attempts,
             prompt_token_ids=plan.prompt_token_ids,
@@ -380,6 +445,7 @@ class GatewayEngine:
             reset_reason=plan.reset_reason if plan.mode == "reset" else None,
             weight_version=result.weight_version,
             divergent_message=plan.divergent_message,
+            tool_choice_met=met,
         )
 
     def _reply(

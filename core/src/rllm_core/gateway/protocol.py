@@ -1,19 +1,21 @@
 """The OpenAI wire format: request bodies in, response bodies and errors out.
 
 Requests are decoded with msgspec into typed structs, so a known field of the wrong type is a
-400 that names the field; unknown fields (``user``, ``metadata``, ``response_format``...) are
-ignored. What the gateway cannot honour is refused rather than silently dropped: ``n`` other than
-1, ``tool_choice`` other than ``"auto"`` / ``"none"``, stop strings, ``top_logprobs`` above 0,
-``echo``, and content parts other than text.
+400 that names the field; unknown fields (``user``, ``metadata``...) are ignored. What the
+gateway cannot honour is refused rather than silently dropped: ``n`` other than 1,
+``response_format`` other than ``{"type": "text"}`` (sampling is never constrained), stop
+strings, ``top_logprobs`` above 0, ``echo``, and content parts other than text.
 
 ``tool_choice: "none"`` renders the conversation without the tools, so the model is not offered
-any. ``logprobs: true`` returns each sampled token's logprob (no alternatives). The
+any. ``"required"`` and a named function render the tools as ``"auto"`` does and sample once;
+the reply is returned as sampled and ``rllm.tool_choice_met`` says whether it holds a (matching)
+tool call. ``logprobs: true`` returns each sampled token's logprob (no alternatives). The
 vLLM extension ``return_token_ids: true`` adds ``prompt_token_ids`` and ``token_ids`` to the
 choice.
 
 Every response also carries a non-standard ``rllm`` object (trace id, lineage, turn, mode, reset
-reason and, for ``prefix_changed``, the first divergent message, weight version, and the
-malformed tool-call attempts the reply dropped); OpenAI clients ignore it.
+reason and, for ``prefix_changed``, the first divergent message, weight version, the
+malformed tool-call attempts the reply dropped, and ``tool_choice_met``); OpenAI clients ignore it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ __all__ = [
     "ChatCompletionBody",
     "CompletionBody",
     "HTTPError",
-    "chat_chunks",
+    "ChatStream",
+    "ToolChoice",
     "chat_completion",
     "completion_chunks",
     "completion_response",
@@ -39,8 +42,10 @@ __all__ = [
     "decode_completion",
     "encode",
     "error_body",
+    "refuse_format",
     "to_chat_parts",
     "to_completion_parts",
+    "tool_choice",
 ]
 
 encode = msgspec.json.Encoder().encode
@@ -142,6 +147,7 @@ class ChatCompletionBody(_RequestBody, kw_only=True):
     messages: list[_Message]
     tools: list[_Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
@@ -268,13 +274,75 @@ def _messages(raw: list[_Message]) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def _tools(raw: list[_Tool] | None, choice: str | dict[str, Any] | None) -> tuple[ToolSpec, ...]:
-    if choice is not None and choice not in ("auto", "none"):
-        shown = choice if isinstance(choice, str) else "an object"
+def refuse_format(value: dict[str, Any] | None, param: str) -> None:
+    """Refuse a structured-output request: the gateway cannot constrain sampling."""
+    if value is None or value.get("type") == "text":
+        return
+    kind = value.get("type")
+    raise _invalid(
+        f"{param} {{'type': {kind!r}}} is not supported: the gateway samples the policy's tokens"
+        " without constrained decoding, so it cannot guarantee JSON; remove"
+        f" {param} (or send {{'type': 'text'}}) and ask for JSON in the prompt",
+        param,
+        code="unsupported_value",
+    )
+
+
+class ToolChoice(msgspec.Struct, frozen=True):
+    """A validated ``tool_choice``: ``mode`` is ``auto``, ``none``, ``required`` or
+    ``function`` (then ``name`` is the function the reply must call)."""
+
+    mode: str = "auto"
+    name: str | None = None
+
+
+def tool_choice(
+    choice: str | dict[str, Any] | None, tools: Sequence[ToolSpec], *, nested: bool = True
+) -> ToolChoice:
+    """Validate ``tool_choice`` against the offered ``tools``. ``nested`` is the chat shape
+    ``{"type": "function", "function": {"name": X}}``; otherwise the Responses shape
+    ``{"type": "function", "name": X}``."""
+    if choice is None or choice == "auto":
+        return ToolChoice()
+    if choice in ("none", "required"):
+        if choice == "required" and not tools:
+            raise _invalid(
+                "tool_choice is 'required' but the request offers no tools; add tools or use"
+                " tool_choice 'auto'",
+                "tool_choice",
+            )
+        return ToolChoice(str(choice))
+    shape = (
+        "{'type': 'function', 'function': {'name': ...}}"
+        if nested
+        else "{'type': 'function', 'name': ...}"
+    )
+    if isinstance(choice, str):
         raise _invalid(
-            f"tool_choice {shown!r} is not supported; use 'auto' or 'none'", "tool_choice"
+            f"tool_choice {choice!r} is unknown; use 'auto', 'none', 'required' or {shape}",
+            "tool_choice",
         )
-    if not raw or choice == "none":
+    target = choice.get("function") if nested else choice
+    name = target.get("name") if isinstance(target, dict) else None
+    if choice.get("type") != "function" or not isinstance(name, str):
+        raise _invalid(
+            f"tool_choice {encode(choice).decode()} is not a function choice; use {shape}",
+            "tool_choice",
+        )
+    offered = [t.name for t in tools]
+    if name not in offered:
+        param = "tool_choice.function.name" if nested else "tool_choice.name"
+        listed = ", ".join(repr(n) for n in offered) or "none"
+        raise _invalid(
+            f"tool_choice names the function {name!r}, which is not in tools (offered:"
+            f" {listed}); add it to tools or name one of them",
+            param,
+        )
+    return ToolChoice("function", name)
+
+
+def _tools(raw: list[_Tool] | None) -> tuple[ToolSpec, ...]:
+    if not raw:
         return ()
     out = []
     for n, tool in enumerate(raw):
@@ -330,8 +398,10 @@ def _params(
 
 def to_chat_parts(
     body: ChatCompletionBody, defaults: SamplingParams
-) -> tuple[tuple[Message, ...], tuple[ToolSpec, ...], SamplingParams]:
-    """Validate a decoded chat body: its messages, tools and sampling parameters."""
+) -> tuple[tuple[Message, ...], tuple[ToolSpec, ...], ToolChoice, SamplingParams]:
+    """Validate a decoded chat body: its messages, the tools to render, the tool choice and
+    the sampling parameters. ``tool_choice: "none"`` renders no tools."""
+    refuse_format(body.response_format, "response_format")
     if body.top_logprobs:
         raise _invalid(
             "top_logprobs is not supported: the sampler reports only the sampled token's"
@@ -349,7 +419,10 @@ def to_chat_parts(
         n=body.n,
         stop=body.stop,
     )
-    return _messages(body.messages), _tools(body.tools, body.tool_choice), params
+    tools = _tools(body.tools)
+    choice = tool_choice(body.tool_choice, tools)
+    messages = _messages(body.messages)
+    return messages, (() if choice.mode == "none" else tools), choice, params
 
 
 def to_completion_parts(
@@ -416,6 +489,9 @@ def _rllm(result: Any) -> dict[str, Any]:
         ]
         if dropped:
             info["malformed_tool_calls"] = dropped
+        met = getattr(result, "tool_choice_met", None)
+        if met is not None:
+            info["tool_choice_met"] = met
     return info
 
 
@@ -428,8 +504,14 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 def _chat_logprobs(result: Any, decode: Decode) -> dict[str, Any]:
+    return _token_logprobs(result.completion_token_ids, result.logprobs, decode)
+
+
+def _token_logprobs(
+    token_ids: Sequence[int], logprobs: Sequence[float], decode: Decode
+) -> dict[str, Any]:
     content = []
-    for token_id, logprob in zip(result.completion_token_ids, result.logprobs, strict=True):
+    for token_id, logprob in zip(token_ids, logprobs, strict=True):
         text = decode([token_id])
         content.append(
             {
@@ -494,65 +576,137 @@ def _sse(payload: Any) -> bytes:
 SSE_DONE = b"data: [DONE]\n\n"
 
 
-def chat_chunks(
-    result: Any,
-    *,
-    model: str,
-    logprobs: bool,
-    decode: Decode,
-    include_usage: bool,
-    token_ids: bool = False,
-) -> bytes:
-    """The whole SSE stream (``chat.completion.chunk`` events, then ``[DONE]``) for a result."""
-    created = int(time.time())
-    cid = f"chatcmpl-{result.trace_id}"
+def _stable(text: str) -> str:
+    """The part of a partial reply's text that more tokens cannot change: without an
+    unfinished character, a tag that may still be forming, or trailing whitespace a parser
+    may strip once a tag follows."""
+    text = text.rstrip("\ufffd")
+    opened = text.rfind("<")
+    if opened >= 0 and ">" not in text[opened:]:
+        text = text[:opened]
+    return text.rstrip()
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+
+class ChatStream:
+    """Encodes one streamed chat completion as SSE ``chat.completion.chunk`` events while it
+    is sampled.
+
+    :meth:`piece` takes the tokens sampled since the last call: the partial completion is
+    parsed with ``parse`` (the renderer's ``parse_response``) and the text that can no longer
+    change goes out as ``reasoning_content`` and ``content`` deltas; a tool-call tag is held
+    back until it closes. :meth:`finish` sends what is left of the parsed reply, the tool
+    calls (each whole, with its index), the finish reason, usage when asked, and ``[DONE]``.
+    The deltas concatenate to the non-streamed reply, except text a parser moves (for
+    example text after a tool call, or reasoning and content split differently once the reply
+    is complete): that part is then not sent.
+    """
+
+    def __init__(
+        self,
+        *,
+        trace_id: str,
+        model: str,
+        parse: Callable[[Sequence[int]], Any],
+        decode: Decode,
+        logprobs: bool,
+        include_usage: bool,
+        token_ids: bool,
+    ) -> None:
+        self.id = f"chatcmpl-{trace_id}"
+        self.created = int(time.time())
+        self.model = model
+        self.parse = parse
+        self.decode = decode
+        self.logprobs = logprobs
+        self.include_usage = include_usage
+        self.token_ids = token_ids
+        self.ids: list[int] = []
+        self.sent = {"reasoning_content": "", "content": ""}
+        self.started = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         choice.update(extra)
         return _sse(
             {
-                "id": cid,
+                "id": self.id,
                 "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
+                "created": self.created,
+                "model": self.model,
                 "choices": [choice],
             }
         )
 
-    message = result.message
-    parts = [chunk({"role": "assistant", "content": ""})]
-    if message.reasoning:
-        parts.append(chunk({"reasoning_content": message.reasoning}))
-    if message.content or logprobs:
-        extra = {"logprobs": _chat_logprobs(result, decode)} if logprobs else {}
-        parts.append(chunk({"content": message.content}, **extra))
-    if message.tool_calls:
-        calls = [
-            {
-                "index": n,
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments},
-            }
-            for n, c in enumerate(message.tool_calls)
-        ]
-        parts.append(chunk({"tool_calls": calls}))
-    last_extra = {"token_ids": result.completion_token_ids} if token_ids else {}
-    parts.append(chunk({}, result.finish_reason, **last_extra))
-    tail: dict[str, Any] = {
-        "id": cid,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [],
-        "rllm": _rllm(result),
-    }
-    if include_usage:
-        tail["usage"] = _usage(len(result.prompt_token_ids), len(result.completion_token_ids))
-    parts.append(_sse(tail))
-    parts.append(SSE_DONE)
-    return b"".join(parts)
+    def _deltas(self, texts: dict[str, str], final: bool) -> dict[str, str]:
+        out = {}
+        for field, text in texts.items():
+            stable = text if final else _stable(text)
+            sent = self.sent[field]
+            if len(stable) > len(sent) and stable.startswith(sent):
+                out[field] = stable[len(sent) :]
+                self.sent[field] = stable
+        return out
+
+    def _start(self) -> list[bytes]:
+        if self.started:
+            return []
+        self.started = True
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def piece(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> bytes:
+        """The events for tokens just sampled (possibly none)."""
+        parts = self._start()
+        self.ids.extend(token_ids)
+        parsed = self.parse(self.ids)
+        texts = {"reasoning_content": parsed.reasoning or ""}
+        if not parsed.tool_calls:
+            texts["content"] = parsed.content
+        delta = self._deltas(texts, final=False)
+        extra = {}
+        if self.logprobs:
+            extra["logprobs"] = _token_logprobs(token_ids, logprobs, self.decode)
+        for field, text in delta.items():
+            parts.append(self._chunk({field: text}, **extra))
+            extra = {}
+        if extra:
+            parts.append(self._chunk({}, **extra))
+        return b"".join(parts)
+
+    def finish(self, result: Any) -> bytes:
+        """The closing events for the engine's result."""
+        parts = self._start()
+        message = result.message
+        texts = {"reasoning_content": message.reasoning or "", "content": message.content}
+        for field, text in self._deltas(texts, final=True).items():
+            parts.append(self._chunk({field: text}))
+        if message.tool_calls:
+            calls = [
+                {
+                    "index": n,
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for n, c in enumerate(message.tool_calls)
+            ]
+            parts.append(self._chunk({"tool_calls": calls}))
+        last_extra = {"token_ids": result.completion_token_ids} if self.token_ids else {}
+        parts.append(self._chunk({}, result.finish_reason, **last_extra))
+        tail: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "rllm": _rllm(result),
+        }
+        if self.token_ids:
+            tail["prompt_token_ids"] = result.prompt_token_ids
+        if self.include_usage:
+            tail["usage"] = _usage(len(result.prompt_token_ids), len(result.completion_token_ids))
+        parts.append(_sse(tail))
+        parts.append(SSE_DONE)
+        return b"".join(parts)
 
 
 def _completion_logprobs(result: Any, decode: Decode) -> dict[str, Any]:
