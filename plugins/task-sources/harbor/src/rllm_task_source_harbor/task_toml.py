@@ -236,7 +236,7 @@ class SolutionSection(_Table):
 class EnvironmentSection(_Table):
     """``[environment]``: the sandbox. Each size may be given as text (``memory``) or MiB
     (``memory_mb``), not both; ``gpu_types`` is accepted and not used; ``mcp_servers`` is
-    accepted and warned about."""
+    accepted and warned about; ``network_mode`` (format 1.4) wins over ``allow_internet``."""
 
     build_timeout_sec: Seconds = DEFAULT_BUILD_TIMEOUT_S
     docker_image: Text | None = None
@@ -283,7 +283,7 @@ class EnvironmentSection(_Table):
 
 class TaskToml(BaseModel):
     """A whole ``task.toml``. Every key is optional; ``docs/tasks.md`` lists what each
-    becomes."""
+    becomes. ``steps`` is kept only so that the reader can refuse a multi-step task."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -310,7 +310,7 @@ _SECTIONS: dict[str, type[_Table]] = {
     "solution": SolutionSection,
     "environment": EnvironmentSection,
 }
-_TABLES = frozenset({"metadata", *_SECTIONS})
+_TABLES = frozenset({"metadata", "task", *_SECTIONS})
 
 
 def field_name(loc: tuple[str | int, ...]) -> str:
