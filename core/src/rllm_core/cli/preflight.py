@@ -71,6 +71,12 @@ def resolve_or_exit(
         fail_plan(exc)
     except ModelError as exc:
         fail(f"{plan_path}: [trainer].model: {exc}", EXIT_USAGE)
+    if resolved.plan.is_sft:
+        fail(
+            f"{plan_path}: [sft]: this is a supervised fine-tuning plan; train it with"
+            f" `rllm-core sft {plan_path}` (docs/sft.md), or remove [sft] for an RL plan",
+            EXIT_USAGE,
+        )
     missing = missing_components(resolved, training=training)
     if missing:
         fail_plan(PlanError(missing))

@@ -140,6 +140,9 @@ class _Resolver:
     def refuse_idle_keys(self) -> None:
         """Keys and sections a run would accept and not use are errors, each saying why."""
         plan = self.plan
+        if plan.is_sft:
+            self.refuse_sft_keys()
+            return
         self.refuse_pipeline_keys()
         self.refuse_sampler()
         trainer = self.components.get("[trainer]")
@@ -159,6 +162,13 @@ class _Resolver:
                     hint='use proximal = "rollout" or a trainer that recomputes logprobs',
                 )
             )
+
+    def refuse_sft_keys(self) -> None:
+        """An ``[sft]`` plan (``rllm-core sft``) trains on examples: the sections of RL runs
+        would be accepted and not used, and its data must exist."""
+        from rllm_core.plan.sft_check import sft_issues
+
+        self.issues.extend(sft_issues(self.plan, self.components, self.path))
 
     def refuse_sampler(self) -> None:
         """A ``[sampler]`` is kept on the policy with weights the trainer exports, which a
