@@ -97,6 +97,23 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, Text]]:
         ("trace store", _component(components["trace_store"], "path")),
         ("plots", "\n".join(plots) or "none yet"),
     ]
+    sft = report.get("sft")
+    if sft is not None:
+        drop = {"reward", "accuracy", "episodes", "loss", "advantage", "harness", "tasks"}
+        drop |= {"sandbox", "trace store"}
+        rows = [row for row in rows if row[0] not in drop]
+        examples = f"{sft['examples']} trained on" if sft["examples"] is not None else "?"
+        if sft["eval_examples"]:
+            examples += f" · {sft['eval_examples']} held out"
+        rows[5:5] = [
+            (
+                "nll",
+                f"first {sft['window']} steps {number(sft['nll_first'])} · last"
+                f" {sft['window']} steps {number(sft['nll_last'])} · eval"
+                f" {number(sft['eval_nll'])}",
+            ),
+            ("examples", examples),
+        ]
     return [(label, value if isinstance(value, Text) else Text(value)) for label, value in rows]
 
 

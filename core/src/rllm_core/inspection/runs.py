@@ -171,16 +171,22 @@ def run_report(path: str | Path) -> dict[str, Any]:
     (``sampled``, ``trained``), ``checkpoints`` (step numbers), ``components`` (trainer,
     loss, aux_losses, advantage, renderer, harness, tasks, sandbox, trace_store; each with
     ``name`` and ``provider``, the trainer with ``model``, tasks and trace store with
-    ``path``; None when the plan selects none) and ``plots`` (``reward``/``loss`` to the file,
-    or None). Numbers are None where no step finished. Raises :class:`InspectionError` when
-    ``path`` is not a run folder.
+    ``path``; None when the plan selects none), ``plots`` (``reward``/``loss`` to the file,
+    or None) and ``sft`` (an SFT run's NLL figures, see :func:`_sft_report`, its reward
+    figures being None; None for an RL run). Numbers are None where no step finished. Raises
+    :class:`InspectionError` when ``path`` is not a run folder.
     """
     folder = open_run_folder(path)
     resolved = folder.read_resolved()
     rows = [r for r in RunFolder.read_jsonl(folder.metrics) if isinstance(r, dict) and "step" in r]
     summary = _read_summary(folder)
-    totals = summarize(rows, window=SUMMARY_WINDOW)
-    planned = resolved.get("plan", {}).get("run", {}).get("steps")
+    sft = "sft" in resolved.get("plan", {})
+    if sft:
+        totals = _sft_totals(rows)
+        planned = summary.get("total_steps") if summary is not None else None
+    else:
+        totals = summarize(rows, window=SUMMARY_WINDOW)
+        planned = resolved.get("plan", {}).get("run", {}).get("steps")
     done = max((int(r["step"]) for r in rows), default=0)
     if summary is not None and isinstance(summary.get("last_step"), int):
         done = summary["last_step"]
@@ -225,6 +231,39 @@ def run_report(path: str | Path) -> dict[str, Any]:
         "checkpoints": checkpoint_steps(folder),
         "components": _components(resolved),
         "plots": {name: _plot(folder, name) for name in _PLOTS},
+        "sft": _sft_report(rows, summary) if sft else None,
+    }
+
+
+def _sft_totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """An SFT run's lines in the shape of :func:`summarize` (it has no rewards or episodes)."""
+    trained = sum(float(r.get("train/tokens", 0.0)) for r in rows)
+    return {
+        "reward_first": None,
+        "reward_last": None,
+        "accuracy_last": None,
+        "episodes": 0,
+        "infra_failures": 0,
+        "tokens_sampled": 0,
+        "tokens_trained": trained,
+    }
+
+
+def _sft_report(
+    rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``nll_first`` / ``nll_last`` (means of the first and last steps' train NLL),
+    ``eval_nll`` (the last scored), ``examples`` and ``eval_examples`` (from summary.json)."""
+    from rllm_core.training.sft.loop import sft_summary
+
+    totals = sft_summary(rows, window=SUMMARY_WINDOW)
+    return {
+        "window": min(SUMMARY_WINDOW, len(rows)),
+        "nll_first": totals["nll_first"],
+        "nll_last": totals["nll_last"],
+        "eval_nll": totals["eval_nll"],
+        "examples": summary.get("examples") if summary else None,
+        "eval_examples": summary.get("eval_examples") if summary else None,
     }
 
 

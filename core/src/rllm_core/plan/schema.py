@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from rllm_core.algorithms.aggregation import AGGREGATION_MODES
 from rllm_core.plugins.specs import Kind, PlanPath
@@ -431,6 +431,14 @@ class Plan(_Section):
     def is_sft(self) -> bool:
         """Whether the plan has an ``[sft]`` section."""
         return "sft" in self.model_fields_set
+
+    @model_serializer(mode="wrap")
+    def _without_unset_sft(self, handler: Any) -> Any:
+        # An RL plan's dump (plan.resolved.json) holds no [sft] table it never had.
+        data = handler(self)
+        if isinstance(data, dict) and not self.is_sft:
+            data.pop("sft", None)
+        return data
 
 
 COMPONENT_SECTIONS: dict[str, Kind] = component_sections(Plan)
