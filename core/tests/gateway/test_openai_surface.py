@@ -14,7 +14,7 @@ from reference.toy_renderer import IM_END
 from rllm_core.gateway.server import Gateway
 from rllm_core.ports import StreamingSampler
 from rllm_core.testing.samplers import ScriptedSampler
-from rllm_core.types import SampleRequest
+from rllm_core.types import Message, SampleRequest
 
 USER = [{"role": "user", "content": "Weather in Paris?"}]
 WEATHER_TOOL = {
@@ -281,3 +281,201 @@ def test_the_async_client_streams_and_completes(toy, store):
             return whole.choices[0].message.content, streamed
 
     assert asyncio.run(main()) == (text, text)
+
+
+# ------------------------------------------------------------------------- Responses API
+
+RESPONSES_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def test_a_text_input_gets_a_message_output_and_usage(serve, client, toy):
+    sampler = ScriptedSampler(["Bonjour."], renderer=toy)
+    api = client(serve(sampler), "r")
+    reply = api.responses.create(
+        model="policy",
+        input="Say hello in French.",
+        instructions="Be brief.",
+        max_output_tokens=32,
+        temperature=0.5,
+    )
+    assert reply.object == "response"
+    assert reply.status == "completed"
+    assert reply.output_text == "Bonjour."
+    [item] = reply.output
+    assert (item.type, item.role, item.content[0].type) == ("message", "assistant", "output_text")
+    prompt = toy.render(
+        [
+            Message(role="system", content="Be brief."),
+            Message(role="user", content="Say hello in French."),
+        ],
+        add_generation_prompt=True,
+    ).token_ids
+    assert sampler.requests[0].prompt_token_ids == prompt
+    params = sampler.requests[0].params
+    assert (params.max_tokens, params.temperature) == (32, 0.5)
+    assert reply.usage.input_tokens == len(prompt)
+    assert reply.usage.output_tokens == len(toy.encode("Bonjour.")) + 1
+    assert reply.usage.total_tokens == reply.usage.input_tokens + reply.usage.output_tokens
+    assert reply.id == f"resp_{reply.model_extra['rllm']['trace_id']}"
+
+
+def test_a_reply_cut_at_max_output_tokens_is_incomplete(serve, client, toy):
+    cut = toy.encode("Too long")[:3]
+    api = client(serve(ScriptedSampler([cut], renderer=toy)), "r")
+    reply = api.responses.create(model="policy", input="Talk.", max_output_tokens=3)
+    assert reply.status == "incomplete"
+    assert reply.incomplete_details.reason == "max_output_tokens"
+
+
+def _chat_conversation(api) -> list:
+    messages = [{"role": "system", "content": "Be brief."}, *USER]
+    first = api.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
+    call = first.choices[0].message.tool_calls[0]
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "18C"},
+    ]
+    second = api.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
+    return [first, second]
+
+
+def _responses_conversation(api) -> list:
+    first = api.responses.create(
+        model="policy", instructions="Be brief.", input=USER, tools=[RESPONSES_TOOL]
+    )
+    [call] = first.output
+    assert call.type == "function_call"
+    items = [
+        *USER,
+        *[item.model_dump(exclude_none=True) for item in first.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": "18C"},
+    ]
+    second = api.responses.create(
+        model="policy", instructions="Be brief.", input=items, tools=[RESPONSES_TOOL]
+    )
+    return [first, second]
+
+
+def test_function_tools_round_trip_and_extend_the_same_lineage_as_chat(serve, client, store, toy):
+    chat_sampler = ScriptedSampler([CALL_TEXT, "It is 18C."], renderer=toy)
+    resp_sampler = ScriptedSampler([CALL_TEXT, "It is 18C."], renderer=toy)
+    chat = _chat_conversation(client(serve(chat_sampler, cumulative=True), "chat"))
+    resp = _responses_conversation(client(serve(resp_sampler, cumulative=True), "resp"))
+
+    [call] = resp[0].output
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
+    assert call.call_id == chat[0].choices[0].message.tool_calls[0].id.replace(
+        chat[0].model_extra["rllm"]["trace_id"][:12], resp[0].model_extra["rllm"]["trace_id"][:12]
+    )
+    assert resp[1].output_text == "It is 18C."
+    assert [r.model_extra["rllm"]["mode"] for r in resp] == ["root", "extend"]
+    assert [r.model_extra["rllm"]["mode"] for r in chat] == ["root", "extend"]
+    assert [r.prompt_token_ids for r in resp_sampler.requests] == [
+        r.prompt_token_ids for r in chat_sampler.requests
+    ]
+    resp_traces, chat_traces = store.session("resp"), store.session("chat")
+    assert [t.record.lineage_id for t in resp_traces] == ["main", "main"]
+    assert [(t.prompt_token_ids, t.record.completion_token_ids) for t in resp_traces] == [
+        (t.prompt_token_ids, t.record.completion_token_ids) for t in chat_traces
+    ]
+
+
+def test_a_chat_conversation_continued_through_responses_stays_in_its_lineage(serve, client, toy):
+    sampler = ScriptedSampler([CALL_TEXT, "It is 18C."], renderer=toy)
+    api = client(serve(sampler, cumulative=True), "mixed")
+    messages = [{"role": "system", "content": "Be brief."}, *USER]
+    first = api.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
+    call = first.choices[0].message.tool_calls[0]
+    second = api.responses.create(
+        model="policy",
+        instructions="Be brief.",
+        input=[
+            *USER,
+            {
+                "type": "function_call",
+                "call_id": call.id,
+                "name": call.function.name,
+                "arguments": call.function.arguments,
+            },
+            {"type": "function_call_output", "call_id": call.id, "output": "18C"},
+        ],
+        tools=[RESPONSES_TOOL],
+    )
+    info = second.model_extra["rllm"]
+    assert (info["mode"], info["lineage_id"], info["turn"]) == ("extend", "main", 1)
+
+
+def test_responses_tool_choice_required_and_named(serve, client, toy):
+    api = client(serve(ScriptedSampler(["No call.", CALL_TEXT], renderer=toy)), "r")
+    unmet = api.responses.create(
+        model="policy", input="Weather?", tools=[RESPONSES_TOOL], tool_choice="required"
+    )
+    met = api.responses.create(
+        model="policy",
+        input="Weather now?",
+        tools=[RESPONSES_TOOL],
+        tool_choice={"type": "function", "name": "get_weather"},
+    )
+    assert unmet.output_text == "No call."
+    assert unmet.model_extra["rllm"]["tool_choice_met"] is False
+    assert met.model_extra["rllm"]["tool_choice_met"] is True
+    assert met.output[0].type == "function_call"
+
+
+def test_a_streamed_response_sends_the_event_sequence(serve, client, toy):
+    api = client(serve(ScriptedSampler(["Hello!"], renderer=toy)), "r")
+    events = list(api.responses.create(model="policy", input="hi", stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hello!"
+    assert events[-1].response.output_text == "Hello!"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "fragment"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id", "keeps no response"),
+        ({"text": {"format": {"type": "json_object"}}}, "text.format", "not supported"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "'web_search'"),
+        (
+            {"tools": [RESPONSES_TOOL], "tool_choice": {"type": "function", "name": "nope"}},
+            "tool_choice.name",
+            "'nope'",
+        ),
+        ({"input": [{"type": "input_image", "image_url": "x"}]}, "input[0].type", "input_image"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+            "input[0].content[0]",
+            "only text parts",
+        ),
+        ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id", ""),
+        ({"input": []}, "input", "no items"),
+        ({"input": 3}, "input", "expected `str | array`"),
+        ({"max_output_tokens": 0}, "max_output_tokens", "at least 1"),
+    ],
+)
+def test_a_responses_request_the_gateway_cannot_honour_is_a_400(
+    serve, raw, toy, extra, param, fragment
+):
+    sampler = ScriptedSampler([], renderer=toy)
+    server = serve(sampler)
+    body = {"model": "policy", "input": "hi", **extra}
+    response = raw(server)("POST", "/sessions/s/v1/responses", body)
+    assert response.status == 400, response.body
+    assert response.error["param"] == param
+    assert fragment in response.error["message"]
+    assert sampler.calls == 0
+
+
+def test_a_malformed_responses_body_is_a_400_not_a_500(serve, raw, toy):
+    server = serve(ScriptedSampler([], renderer=toy))
+    for body in ("{", "[]", '{"input": {"a": 1}}', '{"model": "policy"}'):
+        response = raw(server)("POST", "/sessions/s/v1/responses", body)
+        assert response.status == 400, (body, response.body)
+    assert raw(server)("GET", "/sessions/s/v1/responses").status == 405

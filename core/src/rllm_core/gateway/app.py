@@ -4,6 +4,7 @@ Routes (``{sid}`` is a session id: letters, digits and ``._:@-``, at most 256 ch
 
     POST   /sessions/{sid}/v1/chat/completions   OpenAI chat completions, plain or SSE
     POST   /sessions/{sid}/v1/completions        OpenAI (legacy) completions, plain or SSE
+    POST   /sessions/{sid}/v1/responses          OpenAI Responses, plain or SSE events
     GET    /v1/models, /sessions/{sid}/v1/models the served model
     GET    /sessions                             session ids
     GET    /sessions/{sid}                       a session's statistics
@@ -43,7 +44,7 @@ from urllib.parse import parse_qs
 import msgspec
 
 from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
-from rllm_core.gateway import protocol
+from rllm_core.gateway import protocol, responses
 from rllm_core.gateway.engine import (
     MAX_SESSION_ID,
     GatewayEngine,
@@ -275,6 +276,9 @@ class GatewayApp:
             if rest == "v1/completions":
                 _allow(method, "POST", path)
                 return await self._complete(sid, scope, receive, response)
+            if rest == "v1/responses":
+                _allow(method, "POST", path)
+                return await self._respond(sid, scope, receive, response)
             if rest == "v1/models":
                 _allow(method, "GET", path)
                 return await response.full(200, self._models())
@@ -354,6 +358,22 @@ class GatewayApp:
             chunks=None,
             whole=protocol.chat_completion,
         )
+
+    async def _respond(self, sid: str, scope: Scope, receive: Receive, response: _Response) -> None:
+        body = responses.decode_responses(await self._body(scope, receive))
+        messages, tools, choice, params = responses.to_responses_parts(body, self.default_params)
+        request = EngineChatRequest(
+            messages=messages,
+            tools=tools,
+            params=params,
+            tool_choice="auto" if choice.mode == "none" else choice.mode,
+            tool_name=choice.name,
+        )
+        stream = bool(body.stream)
+        result = await self._call(sid, self.engine.chat(sid, request), response, stream)
+        encode = responses.response_events if stream else responses.response_body
+        payload = encode(result, model=self.model, body=body, choice=choice, tools=tools)
+        await self._finish(response, payload, stream=stream)
 
     async def _complete(
         self, sid: str, scope: Scope, receive: Receive, response: _Response
