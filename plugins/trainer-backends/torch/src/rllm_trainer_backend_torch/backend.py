@@ -6,6 +6,7 @@ import contextlib
 import copy
 import inspect
 import math
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from rllm_core.algorithms.objective import LossInputs, Objective, ObjectiveStep
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_torch.checkpoint import (
+    ADAPTER_DIR,
     read_state,
     read_weights,
     write_state,
@@ -415,6 +417,7 @@ class TorchBackend:
                     rank=group.rank,
                     world_size=group.world_size,
                 )
+                self._save_adapter(path)
             return
         with self.gate.exclusive():
             write_state(
@@ -425,6 +428,14 @@ class TorchBackend:
                 identity=self.identity(),
                 counters={"optimizer_steps": self._steps, "weight_version": self.gate.version},
             )
+            self._save_adapter(path)
+
+    def _save_adapter(self, path: str) -> None:
+        """With LoRA, rank 0 writes the checkpoint's adapters as a PEFT adapter folder
+        (``<path>/adapter``) too, for peft and model servers; the checkpoint itself does not
+        need it to load. The caller holds the gate."""
+        if not self.config.lora.full and self.rank == 0:
+            self._export(os.path.join(path, ADAPTER_DIR), merge=False, tokenizer=False)
 
     def load_state(self, path: str) -> None:
         """Restore a folder written by :meth:`save_state` (by a backend with the same model,
@@ -546,31 +557,37 @@ class TorchBackend:
             self._pending = False
             self.gate.set_version(version)
 
-    def export_weights(self, path: str) -> Any:
+    def export_weights(self, path: str, *, merge: bool = False) -> Any:
         """Write the current version into the folder ``path`` as model servers load it and
         return its :class:`~rllm_core.types.ExportedWeights`
-        (:class:`~rllm_core.ports.WeightExporter`): a PEFT adapter folder over the resolved
-        base model folder with LoRA, a model folder with the base's tokenizer files for full
-        training (:func:`rllm_trainer_backend_torch.export.export_policy`). With several
-        processes rank 0 writes it from its whole copy of the weights."""
+        (:class:`~rllm_core.ports.WeightExporter`): with LoRA a PEFT adapter folder over the
+        resolved base model folder, with its tokenizer files; for full training, or with
+        ``merge``, a model folder with the base's tokenizer and chat template that loads on its
+        own (:func:`rllm_trainer_backend_torch.export.export_policy`). With several processes
+        rank 0 writes it from its whole copy of the weights."""
         self._check_open()
-        return self._run("export_weights", path)
+        return self._run("export_weights", path, merge)
 
-    def _export_weights(self, path: str) -> Any:
+    def _export_weights(self, path: str, merge: bool = False) -> Any:
+        with self.gate.exclusive():
+            if self.rank != 0:
+                return None
+            return self._export(path, merge=merge, tokenizer=True)
+
+    def _export(self, path: str, *, merge: bool, tokenizer: bool) -> Any:
         from rllm_core.models import resolve_model
 
         from rllm_trainer_backend_torch.export import export_policy
 
-        with self.gate.exclusive():
-            if self.rank != 0:
-                return None
-            return export_policy(
-                self._full_model if self._full_model is not None else self.model,
-                path,
-                version=self.gate.version,
-                base_model=resolve_model(self.config.model),
-                lora_rank=self.config.lora.rank,
-            )
+        return export_policy(
+            self._full_model if self._full_model is not None else self.model,
+            path,
+            version=self.gate.version,
+            base_model=resolve_model(self.config.model),
+            lora_rank=self.config.lora.rank,
+            merge=merge,
+            tokenizer=tokenizer,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -7,7 +7,10 @@ Layout:
 - ``trainer.pt``: optimizer and scheduler state dicts and the random generators' states
   (Python, torch CPU, and every CUDA device when CUDA is initialized).
 - ``state.json``: format version, counters (optimizer steps, weight version) and the identity
-  of the model the state belongs to. Written last: a folder without it is not a checkpoint.
+  of the model the state belongs to. A folder without it is not a checkpoint.
+- ``adapter/`` (LoRA only): the same adapters as a PEFT adapter folder (``adapter_config.json``,
+  ``adapter_model.safetensors``) over the base model folder, written by the backend after the
+  rest (:data:`ADAPTER_DIR`), for peft and model servers; loading never reads it.
 
 Loading checks the identity first and refuses a state saved for another model, another LoRA
 shape or another dtype, naming both.
@@ -32,6 +35,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 __all__ = [
+    "ADAPTER_DIR",
     "FORMAT",
     "CheckpointError",
     "describe",
@@ -45,6 +49,7 @@ FORMAT = 1
 WEIGHTS = "weights.safetensors"
 TRAINER = "trainer.pt"
 STATE = "state.json"
+ADAPTER_DIR = "adapter"
 
 
 class CheckpointError(RllmError, ValueError):
