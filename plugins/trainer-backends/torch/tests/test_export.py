@@ -143,3 +143,62 @@ def test_a_failed_export_leaves_no_folder(base_dir, tmp_path, tiny_llama):
 def test_the_torch_spec_says_it_exports_weights():
     spec = get_plugin_manager().get_record(Kind.TRAINER_BACKEND, "torch").spec
     assert spec.trait("exports_weights") is True
+
+
+def test_a_merged_lora_export_is_a_model_folder_with_the_backends_logits(base_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    backend = trained(base_dir, rank=4)
+    before = {name: param.detach().clone() for name, param in backend.model.named_parameters()}
+    exported = backend.export_weights(str(tmp_path / "merged"), merge=True)
+    assert (exported.version, exported.kind, exported.lora_rank) == (1, "full", 0)
+    folder = Path(exported.path)
+    names = {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= names
+    assert "adapter_config.json" not in names
+    reloaded = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    assert not any("lora" in name for name, _ in reloaded.named_parameters())
+    torch.testing.assert_close(logits(reloaded), logits(backend.model), rtol=0, atol=1e-5)
+    assert AutoTokenizer.from_pretrained(str(folder))("w5 w7")["input_ids"] == [5, 7]
+    # The backend keeps its adapters, unmerged, and trains on.
+    after = dict(backend.model.named_parameters())
+    assert before.keys() == after.keys()
+    for name, tensor in before.items():
+        assert torch.equal(after[name], tensor), name
+
+
+def test_a_lora_export_carries_the_tokenizer(base_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    backend = trained(base_dir, rank=2)
+    folder = Path(backend.export_weights(str(tmp_path / "adapter")).path)
+    assert AutoTokenizer.from_pretrained(str(folder))("w5 w7")["input_ids"] == [5, 7]
+
+
+@pytest.mark.parametrize("rank", [0, 3])
+def test_a_lora_checkpoint_holds_a_peft_adapter_folder(base_dir, tmp_path, rank):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    backend = trained(base_dir, rank=rank)
+    backend.save_state(str(tmp_path / "checkpoint"))
+    adapter = tmp_path / "checkpoint" / "adapter"
+    if rank == 0:
+        assert not adapter.exists()
+        return
+    assert {p.name for p in adapter.iterdir()} == {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "README.md",
+    }
+    reloaded = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(base_dir)), str(adapter)
+    ).eval()
+    torch.testing.assert_close(logits(reloaded), logits(backend.model), rtol=0, atol=1e-6)
+    fresh = TorchBackend(
+        TorchBackendConfig(
+            model=str(base_dir), device="cpu", seed=9, learning_rate=0.05, lora={"rank": rank}
+        )
+    )
+    fresh.load_state(str(tmp_path / "checkpoint"))
+    torch.testing.assert_close(logits(fresh.model), logits(backend.model), rtol=0, atol=0)
