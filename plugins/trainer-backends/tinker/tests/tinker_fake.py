@@ -2,10 +2,13 @@
 
 The "model" is a bigram table: the logit of token ``b`` after token ``a`` is ``table[a, b]``.
 Responses are the SDK's own types (``ForwardBackwardOutput``, ``TensorData``,
-``SampleResponse``, ``SampledSequence``, ``OptimStepResponse``, ``SaveWeightsResponse``), and
+``SampleResponse``, ``SampledSequence``, ``OptimStepResponse``, ``SaveWeightsResponse``).
+``forward_backward(data, "cross_entropy")`` is Tinker's built-in loss: it back-propagates
+``sum(-logprobs * weights)`` over every target token into the table, as the service does with
+the model, and returns each datum's target logprobs and weighted losses.
 ``forward_backward_custom`` turns the client-side loss into per-token weights with the SDK's
-own conversion, then back-propagates Tinker's linear surrogate ``sum(-logprobs * weights)``
-into the table, as the service does with the model.
+own conversion, then runs that same cross-entropy pass. ``requests`` records the loss name and
+the datums of every ``forward_backward`` and ``forward_backward_custom`` call.
 
 Tests of sampling during ``optim_step`` hook in with ``FakeSamplingClient.hold`` (awaited by
 that client's answers before they are read) and ``FakeService.during_publish`` (called on the
@@ -99,12 +102,42 @@ class FakeTrainingClient:
         self.table = table.detach().clone().requires_grad_(True)
         self.optim_params: list[tinker.types.AdamParams] = []
         self.saved_names: list[tuple[str, int | None, bool]] = []
+        self.requests: list[tuple[str, list[tinker.types.Datum]]] = []
 
     def _logprobs(self, datum: tinker.types.Datum) -> torch.Tensor:
         targets = datum.loss_fn_inputs["target_tokens"].to_torch().tolist()
         return bigram_logprobs(self.table, datum.model_input.to_ints(), targets)
 
+    def _cross_entropy(self, data: list[tinker.types.Datum]) -> tinker.types.ForwardBackwardOutput:
+        outputs, total = [], 0.0
+        for datum in data:
+            logprobs = self._logprobs(datum)
+            losses = -(logprobs * datum.loss_fn_inputs["weights"].to_torch())
+            losses.sum().backward()
+            total += float(losses.detach().sum())
+            outputs.append(
+                {
+                    "logprobs": tinker.types.TensorData.from_torch(logprobs.detach()),
+                    "elementwise_loss": tinker.types.TensorData.from_torch(losses.detach()),
+                }
+            )
+        return tinker.types.ForwardBackwardOutput(
+            loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={"loss:sum": total}
+        )
+
+    def forward_backward(
+        self,
+        data: list[tinker.types.Datum],
+        loss_fn: str,
+        loss_fn_config: dict[str, Any] | None = None,
+    ) -> Done:
+        if loss_fn != "cross_entropy" or loss_fn_config is not None:
+            raise NotImplementedError(f"the fake serves cross_entropy only, not {loss_fn!r}")
+        self.requests.append((loss_fn, list(data)))
+        return Done(self._cross_entropy(data))
+
     def forward_backward_custom(self, data: list[tinker.types.Datum], loss_fn: Any) -> Done:
+        self.requests.append(("custom", list(data)))
         outputs = [
             {"logprobs": tinker.types.TensorData.from_torch(self._logprobs(d).detach())}
             for d in data
@@ -113,9 +146,7 @@ class FakeTrainingClient:
             loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs
         )
         custom = tinker.TrainingClient._compute_custom_loss(data, loss_fn, forward)
-        for datum in custom.data:
-            weights = datum.loss_fn_inputs["weights"].to_torch()
-            (-(self._logprobs(datum) * weights)).sum().backward()
+        self._cross_entropy(custom.data)
         metrics = {**custom.metrics, "loss:sum": custom.loss_sum}
         return Done(
             tinker.types.ForwardBackwardOutput(

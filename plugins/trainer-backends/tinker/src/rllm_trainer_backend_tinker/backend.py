@@ -11,7 +11,11 @@ from rllm_core.algorithms.objective import Objective
 from rllm_core.kit.managed import ServiceCalls
 from rllm_core.types import Datum
 
-from rllm_trainer_backend_tinker.batch import build_batch
+from rllm_trainer_backend_tinker.batch import (
+    build_batch,
+    build_supervised_batch,
+    supervised_nll,
+)
 from rllm_trainer_backend_tinker.checkpoint import read_state, write_state
 from rllm_trainer_backend_tinker.loss import CustomLoss
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
@@ -22,7 +26,8 @@ __all__ = ["TinkerBackend"]
 
 
 class TinkerBackend:
-    """A :class:`~rllm_core.ports.TrainerBackend` on a Tinker LoRA training run.
+    """A :class:`~rllm_core.ports.TrainerBackend` on a Tinker LoRA training run, and a
+    :class:`~rllm_core.ports.SupervisedTrainer` on Tinker's own cross-entropy loss.
 
     How it trains: the plan's loss and auxiliary losses are rllm-core loss plugins, run on
     this machine. ``forward_backward`` calls Tinker's ``forward_backward_custom``: Tinker runs
@@ -135,13 +140,48 @@ class TinkerBackend:
         metrics["tinker/retries"] = float(len(retries))
         return metrics
 
+    def forward_backward_supervised(self, datums: Sequence[Datum]) -> dict[str, float]:
+        """Add the gradient of the mean negative log-likelihood of ``datums``' trained tokens
+        (``action_mask``), on Tinker's own ``cross_entropy`` loss: one forward and backward
+        pass, no logprobs sent back and forth (see
+        :func:`~rllm_trainer_backend_tinker.batch.build_supervised_batch` for the weights
+        that make Tinker's sum that mean).
+
+        Invalid datums raise ``ValueError`` before anything is sent. Returns ``nll`` (the mean,
+        from the logprobs Tinker returns), ``tokens`` (trained tokens), ``sequences``, and
+        Tinker's own numeric metrics prefixed ``tinker/`` (``tinker/loss:sum`` is its sum of
+        the weighted losses, the same mean in float32).
+        """
+        self._check_open()
+        batch = build_supervised_batch(datums)
+        retries: list[int] = []
+        output = self.calls.call(
+            lambda: self._training.forward_backward(batch.tinker_datums, "cross_entropy"),
+            "forward_backward_supervised",
+            retries,
+        )
+        self._pending = True
+        metrics = {
+            "nll": supervised_nll(output.loss_fn_outputs, batch),
+            "tokens": float(batch.trained_tokens),
+            "sequences": float(len(batch.masks)),
+        }
+        for key, value in (output.metrics or {}).items():
+            if isinstance(value, int | float):
+                metrics[f"tinker/{key}"] = float(value)
+        metrics["tinker/retries"] = float(len(retries))
+        return metrics
+
     def optim_step(self) -> dict[str, float]:
         """Step Tinker's AdamW, publish the new weights to the sampler and return
         ``learning_rate``, ``step`` and Tinker's step metrics (prefixed ``tinker/``). Raises
         ``RuntimeError`` when no ``forward_backward`` preceded it."""
         self._check_open()
         if not self._pending:
-            raise RuntimeError("optim_step() without gradients: call forward_backward(...) first")
+            raise RuntimeError(
+                "optim_step() without gradients: call forward_backward(...) or"
+                " forward_backward_supervised(...) first"
+            )
         config = self.config
         params = tinker.types.AdamParams(**config.adam_params())
         retries: list[int] = []

@@ -1,4 +1,5 @@
-"""Translate a ``forward_backward`` call's datums into Tinker datums and right-padded tensors.
+"""Translate a training call's datums into Tinker datums (and, for ``forward_backward``,
+right-padded tensors).
 
 Tinker trains next-token prediction: a Tinker datum's ``model_input`` is the sequence without
 its last token and ``target_tokens`` is the sequence shifted by one, so Tinker's logprob ``j``
@@ -7,14 +8,23 @@ belongs to token ``j + 1`` of the rllm datum. Token 0 has no logprob; it is neve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import tinker
 import torch
 from rllm_core.types import Datum
 
-__all__ = ["Batch", "build_batch", "logprobs_matrix"]
+__all__ = [
+    "Batch",
+    "SupervisedBatch",
+    "build_batch",
+    "build_supervised_batch",
+    "logprobs_matrix",
+    "supervised_nll",
+]
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,10 @@ def build_batch(datums: Sequence[Datum]) -> Batch:
         return out
 
     return Batch(
-        tinker_datums=[_tinker_datum(datum) for datum in datums],
+        tinker_datums=[
+            _tinker_datum(datum, [1.0 if m else 0.0 for m in datum.action_mask[1:]])
+            for datum in datums
+        ],
         lengths=lengths,
         rollout_logprobs=padded("logprobs"),
         advantages=padded("advantages"),
@@ -84,7 +97,74 @@ def logprobs_matrix(logprobs_list: Sequence[torch.Tensor], batch: Batch) -> torc
     return torch.stack(rows)
 
 
-def _tinker_datum(datum: Datum) -> tinker.types.Datum:
+@dataclass(frozen=True)
+class SupervisedBatch:
+    """The datums of one supervised call as Tinker's ``cross_entropy`` takes them, with each
+    datum's trained-token mask over its target tokens (``action_mask[1:]``)."""
+
+    tinker_datums: list[tinker.types.Datum]
+    masks: list[list[bool]]
+    trained_tokens: int
+
+
+def build_supervised_batch(datums: Sequence[Datum]) -> SupervisedBatch:
+    """Check and convert ``datums`` for ``cross_entropy``; raises ``ValueError`` naming the
+    first bad datum, or when no datum has a trained token.
+
+    Tinker's ``cross_entropy`` loss is ``sum(-logprob * weight)`` over every target token of
+    the request, with no normalization of its own (the SDK's custom-loss path relies on that
+    sum). Weights of ``1 / trained tokens`` on the trained tokens and 0 elsewhere make it the
+    token-mean negative log-likelihood of the whole call, however Tinker splits the request.
+    """
+    if not datums:
+        raise ValueError(
+            "forward_backward_supervised got no datums; pass the optimizer step's datums"
+        )
+    for index, datum in enumerate(datums):
+        _check(index, datum)
+    masks = [[bool(m) for m in datum.action_mask[1:]] for datum in datums]
+    trained = sum(sum(mask) for mask in masks)
+    if trained == 0:
+        raise ValueError(
+            f"none of the {len(datums)} datums has a trained token (action_mask is false"
+            " everywhere); supervised training needs assistant tokens marked in action_mask"
+        )
+    weight = 1.0 / trained
+    return SupervisedBatch(
+        tinker_datums=[
+            _tinker_datum(datum, [weight if m else 0.0 for m in mask])
+            for datum, mask in zip(datums, masks, strict=True)
+        ],
+        masks=masks,
+        trained_tokens=trained,
+    )
+
+
+def supervised_nll(outputs: Sequence[Any], batch: SupervisedBatch) -> float:
+    """The call's mean negative log-likelihood over its trained tokens, from the per-datum
+    target logprobs (``outputs[i]["logprobs"]``) that Tinker's ``cross_entropy`` returns."""
+    if len(outputs) != len(batch.masks):
+        raise RuntimeError(
+            f"Tinker returned outputs for {len(outputs)} datums but {len(batch.masks)} were sent"
+        )
+    terms: list[float] = []
+    for index, (output, mask) in enumerate(zip(outputs, batch.masks, strict=True)):
+        if "logprobs" not in output:
+            raise RuntimeError(
+                f"Tinker's cross_entropy output for datum {index} has no logprobs (it has"
+                f" {sorted(output)}); this backend needs a tinker SDK that returns them"
+            )
+        values = [float(v) for v in output["logprobs"].tolist()]
+        if len(values) != len(mask):
+            raise RuntimeError(
+                f"Tinker returned {len(values)} logprobs for datum {index}, which has"
+                f" {len(mask)} target tokens"
+            )
+        terms.extend(-value for value, trained in zip(values, mask, strict=True) if trained)
+    return math.fsum(terms) / batch.trained_tokens
+
+
+def _tinker_datum(datum: Datum, weights: list[float]) -> tinker.types.Datum:
     tokens = [int(t) for t in datum.token_ids]
     return tinker.types.Datum(
         model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
@@ -93,7 +173,7 @@ def _tinker_datum(datum: Datum) -> tinker.types.Datum:
                 data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]
             ),
             "weights": tinker.types.TensorData(
-                data=[1.0 if m else 0.0 for m in datum.action_mask[1:]],
+                data=weights,
                 dtype="float32",
                 shape=[len(tokens) - 1],
             ),
