@@ -11,6 +11,7 @@ import logging
 import click
 
 from rllm_core import __version__
+from rllm_core.cli.checkpoints_cmd import checkpoints
 from rllm_core.cli.docs_cmd import docs
 from rllm_core.cli.eval_cmd import eval_
 from rllm_core.cli.gateway_cmd import gateway
@@ -43,6 +44,7 @@ main.add_command(gateway)
 main.add_command(models)
 main.add_command(tasks)
 main.add_command(runs)
+main.add_command(checkpoints)
 main.add_command(traces)
 
 
