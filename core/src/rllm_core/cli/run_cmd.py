@@ -161,6 +161,12 @@ def _run(
             plan, _ = load_plan(plan_path, overrides)
         except PlanError as exc:
             fail_plan(exc)
+        if plan.is_sft:
+            fail(
+                f"{plan_path}: [sft]: this is a supervised fine-tuning plan; train it with"
+                f" `rllm-core sft {plan_path}` (docs/sft.md), or remove [sft] for an RL plan",
+                EXIT_USAGE,
+            )
         # Everything that can fail on the plan fails here, before the folder exists.
         placeholder = Path(plan.run.output_dir) / "<run folder>"
         checked = resolve_or_exit(plan_path, overrides, placeholder)

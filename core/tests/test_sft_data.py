@@ -1,0 +1,198 @@
+"""SFT data: chat JSONL, ``datasets`` files (parquet, arrow, jsonl, a folder), their errors, and
+the supervised datums the renderer's sampled mask makes of them."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from pathlib import Path
+
+import pytest
+from reference.toy_renderer import ToyChatRenderer
+from rllm_core.training.sft.data import DataError, TokenExample, chat_example, load_examples
+from rllm_core.training.sft.tokens import supervised_datum, tokenize
+from rllm_core.types import Message
+
+FIELDS = {"messages_field": "messages", "tools_field": "tools"}
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "Weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+ROWS = [
+    {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4"},
+        ]
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": {"city": "Paris"}},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "assistant", "content": "Sunny."},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_chat_jsonl_reads_messages_tools_and_tool_calls(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "train.jsonl", ROWS)
+    examples = load_examples(str(path), format="auto", **FIELDS)
+    assert [e.origin for e in examples] == [f"{path}:1", f"{path}:2"]
+    first, second = examples
+    assert [m.role for m in first.messages] == ["system", "user", "assistant"]
+    assert first.tools == ()
+    call = second.messages[1].tool_calls[0]
+    assert (call.id, call.name, json.loads(call.arguments)) == ("c1", "weather", {"city": "Paris"})
+    assert second.messages[2].tool_call_id == "c1"
+    assert second.tools[0].name == "weather"
+    assert second.tools[0].parameters["properties"]["city"] == {"type": "string"}
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"text": "hi"}, "no 'messages' field"),
+        ({"messages": [{"role": "user", "content": "hi"}]}, "no assistant message"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role is 'robot'"),
+        ({"messages": []}, "non-empty list"),
+        (
+            {"messages": [{"role": "user", "content": "x", "tool_calls": [{}]}]},
+            "only assistant messages carry tool_calls",
+        ),
+    ],
+)
+def test_a_bad_line_is_named_with_its_file_and_line(tmp_path: Path, row, expected) -> None:
+    path = write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], row])
+    with pytest.raises(DataError, match=r"bad\.jsonl:2") as caught:
+        load_examples(str(path), format="chat-jsonl", **FIELDS)
+    assert expected in str(caught.value)
+
+
+def test_missing_data_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"\[sft\]\.eval_data: .*nope.jsonl does not exist"):
+        load_examples(str(tmp_path / "nope.jsonl"), format="auto", key="eval_data", **FIELDS)
+
+
+def test_other_field_names(tmp_path: Path) -> None:
+    rows = [{"conversation": r["messages"], "functions": r.get("tools")} for r in ROWS]
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    examples = load_examples(
+        str(path), format="auto", messages_field="conversation", tools_field="functions"
+    )
+    assert examples[1].tools[0].name == "weather"
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "arrow", "jsonl"])
+def test_datasets_files_give_the_same_examples_as_chat_jsonl(tmp_path: Path, suffix) -> None:
+    datasets = pytest.importorskip("datasets")
+    reference = load_examples(
+        str(write_jsonl(tmp_path / "ref.jsonl", ROWS)), format="chat-jsonl", **FIELDS
+    )
+    # Arrow wants one type per column: tools as JSON text, arguments as text.
+    rows = json.loads(json.dumps(ROWS))
+    for row in rows:
+        row["tools"] = json.dumps(row.get("tools", []))
+        for message in row["messages"]:
+            for call in message.get("tool_calls", []):
+                call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+    table = datasets.Dataset.from_list(rows)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / f"train.{suffix}"
+    if suffix == "parquet":
+        table.to_parquet(str(path))
+    elif suffix == "jsonl":
+        table.to_json(str(path), lines=True)
+    else:
+        saved = tmp_path / "saved"
+        table.save_to_disk(str(saved))
+        next(saved.glob("*.arrow")).rename(path)
+    for target in (path, folder):
+        examples = load_examples(str(target), format="datasets", **FIELDS)
+        assert [e.messages for e in examples] == [e.messages for e in reference]
+        assert [e.tools for e in examples] == [e.tools for e in reference]
+        assert examples[0].origin.endswith("row 0")
+
+
+def test_without_datasets_the_error_says_what_to_install(tmp_path: Path, monkeypatch) -> None:
+    real_import = builtins.__import__
+
+    def no_datasets(name, *args, **kwargs):
+        if name == "datasets":
+            raise ImportError("No module named 'datasets'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_datasets)
+    (tmp_path / "train.parquet").write_bytes(b"")
+    with pytest.raises(DataError, match=r"\[sft\]\.data: .*pip install 'rllm-core\[datasets\]'"):
+        load_examples(str(tmp_path / "train.parquet"), format="auto", **FIELDS)
+
+
+def test_datums_train_exactly_the_renderers_sampled_tokens(tmp_path: Path) -> None:
+    renderer = ToyChatRenderer()
+    examples = load_examples(
+        str(write_jsonl(tmp_path / "t.jsonl", ROWS)), format="chat-jsonl", **FIELDS
+    )
+    tokens, report = tokenize(examples, renderer, max_length=None)
+    assert report.kept == 2 and not report.too_long
+    for example, token_example in zip(examples, tokens, strict=True):
+        rendered = renderer.render(list(example.messages), tools=list(example.tools) or None)
+        datum = supervised_datum([token_example])
+        assert datum.token_ids == rendered.token_ids
+        assert datum.action_mask == rendered.sampled_mask
+        assert not any(datum.observation_mask)
+        assert set(datum.logprobs) == {0.0} and set(datum.advantages) == {0.0}
+        trained = [t for t, m in zip(datum.token_ids, datum.action_mask, strict=True) if m]
+        text = renderer.decode(trained)
+        assistants = [m for m in example.messages if m.role == "assistant"]
+        for message in assistants:
+            assert message.content in text
+        assert "2+2?" not in text and "sunny" not in text and "Be brief" not in text
+
+
+def test_long_and_untrained_examples_are_dropped_and_counted() -> None:
+    renderer = ToyChatRenderer()
+    short = chat_example(ROWS[0], "a:1", **FIELDS)
+    long = chat_example(
+        {
+            "messages": [
+                {"role": "user", "content": "x" * 200},
+                {"role": "assistant", "content": "y"},
+            ]
+        },
+        "a:2",
+        **FIELDS,
+    )
+    untrained = TokenExample(token_ids=(1, 2, 3), trained=(False, False, False), origin="a:3")
+    limit = len(renderer.render(list(short.messages)).token_ids)
+    kept, report = tokenize([short, long, untrained], renderer, max_length=limit)
+    assert [e.origin for e in kept] == ["a:1"]
+    assert report.too_long == ["a:2"] and report.untrained == ["a:3"]
+    warnings = report.warnings(limit, "[sft] data")
+    assert f"1 example(s) longer than [sft].max_length = {limit} tokens were dropped" in warnings[0]
+    assert "a:2" in warnings[0] and "a:3" in warnings[1]
+    assert short.messages[0] == Message(role="system", content="Be brief.")
