@@ -3,6 +3,10 @@
 The trainer's "model" gives target token ``t`` the logprob ``-0.1 * t``. ``forward_backward_custom``
 does what the SDK does: hands the loss one logprob tensor per datum, backpropagates, and keeps
 the surrogate weights (``-dloss/dlogprob``) it would send to the trainer.
+``forward_backward(data, "cross_entropy")`` is the trainer's built-in loss
+``sum(-logprob * weight)``: it records the loss name and the datums in ``cross_entropy``, and
+answers each datum's target logprobs with the SDK client's metrics (``loss:sum``,
+``response_tokens``).
 
 Tests of sampling during ``optim_step`` hook in with ``FakeTraining.hold_sample`` (awaited by
 each sampling request before it answers), ``during_save`` and ``during_hot_load`` (called on
@@ -69,6 +73,7 @@ class FakeTraining:
     replies: list[fw.SampleResponse] = field(default_factory=list)
     sent_weights: list[list[list[float]]] = field(default_factory=list)
     sent_inputs: list[list[tuple[list[int], list[int]]]] = field(default_factory=list)
+    cross_entropy: list[tuple[str, list[fw.Datum]]] = field(default_factory=list)
     adam: list[fw.AdamParams] = field(default_factory=list)
     saved_for_sampler: list[str] = field(default_factory=list)
     samplers: list[FakeSampling] = field(default_factory=list)
@@ -102,6 +107,28 @@ class FakeTraining:
                 loss_fn_output_type="ArrayRecord",
                 loss_fn_outputs=outputs,
                 metrics={**metrics, "loss:sum": 1.5},
+            )
+        )
+
+    def forward_backward(
+        self, data: list[fw.Datum], loss_fn: str, loss_fn_config: dict[str, Any] | None = None
+    ) -> Done:
+        if loss_fn != "cross_entropy" or loss_fn_config is not None:
+            raise NotImplementedError(f"the fake serves cross_entropy only, not {loss_fn!r}")
+        self.cross_entropy.append((loss_fn, list(data)))
+        outputs, total, weighted = [], 0.0, 0
+        for datum in data:
+            targets = datum.loss_fn_inputs["target_tokens"].tolist()
+            weights = datum.loss_fn_inputs["weights"].tolist()
+            logprobs = [logprob_of(t) for t in targets]
+            total += sum(-lp * w for lp, w in zip(logprobs, weights, strict=True))
+            weighted += sum(1 for w in weights if w != 0)
+            outputs.append({"logprobs": fw.TensorData(data=logprobs, dtype="float32")})
+        return Done(
+            fw.ForwardBackwardOutput(
+                loss_fn_output_type="ArrayRecord",
+                loss_fn_outputs=outputs,
+                metrics={"loss:sum": total, "response_tokens": float(weighted)},
             )
         )
 

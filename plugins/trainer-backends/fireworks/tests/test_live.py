@@ -1,6 +1,8 @@
 """Against the real Fireworks service: runs only with FIREWORKS_API_KEY set, and costs money.
 
-``RLLM_FIREWORKS_TEST_MODEL`` picks the base model (default Qwen3-8B).
+``RLLM_FIREWORKS_TEST_MODEL`` picks the base model (default Qwen3-8B). One test samples, trains
+a REINFORCE step and samples again; the other takes one supervised step on the trainer's
+cross_entropy loss.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ pytestmark = [
 ]
 
 
+MODEL = os.environ.get("RLLM_FIREWORKS_TEST_MODEL", "accounts/fireworks/models/qwen3-8b")
+
+
 def test_sample_train_step_and_sample_again() -> None:
-    model = os.environ.get("RLLM_FIREWORKS_TEST_MODEL", "accounts/fireworks/models/qwen3-8b")
+    model = MODEL
     backend = FireworksBackend(FireworksBackendConfig(model=model, lora_rank=8))
     try:
         sampler = backend.sampler()
@@ -46,5 +51,28 @@ def test_sample_train_step_and_sample_again() -> None:
         backend.optim_step()
         second = asyncio.run(sampler.sample(request))
         assert second.weight_version == 1
+    finally:
+        backend.close()
+
+
+def test_one_supervised_step() -> None:
+    backend = FireworksBackend(FireworksBackendConfig(model=MODEL, lora_rank=8))
+    try:
+        prompt, answer = [9707, 11, 1879], [358, 1079, 6247, 13]
+        tokens = prompt + answer
+        datum = Datum(
+            token_ids=tokens,
+            logprobs=[0.0] * len(tokens),
+            advantages=[0.0] * len(tokens),
+            action_mask=[False] * len(prompt) + [True] * len(answer),
+            observation_mask=[False] * len(tokens),
+        )
+        metrics = backend.forward_backward_supervised([datum, datum])
+        assert metrics["tokens"] == 2 * len(answer) and metrics["sequences"] == 2
+        assert 0.0 < metrics["nll"] < 50.0
+        # The trainer's own sum of the weighted losses is the same mean: the weights normalize it.
+        assert metrics["fireworks/loss:sum"] == pytest.approx(metrics["nll"], rel=1e-3)
+        backend.optim_step()
+        assert backend.weight_version == 1
     finally:
         backend.close()

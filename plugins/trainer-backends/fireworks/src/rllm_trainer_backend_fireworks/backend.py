@@ -20,6 +20,7 @@ from rllm_trainer_backend_fireworks.gate import HotLoadGate
 from rllm_trainer_backend_fireworks.losses import StepLoss, to_sdk_datum
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_trainer_backend_fireworks.sampler import FireworksSampler
+from rllm_trainer_backend_fireworks.supervised import build_supervised_batch, supervised_nll
 from rllm_trainer_backend_fireworks.transient import is_transient
 
 __all__ = ["STATE_FILE", "FireworksBackend"]
@@ -30,7 +31,8 @@ the backend's counters."""
 
 
 class FireworksBackend:
-    """A :class:`~rllm_core.ports.TrainerBackend` over the Fireworks training API.
+    """A :class:`~rllm_core.ports.TrainerBackend` over the Fireworks training API, and a
+    :class:`~rllm_core.ports.SupervisedTrainer` on the trainer's built-in cross-entropy loss.
 
     ``service`` is a ``FiretitanServiceClient`` (or an object with the same
     ``create_training_client`` method); unset, one is created from the config, which provisions
@@ -143,6 +145,36 @@ class FireworksBackend:
         metrics = dict(step_loss.metrics)
         for key, value in (output.metrics or {}).items():
             if key not in metrics:
+                metrics[f"fireworks/{key}"] = float(value)
+        metrics["fireworks/retries"] = float(len(retries))
+        return metrics
+
+    def forward_backward_supervised(self, datums: Sequence[Datum]) -> dict[str, float]:
+        """Add the gradient of the mean negative log-likelihood of ``datums``' trained tokens
+        (``action_mask``) on the trainer's built-in ``cross_entropy`` loss: one forward and
+        backward pass, no logprobs sent back and forth (see
+        :mod:`rllm_trainer_backend_fireworks.supervised` for the weights that make the
+        trainer's sum that mean).
+
+        Invalid datums raise ``ValueError`` before anything is sent. Returns ``nll`` (the mean,
+        from the logprobs the trainer returns), ``tokens`` (trained tokens), ``sequences`` and
+        the trainer's own figures prefixed ``fireworks/``.
+        """
+        self._check_open()
+        batch = build_supervised_batch(datums)
+        retries: list[int] = []
+        output = self.calls.call(
+            lambda: self._training.forward_backward(batch.sdk_datums, "cross_entropy"),
+            "forward_backward_supervised",
+            retries,
+        )
+        metrics = {
+            "nll": supervised_nll(output.loss_fn_outputs, batch),
+            "tokens": float(batch.trained_tokens),
+            "sequences": float(len(batch.masks)),
+        }
+        for key, value in (output.metrics or {}).items():
+            if isinstance(value, int | float):
                 metrics[f"fireworks/{key}"] = float(value)
         metrics["fireworks/retries"] = float(len(retries))
         return metrics

@@ -21,11 +21,11 @@ from rllm_core.types import Datum
 __all__ = ["StepLoss", "to_sdk_datum"]
 
 
-def to_sdk_datum(datum: Datum) -> fw.Datum:
+def to_sdk_datum(datum: Datum, weights: Sequence[float] | None = None) -> fw.Datum:
     """The SDK's next-token datum: input ``token_ids[:-1]``, targets ``token_ids[1:]``.
 
-    The weights mark the action tokens; the custom-loss path replaces them with the loss's
-    gradient before the backward pass.
+    ``weights`` (one per target token) default to 1 on the action tokens and 0 elsewhere; the
+    custom-loss path replaces them with the loss's gradient before the backward pass.
     """
     if len(datum.token_ids) < 2:
         raise ValueError(
@@ -36,7 +36,11 @@ def to_sdk_datum(datum: Datum) -> fw.Datum:
         model_input=fw.ModelInput.from_ints(list(datum.token_ids[:-1])),
         loss_fn_inputs={
             "target_tokens": [int(t) for t in datum.token_ids[1:]],
-            "weights": [1.0 if a else 0.0 for a in datum.action_mask[1:]],
+            "weights": (
+                [1.0 if a else 0.0 for a in datum.action_mask[1:]]
+                if weights is None
+                else [float(w) for w in weights]
+            ),
         },
     )
 

@@ -1,0 +1,162 @@
+"""forward_backward_supervised on the trainer's built-in cross_entropy loss, against the fake
+service: what the request carries, the nll it reports, and that its weights are those the
+custom-loss path sends for the token-mean NLL objective (the same gradient on the trainer)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fake_fireworks import FakeService, logprob_of
+from fireworks.training.sdk._core import InternalServerError
+from reference.service_faults import failing, status_error
+from rllm_core.algorithms.objective import Objective
+from rllm_core.ports import LossContext, LossOutput, SupervisedTrainer
+from rllm_core.types import Datum
+from rllm_trainer_backend_fireworks.backend import FireworksBackend
+from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
+
+CONFIG = FireworksBackendConfig(
+    model="accounts/fireworks/models/qwen3-8b", lora_rank=8, retry_backoff_s=0.0
+)
+F, T = False, True
+
+
+def datum(tokens: list[int], trained: list[bool], tool: list[bool] | None = None) -> Datum:
+    n = len(tokens)
+    return Datum(
+        token_ids=tokens,
+        logprobs=[0.0] * n,
+        advantages=[0.0] * n,
+        action_mask=trained,
+        observation_mask=tool or [False] * n,
+    )
+
+
+# system + user prompt (10, 11), assistant (12, 13), tool result (20, 21), assistant (14, 2)
+CONVERSATION = datum(
+    [10, 11, 12, 13, 20, 21, 14, 2],
+    [F, F, T, T, F, F, T, T],
+    tool=[F, F, F, F, T, T, F, F],
+)
+SHORT = datum([30, 31, 7, 2], [F, F, T, T])
+DATUMS = [CONVERSATION, SHORT]
+TRAINED = [12, 13, 14, 2, 7, 2]
+
+
+class Nll:
+    name = "nll"
+
+    def __call__(self, ctx: LossContext) -> LossOutput:
+        return LossOutput(loss=ctx.aggregate(-ctx.logprobs, ctx.action_mask))
+
+
+@pytest.fixture
+def service() -> FakeService:
+    return FakeService()
+
+
+@pytest.fixture
+def backend(service: FakeService) -> FireworksBackend:
+    return FireworksBackend(CONFIG, service=service)
+
+
+def test_the_backend_is_a_supervised_trainer(backend: FireworksBackend) -> None:
+    assert isinstance(backend, SupervisedTrainer)
+
+
+def test_the_request_is_cross_entropy_with_shifted_targets_and_mean_weights(
+    backend: FireworksBackend, service: FakeService
+) -> None:
+    backend.forward_backward_supervised(DATUMS)
+    ((loss_fn, sent),) = service.training.cross_entropy
+    assert loss_fn == "cross_entropy"
+    assert service.training.sent_inputs == []
+    total = 0.0
+    for d, sdk_datum in zip(DATUMS, sent, strict=True):
+        assert sdk_datum.model_input.to_ints() == d.token_ids[:-1]
+        assert sdk_datum.loss_fn_inputs["target_tokens"].tolist() == d.token_ids[1:]
+        weights = sdk_datum.loss_fn_inputs["weights"].tolist()
+        for weight, trained in zip(weights, d.action_mask[1:], strict=True):
+            assert weight == (pytest.approx(1 / 6) if trained else 0.0)
+        total += math.fsum(weights)
+    assert total == pytest.approx(1.0, abs=1e-6)
+    conversation_weights = sent[0].loss_fn_inputs["weights"].tolist()
+    assert [conversation_weights[j - 1] for j in (1, 4, 5)] == [0.0, 0.0, 0.0]
+
+
+def test_nll_is_the_mean_over_trained_tokens_of_the_logprobs(backend: FireworksBackend) -> None:
+    metrics = backend.forward_backward_supervised(DATUMS)
+    expected = math.fsum(-logprob_of(t) for t in TRAINED) / len(TRAINED)  # 0.1 * mean(TRAINED)
+    assert metrics["nll"] == pytest.approx(expected, abs=1e-6)
+    assert (metrics["tokens"], metrics["sequences"]) == (6.0, 2.0)
+    assert metrics["fireworks/loss:sum"] == pytest.approx(expected, abs=1e-5)
+    assert metrics["fireworks/response_tokens"] == 6.0
+    assert metrics["fireworks/retries"] == 0.0
+
+
+def test_the_weights_are_those_the_nll_objective_sends_through_the_custom_path(
+    backend: FireworksBackend, service: FakeService
+) -> None:
+    backend.forward_backward_supervised(DATUMS)
+    ((_, sent),) = service.training.cross_entropy
+    supervised = [d.loss_fn_inputs["weights"].tolist() for d in sent]
+    other = FakeService()
+    FireworksBackend(CONFIG, service=other).forward_backward(DATUMS, Objective.of(Nll()))
+    (custom,) = other.training.sent_weights
+    for mine, theirs in zip(supervised, custom, strict=True):
+        assert mine == pytest.approx(theirs, abs=1e-7)
+
+
+def test_calls_are_each_normalized_over_their_own_datums_and_step(
+    backend: FireworksBackend, service: FakeService
+) -> None:
+    first = backend.forward_backward_supervised([CONVERSATION])
+    second = backend.forward_backward_supervised([SHORT])
+    assert (first["tokens"], second["tokens"]) == (4.0, 2.0)
+    assert first["nll"] == pytest.approx(0.1 * (12 + 13 + 14 + 2) / 4)
+    assert second["nll"] == pytest.approx(0.1 * (7 + 2) / 2)
+    weights = [
+        [w for w in d.loss_fn_inputs["weights"].tolist() if w]
+        for _, sent in service.training.cross_entropy
+        for d in sent
+    ]
+    assert weights == [pytest.approx([0.25] * 4), pytest.approx([0.5] * 2)]
+    metrics = backend.optim_step()
+    assert metrics["step"] == 1.0 and backend.weight_version == 1
+    assert service.training.steps == 1
+
+
+@pytest.mark.parametrize(
+    ("datums", "message"),
+    [
+        ([], "got no datums"),
+        ([datum([1, 2, 3], [F, F, F])], "none of the 1 datums has a trained token"),
+        ([datum([1, 2], [T, T])], "datum 0 marks its first token as trained"),
+        ([datum([5], [F])], "at least 2 tokens"),
+    ],
+)
+def test_bad_datums_are_refused_before_anything_is_sent(
+    backend: FireworksBackend, service: FakeService, datums: list[Datum], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        backend.forward_backward_supervised(datums)
+    assert service.training.cross_entropy == []
+
+
+def test_a_transient_failure_is_retried_and_counted(
+    backend: FireworksBackend, service: FakeService
+) -> None:
+    calls = failing(
+        service.training,
+        "forward_backward",
+        status_error(InternalServerError, 503),
+    )
+    metrics = backend.forward_backward_supervised(DATUMS)
+    assert len(calls) == 2 and metrics["fireworks/retries"] == 1.0
+
+
+def test_a_closed_backend_refuses_the_call(backend: FireworksBackend) -> None:
+    backend.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        backend.forward_backward_supervised(DATUMS)
