@@ -71,6 +71,31 @@ def test_reward_json_beats_reward_txt_and_gives_signals(tmp_path):
     assert verify(tmp_path, script) == Grade(reward=1.0, signals={"passed": 4.0})
 
 
+def test_rewards_json_is_read_as_named_rewards_and_beats_reward_txt(tmp_path):
+    script = (
+        f"mkdir -p {LOGS}; echo 0 > {LOGS}/reward.txt\n"
+        f"""echo '{{"correctness": 1, "style": 0.5}}' > {LOGS}/rewards.json\n"""
+    )
+    assert verify(tmp_path, script) == Grade(
+        reward=0.75, signals={"correctness": 1.0, "style": 0.5}
+    )
+
+
+def test_reward_json_beats_rewards_json(tmp_path):
+    script = (
+        f"""mkdir -p {LOGS}; echo '{{"reward": 0.25}}' > {LOGS}/rewards.json\n"""
+        f"""echo '{{"reward": 1}}' > {LOGS}/reward.json\n"""
+    )
+    assert verify(tmp_path, script) == Grade(reward=1.0)
+
+
+def test_a_bad_rewards_json_is_invalid_naming_it(tmp_path):
+    script = f"echo 1 > {LOGS}/reward.txt; echo '{{oops' > {LOGS}/rewards.json\n"
+    with pytest.raises(RewardFileInvalid, match=r"rewards\.json is not valid JSON") as info:
+        verify(tmp_path, script)
+    assert info.value.path == "/logs/verifier/rewards.json"
+
+
 def test_tmp_rllm_fallback_json_then_txt(tmp_path):
     script = (
         f"mkdir -p {TMP_LOGS}; echo 0.25 > {TMP_LOGS}/reward.txt\n"
@@ -100,8 +125,10 @@ def test_missing_reward_file_after_exit_0(tmp_path):
     assert info.value.task_id == "t"
     assert info.value.searched == [
         "/logs/verifier/reward.json",
+        "/logs/verifier/rewards.json",
         "/logs/verifier/reward.txt",
         "/tmp/rllm/logs/verifier/reward.json",
+        "/tmp/rllm/logs/verifier/rewards.json",
         "/tmp/rllm/logs/verifier/reward.txt",
     ]
     assert "task t: tests/test.sh exited 0 but wrote none of" in str(info.value)

@@ -34,10 +34,13 @@ from rllm_task_source_harbor.upload import upload_dir
 __all__ = ["REWARD_FILES", "TESTS_DIR", "parse_reward", "run_verifier"]
 
 TESTS_DIR = "/tests"
+# rewards.json is read like reward.json (the name Harbor writes); reward.json wins over it.
 REWARD_FILES = (
     "/logs/verifier/reward.json",
+    "/logs/verifier/rewards.json",
     "/logs/verifier/reward.txt",
     "/tmp/rllm/logs/verifier/reward.json",
+    "/tmp/rllm/logs/verifier/rewards.json",
     "/tmp/rllm/logs/verifier/reward.txt",
 )
 _RESET = (
@@ -118,12 +121,12 @@ def parse_reward(
 ) -> Grade:
     """Read one reward file's text into a :class:`~rllm_core.types.Grade`.
 
-    ``reward.txt`` holds one finite number, the reward. ``reward.json`` holds an object of
-    named rewards: every numeric field (nested objects flattened to ``outer.inner``; strings,
-    lists and booleans ignored). The reward trained on is the field ``reward_key`` names
-    (``reward_key_source`` says where it was set, for the error), else the field
-    ``reward``, else the only named reward, else the mean of all of them; every named reward
-    but ``reward`` itself becomes a signal. Raises ``RewardFileInvalid`` for an empty file,
+    ``reward.txt`` holds one finite number, the reward. ``reward.json`` (or ``rewards.json``,
+    read the same way) holds an object of named rewards: every numeric field (nested
+    objects flattened to ``outer.inner``; strings, lists and booleans ignored). The reward
+    trained on is the field ``reward_key`` names (``reward_key_source`` says where it was
+    set, for the error), else the field ``reward``, else the only named reward, else the mean
+    of all of them; every named reward but ``reward`` itself becomes a signal. Raises ``RewardFileInvalid`` for an empty file,
     text that does not parse, no numeric field, a missing ``reward_key`` field, a
     non-numeric ``reward`` or a non-finite number.
     """
