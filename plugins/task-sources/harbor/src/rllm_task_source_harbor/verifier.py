@@ -126,9 +126,9 @@ def parse_reward(
     objects flattened to ``outer.inner``; strings, lists and booleans ignored). The reward
     trained on is the field ``reward_key`` names (``reward_key_source`` says where it was
     set, for the error), else the field ``reward``, else the only named reward, else the mean
-    of all of them; every named reward but ``reward`` itself becomes a signal. Raises ``RewardFileInvalid`` for an empty file,
-    text that does not parse, no numeric field, a missing ``reward_key`` field, a
-    non-numeric ``reward`` or a non-finite number.
+    of all of them; every named reward but ``reward`` itself becomes a signal. Raises
+    ``RewardFileInvalid`` for an empty file, text that does not parse, no numeric field, a
+    missing ``reward_key`` field, a non-numeric ``reward`` or a non-finite number.
     """
 
     def invalid(reason: str) -> RewardFileInvalid:
