@@ -168,3 +168,22 @@ def test_a_full_checkpoint_exports_as_a_model_folder_with_or_without_merge(
     assert done.returncode == 2
     assert "is not inside a run folder" in done.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_backend_that_does_not_export_is_refused_naming_it(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "step-3" / "trainer").mkdir(parents=True)
+    trainer = {"where": "[trainer]", "kind": "trainer_backend", "name": "tinker", "config": {}}
+    (run_dir / "plan.resolved.json").write_text(json.dumps({"components": [trainer]}))
+    done = run_cli(
+        "checkpoints",
+        "export",
+        str(run_dir / "checkpoints" / "step-3"),
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    message = " ".join(done.stderr.split())
+    assert "the run's trainer backend 'tinker'" in message
+    assert "does not export weights (WeightExporter)" in message
+    assert str(run_dir / "plan.resolved.json") in message
