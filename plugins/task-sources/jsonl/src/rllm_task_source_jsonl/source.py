@@ -40,7 +40,13 @@ class JsonlTaskSource:
     are unique across the whole source. ``grade`` compares ``outcome.answer`` (``None`` counts
     as an empty reply) with the task's answer using the configured reward function and
     returns the ``parsed`` signal (1.0 when the reply held something to compare).
+
+    Other sources of question/answer rows reuse the field mapping, the checks and the rewards
+    by subclassing: they set :attr:`source_name` and read their files in :meth:`_rows`.
     """
+
+    source_name = "jsonl"
+    """The name tasks carry as ``Task.source`` and errors call the source by."""
 
     def __init__(self, config: JsonlTasksConfig) -> None:
         self.config = config
@@ -57,8 +63,8 @@ class JsonlTaskSource:
             return self._splits[split]
         except KeyError:
             raise KeyError(
-                f"the jsonl task source over {self.config.path} has no split {split!r};"
-                f" available: {', '.join(self._splits) or 'none'}"
+                f"the {self.source_name} task source over {self.config.path} has no split"
+                f" {split!r}; available: {', '.join(self._splits) or 'none'}"
             ) from None
 
     async def grade(self, task: Task, outcome: HarnessOutcome, sandbox: Sandbox | None) -> Grade:
@@ -66,7 +72,7 @@ class JsonlTaskSource:
         if not isinstance(answer, str):
             raise ValueError(
                 f"task {task.task_id!r} has no string data['answer']; grade only tasks this"
-                " jsonl source produced"
+                f" {self.source_name} source produced"
             )
         score = self._score(outcome.answer or "", answer)
         return Grade(reward=score.reward, signals={"parsed": 1.0 if score.parsed else 0.0})
@@ -107,8 +113,9 @@ class JsonlTaskSource:
             splits = {name: tasks[: config.limit] for name, tasks in splits.items()}
         return splits
 
-    @staticmethod
-    def _rows(path: Path, problems: list[TaskProblem]) -> list[tuple[int, dict[str, Any]]]:
+    def _rows(self, path: Path, problems: list[TaskProblem]) -> list[tuple[int, dict[str, Any]]]:
+        """The rows of ``path`` as ``(line number, object)``; what is wrong with the file goes
+        to ``problems``."""
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -207,7 +214,7 @@ class JsonlTaskSource:
         return Task(
             task_id=task_id,
             instruction=question,
-            source="jsonl",
+            source=self.source_name,
             data=data,
             metadata={"split": split, "file": str(path), "line": number},
         )
