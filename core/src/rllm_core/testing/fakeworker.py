@@ -6,6 +6,9 @@ without a model. ``POST /v1/completions`` answers like vLLM does for a token-id 
 completion is ``reply(prompt_ids, max_tokens, stop_ids)`` (by default: the last ``echo`` prompt
 ids that are not stop tokens, then the first stop token, cut to ``max_tokens``), and each
 token's logprob is :func:`~rllm_core.testing.samplers.scripted_logprob`-like, deterministic.
+With ``stream: true`` the completion is sent as server-sent events, one token each (``token_ids``
+and the ``token_id:<n>`` logprob strings, as vLLM streams them), ``token_delay_s`` apart, then
+``[DONE]``.
 
 Faults for tests: :meth:`FakeWorker.fail_next` queues canned error answers (a status, an
 optional ``Retry-After``), :attr:`FakeWorker.healthy` turns ``/health`` into a 503, and
@@ -65,6 +68,7 @@ class _Body(msgspec.Struct):
     stop_token_ids: list[int] = []
     return_token_ids: bool = False
     model: str | None = None
+    stream: bool = False
 
 
 @dataclass
@@ -82,7 +86,8 @@ _decode_body = msgspec.json.Decoder(_Body)
 class FakeWorker:
     """A fake vLLM worker; ``start()`` serves it in a background thread.
 
-    ``delay_s`` makes every completion take that long (for load-balancing tests).
+    ``delay_s`` makes every completion take that long (for load-balancing tests);
+    ``token_delay_s`` spaces the tokens of a streamed completion.
     """
 
     def __init__(
@@ -94,10 +99,12 @@ class FakeWorker:
         legacy: bool = False,
         delay_s: float = 0.0,
         record: bool = True,
+        token_delay_s: float = 0.0,
     ) -> None:
         self.reply = reply or echo_reply()
         self.legacy = legacy
         self.delay_s = delay_s
+        self.token_delay_s = token_delay_s
         self.record = record
         self.healthy = True
         self.requests: list[dict[str, Any]] = []
@@ -195,10 +202,52 @@ class FakeWorker:
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             ids = self.reply(body.prompt, body.max_tokens, body.stop_token_ids)
+            if body.stream:
+                await self._stream(ids, body, send)
         finally:
             self.in_flight -= 1
         self.served += 1
-        await _respond(send, 200, self.answer(ids, body, len(body.prompt)))
+        if not body.stream:
+            await _respond(send, 200, self.answer(ids, body, len(body.prompt)))
+
+    async def _stream(self, ids: Sequence[int], body: Any, send: Callable) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        stops = set(body.stop_token_ids)
+        for position, token in enumerate(ids):
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+            last = position == len(ids) - 1
+            finish = None
+            if last:
+                finish = "stop" if token in stops else "length"
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": "",
+                "logprobs": {
+                    "text_offset": [0],
+                    "token_logprobs": [fake_logprob(token, position)],
+                    "tokens": [f"token_id:{token}"],
+                    "top_logprobs": None,
+                },
+                "finish_reason": finish,
+            }
+            if body.return_token_ids and not self.legacy:
+                choice["token_ids"] = [token]
+            chunk = {"id": "cmpl-fake", "object": "text_completion", "choices": [choice]}
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + _encode(chunk) + b"\n\n",
+                    "more_body": True,
+                }
+            )
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
     def admit(self, body: Any) -> tuple[int, bytes] | None:
         """``None`` to serve the decoded completion request ``body``, else the status and body

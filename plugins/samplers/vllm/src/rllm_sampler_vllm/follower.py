@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -385,6 +385,24 @@ class VllmSampler(HttpWorkerPool):
         self._active += 1
         try:
             return await super().sample(request)
+        finally:
+            self._active -= 1
+            if not self._active and self._idle is not None:
+                self._idle.set()
+
+    async def sample_stream(
+        self, request: SampleRequest
+    ) -> AsyncIterator[tuple[list[int], list[float]] | SampleResult]:
+        """:meth:`HttpWorkerPool.sample_stream` under the same admission as :meth:`sample`:
+        a weight update waits for the stream to end."""
+        await self._servers_up()
+        admitting = self._admission()
+        while not admitting.is_set():
+            await admitting.wait()
+        self._active += 1
+        try:
+            async for item in super().sample_stream(request):
+                yield item
         finally:
             self._active -= 1
             if not self._active and self._idle is not None:

@@ -25,7 +25,7 @@ import email.utils
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ from rllm_core.gateway.httpclient import (
     HttpConnectError,
     HttpProtocolError,
     HttpResponse,
+    HttpStream,
     Origin,
 )
 from rllm_core.kit.retry import RetrySettings, retry_async
@@ -120,14 +121,17 @@ class _ErrorBody(msgspec.Struct):
 
 _encoder = msgspec.json.Encoder()
 _response_decoder = msgspec.json.Decoder(_ResponseBody)
+_chunk_decoder = msgspec.json.Decoder(_ResponseBody)
 _error_decoder = msgspec.json.Decoder(_ErrorBody)
 
 
-def completion_body(request: SampleRequest, *, model: str | None = None) -> bytes:
+def completion_body(
+    request: SampleRequest, *, model: str | None = None, stream: bool = False
+) -> bytes:
     """The ``POST /v1/completions`` body the pool sends a worker for ``request``: the token-id
-    prompt and sampling settings, one choice, no streaming, the sampled tokens' logprobs and
-    ids (``return_token_ids`` and ``return_tokens_as_token_ids``), special tokens kept;
-    ``seed`` and ``model`` only when set."""
+    prompt and sampling settings, one choice, streamed only with ``stream``, the sampled
+    tokens' logprobs and ids (``return_token_ids`` and ``return_tokens_as_token_ids``),
+    special tokens kept; ``seed`` and ``model`` only when set."""
     params = request.params
     return _encoder.encode(
         _RequestBody(
@@ -137,7 +141,7 @@ def completion_body(request: SampleRequest, *, model: str | None = None) -> byte
             top_p=params.top_p,
             stop_token_ids=list(params.stop_token_ids),
             n=1,
-            stream=False,
+            stream=stream,
             logprobs=0,
             return_token_ids=True,
             return_tokens_as_token_ids=True,
@@ -411,6 +415,97 @@ class HttpWorkerPool:
         except _OverBudget as over:
             raise self._gave_up(attempts, started, failures, over.delay) from None
 
+    async def sample_stream(
+        self, request: SampleRequest
+    ) -> AsyncIterator[tuple[list[int], list[float]] | SampleResult]:
+        """The :class:`~rllm_core.ports.StreamingSampler` port: the completion streamed from
+        the worker :meth:`sample` would pick, ``(token_ids, logprobs)`` as the worker sends
+        them, then the whole :class:`SampleResult`.
+
+        Retries work as in :meth:`sample` until the first token: a request the worker does
+        not answer with a stream (a connection error, an error status, no healthy worker) is
+        served by :meth:`sample` instead, as one piece. A stream that breaks off after tokens
+        were handed out raises :class:`~rllm_core.errors.UpstreamError`.
+        """
+        if self._closed:
+            raise UpstreamError("the worker pool is closed")
+        self._ensure_health_checks()
+        key = routing_key.get() or request.request_id or None
+        worker = self._pick(key)
+        if worker is None or worker.restoring is not None:
+            result = await self.sample(request)
+            yield result.completion_token_ids, result.logprobs
+            yield result
+            return
+        policy = self._policy
+        headers = self._headers
+        if request.request_id:
+            headers = {**headers, "x-request-id": request.request_id}
+        body = completion_body(request, model=policy.model, stream=True)
+        ids: list[int] = []
+        values: list[float] = []
+        finish: str | None = None
+        version: int | None = None
+        streamed = False
+        worker.in_flight += 1
+        try:
+            async with self._client.stream(
+                "POST",
+                worker.origin,
+                self.completions_path,
+                body=body,
+                headers=headers,
+                timeout_s=self.request_timeout_s,
+            ) as response:
+                if response.status == 200:
+                    streamed = True
+                    async for chunk in _sse_chunks(worker, response):
+                        piece_ids, piece_values = _choice_tokens(worker, chunk.choices[0])
+                        finish = chunk.choices[0].finish_reason or finish
+                        if chunk.weight_version is not None:
+                            version = chunk.weight_version
+                        if piece_ids:
+                            ids += piece_ids
+                            values += piece_values
+                            yield piece_ids, piece_values
+        except (HttpConnectError, HttpProtocolError) as exc:
+            if ids:
+                worker.failures += 1
+                worker.last_error = str(exc)
+                raise UpstreamError(
+                    f"worker {worker.url} broke off a streamed completion after"
+                    f" {len(ids)} tokens: {exc}"
+                ) from None
+            self._mark_down(worker, str(exc))
+            streamed = False
+        except TimeoutError:
+            worker.failures += 1
+            raise UpstreamError(
+                f"worker {worker.url} did not finish streaming within {self.request_timeout_s}s;"
+                " raise request_timeout_s for long generations, or check the worker"
+            ) from None
+        finally:
+            worker.in_flight -= 1
+        if not streamed:
+            result = await self.sample(request)
+            yield result.completion_token_ids, result.logprobs
+            yield result
+            return
+        if finish not in ("stop", "length"):
+            raise UpstreamError(
+                f"worker {worker.url} ended a streamed completion with finish reason"
+                f" {finish!r}, expected 'stop' or 'length'"
+            )
+        worker.served += 1
+        if version is not None and version > self.weight_version:
+            self.weight_version = version
+        yield SampleResult(
+            completion_token_ids=ids,
+            logprobs=values,
+            finish_reason=finish,  # type: ignore[arg-type]
+            weight_version=policy.version if version is None else version,
+        )
+
     async def _worker_for(self, key: str | None, started: float) -> _Worker:
         """The worker for ``key``, waiting for one to come back within the retry budget."""
         loop = asyncio.get_running_loop()
@@ -674,3 +769,53 @@ class HttpWorkerPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._client.aclose()
+
+
+async def _sse_chunks(worker: _Worker, response: HttpStream) -> AsyncIterator[_ResponseBody]:
+    """The completion chunks of a worker's event stream, up to ``[DONE]``."""
+    buffer = b""
+    async for piece in response.pieces():
+        buffer += piece
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            for line in event.splitlines():
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                try:
+                    chunk = _chunk_decoder.decode(data)
+                except msgspec.DecodeError as exc:
+                    raise UpstreamError(
+                        f"worker {worker.url} streamed an unreadable completion chunk: {exc}"
+                    ) from None
+                if len(chunk.choices) == 1:
+                    yield chunk
+                elif chunk.choices:
+                    raise UpstreamError(
+                        f"worker {worker.url} streamed {len(chunk.choices)} choices, expected 1"
+                    )
+
+
+def _choice_tokens(worker: _Worker, choice: _Choice) -> tuple[list[int], list[float]]:
+    """The token ids and logprobs one streamed choice carries."""
+    logprobs = choice.logprobs
+    ids = choice.token_ids
+    if ids is None and logprobs is not None:
+        try:
+            ids = [int(token.rpartition("token_id:")[2]) for token in logprobs.tokens]
+        except ValueError:
+            ids = None
+    if ids is None:
+        raise UpstreamError(
+            f"worker {worker.url} streamed no completion token ids; it must support"
+            " return_token_ids or return_tokens_as_token_ids (vLLM does)"
+        )
+    values = logprobs.token_logprobs if logprobs is not None else []
+    if len(values) != len(ids) or None in values:
+        raise UpstreamError(
+            f"worker {worker.url} streamed {len(ids)} token ids but {len(values)} logprobs;"
+            " it must honour logprobs=0"
+        )
+    return ids, values  # type: ignore[return-value]
