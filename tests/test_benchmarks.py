@@ -1,7 +1,8 @@
 """The async pipeline benchmark's script answers --help, and its fake remote trainer keeps the
 contracts the benchmark relies on: waits without computing, reports the weight version each
 sample call started with, and registers as a backend that publishes weights. The scheduler
-simulation runs a short trace and accounts for every group."""
+simulation runs a short trace and accounts for every group. The shell SFT-then-RL benchmark
+builds a transcript of every train task's solution that earns reward 1 through the harness."""
 
 from __future__ import annotations
 
@@ -194,3 +195,41 @@ def test_buffer_benchmark_measures_every_buffer_at_a_tiny_size(tmp_path: Path) -
     assert recovery[("file", 1)]["appends"] > recovery[("file", 64)]["appends"] > 0
     assert recovery[("file", 1)]["cold_s"] > 0
     assert recovery[("object/file", 64)]["nothing_committed_s"] > 0
+
+
+def test_shell_sft_rl_transcripts_solve_every_train_task(tmp_path: Path) -> None:
+    testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
+    testing.require_bubblewrap()
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "shell_sft_rl.py"),
+            "--transcripts-only",
+            "--json",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    train, held_out = figures["train_tasks"], figures["held_out_tasks"]
+    shipped = sorted(p.name for p in (ROOT / "examples/tasks/shell").iterdir() if p.is_dir())
+    assert (len(train), len(held_out)) == (len(shipped) - 6, 6)
+    assert sorted(train + held_out) == shipped
+    assert sorted(p.name for p in (tmp_path / "tasks" / "held-out").iterdir()) == held_out
+    transcripts = figures["transcripts"]
+    assert [t["task_id"] for t in transcripts] == train
+    assert all(t["reward"] == 1.0 and t["turns"] == t["commands"] + 1 for t in transcripts)
+    lines = (tmp_path / "sft.jsonl").read_text().splitlines()
+    assert len(lines) == len(train)
+    for line in lines:
+        messages = json.loads(line)["messages"]
+        assert [m["role"] for m in messages[:2]] == ["system", "user"]
+        assert messages[-1] == {"role": "assistant", "content": "DONE"}
+        for reply, observation in zip(messages[2:-1:2], messages[3:-1:2], strict=True):
+            assert reply["role"] == "assistant" and reply["content"].startswith("```bash\n")
+            assert observation["role"] == "user"
+            assert observation["content"].startswith("Exit code: 0\nOutput:\n")
