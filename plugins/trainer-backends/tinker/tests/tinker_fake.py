@@ -1,6 +1,8 @@
 """An in-process stand-in for Tinker's service, training and sampling clients.
 
-The "model" is a bigram table: the logit of token ``b`` after token ``a`` is ``table[a, b]``.
+The "model" is a bigram table: the logit of token ``b`` after token ``a`` is ``table[a, b]``;
+ids at or above the table's size fold onto it (``id % VOCAB``), so datums a real tokenizer
+made can be trained on.
 Responses are the SDK's own types (``ForwardBackwardOutput``, ``TensorData``,
 ``SampleResponse``, ``SampledSequence``, ``OptimStepResponse``, ``SaveWeightsResponse``).
 ``forward_backward(data, "cross_entropy")`` is Tinker's built-in loss: it back-propagates
@@ -54,8 +56,10 @@ def chain_table(step: int = 1, peak: float = 2.0) -> torch.Tensor:
 
 
 def bigram_logprobs(table: torch.Tensor, inputs: list[int], targets: list[int]) -> torch.Tensor:
-    logits = table[torch.tensor(inputs)]
-    return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(targets)[:, None])[:, 0]
+    size = table.shape[0]
+    logits = table[torch.tensor(inputs) % size]
+    folded = torch.tensor(targets) % size
+    return torch.log_softmax(logits, dim=-1).gather(1, folded[:, None])[:, 0]
 
 
 class FakeSamplingClient:
