@@ -44,11 +44,7 @@ def sft(plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet:
     from rllm_core.training.sft.data import DataError
     from rllm_core.training.sft.display import SftDisplay
     from rllm_core.training.sft.loop import SftLoop
-    from rllm_core.training.sft.prepare import (
-        PROVISIONAL_TOTAL_STEPS,
-        fills_total_steps,
-        load_sft_data,
-    )
+    from rllm_core.training.sft.prepare import fills_total_steps, load_sft_data
 
     console = Console(highlight=False)
     try:
@@ -66,8 +62,7 @@ def sft(plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet:
     folder = RunFolder.existing(resume) if resume is not None and _exists(resume) else None
     run_dir = folder.path if folder is not None else Path(plan.run.output_dir) / "<run folder>"
     fill = fills_total_steps(plan)
-    provisional = (f"trainer.total_steps={PROVISIONAL_TOTAL_STEPS}",) if fill else ()
-    first = _resolve(plan_path, (*overrides, *provisional), run_dir)
+    first = _resolve(plan_path, overrides, run_dir)
     renderer = _build(first, "[renderer]")
     try:
         data = load_sft_data(first, renderer)

@@ -124,6 +124,14 @@ def prepare_plan(
     if loggers != plan.loggers:
         updates["loggers"] = loggers
     trainer = plan.trainer
+    if trainer is not None and plan.is_sft:
+        from rllm_core.training.sft.prepare import provisional_total_steps
+
+        filled = provisional_total_steps(plan, manager, str(plan_path))
+        if filled is not None:
+            trainer, note = filled
+            updates["trainer"] = trainer
+            notes.append(note)
     model_folder = _trainer_model_dir(manager, trainer) if trainer is not None else None
     if trainer is not None:
         fields = _config_fields(manager, "trainer", trainer.name)

@@ -4,8 +4,9 @@ the trainer's learning-rate schedule given its length.
 When the trainer's config has ``total_steps`` and the plan leaves it unset, ``rllm-core sft``
 fills it with the run's optimizer steps (``epochs`` x steps per epoch), so a ``linear`` or
 ``cosine`` schedule ends with the run. The steps depend on how many examples survive
-tokenizing, so the plan is resolved once to build the renderer (with a provisional length),
-then again with the real one.
+tokenizing, so the plan is resolved once to build the renderer (``prepare_plan`` gives the
+trainer a provisional length, and ``plan check`` shows it with a note), then again with the
+real one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rllm_core.plan import ResolvedPlan
-from rllm_core.plan.schema import Plan
+from rllm_core.plan.schema import ComponentRef, Plan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import Kind
 from rllm_core.training.sft.batches import split_eval, steps_per_epoch
@@ -28,7 +29,13 @@ from rllm_core.training.sft.data import (
 )
 from rllm_core.training.sft.tokens import tokenize
 
-__all__ = ["PROVISIONAL_TOTAL_STEPS", "SftData", "fills_total_steps", "load_sft_data"]
+__all__ = [
+    "PROVISIONAL_TOTAL_STEPS",
+    "SftData",
+    "fills_total_steps",
+    "load_sft_data",
+    "provisional_total_steps",
+]
 
 PROVISIONAL_TOTAL_STEPS = 2**31 - 1
 """``total_steps`` while the real length is not known yet (only the renderer is built then)."""
@@ -56,6 +63,24 @@ def fills_total_steps(plan: Plan, manager: PluginManager | None = None) -> bool:
     except Exception:
         return False
     return config is not None and "total_steps" in config.model_fields
+
+
+def provisional_total_steps(
+    plan: Plan, manager: PluginManager, plan_path: str
+) -> tuple[ComponentRef, str] | None:
+    """The trainer with :data:`PROVISIONAL_TOTAL_STEPS` and a note saying so, when
+    :func:`fills_total_steps`; ``rllm-core sft`` resolves the plan again with the real value."""
+    if plan.trainer is None or not fills_total_steps(plan, manager):
+        return None
+    ref = ComponentRef.model_validate(
+        {"name": plan.trainer.name, **plan.trainer.options, "total_steps": PROVISIONAL_TOTAL_STEPS}
+    )
+    note = (
+        f"{plan_path}: [trainer].total_steps is unset: `rllm-core sft` sets it to the run's"
+        " optimizer steps ([sft].epochs x steps per epoch) once it has read the data; shown"
+        f" here as {PROVISIONAL_TOTAL_STEPS}"
+    )
+    return ref, note
 
 
 def load_sft_data(resolved: ResolvedPlan, renderer: Any) -> SftData:

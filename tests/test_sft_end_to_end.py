@@ -1,0 +1,256 @@
+"""``rllm-core sft`` end to end on a tiny random Llama over SmolLM2's tokenizer and chat
+template: LoRA and full training memorize a few examples (the NLL falls), the run folder holds
+what ``rllm-core run`` writes and ``runs show`` reads it, an interrupted run resumes to the
+same result, and ``from_run`` trains on a run's rewarded episodes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from reference.cli_process import run_cli
+
+EXAMPLES = [
+    {
+        "messages": [
+            {"role": "user", "content": f"Say the word number {n}."},
+            {"role": "assistant", "content": word},
+        ]
+    }
+    for n, word in enumerate(["apple", "river", "candle", "orbit"])
+]
+
+
+def write_plan(folder: Path, model: Path, *, lora: str, **sft: object) -> Path:
+    data = folder / "train.jsonl"
+    data.write_text("".join(json.dumps(e) + "\n" for e in EXAMPLES), encoding="utf-8")
+    keys = {"data": "train.jsonl", "epochs": 8, "batch_size": 4} | sft
+    lines = [f"{k} = {json.dumps(v)}" for k, v in keys.items()]
+    plan = folder / "sft.toml"
+    plan.write_text(
+        "\n".join(
+            [
+                "[run]",
+                'name = "sft"',
+                "seed = 0",
+                "save_every = 3",
+                "[sft]",
+                *lines,
+                "[trainer]",
+                'name = "torch"',
+                f'model = "{model}"',
+                'device = "cpu"',
+                "learning_rate = 0.05",
+                'lr_schedule = "linear"',
+                f"lora = {lora}",
+                "[renderer]",
+                'name = "chatml"',
+                "[[loggers]]",
+                'name = "jsonl"',
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    return plan
+
+
+def run_dir_of(done: subprocess.CompletedProcess[str], cwd: Path) -> Path:
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("run folder: runs/sft-"), done.stdout + done.stderr
+    return cwd / first.removeprefix("run folder: ")
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("lora", "falls_to"),
+    [
+        # The tiny model's logits hang on its random lm_head: LoRA needs an adapter there.
+        ('{ rank = 8, alpha = 16.0, target_modules = ["q_proj", "v_proj", "lm_head"] }', 0.5),
+        ("{ rank = 0 }", 0.5),
+    ],
+    ids=["lora", "full"],
+)
+def test_sft_memorizes_a_few_examples(tiny_smol_model_dir, tmp_path, lora, falls_to):
+    plan = write_plan(tmp_path, tiny_smol_model_dir, lora=lora, eval_data="train.jsonl")
+    done = run_cli("sft", str(plan), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 training examples, 4 held out; 8 optimizer steps" in done.stdout
+    run_dir = run_dir_of(done, tmp_path)
+
+    lines = metrics(run_dir)
+    assert [line["step"] for line in lines] == list(range(1, 9))
+    nll = [line["train/nll"] for line in lines]
+    assert nll[-1] < falls_to * nll[0], nll
+    assert all(line["train/sequences"] == 4.0 for line in lines)
+    # Trained tokens: each answer word and the closing <|im_end|>, nothing of the prompt.
+    assert all(0 < line["train/tokens"] <= 4 * 4 for line in lines)
+    rates = [line["train/learning_rate"] for line in lines]
+    assert rates[0] == pytest.approx(0.05)
+    assert all(a > b > 0 for a, b in itertools.pairwise(rates))  # decays over the run
+    assert "eval/nll" in lines[-1] and "eval/nll" not in lines[0]
+    assert lines[-1]["eval/nll"] < nll[0]
+
+    for name in ("plan.toml", "plan.resolved.json", "summary.json", "loss.png", "run.log"):
+        assert (run_dir / name).is_file(), name
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step-3",
+        "step-6",
+        "step-8",
+    ]
+    resolved = json.loads((run_dir / "plan.resolved.json").read_text())
+    trainer = next(c for c in resolved["components"] if c["where"] == "[trainer]")
+    assert trainer["config"]["total_steps"] == 8
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["last_step"] == 8
+    logged = (run_dir / "logs" / "jsonl").read_text()
+    assert '"train/nll"' in logged
+
+    shown = run_cli("runs", "show", "--json", str(run_dir), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert (report["steps_done"], report["steps_planned"]) == (8, 8)
+    assert report["sft"]["eval_nll"] == pytest.approx(lines[-1]["eval/nll"])
+    assert report["checkpoints"] == [3, 6, 8]
+    table = run_cli("runs", "show", str(run_dir), cwd=tmp_path)
+    assert table.returncode == 0 and "nll" in table.stdout and "reward" not in table.stdout
+
+
+def test_an_interrupted_sft_run_resumes_to_the_uninterrupted_result(tiny_smol_model_dir, tmp_path):
+    whole = tmp_path / "whole"
+    cut = tmp_path / "cut"
+    for folder in (whole, cut):
+        folder.mkdir()
+    done = run_cli(
+        "sft", str(write_plan(whole, tiny_smol_model_dir, lora="{ rank = 4 }")), cwd=whole
+    )
+    assert done.returncode == 0, done.stderr
+    expected = metrics(run_dir_of(done, whole))
+
+    plan = write_plan(cut, tiny_smol_model_dir, lora="{ rank = 4 }")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rllm_core.cli", "sft", str(plan)],
+        cwd=cut,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+    )
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("step 2/8"):
+            process.send_signal(signal.SIGINT)
+            break
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, "".join(lines) + out + err
+    assert "resume with: rllm-core sft" in err
+    run_dir = cut / lines[0].strip().removeprefix("run folder: ")
+    stopped = metrics(run_dir)
+    assert 2 <= len(stopped) < 8
+
+    resumed = run_cli("sft", str(plan), "--resume", str(run_dir), cwd=cut)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"resumed from {run_dir / 'checkpoints'}" in resumed.stdout
+    got = metrics(run_dir)
+    assert [line["step"] for line in got] == list(range(1, 9))
+    for mine, theirs in zip(got, expected, strict=True):
+        assert mine["train/nll"] == theirs["train/nll"]
+        assert mine["train/grad_norm"] == theirs["train/grad_norm"]
+
+
+def write_rl_run(folder: Path, renderer) -> tuple[Path, list[list[int]]]:
+    """A run folder as `rllm-core run` leaves it: three episodes (rewards 1, 0, 1), each one
+    model call in the deltachain store. Returns the folder and the rewarded episodes' tokens."""
+    from rllm_core.training.folder import RunFolder
+    from rllm_core.types import Message, TraceRecord
+    from rllm_trace_store_deltachain.store import DeltaChainTraceStore
+
+    run = RunFolder.create(folder, "rl")
+    run.write_plan(
+        "",
+        {
+            "path": "rl.toml",
+            "plan": {"run": {"name": "rl"}},
+            "components": [
+                {
+                    "where": "[trace_store]",
+                    "kind": "trace_store",
+                    "name": "deltachain",
+                    "provider": "rllm-trace-store-deltachain",
+                    "config": {"path": str(run.traces)},
+                }
+            ],
+        },
+    )
+    kept = []
+    with DeltaChainTraceStore(run.traces) as store:
+        for n, (answer, reward) in enumerate([("4", 1.0), ("5", 0.0), ("6", 1.0)]):
+            prompt = renderer.render(
+                [Message(role="user", content=f"{n}+4?")], add_generation_prompt=True
+            ).token_ids
+            completion = [*renderer.encode(answer), *renderer.stop_token_ids()[:1]]
+            session = f"rl-s1-t{n}"
+            store.append(
+                TraceRecord(
+                    trace_id=f"tr{n}",
+                    session_id=session,
+                    prompt_delta_token_ids=list(prompt),
+                    completion_token_ids=completion,
+                    logprobs=[-0.5] * len(completion),
+                )
+            )
+            run.append(
+                run.episodes,
+                {
+                    "step": 1,
+                    "episode_id": f"{run.path.name}-s1-t{n}-0-a0",
+                    "session_id": session,
+                    "task_id": f"t{n}",
+                    "reward": reward,
+                    "trajectories": [{"lineage_id": "main", "trace_ids": [f"tr{n}"]}],
+                },
+            )
+            if reward >= 1.0:
+                kept.append(list(prompt) + completion)
+    return run.path, kept
+
+
+def test_from_run_trains_on_the_rewarded_episodes_tokens(tiny_smol_model_dir, tmp_path):
+    from rllm_core.plugins.manager import get_plugin_manager
+    from rllm_core.plugins.specs import Kind
+    from rllm_core.training.sft.data import read_run_episodes
+
+    spec = get_plugin_manager().get_record(Kind.RENDERER, "chatml").spec
+    renderer = spec.build(spec.validate_config({"tokenizer": str(tiny_smol_model_dir)}))
+    run_path, kept = write_rl_run(tmp_path / "rl-runs", renderer)
+    examples = list(read_run_episodes(str(run_path), min_reward=1.0))
+    assert [list(e.token_ids) for e in examples] == kept
+    for example in examples:
+        trained = [t for t, m in zip(example.token_ids, example.trained, strict=True) if m]
+        assert renderer.decode(trained).startswith(("4", "6"))
+    assert len(list(read_run_episodes(str(run_path), min_reward=None))) == 3
+
+    plan = write_plan(tmp_path, tiny_smol_model_dir, lora="{ rank = 4 }", epochs=2)
+    text = plan.read_text().replace(
+        'data = "train.jsonl"', f'from_run = "{run_path}"\nmin_reward = 1.0'
+    )
+    plan.write_text(text)
+    check = run_cli("plan", "check", str(plan), cwd=tmp_path)
+    assert check.returncode == 0, check.stderr
+    done = run_cli("sft", str(plan), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 training examples; 2 optimizer steps" in done.stdout
+    lines = metrics(run_dir_of(done, tmp_path))
+    assert [line["train/sequences"] for line in lines] == [2.0, 2.0]
+    assert lines[0]["train/tokens"] == float(sum(sum(e.trained) for e in examples))
