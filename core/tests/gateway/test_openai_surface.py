@@ -431,10 +431,61 @@ def test_a_streamed_response_sends_the_event_sequence(serve, client, toy):
     api = client(serve(ScriptedSampler(["Hello!"], renderer=toy)), "r")
     events = list(api.responses.create(model="policy", input="hi", stream=True))
     kinds = [e.type for e in events]
-    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hello!"
     assert events[-1].response.output_text == "Hello!"
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_streamed_response_arrives_while_it_is_sampled(serve, client, store, toy):
+    reply = "<think>\nWeather needs a tool.\n</think>\n\nLet me check the weather.\n" + CALL_TEXT
+    sampler = DrippingSampler([reply, reply], renderer=toy, token_delay_s=0.005)
+    gateway = serve(sampler)
+    api = client(gateway, "stream")
+    started = time.perf_counter()
+    with api.responses.stream(model="policy", input=USER, tools=[RESPONSES_TOOL]) as stream:
+        arrivals = [(time.perf_counter(), event) for event in stream]
+        final = stream.get_final_response()
+    ended = arrivals[-1][0]
+    first_text = next(at for at, e in arrivals if e.type == "response.output_text.delta")
+    assert first_text - started < 0.8 * (ended - started)
+    text_deltas = [e.delta for _, e in arrivals if e.type == "response.output_text.delta"]
+    assert len(text_deltas) > 3
+    assert "".join(text_deltas) == "Let me check the weather."
+
+    whole = client(gateway, "whole").responses.create(
+        model="policy", input=USER, tools=[RESPONSES_TOOL]
+    )
+    assert _items(final.output) == _items(whole.output)
+    assert [i.type for i in final.output] == ["reasoning", "message", "function_call"]
+    assert final.output[0].content[0].text == "Weather needs a tool."
+    assert final.output_text == whole.output_text == "Let me check the weather."
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    [streamed] = store.session("stream")
+    [served] = store.session("whole")
+    assert streamed.prompt_token_ids == served.prompt_token_ids
+    assert streamed.record.completion_token_ids == served.record.completion_token_ids
+
+
+def _items(output) -> list[tuple]:
+    """Output items as the agent reads them, without ids unique to a trace."""
+    shown = []
+    for item in output:
+        if item.type == "function_call":
+            shown.append((item.type, item.name, item.arguments, item.status))
+        else:
+            shown.append((item.type, [part.text for part in item.content], item.status))
+    return shown
 
 
 @pytest.mark.parametrize(

@@ -348,7 +348,19 @@ class GatewayApp:
             tool_name=choice.name,
         )
         if body.stream:
-            return await self._stream_chat(sid, request, body, response)
+
+            def writer_for(trace_id: str) -> protocol.ChatStream:
+                return protocol.ChatStream(
+                    trace_id=trace_id,
+                    model=self.model,
+                    parse=self.engine.renderer.parse_response,
+                    decode=self._decode_one,
+                    logprobs=bool(body.logprobs),
+                    include_usage=bool(body.stream_options and body.stream_options.include_usage),
+                    token_ids=bool(body.return_token_ids),
+                )
+
+            return await self._stream_chat(sid, request, writer_for, response)
         result = await self._call(sid, self.engine.chat(sid, request), response, False)
         await self._reply(
             response,
@@ -369,11 +381,24 @@ class GatewayApp:
             tool_choice="auto" if choice.mode == "none" else choice.mode,
             tool_name=choice.name,
         )
-        stream = bool(body.stream)
-        result = await self._call(sid, self.engine.chat(sid, request), response, stream)
-        encode = responses.response_events if stream else responses.response_body
-        payload = encode(result, model=self.model, body=body, choice=choice, tools=tools)
-        await self._finish(response, payload, stream=stream)
+        if body.stream:
+
+            def writer_for(trace_id: str) -> responses.ResponsesStream:
+                return responses.ResponsesStream(
+                    trace_id=trace_id,
+                    model=self.model,
+                    body=body,
+                    choice=choice,
+                    tools=tools,
+                    parse=self.engine.renderer.parse_response,
+                )
+
+            return await self._stream_chat(sid, request, writer_for, response)
+        result = await self._call(sid, self.engine.chat(sid, request), response, False)
+        payload = responses.response_body(
+            result, model=self.model, body=body, choice=choice, tools=tools
+        )
+        await self._finish(response, payload, stream=False)
 
     async def _complete(
         self, sid: str, scope: Scope, receive: Receive, response: _Response
@@ -477,15 +502,17 @@ class GatewayApp:
         self,
         sid: str,
         request: EngineChatRequest,
-        body: protocol.ChatCompletionBody,
+        writer_for: Callable[[str], Any],
         response: _Response,
     ) -> None:
-        """Stream a chat completion's deltas as the sampler produces them. The response
-        starts with the first sampled tokens, so errors before that get their own status."""
+        """Stream a chat call as the sampler produces it, through the writer ``writer_for``
+        makes from the trace id (:class:`protocol.ChatStream` or
+        :class:`responses.ResponsesStream`). The response starts with the first sampled
+        tokens, so errors before that get their own status."""
         response.stream = True
         heartbeat = _Heartbeat(response, self.heartbeat_interval_s, True)
         token = routing_key.set(sid)
-        writer: protocol.ChatStream | None = None
+        writer: Any = None
         try:
             with self._mapped_errors(sid):
                 async with asyncio.timeout(self.request_timeout_s):
@@ -493,17 +520,7 @@ class GatewayApp:
                     async with contextlib.aclosing(items):
                         async for item in items:
                             if isinstance(item, str):
-                                writer = protocol.ChatStream(
-                                    trace_id=item,
-                                    model=self.model,
-                                    parse=self.engine.renderer.parse_response,
-                                    decode=self._decode_one,
-                                    logprobs=bool(body.logprobs),
-                                    include_usage=bool(
-                                        body.stream_options and body.stream_options.include_usage
-                                    ),
-                                    token_ids=bool(body.return_token_ids),
-                                )
+                                writer = writer_for(item)
                                 continue
                             assert writer is not None
                             if isinstance(item, tuple):

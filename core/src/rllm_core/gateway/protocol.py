@@ -587,6 +587,45 @@ def _stable(text: str) -> str:
     return text.rstrip()
 
 
+class TextDeltas:
+    """The ``reasoning`` and ``content`` text of a reply as it is sampled, handed out only
+    where more tokens can no longer change it (see :func:`_stable`); a tool-call tag is held
+    back until it closes, and once a tool call begins no more content is handed out."""
+
+    def __init__(self, parse: Callable[[Sequence[int]], Any]) -> None:
+        self.parse = parse
+        self.ids: list[int] = []
+        self.sent = {"reasoning": "", "content": ""}
+
+    def _deltas(self, texts: dict[str, str], final: bool) -> dict[str, str]:
+        out = {}
+        for field, text in texts.items():
+            stable = text if final else _stable(text)
+            sent = self.sent[field]
+            if len(stable) > len(sent) and stable.startswith(sent):
+                out[field] = stable[len(sent) :]
+                self.sent[field] = stable
+        return out
+
+    def feed(self, token_ids: Sequence[int]) -> dict[str, str]:
+        """The new text once ``token_ids`` were sampled, by field."""
+        self.ids.extend(token_ids)
+        parsed = self.parse(self.ids)
+        texts = {"reasoning": parsed.reasoning or ""}
+        if not parsed.tool_calls:
+            texts["content"] = parsed.content
+        return self._deltas(texts, final=False)
+
+    def finish(self, message: Message) -> dict[str, str]:
+        """What is left of the finished reply's text, where it extends what was handed out."""
+        return self._deltas(
+            {"reasoning": message.reasoning or "", "content": message.content}, final=True
+        )
+
+
+_CHAT_FIELDS = {"reasoning": "reasoning_content", "content": "content"}
+
+
 class ChatStream:
     """Encodes one streamed chat completion as SSE ``chat.completion.chunk`` events while it
     is sampled.
@@ -615,13 +654,11 @@ class ChatStream:
         self.id = f"chatcmpl-{trace_id}"
         self.created = int(time.time())
         self.model = model
-        self.parse = parse
         self.decode = decode
         self.logprobs = logprobs
         self.include_usage = include_usage
         self.token_ids = token_ids
-        self.ids: list[int] = []
-        self.sent = {"reasoning_content": "", "content": ""}
+        self.text = TextDeltas(parse)
         self.started = False
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
@@ -637,16 +674,6 @@ class ChatStream:
             }
         )
 
-    def _deltas(self, texts: dict[str, str], final: bool) -> dict[str, str]:
-        out = {}
-        for field, text in texts.items():
-            stable = text if final else _stable(text)
-            sent = self.sent[field]
-            if len(stable) > len(sent) and stable.startswith(sent):
-                out[field] = stable[len(sent) :]
-                self.sent[field] = stable
-        return out
-
     def _start(self) -> list[bytes]:
         if self.started:
             return []
@@ -656,17 +683,12 @@ class ChatStream:
     def piece(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> bytes:
         """The events for tokens just sampled (possibly none)."""
         parts = self._start()
-        self.ids.extend(token_ids)
-        parsed = self.parse(self.ids)
-        texts = {"reasoning_content": parsed.reasoning or ""}
-        if not parsed.tool_calls:
-            texts["content"] = parsed.content
-        delta = self._deltas(texts, final=False)
+        delta = self.text.feed(token_ids)
         extra = {}
         if self.logprobs:
             extra["logprobs"] = _token_logprobs(token_ids, logprobs, self.decode)
         for field, text in delta.items():
-            parts.append(self._chunk({field: text}, **extra))
+            parts.append(self._chunk({_CHAT_FIELDS[field]: text}, **extra))
             extra = {}
         if extra:
             parts.append(self._chunk({}, **extra))
@@ -676,9 +698,8 @@ class ChatStream:
         """The closing events for the engine's result."""
         parts = self._start()
         message = result.message
-        texts = {"reasoning_content": message.reasoning or "", "content": message.content}
-        for field, text in self._deltas(texts, final=True).items():
-            parts.append(self._chunk({field: text}))
+        for field, text in self.text.finish(message).items():
+            parts.append(self._chunk({_CHAT_FIELDS[field]: text}))
         if message.tool_calls:
             calls = [
                 {

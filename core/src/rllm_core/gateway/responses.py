@@ -20,20 +20,22 @@ Output: a ``reasoning`` item when the renderer separated thinking, a ``message``
 Refused with a 400: ``previous_response_id`` (the gateway keeps no response objects: send the
 whole conversation as input items), ``text.format`` other than ``text``, tools other than
 ``function``, content parts other than text, and unknown item types. ``stream: true`` sends the
-Responses event stream (``response.created`` ... ``response.completed``) built from the finished
-reply.
+Responses event stream while the reply is sampled (:class:`ResponsesStream`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from rllm_core.gateway.protocol import (
     HTTPError,
+    TextDeltas,
     ToolChoice,
+    _arguments,
     _decode,
     _params,
     _rllm,
@@ -46,9 +48,9 @@ from rllm_core.types import Message, SamplingParams, ToolCall, ToolSpec
 
 __all__ = [
     "ResponsesBody",
+    "ResponsesStream",
     "decode_responses",
     "response_body",
-    "response_events",
     "to_responses_parts",
 ]
 
@@ -64,7 +66,7 @@ class _Item(msgspec.Struct, kw_only=True):
     content: str | list[_Part] | None = None
     call_id: str | None = None
     name: str | None = None
-    arguments: str | None = None
+    arguments: str | dict[str, Any] | None = None
     output: str | list[_Part] | None = None
     summary: list[_Part] | None = None
     id: str | None = None
@@ -196,7 +198,11 @@ def _messages(body: ResponsesBody) -> tuple[Message, ...]:
             if pending is None:
                 pending = _Assistant()
             pending.calls.append(
-                ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "")
+                ToolCall(
+                    id=item.call_id,
+                    name=item.name,
+                    arguments=_arguments("" if item.arguments is None else item.arguments),
+                )
             )
         elif kind == "function_call_output":
             if not item.call_id:
@@ -406,78 +412,224 @@ def response_body(
     )
 
 
-def response_events(
-    result: Any,
-    *,
-    model: str,
-    body: ResponsesBody,
-    choice: ToolChoice,
-    tools: tuple[ToolSpec, ...],
-) -> bytes:
-    """The Responses event stream for a finished ``ChatResult``: ``response.created``, each
-    output item added, its text (one delta) or arguments, done, then ``response.completed``
-    (or ``response.incomplete``)."""
-    created = int(time.time())
-    options = {
-        "response_id": f"resp_{result.trace_id}",
-        "created": created,
-        "model": model,
-        "body": body,
-        "choice": choice,
-        "tools": tools,
-    }
-    final = _response(result, **options)
-    events: list[dict[str, Any]] = [
-        {"type": "response.created", "response": _response(None, **options)},
-        {"type": "response.in_progress", "response": _response(None, **options)},
-    ]
-    for index, item in enumerate(final["output"]):
-        events.append(
-            {"type": "response.output_item.added", "output_index": index, "item": _pending(item)}
-        )
+_KINDS = {"reasoning": "reasoning", "content": "message"}
+_TEXT_EVENT = {"reasoning": "response.reasoning_text", "message": "response.output_text"}
+
+
+class ResponsesStream:
+    """Encodes one streamed response as Responses events while it is sampled.
+
+    ``response.created`` and ``response.in_progress`` go out with the first tokens. Text the
+    renderer's parse can no longer change (see :class:`~rllm_core.gateway.protocol.TextDeltas`)
+    goes out as it comes: a ``reasoning`` item with ``response.reasoning_text.delta`` events,
+    then a ``message`` item with ``response.output_text.delta`` events, each item opened
+    (``response.output_item.added``, ``response.content_part.added``) before its first delta
+    and closed (``...done`` events) when the next begins. :meth:`finish` closes the open item,
+    adds what did not stream (each ``function_call`` item, with its arguments) and sends
+    ``response.completed`` (or ``response.incomplete``) with the whole response; its
+    ``output`` lists the items in the order they were sent.
+    """
+
+    def __init__(
+        self,
+        *,
+        trace_id: str,
+        model: str,
+        body: ResponsesBody,
+        choice: ToolChoice,
+        tools: tuple[ToolSpec, ...],
+        parse: Callable[[Sequence[int]], Any],
+    ) -> None:
+        self.trace_id = trace_id
+        self.options: dict[str, Any] = {
+            "response_id": f"resp_{trace_id}",
+            "created": int(time.time()),
+            "model": model,
+            "body": body,
+            "choice": choice,
+            "tools": tools,
+        }
+        self.text = TextDeltas(parse)
+        self.number = 0
+        self.started = False
+        self.sent: list[dict[str, Any]] = []
+        self.open: dict[str, Any] | None = None
+
+    def _event(self, event: dict[str, Any]) -> bytes:
+        event["sequence_number"] = self.number
+        self.number += 1
+        return b"event: " + event["type"].encode() + b"\n" + _sse(event)
+
+    def _start(self) -> list[bytes]:
+        if self.started:
+            return []
+        self.started = True
+        pending = _response(None, **self.options)
+        return [
+            self._event({"type": "response.created", "response": pending}),
+            self._event({"type": "response.in_progress", "response": pending}),
+        ]
+
+    def _where(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {"item_id": item["id"], "output_index": self.sent.index(item), "content_index": 0}
+
+    def _open(self, item: dict[str, Any]) -> list[bytes]:
+        self.sent.append(item)
+        self.open = item
+        part_type = "output_text" if item["type"] == "message" else "reasoning_text"
+        part: dict[str, Any] = {"type": part_type, "text": ""}
+        if part_type == "output_text":
+            part.update(annotations=[], logprobs=[])
+        return [
+            self._event(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": len(self.sent) - 1,
+                    "item": _pending(item),
+                }
+            ),
+            self._event({"type": "response.content_part.added", **self._where(item), "part": part}),
+        ]
+
+    def _close(self, item: dict[str, Any]) -> list[bytes]:
+        self.open = None
+        [part] = item["content"]
+        where = self._where(item)
+        prefix = _TEXT_EVENT[item["type"]]
+        text_done: dict[str, Any] = {"type": f"{prefix}.done", **where, "text": part["text"]}
         if item["type"] == "message":
-            part = item["content"][0]
-            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            empty = {**part, "text": ""}
-            events += [
-                {"type": "response.content_part.added", **where, "part": empty},
+            text_done["logprobs"] = []
+        return [
+            self._event(text_done),
+            self._event({"type": "response.content_part.done", **where, "part": part}),
+            self._event(
                 {
-                    "type": "response.output_text.delta",
-                    **where,
-                    "delta": part["text"],
-                    "logprobs": [],
-                },
-                {
-                    "type": "response.output_text.done",
-                    **where,
-                    "text": part["text"],
-                    "logprobs": [],
-                },
-                {"type": "response.content_part.done", **where, "part": part},
-            ]
-        elif item["type"] == "function_call":
-            where = {"item_id": item["id"], "output_index": index}
-            events += [
-                {
-                    "type": "response.function_call_arguments.delta",
-                    **where,
-                    "delta": item["arguments"],
-                },
-                {
-                    "type": "response.function_call_arguments.done",
-                    **where,
-                    "name": item["name"],
-                    "arguments": item["arguments"],
-                },
-            ]
-        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
-    done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    events.append({"type": done, "response": final})
-    out = []
-    for number, event in enumerate(events):
-        event["sequence_number"] = number
-        out.append(b"event: " + event["type"].encode() + b"\n" + _sse(event))
-    return b"".join(out)
+                    "type": "response.output_item.done",
+                    "output_index": where["output_index"],
+                    "item": item,
+                }
+            ),
+        ]
+
+    def _skeleton(self, kind: str) -> dict[str, Any]:
+        short = self.trace_id[:24]
+        if kind == "reasoning":
+            return {
+                "type": "reasoning",
+                "id": f"rs_{short}",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": ""}],
+                "status": "completed",
+            }
+        return {
+            "type": "message",
+            "id": f"msg_{short}",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "", "annotations": [], "logprobs": []}],
+        }
+
+    def _deltas(self, deltas: dict[str, str]) -> list[bytes]:
+        parts: list[bytes] = []
+        for field in ("reasoning", "content"):
+            if field not in deltas:
+                continue
+            kind = _KINDS[field]
+            if self.open is None or self.open["type"] != kind:
+                if self.open is not None:
+                    parts += self._close(self.open)
+                if any(item["type"] == kind for item in self.sent):
+                    continue  # text a parser moved back into a closed item: not resent
+                parts += self._open(self._skeleton(kind))
+            item = self.open
+            assert item is not None
+            item["content"][0]["text"] += deltas[field]
+            parts.append(
+                self._event(
+                    {
+                        "type": f"{_TEXT_EVENT[kind]}.delta",
+                        **self._where(item),
+                        "delta": deltas[field],
+                        **({"logprobs": []} if kind == "message" else {}),
+                    }
+                )
+            )
+        return parts
+
+    def piece(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> bytes:
+        """The events for tokens just sampled (possibly none)."""
+        return b"".join(self._start() + self._deltas(self.text.feed(token_ids)))
+
+    def finish(self, result: Any) -> bytes:
+        """The closing events for the engine's result."""
+        parts = self._start() + self._deltas(self.text.finish(result.message))
+        final = _response(result, **self.options)
+        by_id = {item["id"]: item for item in final["output"]}
+        if self.open is not None:
+            self.open["content"] = by_id[self.open["id"]]["content"]
+            parts += self._close(self.open)
+        for item in self.sent:
+            item.update(by_id.pop(item["id"], {}))
+        for item in final["output"]:
+            if item["id"] not in by_id:
+                continue
+            self.sent.append(item)
+            index = len(self.sent) - 1
+            parts.append(
+                self._event(
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": index,
+                        "item": _pending(item),
+                    }
+                )
+            )
+            if item["type"] in ("message", "reasoning"):
+                [part] = item["content"]
+                where = self._where(item)
+                kind = item["type"]
+                empty = {**part, "text": ""}
+                parts.append(
+                    self._event({"type": "response.content_part.added", **where, "part": empty})
+                )
+                parts.append(
+                    self._event(
+                        {
+                            "type": f"{_TEXT_EVENT[kind]}.delta",
+                            **where,
+                            "delta": part["text"],
+                            **({"logprobs": []} if kind == "message" else {}),
+                        }
+                    )
+                )
+                self.open = item
+                parts += self._close(item)
+            else:
+                where = {"item_id": item["id"], "output_index": index}
+                parts += [
+                    self._event(
+                        {
+                            "type": "response.function_call_arguments.delta",
+                            **where,
+                            "delta": item["arguments"],
+                        }
+                    ),
+                    self._event(
+                        {
+                            "type": "response.function_call_arguments.done",
+                            **where,
+                            "name": item["name"],
+                            "arguments": item["arguments"],
+                        }
+                    ),
+                    self._event(
+                        {"type": "response.output_item.done", "output_index": index, "item": item}
+                    ),
+                ]
+        final["output"] = self.sent
+        done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        parts.append(self._event({"type": done, "response": final}))
+        return b"".join(parts)
 
 
 def _pending(item: dict[str, Any]) -> dict[str, Any]:
