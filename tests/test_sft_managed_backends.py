@@ -53,7 +53,7 @@ def fireworks_fake():
     return sys.modules[name]
 
 
-def write_plan(folder: Path, tokenizer: Path, trainer: str) -> Path:
+def write_plan(folder: Path, tokenizer: Path, trainer: str, sft: str = "") -> Path:
     data = folder / "train.jsonl"
     data.write_text("".join(json.dumps(e) + "\n" for e in EXAMPLES), encoding="utf-8")
     plan = folder / "sft.toml"
@@ -68,6 +68,7 @@ save_every = 2
 data = "train.jsonl"
 epochs = 2
 batch_size = 2
+{sft}
 
 [trainer]
 {trainer}
@@ -94,7 +95,10 @@ def test_sft_steps_run_on_tinkers_cross_entropy_loss(smollm2_model_dir, tmp_path
     service = fake.FakeService()
     monkeypatch.setattr(tinker_backend, "_connect", lambda config: service)
     plan = write_plan(
-        tmp_path, smollm2_model_dir, 'name = "tinker"\nmodel = "Qwen/Qwen3-8B"\nlearning_rate = 0.5'
+        tmp_path,
+        smollm2_model_dir,
+        'name = "tinker"\nmodel = "Qwen/Qwen3-8B"\nlearning_rate = 0.5',
+        "eval_fraction = 0.25",
     )
     monkeypatch.chdir(tmp_path)
 
@@ -104,8 +108,9 @@ def test_sft_steps_run_on_tinkers_cross_entropy_loss(smollm2_model_dir, tmp_path
     run_dir = tmp_path / done.output.splitlines()[0].removeprefix("run folder: ")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2, 3, 4]
-    requests = service.training.requests
+    *requests, (kind, scored) = service.training.requests
     assert [loss for loss, _ in requests] == ["cross_entropy"] * 4
+    assert kind == "forward", "the held-out example is scored by a forward pass at the end"
 
     # Step 1 ran on the untrained table: its nll is the mean over the trained targets.
     table = fake.chain_table()
@@ -134,6 +139,17 @@ def test_sft_steps_run_on_tinkers_cross_entropy_loss(smollm2_model_dir, tmp_path
         assert weights == pytest.approx([1 / len(weights)] * len(weights))
         assert row["train/tinker/loss:sum"] == pytest.approx(row["train/nll"], abs=1e-5)
     assert service.training.saved_names, "save_every = 2 saves Tinker checkpoints"
+    # The held-out example under the trained table: its answer and closing token are the
+    # targets before the last (the newline after the closing token is not trained).
+    (held_out,) = scored
+    targets = held_out.loss_fn_inputs["target_tokens"].tolist()
+    logprobs = fake.bigram_logprobs(
+        service.training.table.detach(), held_out.model_input.to_ints(), targets
+    ).tolist()
+    answer = int(rows[-1]["eval/tokens"])
+    assert targets[-2] == im_end and answer >= 2
+    expected = math.fsum(-lp for lp in logprobs[-1 - answer : -1]) / answer
+    assert rows[-1]["eval/nll"] == pytest.approx(expected, abs=1e-5)
     checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
     assert [c.name for c in checkpoints] == ["step-2", "step-4"]
     assert all((c / "trainer" / "tinker_state.json").is_file() for c in checkpoints)

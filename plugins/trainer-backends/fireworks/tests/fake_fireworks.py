@@ -74,6 +74,7 @@ class FakeTraining:
     sent_weights: list[list[list[float]]] = field(default_factory=list)
     sent_inputs: list[list[tuple[list[int], list[int]]]] = field(default_factory=list)
     cross_entropy: list[tuple[str, list[fw.Datum]]] = field(default_factory=list)
+    forwards: list[list[fw.Datum]] = field(default_factory=list)
     adam: list[fw.AdamParams] = field(default_factory=list)
     saved_for_sampler: list[str] = field(default_factory=list)
     samplers: list[FakeSampling] = field(default_factory=list)
@@ -129,6 +130,28 @@ class FakeTraining:
                 loss_fn_output_type="ArrayRecord",
                 loss_fn_outputs=outputs,
                 metrics={"loss:sum": total, "response_tokens": float(weighted)},
+            )
+        )
+
+    def forward(
+        self, data: list[fw.Datum], loss_fn: str, loss_fn_config: dict[str, Any] | None = None
+    ) -> Done:
+        """The cross-entropy forward pass alone: logprobs, recorded in ``forwards``."""
+        if loss_fn != "cross_entropy" or loss_fn_config is not None:
+            raise NotImplementedError(f"the fake serves cross_entropy only, not {loss_fn!r}")
+        self.forwards.append(list(data))
+        outputs = [
+            {
+                "logprobs": fw.TensorData(
+                    data=[logprob_of(t) for t in d.loss_fn_inputs["target_tokens"].tolist()],
+                    dtype="float32",
+                )
+            }
+            for d in data
+        ]
+        return Done(
+            fw.ForwardBackwardOutput(
+                loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={}
             )
         )
 

@@ -11,7 +11,7 @@ from fake_fireworks import FakeService, logprob_of
 from fireworks.training.sdk._core import InternalServerError
 from reference.service_faults import failing, status_error
 from rllm_core.algorithms.objective import Objective
-from rllm_core.ports import LossContext, LossOutput, SupervisedTrainer
+from rllm_core.ports import LogprobScorer, LossContext, LossOutput, SupervisedTrainer
 from rllm_core.types import Datum
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
@@ -160,3 +160,17 @@ def test_a_closed_backend_refuses_the_call(backend: FireworksBackend) -> None:
     backend.close()
     with pytest.raises(RuntimeError, match="closed"):
         backend.forward_backward_supervised(DATUMS)
+
+
+def test_compute_logprobs_is_a_forward_pass_that_trains_nothing(
+    backend: FireworksBackend, service: FakeService
+) -> None:
+    assert isinstance(backend, LogprobScorer)
+    scored = backend.compute_logprobs(DATUMS)
+    for d, values in zip(DATUMS, scored, strict=True):
+        assert values == pytest.approx([0.0] + [logprob_of(t) for t in d.token_ids[1:]])
+    (sent,) = service.training.forwards
+    assert [t.model_input.to_ints() for t in sent] == [d.token_ids[:-1] for d in DATUMS]
+    assert all(w == 0.0 for t in sent for w in t.loss_fn_inputs["weights"].tolist())
+    assert service.training.cross_entropy == [] and service.training.sent_weights == []
+    assert backend.compute_logprobs([]) == []

@@ -10,7 +10,7 @@ import tinker
 import torch
 from reference.service_faults import failing, status_error
 from rllm_core.algorithms.objective import Objective
-from rllm_core.ports import LossOutput, SupervisedTrainer
+from rllm_core.ports import LogprobScorer, LossOutput, SupervisedTrainer
 from rllm_core.types import Datum
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
@@ -179,3 +179,21 @@ def test_a_transient_failure_is_retried_and_counted(service, backend):
     metrics = backend.forward_backward_supervised(DATUMS)
     assert len(calls) == 2 and metrics["tinker/retries"] == 1.0
     assert metrics["nll"] == pytest.approx(float(hand_nll(chain_table(), DATUMS)), abs=1e-6)
+
+
+def test_compute_logprobs_is_a_forward_pass_that_changes_nothing(service, backend):
+    assert isinstance(backend, LogprobScorer)
+    scored = backend.compute_logprobs(DATUMS)
+    for d, values in zip(DATUMS, scored, strict=True):
+        expected = bigram_logprobs(chain_table(), d.token_ids[:-1], d.token_ids[1:])
+        assert values[0] == 0.0
+        assert values[1:] == pytest.approx(expected.tolist(), abs=1e-6)
+    ((kind, sent),) = service.training.requests
+    assert kind == "forward"
+    assert all(w == 0.0 for t in sent for w in t.loss_fn_inputs["weights"].tolist())
+    assert service.training.table.grad is None
+    assert backend.compute_logprobs([]) == []
+    with pytest.raises(RuntimeError, match="without gradients"):
+        backend.optim_step()
+    with pytest.raises(ValueError, match="datum 0 has 1 token"):
+        backend.compute_logprobs([datum([5], [F])])

@@ -140,6 +140,26 @@ class FakeTrainingClient:
         self.requests.append((loss_fn, list(data)))
         return Done(self._cross_entropy(data))
 
+    def forward(
+        self,
+        data: list[tinker.types.Datum],
+        loss_fn: str,
+        loss_fn_config: dict[str, Any] | None = None,
+    ) -> Done:
+        """The cross-entropy forward pass alone: logprobs, no gradient."""
+        if loss_fn != "cross_entropy" or loss_fn_config is not None:
+            raise NotImplementedError(f"the fake serves cross_entropy only, not {loss_fn!r}")
+        self.requests.append(("forward", list(data)))
+        outputs = [
+            {"logprobs": tinker.types.TensorData.from_torch(self._logprobs(d).detach())}
+            for d in data
+        ]
+        return Done(
+            tinker.types.ForwardBackwardOutput(
+                loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={}
+            )
+        )
+
     def forward_backward_custom(self, data: list[tinker.types.Datum], loss_fn: Any) -> Done:
         self.requests.append(("custom", list(data)))
         outputs = [

@@ -20,7 +20,12 @@ from rllm_trainer_backend_fireworks.gate import HotLoadGate
 from rllm_trainer_backend_fireworks.losses import StepLoss, to_sdk_datum
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_trainer_backend_fireworks.sampler import FireworksSampler
-from rllm_trainer_backend_fireworks.supervised import build_supervised_batch, supervised_nll
+from rllm_trainer_backend_fireworks.supervised import (
+    build_supervised_batch,
+    scored_logprobs,
+    scoring_datums,
+    supervised_nll,
+)
 from rllm_trainer_backend_fireworks.transient import is_transient
 
 __all__ = ["STATE_FILE", "FireworksBackend"]
@@ -31,8 +36,10 @@ the backend's counters."""
 
 
 class FireworksBackend:
-    """A :class:`~rllm_core.ports.TrainerBackend` over the Fireworks training API, and a
-    :class:`~rllm_core.ports.SupervisedTrainer` on the trainer's built-in cross-entropy loss.
+    """A :class:`~rllm_core.ports.TrainerBackend` over the Fireworks training API, a
+    :class:`~rllm_core.ports.SupervisedTrainer` on the trainer's built-in cross-entropy loss,
+    and a :class:`~rllm_core.ports.LogprobScorer` (a forward pass of that loss; the RL losses
+    still take the sampler's logprobs as proximal, see the spec's ``proximal_modes``).
 
     ``service`` is a ``FiretitanServiceClient`` (or an object with the same
     ``create_training_client`` method); unset, one is created from the config, which provisions
@@ -178,6 +185,20 @@ class FireworksBackend:
                 metrics[f"fireworks/{key}"] = float(value)
         metrics["fireworks/retries"] = float(len(retries))
         return metrics
+
+    def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+        """Each datum's per-token logprobs under the current weights (0.0 at position 0), at
+        temperature 1, from a forward pass of the trainer's ``cross_entropy`` loss: no
+        gradient, nothing of the training run changes. ``rllm-core sft`` scores its eval split
+        with it."""
+        self._check_open()
+        if not datums:
+            return []
+        sent = scoring_datums(datums)
+        output = self.calls.call(
+            lambda: self._training.forward(sent, "cross_entropy"), "computing logprobs"
+        )
+        return scored_logprobs(output.loss_fn_outputs, datums)
 
     def optim_step(self) -> dict[str, float]:
         """Apply the accumulated gradients with Adam, then publish the new weights to the

@@ -19,7 +19,13 @@ from rllm_core.types import Datum
 
 from rllm_trainer_backend_fireworks.losses import to_sdk_datum
 
-__all__ = ["SupervisedBatch", "build_supervised_batch", "supervised_nll"]
+__all__ = [
+    "SupervisedBatch",
+    "build_supervised_batch",
+    "scored_logprobs",
+    "scoring_datums",
+    "supervised_nll",
+]
 
 
 @dataclass(frozen=True)
@@ -90,3 +96,27 @@ def supervised_nll(outputs: Sequence[Any], batch: SupervisedBatch) -> float:
             )
         terms.extend(-value for value, trained in zip(values, mask, strict=True) if trained)
     return math.fsum(terms) / batch.trained_tokens
+
+
+def scoring_datums(datums: Sequence[Datum]) -> list[fw.Datum]:
+    """``datums`` for a ``cross_entropy`` forward pass (every weight 0: nothing is trained)."""
+    return [to_sdk_datum(datum, [0.0] * (len(datum.token_ids) - 1)) for datum in datums]
+
+
+def scored_logprobs(outputs: Sequence[Any], datums: Sequence[Datum]) -> list[list[float]]:
+    """Each datum's logprobs aligned with its tokens (0.0 at position 0), from the per-datum
+    target logprobs of a ``cross_entropy`` forward pass."""
+    if len(outputs) != len(datums):
+        raise RuntimeError(
+            f"the trainer returned outputs for {len(outputs)} datums, expected {len(datums)}"
+        )
+    scored = []
+    for index, (output, datum) in enumerate(zip(outputs, datums, strict=True)):
+        values = [float(v) for v in output["logprobs"].tolist()]
+        if len(values) != len(datum.token_ids) - 1:
+            raise RuntimeError(
+                f"the trainer returned {len(values)} logprobs for datum {index}, which has"
+                f" {len(datum.token_ids) - 1} target tokens"
+            )
+        scored.append([0.0, *values])
+    return scored

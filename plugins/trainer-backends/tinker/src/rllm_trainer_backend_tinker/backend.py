@@ -14,6 +14,8 @@ from rllm_core.types import Datum
 from rllm_trainer_backend_tinker.batch import (
     build_batch,
     build_supervised_batch,
+    scored_logprobs,
+    scoring_datums,
     supervised_nll,
 )
 from rllm_trainer_backend_tinker.checkpoint import read_state, write_state
@@ -26,8 +28,10 @@ __all__ = ["TinkerBackend"]
 
 
 class TinkerBackend:
-    """A :class:`~rllm_core.ports.TrainerBackend` on a Tinker LoRA training run, and a
-    :class:`~rllm_core.ports.SupervisedTrainer` on Tinker's own cross-entropy loss.
+    """A :class:`~rllm_core.ports.TrainerBackend` on a Tinker LoRA training run, a
+    :class:`~rllm_core.ports.SupervisedTrainer` on Tinker's own cross-entropy loss, and a
+    :class:`~rllm_core.ports.LogprobScorer` (a forward pass of that loss; the RL losses still
+    take the sampler's logprobs as proximal, see the spec's ``proximal_modes``).
 
     How it trains: the plan's loss and auxiliary losses are rllm-core loss plugins, run on
     this machine. ``forward_backward`` calls Tinker's ``forward_backward_custom``: Tinker runs
@@ -171,6 +175,20 @@ class TinkerBackend:
                 metrics[f"tinker/{key}"] = float(value)
         metrics["tinker/retries"] = float(len(retries))
         return metrics
+
+    def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+        """Each datum's per-token logprobs under the current weights (0.0 at position 0), at
+        temperature 1, from a forward pass of Tinker's ``cross_entropy`` loss: no gradient,
+        nothing of the training run changes. ``rllm-core sft`` scores its eval split with it.
+        """
+        self._check_open()
+        if not datums:
+            return []
+        sent = scoring_datums(datums)
+        output = self.calls.call(
+            lambda: self._training.forward(sent, "cross_entropy"), "computing logprobs"
+        )
+        return scored_logprobs(output.loss_fn_outputs, datums)
 
     def optim_step(self) -> dict[str, float]:
         """Step Tinker's AdamW, publish the new weights to the sampler and return

@@ -23,6 +23,8 @@ __all__ = [
     "build_batch",
     "build_supervised_batch",
     "logprobs_matrix",
+    "scored_logprobs",
+    "scoring_datums",
     "supervised_nll",
 ]
 
@@ -164,6 +166,33 @@ def supervised_nll(outputs: Sequence[Any], batch: SupervisedBatch) -> float:
     return math.fsum(terms) / batch.trained_tokens
 
 
+def scoring_datums(datums: Sequence[Datum]) -> list[tinker.types.Datum]:
+    """Check and convert ``datums`` for a forward pass (every weight 0: nothing is trained);
+    raises ``ValueError`` naming the first bad datum."""
+    for index, datum in enumerate(datums):
+        _check(index, datum, trainable=False)
+    return [_tinker_datum(datum, [0.0] * (len(datum.token_ids) - 1)) for datum in datums]
+
+
+def scored_logprobs(outputs: Sequence[Any], datums: Sequence[Datum]) -> list[list[float]]:
+    """Each datum's logprobs aligned with its tokens (0.0 at position 0), from the per-datum
+    target logprobs of a ``cross_entropy`` forward pass."""
+    if len(outputs) != len(datums):
+        raise RuntimeError(
+            f"Tinker returned outputs for {len(outputs)} datums but {len(datums)} were sent"
+        )
+    scored = []
+    for index, (output, datum) in enumerate(zip(outputs, datums, strict=True)):
+        values = [float(v) for v in output["logprobs"].tolist()]
+        if len(values) != len(datum.token_ids) - 1:
+            raise RuntimeError(
+                f"Tinker returned {len(values)} logprobs for datum {index}, which has"
+                f" {len(datum.token_ids) - 1} target tokens"
+            )
+        scored.append([0.0, *values])
+    return scored
+
+
 def _tinker_datum(datum: Datum, weights: list[float]) -> tinker.types.Datum:
     tokens = [int(t) for t in datum.token_ids]
     return tinker.types.Datum(
@@ -181,7 +210,7 @@ def _tinker_datum(datum: Datum, weights: list[float]) -> tinker.types.Datum:
     )
 
 
-def _check(index: int, datum: Datum) -> None:
+def _check(index: int, datum: Datum, *, trainable: bool = True) -> None:
     if len(datum.token_ids) < 2:
         raise ValueError(
             f"datum {index} has {len(datum.token_ids)} token(s); Tinker trains next-token"
@@ -193,7 +222,7 @@ def _check(index: int, datum: Datum) -> None:
                 f"datum {index} has token id {token!r} at position {position}; token ids are"
                 " non-negative integers"
             )
-    if datum.action_mask[0]:
+    if trainable and datum.action_mask[0]:
         raise ValueError(
             f"datum {index} marks its first token as an action; the first token has no"
             " logprob to train, so a datum starts with at least one prompt token"
