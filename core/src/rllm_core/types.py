@@ -218,7 +218,9 @@ class TraceRecord(msgspec.Struct, kw_only=True, frozen=True):
 
     ``lineage_id`` separates independent chains inside one session (a sub-agent with its own
     system prompt). ``turn`` counts calls within the lineage from 0. ``messages_delta`` holds the
-    messages this call added, for display; training never re-tokenizes them.
+    messages this call added, for display; training never re-tokenizes them. ``flags`` marks
+    what the gateway noticed about the call: ``tool_choice_unmet`` when the request required a
+    tool call (``tool_choice`` ``required`` or a named function) that the reply does not hold.
     """
 
     trace_id: str
@@ -236,6 +238,7 @@ class TraceRecord(msgspec.Struct, kw_only=True, frozen=True):
     reset_reason: str | None = None
     created_at: float = 0.0
     latency_s: float = 0.0
+    flags: tuple[str, ...] = ()
 
 
 class Trace(msgspec.Struct, kw_only=True, frozen=True):

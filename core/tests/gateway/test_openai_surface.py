@@ -131,9 +131,10 @@ def test_tool_choice_required_unmet_keeps_the_sampled_reply_and_says_so(serve, c
     assert reply.model_extra["rllm"]["tool_choice_met"] is False
     [trace] = store.session("s")
     assert trace.record.completion_token_ids == [*toy.encode("It is sunny."), IM_END]
+    assert trace.record.flags == ("tool_choice_unmet",)
 
 
-def test_a_named_tool_choice_is_met_only_by_a_call_of_that_function(serve, client, toy):
+def test_a_named_tool_choice_is_met_only_by_a_call_of_that_function(serve, client, store, toy):
     sampler = ScriptedSampler([CALL_TEXT, CALL_TEXT], renderer=toy)
     api = client(serve(sampler), "s")
     named = {"type": "function", "function": {"name": "get_weather"}}
@@ -150,6 +151,8 @@ def test_a_named_tool_choice_is_met_only_by_a_call_of_that_function(serve, clien
     assert met.model_extra["rllm"]["tool_choice_met"] is True
     assert unmet.model_extra["rllm"]["tool_choice_met"] is False
     assert unmet.choices[0].message.tool_calls[0].function.name == "get_weather"
+    flags = {t.record.messages_delta[0].content: t.record.flags for t in store.session("s")}
+    assert flags == {"Weather in Paris?": (), "Time?": ("tool_choice_unmet",)}
 
 
 def test_a_named_function_missing_from_tools_is_a_400_naming_it(serve, client, toy):

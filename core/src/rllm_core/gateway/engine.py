@@ -122,7 +122,8 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     ``tools`` are the tools rendered into the prompt. ``tool_choice`` is ``auto``,
     ``required`` (the reply must call a tool) or ``function`` (it must call ``tool_name``);
-    sampling is never constrained, so the result says whether the reply met it.
+    sampling is never constrained, so the result says whether the reply met it, and the trace
+    of a reply that did not carries the flag ``tool_choice_unmet``.
     """
 
     messages: tuple[Message, ...]
@@ -405,6 +406,11 @@ class GatewayEngine:
             assert result is not None
             latency = time.perf_counter() - started
             reply, attempts = self._reply(plan, result.completion_token_ids)
+            met = None
+            if request.tool_choice == "required":
+                met = bool(reply.tool_calls)
+            elif request.tool_choice == "function":
+                met = any(c.name == request.tool_name for c in reply.tool_calls)
             if self._sessions.get(session_id) is session:
                 self.trace_store.append(
                     TraceRecord(
@@ -423,14 +429,10 @@ class GatewayEngine:
                         reset_reason=plan.reset_reason,
                         created_at=created,
                         latency_s=latency,
+                        flags=("tool_choice_unmet",) if met is False else (),
                     )
                 )
             accumulator.commit(plan, result.completion_token_ids, reply)
-        met = None
-        if request.tool_choice == "required":
-            met = bool(reply.tool_calls)
-        elif request.tool_choice == "function":
-            met = any(c.name == request.tool_name for c in reply.tool_calls)
         yield ChatResult(
             message=reply,
             tool_call_attempts=attempts,

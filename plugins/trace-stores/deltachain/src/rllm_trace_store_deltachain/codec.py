@@ -172,6 +172,7 @@ class _Body(msgspec.Struct, array_like=True):
     created_at: float
     latency_s: float
     snapshot: bytes | None
+    flags: tuple[str, ...] = ()
 
 
 def _compact_id(value: str | None) -> str | bytes | None:
@@ -246,6 +247,7 @@ class EntryCodec:
             created_at=record.created_at,
             latency_s=record.latency_s,
             snapshot=snapshot,
+            flags=record.flags,
         )
         stream, parent = table.code(record.session_id, record.lineage_id, record.parent_trace_id)
         compressed, used_context = self._compress(self._encoder.encode(body), context)
@@ -351,5 +353,6 @@ class EntryCodec:
             reset_reason=body.reset_reason,
             created_at=body.created_at,
             latency_s=body.latency_s,
+            flags=body.flags,
         )
         return Decoded(record=record, tokens=body.tokens, snapshot=body.snapshot)
