@@ -14,6 +14,9 @@
 - Sandbox backends: :mod:`.sandboxes` (closing on ``async with`` exit, the SDK-error map, the
   retry wrapper that says how many attempts were made) and :mod:`.remote_exec` (the shell
   protocol that runs one command in a remote sandbox).
+- Question/answer task sources (``jsonl``, ``datasets``): :mod:`.qa_tasks` (their keys, the
+  rows checked into tasks, splits and grading) and :mod:`.answers` (the ``exact``, ``numeric``
+  and ``boxed`` rewards).
 - Sandboxes and task sources: :mod:`.dockerfile` (reading a Dockerfile so that a sandbox booting
   its base image can replay it) and :mod:`.sizes` (size strings such as ``"4G"`` in MiB).
 

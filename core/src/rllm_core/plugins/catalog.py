@@ -48,6 +48,7 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "cli": "rllm-harness-cli",
     },
     Kind.TASK_SOURCE: {
+        "datasets": "rllm-task-source-datasets",
         "harbor": "rllm-task-source-harbor",
         "jsonl": "rllm-task-source-jsonl",
     },

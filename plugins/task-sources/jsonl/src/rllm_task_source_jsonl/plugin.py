@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.kit.qa_tasks import QATasksConfig
 
 __all__ = ["JsonlTasksConfig"]
 
 
-class JsonlTasksConfig(BaseModel):
-    """Keys of ``[tasks] name = "jsonl"``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class JsonlTasksConfig(QATasksConfig):
+    """Keys of ``[tasks] name = "jsonl"`` (the question/answer keys of
+    :class:`~rllm_core.kit.qa_tasks.QATasksConfig`, over JSON-lines files)."""
 
     path: Path = Field(
         description="JSON-lines file, one task per line: the train split, or every split when"
@@ -38,49 +37,6 @@ class JsonlTasksConfig(BaseModel):
         default="id",
         description="field holding the task id; a line without it gets '<file stem>-<line>'",
     )
-    question_field: str = Field(default="question", description="field holding the question")
-    answer_field: str = Field(
-        default="answer", description="field holding the expected answer (string or number)"
-    )
-    reward: Literal["exact", "numeric", "boxed"] = Field(
-        default="exact",
-        description="how a reply is compared with the answer: exact (whole reply, stripped,"
-        " case-sensitive), numeric (last number in the reply) or boxed (last \\boxed{})",
-    )
-    tolerance: float = Field(
-        default=1e-6,
-        ge=0.0,
-        description="absolute tolerance of the numeric and boxed comparisons",
-    )
-    first_number_credit: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=1.0,
-        description="numeric only: reward when the last number is wrong but the first number"
-        " of the reply is right (0 turns partial credit off)",
-    )
-    system_prompt: str | None = Field(
-        default=None,
-        description="system prompt stored in every task as data['system_prompt'] for the"
-        " harness to send",
-    )
-    limit: int | None = Field(
-        default=None, ge=1, description="keep only the first N tasks of each split"
-    )
-
-    @model_validator(mode="after")
-    def _check_combinations(self) -> JsonlTasksConfig:
-        if self.eval_path is not None and self.split_field is not None:
-            raise ValueError(
-                "set either eval_path (one file per split) or split_field (one file with a"
-                " split column), not both"
-            )
-        if self.first_number_credit > 0.0 and self.reward != "numeric":
-            raise ValueError(
-                f"first_number_credit applies to reward = 'numeric', not {self.reward!r};"
-                " remove it or switch the reward"
-            )
-        return self
 
 
 @hookimpl

@@ -1,0 +1,1 @@
+"""The ``datasets`` task source for rllm-core."""
