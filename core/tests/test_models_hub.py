@@ -145,3 +145,22 @@ def test_a_plan_keeps_a_hub_id_as_written_and_makes_a_folder_absolute(tmp_path):
     (plan_folder / "acme" / "tiny").mkdir(parents=True)
     assert _rebase("acme/tiny", plan_folder, or_name=True) == str(plan_folder / "acme" / "tiny")
     assert _rebase("./tok", plan_folder, or_name=True) == str(plan_folder / "tok")
+
+
+def test_pull_of_a_hub_id_offline_fails_naming_the_id_and_the_cache(cache, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rllm_core.cli", "models", "pull", "acme/absent"],
+        env=dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"could not download acme/absent into {cache}" in done.stderr
+    assert "HF_HUB_OFFLINE" in done.stderr
+    assert not (cache / "models--acme--absent" / "snapshots").exists()
