@@ -81,7 +81,9 @@ def metrics(run_dir: Path) -> list[dict]:
     ids=["lora", "full"],
 )
 def test_sft_memorizes_a_few_examples(tiny_smol_model_dir, tmp_path, lora, falls_to):
-    plan = write_plan(tmp_path, tiny_smol_model_dir, lora=lora, eval_data="train.jsonl")
+    plan = write_plan(
+        tmp_path, tiny_smol_model_dir, lora=lora, eval_data="train.jsonl", export="exported"
+    )
     done = run_cli("sft", str(plan), cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 training examples, 4 held out; 8 optimizer steps" in done.stdout
@@ -123,6 +125,54 @@ def test_sft_memorizes_a_few_examples(tiny_smol_model_dir, tmp_path, lora, falls
     assert report["checkpoints"] == [3, 6, 8]
     table = run_cli("runs", "show", str(run_dir), cwd=tmp_path)
     assert table.returncode == 0 and "nll" in table.stdout and "reward" not in table.stdout
+
+    # The exported folder is the trained model on its own: its NLL on the trained tokens is
+    # the run's last eval NLL, and an RL plan can name it.
+    exported = tmp_path / "exported"
+    assert summary["export"] == str(exported)
+    assert exported_nll(exported) == pytest.approx(lines[-1]["eval/nll"], abs=1e-4)
+    quickstart = Path(__file__).resolve().parent.parent / "examples" / "quickstart" / "plan.toml"
+    rl = run_cli(
+        "plan",
+        "check",
+        "--json",
+        str(quickstart),
+        "--set",
+        f'trainer.model="{exported}"',
+        cwd=tmp_path,
+    )
+    assert rl.returncode == 0, rl.stderr
+    assert json.loads(rl.stdout)["ok"] is True
+
+
+def exported_nll(folder: Path) -> float:
+    import torch
+    from rllm_core.plugins.manager import get_plugin_manager
+    from rllm_core.plugins.specs import Kind
+    from rllm_core.training.sft.data import chat_example
+    from rllm_core.training.sft.tokens import tokenize
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(folder).chat_template
+    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    spec = get_plugin_manager().get_record(Kind.RENDERER, "chatml").spec
+    renderer = spec.build(spec.validate_config({"tokenizer": str(folder)}))
+    examples = [
+        chat_example(e, str(n), messages_field="messages", tools_field="tools")
+        for n, e in enumerate(EXAMPLES)
+    ]
+    tokens, _ = tokenize(examples, renderer, max_length=None)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for example in tokens:
+            ids = torch.tensor([example.token_ids])
+            logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+            picked = logprobs.gather(1, ids[0, 1:, None])[:, 0]
+            for value, trained in zip(picked.tolist(), example.trained[1:], strict=True):
+                if trained:
+                    total -= value
+                    count += 1
+    return total / count
 
 
 def test_an_interrupted_sft_run_resumes_to_the_uninterrupted_result(tiny_smol_model_dir, tmp_path):
