@@ -233,6 +233,14 @@ def test_two_ranks_train_as_one_process_and_resume_at_world_size_one(
     # The sharded checkpoint of world size 2, read at world size 1, directly or consolidated.
     state = json.loads((tmp_path / "sharded" / "state.json").read_text(encoding="utf-8"))
     assert (state["layout"], state["world_size"]) == ("sharded", 2)
+    # With LoRA rank 0 also wrote the adapters as a PEFT adapter folder.
+    adapter = tmp_path / "sharded" / "adapter" / "adapter_model.safetensors"
+    assert adapter.is_file() == (strategy == "ddp")
+    if adapter.is_file():
+        saved = load_file(str(adapter))
+        assert saved.keys() == {name.replace(".default", "") for name in released}
+        for name, tensor in released.items():
+            assert torch.equal(saved[name.replace(".default", "")], tensor), name
     direct, merged = build(job, world_size=1), build(job, world_size=1)
     direct.load_state(str(tmp_path / "sharded"))
     merged.load_state(str(consolidate(tmp_path / "sharded", tmp_path / "consolidated")))
