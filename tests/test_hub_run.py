@@ -82,3 +82,28 @@ def test_plan_check_accepts_the_hub_id_written_in_the_plan(hub_cache, tmp_path):
     snapshot = hub_cache / "models--acme--tiny-smol" / "snapshots" / COMMIT
     assert checked["[trainer]"]["model"] == REPO
     assert checked["[renderer]"]["tokenizer"] == str(snapshot)
+
+
+def test_renderers_take_a_tokenizer_by_hub_id(tmp_path, monkeypatch, smollm2_tokenizer_dir):
+    from rllm_core.errors import ModelNotCachedError
+    from rllm_core.types import Message
+    from rllm_renderer_chatml.plugin import ChatMLConfig
+    from rllm_renderer_chatml.renderer import ChatMLRenderer
+    from rllm_renderer_hf.plugin import HFConfig
+    from rllm_renderer_hf.renderer import HFRenderer
+
+    cache = tmp_path / "hf-cache"
+    repo = cache / "models--acme--smol-tokenizer"
+    shutil.copytree(smollm2_tokenizer_dir, repo / "snapshots" / COMMIT)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT, encoding="utf-8")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    messages = [Message(role="user", content="What is 2 + 2?")]
+    by_id = ChatMLRenderer.from_config(ChatMLConfig(tokenizer="acme/smol-tokenizer"))
+    by_folder = ChatMLRenderer.from_config(ChatMLConfig(tokenizer=str(smollm2_tokenizer_dir)))
+    assert by_id.render(messages).token_ids == by_folder.render(messages).token_ids
+    hf = HFRenderer(HFConfig(tokenizer=f"acme/smol-tokenizer@{COMMIT}"))
+    assert hf.render(messages).token_ids == by_folder.render(messages).token_ids
+    with pytest.raises(ModelNotCachedError, match="'acme/other' is not in the Hugging Face cache"):
+        HFRenderer(HFConfig(tokenizer="acme/other"))
