@@ -533,3 +533,23 @@ def test_a_malformed_responses_body_is_a_400_not_a_500(serve, raw, toy):
         response = raw(server)("POST", "/sessions/s/v1/responses", body)
         assert response.status == 400, (body, response.body)
     assert raw(server)("GET", "/sessions/s/v1/responses").status == 405
+
+
+def test_a_client_leaving_mid_stream_abandons_the_call_and_records_nothing(
+    serve, client, store, toy
+):
+    sampler = DrippingSampler(["x" * 200, "after"], renderer=toy, token_delay_s=0.01)
+    gateway = serve(sampler)
+    api = client(gateway, "s")
+    stream = api.chat.completions.create(model="policy", messages=USER, stream=True)
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    stream.close()
+    deadline = time.monotonic() + 5
+    while not sampler.closed_early and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sampler.closed_early == 1
+    assert store.session("s") == []
+    again = api.chat.completions.create(model="policy", messages=USER)
+    assert again.choices[0].message.content == "after"

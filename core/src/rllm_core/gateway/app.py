@@ -360,7 +360,7 @@ class GatewayApp:
                     token_ids=bool(body.return_token_ids),
                 )
 
-            return await self._stream_chat(sid, request, writer_for, response)
+            return await self._stream_chat(sid, request, writer_for, response, receive)
         result = await self._call(sid, self.engine.chat(sid, request), response, False)
         await self._reply(
             response,
@@ -393,7 +393,7 @@ class GatewayApp:
                     parse=self.engine.renderer.parse_response,
                 )
 
-            return await self._stream_chat(sid, request, writer_for, response)
+            return await self._stream_chat(sid, request, writer_for, response, receive)
         result = await self._call(sid, self.engine.chat(sid, request), response, False)
         payload = responses.response_body(
             result, model=self.model, body=body, choice=choice, tools=tools
@@ -504,6 +504,7 @@ class GatewayApp:
         request: EngineChatRequest,
         writer_for: Callable[[str], Any],
         response: _Response,
+        receive: Receive,
     ) -> None:
         """Stream a chat call as the sampler produces it, through the writer ``writer_for``
         makes from the trace id (:class:`protocol.ChatStream` or
@@ -513,6 +514,8 @@ class GatewayApp:
         heartbeat = _Heartbeat(response, self.heartbeat_interval_s, True)
         token = routing_key.set(sid)
         writer: Any = None
+        gone = asyncio.Event()
+        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, gone))
         try:
             with self._mapped_errors(sid):
                 async with asyncio.timeout(self.request_timeout_s):
@@ -533,8 +536,13 @@ class GatewayApp:
                             if not response.started:
                                 await response.start(200, list(_SSE_HEADERS))
                             await response.chunk(payload)
+                            if gone.is_set():
+                                # Closing the iterator abandons the call: nothing is recorded.
+                                log.info("session %s: the client left mid-stream", sid)
+                                return
             await response.chunk(b"", False)
         finally:
+            watcher.cancel()
             routing_key.reset(token)
             await heartbeat.stop()
 
@@ -623,6 +631,13 @@ class GatewayApp:
         if self.upstreams is not None:
             snapshot["upstreams"] = self.upstreams.status()
         return snapshot
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    """Set ``gone`` when the client disconnects (the request body was already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
 
 
 def _allow(method: str, allowed: str | tuple[str, ...], path: str) -> None:
