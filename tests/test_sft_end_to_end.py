@@ -304,3 +304,15 @@ def test_from_run_trains_on_the_rewarded_episodes_tokens(tiny_smol_model_dir, tm
     lines = metrics(run_dir_of(done, tmp_path))
     assert [line["train/sequences"] for line in lines] == [2.0, 2.0]
     assert lines[0]["train/tokens"] == float(sum(sum(e.trained) for e in examples))
+
+
+def test_a_bad_example_stops_sft_before_any_folder_naming_file_and_line(
+    tiny_smol_model_dir, tmp_path
+):
+    plan = write_plan(tmp_path, tiny_smol_model_dir, lora="{ rank = 4 }")
+    data = tmp_path / "train.jsonl"
+    data.write_text(data.read_text() + '{"messages": [{"role": "user", "content": "hi"}]}\n')
+    done = run_cli("sft", str(plan), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{data}:5: no assistant message" in done.stderr
+    assert not (tmp_path / "runs").exists()

@@ -4,6 +4,7 @@ dispatch to a backend's own supervised path, held-out NLL, and the batches of ea
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -208,3 +209,58 @@ def test_packing_fills_rows_up_to_max_length_and_records_each_length():
     assert datums[0].action_mask == [False, True, True, True, True, False, True, True, True]
     plain = batch_datums(examples, packing=False, max_length=9)
     assert len(plain) == 5 and all("packed_lengths" not in d.metadata for d in plain)
+
+
+def run_loop(tmp_path, backend, **sft):
+    import io
+
+    from rich.console import Console
+    from rllm_core.plan import ResolvedPlan
+    from rllm_core.plan.schema import Plan
+    from rllm_core.training.folder import RunFolder
+    from rllm_core.training.sft.display import SftDisplay
+    from rllm_core.training.sft.loop import SftLoop
+
+    plan = Plan.model_validate({"run": {"save_every": 2}, "sft": {"data": "x", **sft}})
+    folder = RunFolder.create(tmp_path, "sft")
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    loop = SftLoop(
+        resolved=ResolvedPlan(path="sft.toml", plan=plan),
+        trainer=backend,
+        loggers=[],
+        folder=folder,
+        display=SftDisplay(console, console, 0, quiet=False),
+        train=EXAMPLES,
+        held_out=EXAMPLES[:1],
+    )
+    return loop, folder, out
+
+
+def test_the_loop_writes_a_line_per_step_checkpoints_and_a_summary(tmp_path):
+    backend = BigramBackend()
+    loop, folder, out = run_loop(tmp_path, backend, epochs=3, batch_size=2, eval_every=4)
+    result = loop.run()
+    assert (result.status, result.exit_code, result.step) == ("finished", 0, 6)
+    lines = folder.read_jsonl(folder.metrics)
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert [line["epoch"] for line in lines] == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
+    assert [line["train/sequences"] for line in lines] == [2.0, 1.0] * 3
+    assert [("eval/nll" in line) for line in lines] == [False] * 3 + [True, False, True]
+    assert backend.weight_version == 6
+    assert sorted(p.name for p in folder.checkpoints.iterdir()) == ["step-2", "step-4", "step-6"]
+    summary = json.loads(folder.summary.read_text())
+    assert summary["kind"] == "sft" and summary["last_step"] == 6 and summary["examples"] == 3
+    assert "step 6/0  epoch 3  nll" in out.getvalue()  # the display was told 0 steps
+
+
+def test_held_out_examples_need_a_backend_that_scores_them(tmp_path):
+    from rllm_core.training.loop import ResumeError
+
+    class Blind(BigramBackend):
+        compute_logprobs = None  # type: ignore[assignment]
+
+    loop, folder, _ = run_loop(tmp_path, Blind(), eval_fraction=0.5)
+    with pytest.raises(ResumeError, match=r"\[sft\]\.eval_fraction: .*no LogprobScorer"):
+        loop.run()
+    assert not folder.metrics.exists()

@@ -23,7 +23,7 @@ from typing import Any
 
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
-from rllm_core.ports import WeightExporter
+from rllm_core.ports import LogprobScorer, WeightExporter
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from rllm_core.training.folder import RunFolder, write_json
 from rllm_core.training.loop import ResumeError, RunResult
@@ -91,6 +91,12 @@ class SftLoop:
         )
 
     def _initial_state(self) -> LoopState:
+        if self.held_out and not isinstance(self.trainer, LogprobScorer):
+            key = "eval_data" if self.sft.eval_data is not None else "eval_fraction"
+            raise ResumeError(
+                f"[sft].{key}: the trainer backend computes no logprobs (no LogprobScorer), so"
+                " held-out examples cannot be scored; remove the key"
+            )
         seed_rngs(self.plan.run.seed)
         fresh = LoopState(step=0, data=DataOrder(size=len(self.train), seed=self.plan.run.seed))
         if not self.resume:
