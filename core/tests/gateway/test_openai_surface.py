@@ -11,6 +11,7 @@ import time
 import openai
 import pytest
 from reference.toy_renderer import IM_END
+from rllm_core.gateway.protocol import PARSE_BUDGET_S, TextDeltas
 from rllm_core.gateway.server import Gateway
 from rllm_core.ports import StreamingSampler
 from rllm_core.testing.samplers import ScriptedSampler
@@ -553,3 +554,18 @@ def test_a_client_leaving_mid_stream_abandons_the_call_and_records_nothing(
     assert store.session("s") == []
     again = api.chat.completions.create(model="policy", messages=USER)
     assert again.choices[0].message.content == "after"
+
+
+def test_re_parsing_a_growing_reply_stays_within_its_cpu_budget(toy):
+    calls = []
+
+    def slow_parse(ids):
+        calls.append(len(ids))
+        time.sleep(0.001)
+        return toy.parse_response(ids)
+
+    deltas = TextDeltas(slow_parse)
+    text = "".join(piece for t in toy.encode("a b " * 100) for piece in deltas.feed([t]).values())
+    # Each parse costs at least 1 ms, so the next waits for 1 ms / PARSE_BUDGET_S tokens.
+    assert len(calls) <= 400 * PARSE_BUDGET_S / 0.001 + 1
+    assert text == ("a b " * 100).rstrip()[: len(text)] and len(text) > 300

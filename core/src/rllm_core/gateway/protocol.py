@@ -587,15 +587,26 @@ def _stable(text: str) -> str:
     return text.rstrip()
 
 
+PARSE_BUDGET_S = 50e-6
+"""CPU a streamed reply may spend re-parsing per sampled token, on average."""
+
+
 class TextDeltas:
     """The ``reasoning`` and ``content`` text of a reply as it is sampled, handed out only
     where more tokens can no longer change it (see :func:`_stable`); a tool-call tag is held
-    back until it closes, and once a tool call begins no more content is handed out."""
+    back until it closes, and once a tool call begins no more content is handed out.
+
+    The partial reply is parsed whole, so a parse costs more as the reply grows; a new parse
+    waits until the tokens since the last one have earned its cost at
+    :data:`PARSE_BUDGET_S` each. A short reply is parsed at every token, a long one every few
+    dozen."""
 
     def __init__(self, parse: Callable[[Sequence[int]], Any]) -> None:
         self.parse = parse
         self.ids: list[int] = []
         self.sent = {"reasoning": "", "content": ""}
+        self._pending = 0
+        self._cost = 0.0
 
     def _deltas(self, texts: dict[str, str], final: bool) -> dict[str, str]:
         out = {}
@@ -610,7 +621,13 @@ class TextDeltas:
     def feed(self, token_ids: Sequence[int]) -> dict[str, str]:
         """The new text once ``token_ids`` were sampled, by field."""
         self.ids.extend(token_ids)
+        self._pending += len(token_ids)
+        if self._pending * PARSE_BUDGET_S < self._cost:
+            return {}
+        started = time.perf_counter()
         parsed = self.parse(self.ids)
+        self._cost = time.perf_counter() - started
+        self._pending = 0
         texts = {"reasoning": parsed.reasoning or ""}
         if not parsed.tool_calls:
             texts["content"] = parsed.content
