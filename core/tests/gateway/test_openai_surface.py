@@ -270,8 +270,8 @@ def test_a_stream_errors_before_sampling_keep_their_status(serve, client, toy):
 def test_the_async_client_streams_and_completes(toy, store):
     text = "Async reply."
 
-    async def main() -> tuple[str, str]:
-        sampler = DrippingSampler([text, text], renderer=toy, token_delay_s=0.005)
+    async def main() -> list[str]:
+        sampler = DrippingSampler([text] * 4, renderer=toy, token_delay_s=0.005)
         async with Gateway(renderer=toy, sampler=sampler, trace_store=store) as gateway:
             api = openai.AsyncOpenAI(
                 base_url=gateway.session_url("a"), api_key=gateway.token, max_retries=0
@@ -281,10 +281,15 @@ def test_the_async_client_streams_and_completes(toy, store):
             streamed = "".join(
                 [c.choices[0].delta.content or "" async for c in stream if c.choices]
             )
+            response = await api.responses.create(model="policy", input="Again?")
+            events = await api.responses.create(model="policy", input="Once more?", stream=True)
+            deltas = "".join(
+                [e.delta async for e in events if e.type == "response.output_text.delta"]
+            )
             await api.close()
-            return whole.choices[0].message.content, streamed
+            return [whole.choices[0].message.content, streamed, response.output_text, deltas]
 
-    assert asyncio.run(main()) == (text, text)
+    assert asyncio.run(main()) == [text] * 4
 
 
 # ------------------------------------------------------------------------- Responses API
