@@ -233,3 +233,37 @@ def test_shell_sft_rl_transcripts_solve_every_train_task(tmp_path: Path) -> None
             assert reply["role"] == "assistant" and reply["content"].startswith("```bash\n")
             assert observation["role"] == "user"
             assert observation["content"].startswith("Exit code: 0\nOutput:\n")
+
+
+def test_sft_benchmark_answers_help() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "sft.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--output-dir", "--no-baseline", "--epochs", "--learning-rate"):
+        assert option in result.stdout
+
+
+def test_sft_benchmark_transcripts_answer_every_train_task_as_the_reward_wants(
+    tmp_path: Path,
+) -> None:
+    sft = _load("sft")
+    path = tmp_path / "transcripts.jsonl"
+    assert sft.write_transcripts(path) == 240
+    assert path.read_text() == (ROOT / "examples/sft-then-rl/arithmetic-sft.jsonl").read_text()
+    tasks = [json.loads(line) for line in (ROOT / "examples/tasks/arithmetic.jsonl").open()]
+    held_out = {
+        json.loads(line)["question"]
+        for line in (ROOT / "examples/tasks/arithmetic-eval.jsonl").open()
+    }
+    for task, line in zip(tasks, path.read_text().splitlines(), strict=True):
+        system, user, reply = json.loads(line)["messages"]
+        assert system == {"role": "system", "content": "Answer with the number only."}
+        assert user == {"role": "user", "content": task["question"]}
+        assert reply == {"role": "assistant", "content": task["answer"]}
+        assert task["question"] not in held_out
+    assert sft.write_transcripts(path, 10) == 10
+    assert len(path.read_text().splitlines()) == 10
