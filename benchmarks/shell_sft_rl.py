@@ -246,10 +246,12 @@ def evaluate(label: str, splits: list[str], out: Path, args: argparse.Namespace)
     figures: dict[str, Any] = {}
     for split in ("eval", "train"):
         target = out / f"eval-{label}-{split}"
+        limit = args.train_eval_limit if split == "train" and args.train_eval_limit else None
         _, wall = _cli(
             "eval",
             str(PLAN),
             "--plain",
+            *(("--limit", str(limit)) if limit else ()),
             "--split",
             split,
             "--attempts",
@@ -381,11 +383,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and the SFT run")
     parser.add_argument("--held-out", type=int, default=6, help="tasks held out of training")
-    parser.add_argument("--sft-epochs", type=int, default=4, help="SFT passes over the transcripts")
+    parser.add_argument("--sft-epochs", type=int, default=2, help="SFT passes over the transcripts")
     parser.add_argument("--sft-batch-size", type=int, default=4, help="transcripts per SFT step")
-    parser.add_argument("--sft-lr", type=float, default=5e-4, help="SFT learning rate")
-    parser.add_argument("--rl-steps", type=int, default=4, help="RL steps from the SFT model")
+    parser.add_argument("--sft-lr", type=float, default=1e-3, help="SFT learning rate")
+    parser.add_argument("--rl-steps", type=int, default=2, help="RL steps from the SFT model")
     parser.add_argument("--attempts", type=int, default=1, help="eval attempts a task")
+    parser.add_argument(
+        "--train-eval-limit",
+        type=int,
+        default=6,
+        help="evaluate only the first N train tasks (0: all of them)",
+    )
     parser.add_argument(
         "--temperature", type=float, default=0.0, help="eval sampling temperature (0: greedy)"
     )
