@@ -8,7 +8,8 @@ each distinct prompt runs through the model alone (so its prompt states are exac
 a lone forward pass, with logits for the last position only, whatever else arrived with it);
 newcomers with the same prompt, like the rollouts of one group, share that forward and get
 copies of its cache. From then on each decodes in the shared batch, one token per row per
-step. A row that finishes frees its slot at once.
+step. A row that finishes frees its slot at once. A streamed request also hands each token to its
+caller's loop as soon as it is chosen.
 
 Weights: a sequence takes the gate's shared access when it is admitted and gives it back when
 it finishes, so every token of a completion comes from the version read at admission, which
@@ -26,7 +27,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -60,6 +61,7 @@ class _Job:
     seed: int
     deliver: Callable[[SampleResult | BaseException], None]
     abandoned: Callable[[], bool]
+    stream: Callable[[int, float], None] | None = None
 
 
 @dataclass(eq=False)
@@ -77,7 +79,8 @@ class _Row:
 class TorchSampler:
     """Batched sampling from an in-process Hugging Face causal LM (plain or peft-wrapped).
 
-    Implements the :class:`~rllm_core.ports.training.Sampler` port. Behaviour:
+    Implements the :class:`~rllm_core.ports.training.Sampler` port and its
+    :class:`~rllm_core.ports.training.StreamingSampler` extension. Behaviour:
 
     - ``temperature`` 0 is greedy: the argmax token, whose logprob is reported under the
       untempered softmax. Otherwise the logprob is under ``softmax(logits / temperature)``,
@@ -103,6 +106,10 @@ class TorchSampler:
     - An exception while decoding fails exactly the requests it touched (a prefill: the
       requests sharing that prompt; a batched step: every row in it) with that exception;
       the sampler goes on serving the rest of the queue.
+    - ``sample_stream`` samples exactly as ``sample`` does (same admission, batching and
+      seeds); it only also hands out each token as it is chosen. A caller that stops waiting
+      (a cancelled ``sample``, a closed ``sample_stream``) abandons its request: a queued one
+      is never started, a decoding one leaves the batch at the next step.
 
     ``busy_seconds`` (the :class:`~rllm_core.ports.training.BusyClock` extension) sums the wall
     time of every prefill and decode step, token choice included.
@@ -184,6 +191,56 @@ class TorchSampler:
 
         self._submit([self._job(request, deliver, future.done)])
         return await future
+
+    async def sample_stream(
+        self, request: SampleRequest
+    ) -> AsyncIterator[tuple[list[int], list[float]] | SampleResult]:
+        """Queue ``request`` and yield ``(token_ids, logprobs)`` as the tokens are chosen (all
+        chosen since the previous read, at least one), then the :class:`SampleResult`; see the
+        :class:`~rllm_core.ports.training.StreamingSampler` port.
+
+        The tokens, logprobs and result are those :meth:`sample` gives. Errors are raised
+        from the iterator, after the tokens chosen before them. Closing the iterator early
+        abandons the request and frees its slot.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, float] | SampleResult | BaseException] = asyncio.Queue()
+        left = False
+
+        def put(item: tuple[int, float] | SampleResult | BaseException) -> None:
+            # A closed loop raises RuntimeError: its caller is gone, nobody is waiting.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def token(token_id: int, logprob: float) -> None:
+            if not left:
+                put((token_id, logprob))
+
+        job = self._job(request, put, lambda: left)
+        job.stream = token
+        self._submit([job])
+        try:
+            item = await queue.get()
+            while True:
+                if isinstance(item, SampleResult):
+                    yield item
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                ids, logprobs = [item[0]], [item[1]]
+                item = None
+                while not queue.empty():
+                    item = queue.get_nowait()
+                    if not isinstance(item, tuple):
+                        break
+                    ids.append(item[0])
+                    logprobs.append(item[1])
+                    item = None
+                yield ids, logprobs
+                if item is None:
+                    item = await queue.get()
+        finally:
+            left = True
 
     def sample_many(self, requests: Sequence[SampleRequest]) -> list[SampleResult]:
         """Sample every request concurrently from a thread; results in request order.
@@ -447,6 +504,8 @@ class TorchSampler:
         for row, token, logprob in zip(rows, token_ids.tolist(), logprobs.tolist(), strict=True):
             row.tokens.append(token)
             row.logprobs.append(logprob)
+            if row.job.stream is not None:
+                row.job.stream(token, logprob)
 
     def _fail_rows(self, exc: BaseException) -> None:
         rows, self._rows = self._rows, []
