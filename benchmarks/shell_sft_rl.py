@@ -13,7 +13,8 @@ from the repository root:
    give the episode reward 1. The last request's messages and the final reply are one chat
    JSONL line (``messages``; the harness uses no tools);
 2. ``rllm-core eval`` of the base model on ``examples/shell-agent/plan.toml`` (its ``[harness]``,
-   ``[sampling]`` and sandbox) for the held-out and the train tasks;
+   ``[sampling]`` and sandbox) for the held-out tasks and the first ``--train-eval-limit`` train
+   tasks;
 3. ``rllm-core sft`` on the transcripts (torch backend, LoRA, SmolLM2-135M-Instruct), exported
    as a standalone model folder, and the same two evals of it;
 4. ``rllm-core run`` of the shell-agent plan on the train tasks with ``[trainer].model`` = the
@@ -23,7 +24,7 @@ pass@1 is the share of tasks whose attempts reach reward 1, averaged over attemp
 figure, not a goal: the script exits 0 whatever the model scores. ``--transcripts-only`` stops
 after step 1 (no model is loaded; seconds)::
 
-    .venv/bin/python benchmarks/shell_sft_rl.py              # a table, about 15 minutes
+    .venv/bin/python benchmarks/shell_sft_rl.py              # a table, 25 minutes on 2 busy cores
     .venv/bin/python benchmarks/shell_sft_rl.py --json       # one JSON object
     .venv/bin/python benchmarks/shell_sft_rl.py --transcripts-only --json
 """
