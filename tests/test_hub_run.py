@@ -107,3 +107,38 @@ def test_renderers_take_a_tokenizer_by_hub_id(tmp_path, monkeypatch, smollm2_tok
     assert hf.render(messages).token_ids == by_folder.render(messages).token_ids
     with pytest.raises(ModelNotCachedError, match="'acme/other' is not in the Hugging Face cache"):
         HFRenderer(HFConfig(tokenizer="acme/other"))
+
+
+def test_a_run_downloads_a_hub_id_missing_from_the_cache_when_online(
+    hub_cache, tmp_path, monkeypatch, tiny_smol_model_dir
+):
+    """What ``rllm-core run``, ``sft`` and ``eval`` prepare with (``download=True``): the
+    missing id is fetched through huggingface_hub (replaced here by one that copies the tiny
+    model into the cache as the real one lays it out) before the plan is resolved."""
+    import sys
+    import types
+
+    from rllm_core.training.components import prepare_plan
+
+    calls = []
+
+    def snapshot_download(repo_id, revision=None, cache_dir=None):
+        calls.append(repo_id)
+        repo = Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
+        shutil.copytree(tiny_smol_model_dir, repo / "snapshots" / COMMIT)
+        (repo / "refs").mkdir()
+        (repo / "refs" / revision).write_text(COMMIT, encoding="utf-8")
+        return str(repo / "snapshots" / COMMIT)
+
+    module = types.ModuleType("huggingface_hub")
+    module.snapshot_download = snapshot_download
+    monkeypatch.setitem(sys.modules, "huggingface_hub", module)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    plan, settings = _plan(tmp_path, "acme/fetched")
+    args = [value for flag, value in zip(settings[::2], settings[1::2], strict=True)]
+    resolved = prepare_plan(plan, args, run_dir=tmp_path / "run", download=True)
+    snapshot = hub_cache / "models--acme--fetched" / "snapshots" / COMMIT
+    assert calls == ["acme/fetched"]
+    assert resolved.plan.renderer.options["tokenizer"] == str(snapshot)
+    checked = prepare_plan(plan, args, run_dir=tmp_path / "run")  # plan check never downloads
+    assert checked.plan.trainer.options["model"] == "acme/fetched" and calls == ["acme/fetched"]

@@ -164,3 +164,50 @@ def test_pull_of_a_hub_id_offline_fails_naming_the_id_and_the_cache(cache, tmp_p
     assert f"could not download acme/absent into {cache}" in done.stderr
     assert "HF_HUB_OFFLINE" in done.stderr
     assert not (cache / "models--acme--absent" / "snapshots").exists()
+
+
+def _fake_hub(monkeypatch, cache: Path, calls: list) -> None:
+    """A ``huggingface_hub`` whose ``snapshot_download`` lays the snapshot out as the real one
+    does, recording what it was asked for."""
+    import sys
+    import types
+
+    def snapshot_download(repo_id, revision=None, cache_dir=None):
+        calls.append((repo_id, revision, cache_dir))
+        folder = _snapshot(Path(cache_dir), repo_id, "c" * 40, {"config.json": "{}"})
+        _ref(Path(cache_dir), repo_id, revision, "c" * 40)
+        return str(folder)
+
+    module = types.ModuleType("huggingface_hub")
+    module.snapshot_download = snapshot_download
+    monkeypatch.setitem(sys.modules, "huggingface_hub", module)
+
+
+def test_a_missing_id_is_downloaded_when_the_hub_may_be_reached(cache, monkeypatch):
+    from rllm_core.models.hub import fetch_missing_hub_model
+
+    calls: list = []
+    _fake_hub(monkeypatch, cache, calls)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    lines: list[str] = []
+    folder = fetch_missing_hub_model("acme/fresh@v1", progress=lines.append)
+    assert calls == [("acme/fresh", "v1", str(cache))]
+    assert folder == cache / "models--acme--fresh" / "snapshots" / ("c" * 40)
+    assert models.resolve_model("acme/fresh@v1") == folder
+    assert any("downloading acme/fresh@v1" in line for line in lines)
+    assert fetch_missing_hub_model("acme/fresh@v1", progress=lines.append) is None
+    assert len(calls) == 1  # cached now: nothing more to fetch
+
+
+def test_nothing_is_downloaded_offline_or_for_names_and_folders(cache, monkeypatch, tmp_path):
+    from rllm_core.models.hub import fetch_missing_hub_model
+
+    calls: list = []
+    _fake_hub(monkeypatch, cache, calls)
+    assert fetch_missing_hub_model("acme/fresh", progress=print) is None  # HF_HUB_OFFLINE=1
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    (tmp_path / "owner" / "local").mkdir(parents=True)
+    assert fetch_missing_hub_model("owner/local", progress=print) is None
+    assert fetch_missing_hub_model("smollm2-135m-instruct", progress=print) is None
+    assert fetch_missing_hub_model("not an id", progress=print) is None
+    assert calls == []

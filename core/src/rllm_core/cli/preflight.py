@@ -66,7 +66,7 @@ def resolve_or_exit(
     from rllm_core.training.components import prepare_plan
 
     try:
-        resolved = prepare_plan(plan_path, overrides, run_dir=run_dir)
+        resolved = prepare_plan(plan_path, overrides, run_dir=run_dir, download=True)
     except PlanError as exc:
         fail_plan(exc)
     except ModelError as exc:

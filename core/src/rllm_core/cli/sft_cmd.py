@@ -161,7 +161,7 @@ def _resolve(plan_path: Path, overrides: tuple[str, ...], run_dir: Path) -> Any:
     from rllm_core.training.components import prepare_plan
 
     try:
-        resolved = prepare_plan(plan_path, overrides, run_dir=run_dir)
+        resolved = prepare_plan(plan_path, overrides, run_dir=run_dir, download=True)
     except PlanError as exc:
         fail_plan(exc)
     except ModelError as exc:

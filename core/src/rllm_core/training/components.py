@@ -80,6 +80,36 @@ def _config_fields(manager: PluginManager, section: str, name: str) -> dict[str,
         return {}
 
 
+def _fetch_hub_models(
+    manager: PluginManager, trainer: ComponentRef | None, renderer: ComponentRef | None
+) -> None:
+    """Download the Hub ids the trainer's ``model`` and the renderer's ``tokenizer`` name that
+    are not in the Hugging Face cache (see :func:`rllm_core.models.hub.fetch_missing_hub_model`);
+    a model the backend's service hosts (trait ``hosted_model``) is not downloaded."""
+    import sys
+
+    from rllm_core.models.hub import fetch_missing_hub_model
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if trainer is not None and isinstance(trainer.options.get("model"), str):
+        try:
+            hosted = manager.get_record(COMPONENT_SECTIONS["trainer"], trainer.name).spec.trait(
+                "hosted_model"
+            )
+        except Exception:
+            hosted = True
+        if not hosted:
+            fetch_missing_hub_model(trainer.options["model"], progress=say)
+    if renderer is not None and isinstance(renderer.options.get("tokenizer"), str):
+        fetch_missing_hub_model(
+            renderer.options["tokenizer"],
+            needs=("tokenizer.json", "tokenizer_config.json"),
+            progress=say,
+        )
+
+
 def _trainer_model_dir(manager: PluginManager, ref: ComponentRef) -> Path | None:
     """The trainer's model folder when its config names a ``model`` that lives on this
     machine (not one a backend with the trait ``hosted_model`` trains on its service); raises
@@ -103,12 +133,16 @@ def prepare_plan(
     *,
     run_dir: Path,
     manager: PluginManager | None = None,
+    download: bool = False,
 ) -> ResolvedPlan:
     """Load, fill (see the module docstring) and resolve a plan for a run in ``run_dir``.
 
     Raises :class:`~rllm_core.errors.PlanError` and, when the trainer's ``model`` is not
     cached, :class:`~rllm_core.errors.ModelNotCachedError` (naming ``rllm-core models pull``);
-    :class:`~rllm_core.errors.ModelNotFoundError` when it names no model at all.
+    :class:`~rllm_core.errors.ModelNotFoundError` when it names no model at all. With
+    ``download``, a Hub id the trainer's ``model`` or the renderer's ``tokenizer`` names that is
+    not cached is downloaded first when the Hub may be reached (``HF_HUB_OFFLINE`` unset), and
+    :class:`~rllm_core.errors.ModelPullError` says why when that fails.
     """
     manager = manager or get_plugin_manager()
     plan, _ = load_plan(plan_path, overrides, manager=manager)
@@ -132,6 +166,8 @@ def prepare_plan(
             trainer, note = filled
             updates["trainer"] = trainer
             notes.append(note)
+    if download:
+        _fetch_hub_models(manager, trainer, plan.renderer)
     model_folder = _trainer_model_dir(manager, trainer) if trainer is not None else None
     if trainer is not None:
         fields = _config_fields(manager, "trainer", trainer.name)

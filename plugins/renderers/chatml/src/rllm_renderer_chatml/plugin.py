@@ -23,7 +23,8 @@ class ChatMLConfig(BaseModel):
     tokenizer: Annotated[str, PlanPath(or_name=True)] = Field(
         description="a Hugging Face tokenizer: a model catalog name, a local folder (relative"
         " to the plan; write ./name for a folder without a slash) or a Hub id"
-        " (owner/name[@revision]) already in the Hugging Face cache; its tokenizer.json is"
+        " (owner/name[@revision]) from the Hugging Face cache (run, sft and eval download it"
+        " when missing and online); its tokenizer.json is"
         " used, and with template='auto' its chat template tells which template to render"
     )
     template: Literal["auto", "smollm2", "qwen2.5"] = Field(

@@ -23,7 +23,8 @@ class HFConfig(BaseModel):
     tokenizer: Annotated[str, PlanPath(or_name=True)] = Field(
         description="the tokenizer with a chat template: a model catalog name, a local folder"
         " (relative to the plan; write ./name for a folder without a slash) or a Hugging Face"
-        " Hub id (owner/name[@revision]) already in the Hugging Face cache; never downloaded"
+        " Hub id (owner/name[@revision]) from the Hugging Face cache (run, sft and eval download"
+        " it when missing, unless HF_HUB_OFFLINE=1)"
     )
     chat_template: str | None = Field(
         default=None,

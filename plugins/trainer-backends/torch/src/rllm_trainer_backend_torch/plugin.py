@@ -75,8 +75,8 @@ class TorchBackendConfig(_Config, AdamWSettings):
             "A model catalog name (such as 'smollm2-135m-instruct'), else a local folder holding"
             " a transformers model (config.json, safetensors weights; relative to the plan, write"
             " ./name for a folder without a slash), else a Hugging Face Hub id"
-            " (owner/name[@revision]) already in the Hugging Face cache (HF_HUB_CACHE or"
-            " HF_HOME/hub; rllm-core models pull owner/name downloads one)."
+            " (owner/name[@revision]) from the Hugging Face cache (HF_HUB_CACHE or HF_HOME/hub;"
+            " run, sft and eval download it when missing, unless HF_HUB_OFFLINE=1)."
         ),
     )
     device: str = Field(
