@@ -1,8 +1,8 @@
 """Harbor task format 1.4 end to end: ``rllm-core tasks check --solve --noop`` over tasks
 written for ``schema_version = "1.4"`` whose verifiers write named rewards to
-``/logs/verifier/reward.json``, run by the ``harbor`` task source in the real ``local``
-sandbox backend (bubblewrap); and the same command refusing a task whose verifier asks for
-its own environment."""
+``/logs/verifier/reward.json`` or ``rewards.json``, run by the ``harbor`` task source in the
+real ``local`` sandbox backend (bubblewrap); and the same command refusing a task whose
+verifier asks for its own environment."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ DOCKERFILE = "FROM debian:bookworm-slim\nWORKDIR /app\nRUN printf 'b\\na\\nb\\n'
 SOLVE = "#!/bin/bash\nset -euo pipefail\nsort -u /app/words.txt > /app/sorted.txt\n"
 
 # Each verifier scores the answer twice, exactness and a final newline, and writes named
-# rewards (no field named "reward") to reward.json.
+# rewards (no field named "reward") to reward.json or rewards.json ($out, set per task).
 CHECKS = """\
 #!/bin/bash
 mkdir -p /logs/verifier
-out=/logs/verifier/reward.json
 exact=0; newline=0
 if [ "$(cat /app/sorted.txt 2>/dev/null)" = "$(printf 'a\\nb')" ]; then exact=1; fi
 if [ -s /app/sorted.txt ] && [ -z "$(tail -c1 /app/sorted.txt)" ]; then newline=1; fi
@@ -28,12 +27,16 @@ TASKS = {
     # [verifier].reward_key names the reward trained on; "style" is recorded only.
     "keyed": (
         '[verifier]\ntimeout_sec = 30\nreward_key = "correctness"\n',
-        CHECKS + 'echo "{\\"correctness\\": $exact, \\"style\\": 0.25}" > $out\n',
+        CHECKS
+        + "out=/logs/verifier/reward.json\n"
+        + 'echo "{\\"correctness\\": $exact, \\"style\\": 0.25}" > $out\n',
     ),
-    # No key and no field named "reward": the mean of the named rewards.
+    # No key and no field named "reward": the mean of the named rewards, from rewards.json.
     "mean": (
         "[verifier]\ntimeout_sec = 30\n",
-        CHECKS + 'echo "{\\"exact\\": $exact, \\"newline\\": $newline}" > $out\n',
+        CHECKS
+        + "out=/logs/verifier/rewards.json\n"
+        + 'echo "{\\"exact\\": $exact, \\"newline\\": $newline}" > $out\n',
     ),
 }
 
