@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Set up the development environment in .venv: build and lint tooling, the pinned torch, and,
-# editable, the core, every first-party plugin under plugins/ and every example package under
-# examples/, each with its `test` extra when it has one. Then the default model is pulled into
-# the user cache (`rllm-core models pull smollm2-135m-instruct`, see docs/models.md).
+# Set up the development environment in .venv: build and lint tooling, the docs site's tooling
+# (requirements/docs.txt), the pinned torch, and, editable, the core, every first-party plugin
+# under plugins/ and every example package under examples/, each with its `test` extra when it
+# has one. Then the default model is pulled into the user cache
+# (`rllm-core models pull smollm2-135m-instruct`, see docs/models.md).
 #
 # Idempotent: a stamp file records the last successful install; when it is newer than every
 # pyproject.toml, requirements file and this script, names the same packages, and all of them
@@ -23,6 +24,7 @@ VENV_PY="$VENV/bin/python"
 STAMP="$VENV/.rllm-setup.stamp"
 TORCH_REQ="requirements/torch.txt"
 TOOLS_REQ="requirements/tools.txt"
+DOCS_REQ="requirements/docs.txt"
 DEFAULT_MODEL="smollm2-135m-instruct"
 
 say() { printf '==> %s\n' "$*"; }
@@ -67,7 +69,7 @@ up_to_date() {
     for dir in "${packages[@]}"; do
         [[ "$dir/pyproject.toml" -nt "$STAMP" ]] && return 1
     done
-    for file in "$TORCH_REQ" "$TOOLS_REQ" "$ROOT/scripts/setup.sh"; do
+    for file in "$TORCH_REQ" "$TOOLS_REQ" "$DOCS_REQ" "$ROOT/scripts/setup.sh"; do
         [[ "$file" -nt "$STAMP" ]] && return 1
     done
     [[ "$(cat "$STAMP")" == "$(printf '%s\n' "${packages[@]}")" ]] || return 1
@@ -114,6 +116,8 @@ say "upgrading pip"
 pip install --quiet --upgrade pip
 say "installing build and lint tooling ($TOOLS_REQ)"
 pip install --quiet -r "$TOOLS_REQ"
+say "installing the documentation site's tooling ($DOCS_REQ)"
+pip install --quiet -r "$DOCS_REQ"
 say "installing torch ($TORCH_REQ)"
 pip install --quiet -r "$TORCH_REQ"
 
