@@ -65,14 +65,13 @@ def test_plugins_lists_status_version_and_components(broken):
 def test_plugins_table_shows_error_row(broken):
     result = cli("plugins", fakes=broken)
     assert result.returncode == 0, result.stderr
-    lines = {
-        line.split("│")[1].strip(): line
-        for line in result.stdout.splitlines()
-        if line.startswith("│") and line.split("│")[1].strip()
-    }
-    assert "error" in lines["rllm-loss-broken"]
-    assert "this plugin is broken on purpose" in lines["rllm-loss-broken"]
-    assert "active" in lines["rllm-loss-alpha"] and "loss:alpha" in lines["rllm-loss-alpha"]
+    # Piped, the table is one tab-separated line per plugin under a header line.
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["# rllm-core plugins", "Plugin\tVersion\tStatus\tProvides"]
+    fields = {line.split("\t")[0]: line.split("\t") for line in lines[2:]}
+    assert fields["rllm-loss-broken"][1:3] == ["0.1.0", "error"]
+    assert "this plugin is broken on purpose" in fields["rllm-loss-broken"][3]
+    assert fields["rllm-loss-alpha"][1:] == ["1.2.0", "active", "loss:alpha"]
     assert "Traceback" not in result.stdout
 
 

@@ -5,10 +5,18 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from rllm_core.cli.output import EXIT_FAILURE, console, print_json
+from rllm_core.cli.output import (
+    EXIT_FAILURE,
+    Cell,
+    Column,
+    console,
+    is_plain,
+    print_heading,
+    print_json,
+    print_table,
+)
 from rllm_core.plugins.manager import PluginRecord, PluginStatus, get_plugin_manager
 from rllm_core.plugins.specs import Kind
 
@@ -58,35 +66,52 @@ def plugins(as_json: bool, kind: str | None, verbose: bool, check: bool) -> None
 def _print_table(records: list[PluginRecord], kind: Kind | None, verbose: bool) -> None:
     if not records:
         console.print(
-            "No rllm-core plugins are installed. Install one with `pip install rllm-<kind>-<name>`."
+            "No rllm-core plugins are installed."
+            " Install one with `pip install rllm-<kind>-<name>`.",
+            markup=False,
         )
         return
-    table = Table(title="rllm-core plugins", title_justify="left")
-    table.add_column("Plugin", no_wrap=True)
-    table.add_column("Version", no_wrap=True)
-    table.add_column("Status", no_wrap=True)
-    table.add_column("Provides", overflow="fold")
+    plain = is_plain()
+    # Piped: a version field and the components as kind:name, for grep and cut. On a terminal
+    # the version goes under the name and the components are grouped by kind, which keeps the
+    # longest names whole at 80 columns.
+    columns = [Column("Plugin"), Column("Status"), Column("Provides")]
+    if plain:
+        columns.insert(1, Column("Version"))
     if verbose:
-        table.add_column("Module")
+        columns.append(Column("Module", fold=True))
+    rows = []
     for record in records:
-        style = _STATUS_STYLE[record.status]
-        provides = "\n".join(_provides(record, kind))
+        provides: list[str | Text] = list(_provides(record, kind))
+        if not plain:
+            provides = _grouped(provides)
         if record.status is PluginStatus.ERROR:
-            provides = f"[red]{escape(record.error or '')}[/]"
+            provides = [Text(record.error or "", style="red", overflow="fold")]
         elif record.status is PluginStatus.CONFLICT:
-            provides += "\n" + "\n".join(f"[yellow]{escape(c)}[/]" for c in record.conflicts)
-        row = [
-            escape(record.distribution),
-            escape(record.version),
-            f"[{style}]{record.status.value}[/]",
-            provides,
-        ]
+            provides += [Text(c, style="yellow") for c in record.conflicts]
+        name: Cell = record.distribution
+        if not plain:
+            name = Text(record.distribution)
+            name.append(f" {record.version}", style="dim")
+        row: list[Cell] = [name, Text(record.status.value, style=_STATUS_STYLE[record.status])]
+        if plain:
+            row.insert(1, record.version)
+        row.append(provides)
         if verbose:
-            row.append(escape(record.module))
-        table.add_row(*row)
-    console.print(table)
+            row.append(record.module)
+        rows.append(row)
+    print_table("rllm-core plugins", columns, rows)
     if verbose:
         for record in records:
             if record.traceback:
-                console.rule(f"{record.distribution}: traceback")
+                print_heading(f"{record.distribution}: traceback")
                 console.print(record.traceback, markup=False)
+
+
+def _grouped(components: list[str | Text]) -> list[str | Text]:
+    """``kind:name`` entries as one ``kind: name, name`` line per kind, in first-seen order."""
+    names: dict[str, list[str]] = {}
+    for component in components:
+        kind, _, name = str(component).partition(":")
+        names.setdefault(kind, []).append(name)
+    return [f"{kind}: {', '.join(found)}" for kind, found in names.items()]
