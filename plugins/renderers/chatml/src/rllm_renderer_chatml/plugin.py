@@ -20,7 +20,7 @@ class ChatMLConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: Annotated[str, PlanPath(or_name=True)] = Field(
+    tokenizer: Annotated[str, PlanPath(or_name=True, expects="tokenizer")] = Field(
         description="a Hugging Face tokenizer: a model catalog name, a local folder (relative"
         " to the plan; write ./name for a folder without a slash) or a Hub id"
         " (owner/name[@revision]) from the Hugging Face cache (run, sft and eval download it"
@@ -37,6 +37,13 @@ class ChatMLConfig(BaseModel):
         description="system message used when a conversation has none; None keeps the"
         " template's own default",
     )
+    literal_control_tokens: bool = Field(
+        default=False,
+        description="true: a control token such as <|im_end|> written inside message text"
+        " (content, reasoning, tool calls, tool results) is encoded as ordinary text, so a tool"
+        " output cannot forge a turn boundary; false (the reference chat templates' behaviour):"
+        " it becomes the control token. A model trained with it on should be served with it on",
+    )
 
 
 class Qwen3Config(BaseModel):
@@ -44,7 +51,7 @@ class Qwen3Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: Annotated[str, PlanPath(or_name=True)] = Field(
+    tokenizer: Annotated[str, PlanPath(or_name=True, expects="tokenizer")] = Field(
         description="a Hugging Face tokenizer with a Qwen vocabulary (Qwen3's, or Qwen2.5's,"
         " where <think> is plain text): a local folder (relative to the plan; write ./name for"
         " a folder without a slash) or a Hub id (owner/name[@revision]) already in the Hugging"
@@ -60,6 +67,13 @@ class Qwen3Config(BaseModel):
         default=True,
         description="false: the generation prompt carries an empty think block, as the"
         " template's enable_thinking=False does",
+    )
+    literal_control_tokens: bool = Field(
+        default=False,
+        description="true: a control token such as <|im_end|> written inside message text"
+        " (content, reasoning, tool calls, tool results) is encoded as ordinary text, so a tool"
+        " output cannot forge a turn boundary; false (the reference chat templates' behaviour):"
+        " it becomes the control token. A model trained with it on should be served with it on",
     )
 
 

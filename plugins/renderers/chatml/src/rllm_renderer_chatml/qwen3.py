@@ -12,7 +12,7 @@ from rllm_core.types import Message, ToolSpec
 from rllm_renderer_chatml.qwen3_template import Qwen3Template, is_query
 from rllm_renderer_chatml.renderer import ChatMLRenderer
 from rllm_renderer_chatml.templates import GENERATION_PROMPT
-from rllm_renderer_chatml.tokenizer import TextTokenizer
+from rllm_renderer_chatml.tokenizer import Piece, TextTokenizer
 
 if TYPE_CHECKING:
     from rllm_renderer_chatml.plugin import Qwen3Config
@@ -41,8 +41,14 @@ class Qwen3Renderer(ChatMLRenderer):
       always extends, exactly like the ``chatml`` renderer.
     """
 
-    def __init__(self, tokenizer: TextTokenizer, template: Qwen3Template) -> None:
-        super().__init__(tokenizer, template)
+    def __init__(
+        self,
+        tokenizer: TextTokenizer,
+        template: Qwen3Template,
+        *,
+        literal_control_tokens: bool = False,
+    ) -> None:
+        super().__init__(tokenizer, template, literal_control_tokens=literal_control_tokens)
         self.template: Qwen3Template = template
         self.im_start = tokenizer.require_token("<|im_start|>")
         self._header_ids = tokenizer.encode(GENERATION_PROMPT)
@@ -52,7 +58,11 @@ class Qwen3Renderer(ChatMLRenderer):
         template = Qwen3Template(
             keep_reasoning=config.keep_reasoning, enable_thinking=config.enable_thinking
         )
-        return cls(TextTokenizer(resolve_tokenizer(config.tokenizer)), template)
+        return cls(
+            TextTokenizer(resolve_tokenizer(config.tokenizer)),
+            template,
+            literal_control_tokens=config.literal_control_tokens,
+        )
 
     def _last_query_end(self, prompt: list[int]) -> int | None:
         """Where the turn of the last user query ends in ``prompt`` (``None``: no query)."""
@@ -92,5 +102,6 @@ class Qwen3Renderer(ChatMLRenderer):
         reasoning = bool(message.reasoning)
         show = not new_query and query_end is not None and reasoning
         think, text, _ = self.template.assistant_text(message, show_think=show)
-        expected = self.tokenizer.encode(GENERATION_PROMPT + think + text)
-        return expected == self._generation_ids + body
+        pieces = [Piece(GENERATION_PROMPT, -1), Piece(think + text, -1, True, True)]
+        expected = self.tokenizer.render(pieces, literal=self.literal_control_tokens)
+        return expected.token_ids == self._generation_ids + body

@@ -122,9 +122,9 @@ class Qwen3Template(ChatTemplate):
                 shown = n > last_query and (n == last or bool(reasoning))
                 out += self._assistant(n, m, self.keep_reasoning or shown)
             elif m.role == "tool":
-                out.append(tool_result(messages, n))
+                out += tool_result(messages, n)
             else:
-                out.append(plain_turn(n, m.role, m.content))
+                out += plain_turn(n, m.role, m.content)
         return out
 
     def pieces(
@@ -142,9 +142,9 @@ class Qwen3Template(ChatTemplate):
         if tools:
             lead = messages[0].content + "\n\n" if has_system else ""
             system = f"{lead}{tools_system_block(tools)}"
-            out.append(plain_turn(0 if has_system else -1, "system", system))
+            out += plain_turn(0 if has_system else -1, "system", system)
         elif has_system:
-            out.append(plain_turn(0, "system", messages[0].content))
+            out += plain_turn(0, "system", messages[0].content)
         out += self._turns(messages, 1 if has_system else 0)
         if generation:
             out.append(Piece(self.generation_prompt(), -1))
@@ -152,10 +152,9 @@ class Qwen3Template(ChatTemplate):
 
     def continuation(
         self, new_messages: Sequence[Message], tools: Sequence[ToolSpec] | None
-    ) -> str:
+    ) -> list[Piece]:
         after = [Message(role="assistant"), *new_messages]
-        turns = "".join(p.text for p in self._turns(after, 1))
-        return "\n" + turns + self.generation_prompt()
+        return [Piece("\n", -1), *self._turns(after, 1), Piece(self.generation_prompt(), -1)]
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
         """Reasoning as :func:`~rllm_core.kit.completions.split_think` reads it; without a think

@@ -36,13 +36,26 @@ class ChatMLRenderer:
     conversation whenever the completion is what the template renders for the parsed
     message.
 
+    With ``literal_control_tokens``, a control token (an added token marked special, such as
+    ``<|im_end|>``) spelled inside message text (content, reasoning, tool calls and their
+    arguments, tool results) is encoded as ordinary text, so no message can close its turn or
+    open another; the template's own markup stays special. Text that spells no control token
+    renders exactly as without it, and the bridge keeps its prefix either way.
+
     Subclasses (the ``qwen3`` renderer) refine when a bridge keeps the template's prefix by
     overriding :meth:`_bridge_keeps_prefix`.
     """
 
-    def __init__(self, tokenizer: TextTokenizer, template: ChatTemplate) -> None:
+    def __init__(
+        self,
+        tokenizer: TextTokenizer,
+        template: ChatTemplate,
+        *,
+        literal_control_tokens: bool = False,
+    ) -> None:
         self.tokenizer = tokenizer
         self.template = template
+        self.literal_control_tokens = literal_control_tokens
         tokenizer.require_token("<|im_start|>")
         self.im_end = tokenizer.require_token("<|im_end|>")
         self.end_of_text = tokenizer.require_token("<|endoftext|>")
@@ -54,7 +67,8 @@ class ChatMLRenderer:
         name = config.template
         if name == "auto":
             name = detect_template(load_chat_template(tokenizer.folder), config.tokenizer)
-        return cls(tokenizer, TEMPLATES[name](default_system=config.default_system))
+        template = TEMPLATES[name](default_system=config.default_system)
+        return cls(tokenizer, template, literal_control_tokens=config.literal_control_tokens)
 
     # ---------------------------------------------------------------- render
 
@@ -65,7 +79,7 @@ class ChatMLRenderer:
         add_generation_prompt: bool = False,
     ) -> RenderedTokens:
         pieces = self.template.pieces(list(messages), tools or None, add_generation_prompt)
-        return self.tokenizer.render(pieces)
+        return self.tokenizer.render(pieces, literal=self.literal_control_tokens)
 
     # ---------------------------------------------------------------- tokens and text
 
@@ -119,5 +133,6 @@ class ChatMLRenderer:
         if not self._bridge_keeps_prefix(prompt, body, truncated, new_messages, tools or None):
             return None
         delta = [self.im_end] if truncated else []
-        delta += self.tokenizer.encode(self.template.continuation(new_messages, tools or None))
+        pieces = self.template.continuation(new_messages, tools or None)
+        delta += self.tokenizer.render(pieces, literal=self.literal_control_tokens).token_ids
         return prompt + completion + delta

@@ -50,29 +50,40 @@ GENERATION_PROMPT = f"{IM_START}assistant\n"
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
-def plain_turn(index: int, role: str, content: str) -> Piece:
-    return Piece(f"{IM_START}{role}\n{content}{IM_END}\n", index)
+def plain_turn(index: int, role: str, content: str) -> list[Piece]:
+    """A ChatML turn; its content is a literal piece."""
+    return [
+        Piece(f"{IM_START}{role}\n", index),
+        Piece(content, index, False, True),
+        Piece(f"{IM_END}\n", index),
+    ]
 
 
 def assistant_turn(index: int, body: str, *, scaffold: str = "") -> list[Piece]:
     """An assistant turn: header, ``scaffold`` (text after the header that the model did not
-    sample), the sampled body and its closing token, then the newline after the close."""
+    sample), the sampled body (a literal piece: its markup, ``<think>`` or ``<tool_call>``, is
+    made of added tokens that are not special) and its closing token, then the newline after
+    the close."""
     return [
         Piece(GENERATION_PROMPT + scaffold, index),
-        Piece(body, index, True),
+        Piece(body, index, True, True),
         Piece(IM_END, index, True),
         Piece("\n", index),
     ]
 
 
-def tool_result(messages: Sequence[Message], index: int) -> Piece:
+def tool_result(messages: Sequence[Message], index: int) -> list[Piece]:
     """A tool message as a ``<tool_response>`` block; a run of tool messages shares one user
-    turn, opened by the first and closed by the last."""
+    turn, opened by the first and closed by the last. The result is a literal piece."""
     opens = index == 0 or messages[index - 1].role != "tool"
     closes = index == len(messages) - 1 or messages[index + 1].role != "tool"
-    text = f"{IM_START}user" if opens else ""
-    text += f"\n<tool_response>\n{messages[index].content}\n</tool_response>"
-    return Piece(text + (f"{IM_END}\n" if closes else ""), index)
+    head = f"{IM_START}user" if opens else ""
+    tail = "\n</tool_response>" + (f"{IM_END}\n" if closes else "")
+    return [
+        Piece(head + "\n<tool_response>\n", index),
+        Piece(messages[index].content, index, False, True),
+        Piece(tail, index),
+    ]
 
 
 def tool_spec_json(tool: ToolSpec) -> str:
@@ -114,9 +125,9 @@ def _check_roles(messages: Sequence[Message]) -> None:
 class ChatTemplate:
     """What a renderer needs from a template.
 
-    ``pieces`` renders a whole conversation; ``continuation`` renders what follows a closed
-    assistant turn when ``new_messages`` (never assistant messages) are added: the newline
-    after ``<|im_end|>``, the new turns and the generation prompt. ``parse`` reads the text
+    ``pieces`` renders a whole conversation; ``continuation`` renders, as pieces, what follows
+    a closed assistant turn when ``new_messages`` (never assistant messages) are added: the
+    newline after ``<|im_end|>``, the new turns and the generation prompt. ``parse`` reads the text
     of an assistant body back into content, reasoning and tool-call attempts.
     """
 
@@ -134,7 +145,7 @@ class ChatTemplate:
 
     def continuation(
         self, new_messages: Sequence[Message], tools: Sequence[ToolSpec] | None
-    ) -> str:
+    ) -> list[Piece]:
         raise NotImplementedError
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
@@ -161,7 +172,7 @@ class SmolLM2Template(ChatTemplate):
     def _turn(self, index: int, m: Message) -> list[Piece]:
         if m.role == "assistant":
             return assistant_turn(index, m.content)
-        return [plain_turn(index, m.role, m.content)]
+        return plain_turn(index, m.role, m.content)
 
     def pieces(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None, generation: bool
@@ -170,7 +181,7 @@ class SmolLM2Template(ChatTemplate):
         self._refuse_tools(messages, tools)
         out: list[Piece] = []
         if messages[0].role != "system":
-            out.append(plain_turn(-1, "system", self.default_system))
+            out += plain_turn(-1, "system", self.default_system)
         for n, m in enumerate(messages):
             out += self._turn(n, m)
         if generation:
@@ -179,10 +190,10 @@ class SmolLM2Template(ChatTemplate):
 
     def continuation(
         self, new_messages: Sequence[Message], tools: Sequence[ToolSpec] | None
-    ) -> str:
+    ) -> list[Piece]:
         self._refuse_tools(new_messages, None)
-        turns = "".join(p.text for n, m in enumerate(new_messages) for p in self._turn(n, m))
-        return "\n" + turns + GENERATION_PROMPT
+        turns = [p for n, m in enumerate(new_messages) for p in self._turn(n, m)]
+        return [Piece("\n", -1), *turns, Piece(GENERATION_PROMPT, -1)]
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
         return text, None, []
@@ -224,9 +235,9 @@ class Qwen25Template(ChatTemplate):
             if m.role == "assistant":
                 out += assistant_turn(n, self.assistant_body(m))
             elif m.role == "tool":
-                out.append(tool_result(messages, n))
+                out += tool_result(messages, n)
             else:
-                out.append(plain_turn(n, m.role, m.content))
+                out += plain_turn(n, m.role, m.content)
         return out
 
     def pieces(
@@ -238,7 +249,7 @@ class Qwen25Template(ChatTemplate):
         owner = 0 if has_system else -1
         if tools:
             system = f"{system}\n\n{tools_system_block(tools)}"
-        out = [plain_turn(owner, "system", system)]
+        out = plain_turn(owner, "system", system)
         out += self._turns(messages, 1 if has_system else 0)
         if generation:
             out.append(Piece(GENERATION_PROMPT, -1))
@@ -246,9 +257,9 @@ class Qwen25Template(ChatTemplate):
 
     def continuation(
         self, new_messages: Sequence[Message], tools: Sequence[ToolSpec] | None
-    ) -> str:
+    ) -> list[Piece]:
         after = [Message(role="assistant"), *new_messages]
-        return "\n" + "".join(p.text for p in self._turns(after, 1)) + GENERATION_PROMPT
+        return [Piece("\n", -1), *self._turns(after, 1), Piece(GENERATION_PROMPT, -1)]
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
         content, calls = split_tool_calls(text)

@@ -21,8 +21,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from pathlib import Path
 from typing import NamedTuple
@@ -46,11 +47,15 @@ __all__ = ["Piece", "TextTokenizer", "load_chat_template"]
 
 class Piece(NamedTuple):
     """A run of rendered text: ``message`` is the index of the message it belongs to (``-1``
-    for scaffold) and ``sampled`` whether the model produced it."""
+    for scaffold), ``sampled`` whether the model produced it and ``literal`` whether it is
+    message text (content, reasoning, tool calls, tool results) rather than the template's own
+    markup: with literal control tokens on, control-token strings in it are encoded as
+    ordinary text."""
 
     text: str
     message: int
     sampled: bool = False
+    literal: bool = False
 
 
 def load_chat_template(folder: str | os.PathLike[str]) -> str | None:
@@ -71,6 +76,15 @@ def load_chat_template(folder: str | os.PathLike[str]) -> str | None:
 @functools.lru_cache(maxsize=16)
 def _load(path: str, mtime_ns: int) -> Tokenizer:
     return Tokenizer.from_file(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_literal(path: str, mtime_ns: int) -> Tokenizer:
+    """A second copy of the tokenizer that encodes special-token text as ordinary text; a
+    copy, since the flag belongs to the tokenizer object and the first one is shared."""
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.encode_special_tokens = True
+    return tokenizer
 
 
 class TextTokenizer:
@@ -96,7 +110,8 @@ class TextTokenizer:
                 f"tokenizer folder {str(self.folder)!r} has no tokenizer.json; point `tokenizer`"
                 " at a Hugging Face tokenizer folder (one saved with save_pretrained)"
             )
-        self._tokenizer = _load(str(path.resolve()), path.stat().st_mtime_ns)
+        self._path = (str(path.resolve()), path.stat().st_mtime_ns)
+        self._tokenizer = _load(*self._path)
         self.cache = segment_cache(cache_tokens)
         blocked = segmentation_blocker(self._tokenizer)
         self._segments = None if blocked else SegmentEncoder(self._tokenizer, self.cache)
@@ -104,6 +119,12 @@ class TextTokenizer:
         self.blocks: TokenCache[tuple[Piece, ...], RenderedTokens] | None = None
         if self._segments is not None and self._segments.clean_boundaries and not self._trims:
             self.blocks = TokenCache(cache_tokens, size=_rendered_size)
+        decoder = self._tokenizer.get_added_tokens_decoder().values()
+        self.control_tokens = frozenset(t.content for t in decoder if t.special and t.content)
+        """The control tokens: added tokens marked special (``<|im_start|>``, ``<|im_end|>``,
+        ...), which literal pieces may spell but never produce."""
+        self._control = _alternation(self.control_tokens)
+        self._added = _alternation(t.content for t in decoder if not t.normalized and t.content)
 
     @property
     def segmented(self) -> bool:
@@ -146,14 +167,23 @@ class TextTokenizer:
             starts.append(last)
         return [(0, text, Encoded(encoding.ids, starts))]
 
-    def render(self, pieces: Sequence[Piece]) -> RenderedTokens:
+    def render(self, pieces: Sequence[Piece], *, literal: bool = False) -> RenderedTokens:
         """Encode the joined text of ``pieces`` and attribute every token to its piece.
 
         Runs of pieces that start with an added token (a ChatML turn and what follows it up
         to the next turn) encode on their own, so each run's result is cached whole (in
         :attr:`blocks`, keyed by its pieces) when the tokenizer allows it.
+
+        With ``literal``, a control token spelled inside a literal piece is not that token:
+        the text between two tokens of the template's own markup is encoded with special
+        tokens read as text (see :meth:`_literal_units`). Pieces without such a spelling
+        encode exactly as without ``literal``.
         """
         pieces = [p for p in pieces if p.text]
+        if literal and self._control is not None:
+            search = self._control.search
+            if any(p.literal and search(p.text) for p in pieces):
+                return self._render(pieces, self._literal_units(pieces))
         blocks = self.blocks
         if blocks is None or not pieces:
             return self._render(pieces)
@@ -179,8 +209,56 @@ class TextTokenizer:
             first = n
         return RenderedTokens(token_ids=ids, message_indices=indices, sampled_mask=sampled)
 
-    def _render(self, pieces: Sequence[Piece]) -> RenderedTokens:
-        """:meth:`render` of non-empty pieces, unit by unit."""
+    def _literal_units(self, pieces: Sequence[Piece]) -> list[Unit]:
+        """The units of the joined text of ``pieces`` when control tokens spelled in literal
+        pieces are text.
+
+        Added tokens are matched only in the runs of pieces that spell no control token
+        (each run on its own, so no match starts in one piece and ends in a forged one); the
+        text between two matches is a segment as usual, and a segment that overlaps a forged
+        piece is encoded by a copy of the tokenizer that reads special-token text as text
+        (it still matches the added tokens that are not special, ``<tool_call>`` say)."""
+        control = self._control
+        assert control is not None
+        text = "".join(p.text for p in pieces)
+        matches: list[tuple[int, int]] = []
+        forged: list[tuple[int, int]] = []
+        pos = run = 0
+        for p in pieces:
+            end = pos + len(p.text)
+            if p.literal and control.search(p.text):
+                if self._added is not None:
+                    matches += [m.span() for m in self._added.finditer(text, run, pos)]
+                forged.append((pos, end))
+                run = end
+            pos = end
+        if self._added is not None:
+            matches += [m.span() for m in self._added.finditer(text, run, len(text))]
+        literal_tokenizer = _load_literal(*self._path)
+        units: list[Unit] = []
+        pos = 0
+        for start, end in [*matches, (len(text), len(text))]:
+            if start > pos:
+                piece = text[pos:start]
+                if any(a < start and pos < b for a, b in forged):
+                    encoding = literal_tokenizer.encode(piece, add_special_tokens=False)
+                    units.append((pos, piece, Encoded(encoding.ids, _starts(encoding.offsets))))
+                elif self._segments is not None:
+                    units.append((pos, piece, self._segments.segment(piece)))
+                else:
+                    encoding = self._tokenizer.encode(piece, add_special_tokens=False)
+                    units.append((pos, piece, Encoded(encoding.ids, _starts(encoding.offsets))))
+            if end > start:
+                token = text[start:end]
+                token_id = self._tokenizer.token_to_id(token)
+                assert token_id is not None
+                units.append((start, token, Encoded([token_id], [0])))
+            pos = end
+        return units
+
+    def _render(self, pieces: Sequence[Piece], units: list[Unit] | None = None) -> RenderedTokens:
+        """:meth:`render` of non-empty pieces, unit by unit (``units``: the units of their
+        joined text, when already cut)."""
         ends = list(accumulate(len(p.text) for p in pieces))
         ids: list[int] = []
         indices: list[int] = []
@@ -191,7 +269,9 @@ class TextTokenizer:
         # Tokens are counted per piece and the attribution lists written a piece at a time.
         # A token belongs to the piece its start falls in, so only a unit that crosses a
         # piece end needs its tokens' start offsets.
-        for base, text, encoded in self._units("".join(p.text for p in pieces)):
+        if units is None:
+            units = self._units("".join(p.text for p in pieces))
+        for base, text, encoded in units:
             while piece < last and base >= ends[piece]:
                 owner = pieces[piece]
                 indices += [owner.message] * count
@@ -225,6 +305,21 @@ class TextTokenizer:
             indices += [owner.message] * count
             sampled += [owner.sampled] * count
         return RenderedTokens(token_ids=ids, message_indices=indices, sampled_mask=sampled)
+
+
+def _starts(offsets: list[tuple[int, int]]) -> list[int]:
+    out, last = [], 0
+    for start, _ in offsets:
+        last = max(last, start)
+        out.append(last)
+    return out
+
+
+def _alternation(tokens: Iterable[str]) -> re.Pattern[str] | None:
+    """A pattern matching any of ``tokens``, the longest first where several start at one
+    place (the tokenizer's rule); ``None`` for no tokens."""
+    ordered = sorted(set(tokens), key=lambda t: (-len(t), t))
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
 
 
 def _rendered_size(rendered: RenderedTokens) -> int:
