@@ -152,7 +152,10 @@ def test_turns_count_the_stored_token_ids(run):
     assert completion["text"] == {"prompt_delta": "2 + 2 =", "completion": " 4"}
 
 
-def test_the_conversation_prints_from_another_directory_within_100_columns(run, tmp_path):
+def test_the_conversation_prints_from_another_directory_within_100_columns(
+    run, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("RLLM_CORE_OUTPUT", "rich")
     result = cli(
         "traces", "show", str(run["folder"].path), "--episode", "s1-list-files-0", cwd=tmp_path
     )
@@ -165,6 +168,17 @@ def test_the_conversation_prints_from_another_directory_within_100_columns(run, 
     assert f"prompt {prompt0} tokens (+{prompt0} new)" in out
     assert f"prompt {prompt1} tokens" in out and "finish length" in out
     assert "2 + 2 =" in out and "reward   1.000 · termination done · parsed=1" in out
+
+
+def test_the_conversation_piped_is_one_line_per_message(run, tmp_path):
+    result = cli(
+        "traces", "show", str(run["folder"].path), "--episode", "s1-list-files-0", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "reward\t1.000 · termination done · parsed=1" in lines
+    assert "user\ttotal 0\\nnotes.txt" in lines
+    assert not any(set(line) & set("─━│┃") for line in lines)
 
 
 def test_raw_shows_the_template_tokens(run, tmp_path):

@@ -179,7 +179,8 @@ def test_runs_show_json_is_the_report(finished):
     assert json.loads(result.stdout) == run_report(finished.path)
 
 
-def test_runs_show_prints_a_table_within_100_columns(finished):
+def test_runs_show_prints_a_table_within_100_columns(finished, monkeypatch):
+    monkeypatch.setenv("RLLM_CORE_OUTPUT", "rich")
     result = cli("runs", "show", str(finished.path))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -189,6 +190,15 @@ def test_runs_show_prints_a_table_within_100_columns(finished):
     assert "best 0.750 (step 2)" in text
     assert "step 2" in text and "dppo-tv + 0.1 x echo" in text and "model smollm2" in text
     assert str(finished.path / "reward.png") in "".join(text.split())
+
+
+def test_runs_show_piped_is_one_label_and_value_per_line(finished):
+    result = cli("runs", "show", str(finished.path))
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split("\t") for line in result.stdout.splitlines())
+    assert lines["status"] == "finished" and lines["steps"] == "3 / 6"
+    assert lines["loss"] == "dppo-tv + 0.1 x echo"
+    assert lines["plots"] == str(finished.path / "reward.png")
 
 
 @pytest.mark.parametrize("make", ["missing", "empty"])
@@ -227,7 +237,7 @@ def test_runs_list_defaults_to_runs_and_rejects_a_missing_directory(tmp_path, fi
     assert "'runs' is not a directory" in result.stderr and "output_dir" in result.stderr
 
 
-def test_traces_list_shows_episodes_with_short_ids(finished):
+def test_traces_list_shows_episodes_with_short_ids(finished, monkeypatch):
     result = cli("traces", "show", str(finished.path), "--list", "--json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
@@ -241,6 +251,12 @@ def test_traces_list_shows_episodes_with_short_ids(finished):
         "turns": 2,
         "completion_tokens": 4,
     }
+    piped = cli("traces", "show", str(finished.path), "--list")
+    assert piped.returncode == 0, piped.stderr
+    lines = piped.stdout.splitlines()
+    assert lines[1] == "Episode\tStep\tTask\tReward\tTurns\tEnd"
+    assert "s2-task-1-1-a0\t2\ttask-1\t" in piped.stdout and len(lines) == 2 + 12
+    monkeypatch.setenv("RLLM_CORE_OUTPUT", "rich")
     table = cli("traces", "show", str(finished.path), "--list")
     assert table.returncode == 0, table.stderr
     assert "s2-task-1-1-a0" in table.stdout

@@ -62,12 +62,13 @@ class Column:
 
     ``fold``: its cells may be broken inside a word when longer than the column (paths, ids,
     free text); otherwise the column is kept as wide as its longest word. ``style`` colours the
-    whole column on a terminal."""
+    whole column on a terminal, where it is at least ``min_width`` cells wide."""
 
     header: str = ""
     justify: Literal["left", "right"] = "left"
     fold: bool = False
     style: str | None = None
+    min_width: int = 0
 
 
 def print_json(data: Any) -> None:
@@ -196,7 +197,7 @@ def _bounds(column: Column, cells: list[Text]) -> tuple[int, int]:
     width that shows every cell on its own lines."""
     header = Text(column.header)
     widest = max([_longest_line(header), *(_longest_line(c) for c in cells)])
-    least = _longest_word(header)
+    least = max(_longest_word(header), column.min_width)
     for cell in cells:
         if column.fold or cell.overflow == "fold":
             least = max(least, min(_longest_line(cell), _FOLD_MIN))

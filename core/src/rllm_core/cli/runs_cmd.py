@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
-from rllm_core.cli.output import EXIT_USAGE, console, fail, print_json
+from rllm_core.cli.output import EXIT_USAGE, Column, console, fail, print_json, print_table
 
 STATUS_STYLE = {
     "finished": "green",
@@ -43,7 +42,7 @@ def _component(entry: dict[str, Any] | None, *details: str) -> str:
     return " · ".join(parts)
 
 
-def report_rows(report: dict[str, Any]) -> list[tuple[str, Text]]:
+def report_rows(report: dict[str, Any]) -> list[tuple[str, Text | list[str]]]:
     """The label/value lines ``runs show`` prints for ``report`` (see
     :func:`rllm_core.inspection.runs.run_report`)."""
     status = report["status"]
@@ -95,7 +94,7 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, Text]]:
         ("tasks", _component(components["tasks"], "path")),
         ("sandbox", _component(components["sandbox"])),
         ("trace store", _component(components["trace_store"], "path")),
-        ("plots", "\n".join(plots) or "none yet"),
+        ("plots", plots or "none yet"),
     ]
     sft = report.get("sft")
     if sft is not None:
@@ -114,7 +113,7 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, Text]]:
             ),
             ("examples", examples),
         ]
-    return [(label, value if isinstance(value, Text) else Text(value)) for label, value in rows]
+    return [(label, Text(value) if isinstance(value, str) else value) for label, value in rows]
 
 
 @click.group()
@@ -142,12 +141,13 @@ def show(path: Path, as_json: bool) -> None:
     if as_json:
         print_json(report)
         return
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
-    for label, value in report_rows(report):
-        table.add_row(label, value)
-    console.print(table, soft_wrap=False)
+    print_table(
+        None,
+        [Column(style="bold"), Column(fold=True)],
+        report_rows(report),
+        show_header=False,
+        boxed=False,
+    )
 
 
 @runs.command("list")
@@ -171,19 +171,23 @@ def list_command(directory: Path, as_json: bool) -> None:
     if not records:
         console.print(f"No run folders in {directory}; start one with `rllm-core run PLAN`.")
         return
-    table = Table(title=f"runs in {directory}", title_justify="left")
-    table.add_column("Run", overflow="fold")
-    table.add_column("Status", no_wrap=True)
-    table.add_column("Steps", justify="right", no_wrap=True)
-    table.add_column(f"Reward (last {SUMMARY_WINDOW})", justify="right", no_wrap=True)
-    table.add_column("Started", no_wrap=True)
+    rows = []
     for record in records:
         planned = record["steps_planned"]
-        table.add_row(
-            Text(record["name"]),
-            Text(record["status"], style=STATUS_STYLE.get(record["status"], "")),
-            f"{record['steps_done']}/{planned if planned is not None else '?'}",
-            number(record["reward_last"]),
-            record["started"] or "-",
+        rows.append(
+            [
+                record["name"],
+                Text(record["status"], style=STATUS_STYLE.get(record["status"], "")),
+                f"{record['steps_done']}/{planned if planned is not None else '?'}",
+                number(record["reward_last"]),
+                record["started"] or "-",
+            ]
         )
-    console.print(table, soft_wrap=False)
+    columns = [
+        Column("Run", fold=True),
+        Column("Status"),
+        Column("Steps", justify="right"),
+        Column(f"Reward (last {SUMMARY_WINDOW})", justify="right"),
+        Column("Started"),
+    ]
+    print_table(f"runs in {directory}", columns, rows)

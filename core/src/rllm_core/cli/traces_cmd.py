@@ -6,11 +6,19 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
-from rllm_core.cli.output import EXIT_USAGE, console, err_console, fail, print_json
+from rllm_core.cli.output import (
+    EXIT_USAGE,
+    Column,
+    console,
+    err_console,
+    fail,
+    is_plain,
+    print_heading,
+    print_json,
+    print_table,
+)
 from rllm_core.cli.runs_cmd import number
 
 ROLE_STYLE = {
@@ -82,25 +90,26 @@ def _list(folder: Any, records: list[dict[str, Any]], as_json: bool) -> None:
     title = f"{len(rows)} episodes of {folder.path}"
     if prefix:
         title += f" (ids shown without {prefix!r}; --episode takes either)"
-    console.print(Text(title, style="italic"), soft_wrap=False)
-    table = Table()
-    table.add_column("Episode", overflow="fold")
-    table.add_column("Step", justify="right", no_wrap=True)
-    table.add_column("Task", overflow="fold")
-    table.add_column("Reward", justify="right", no_wrap=True)
-    table.add_column("Turns", justify="right", no_wrap=True)
-    table.add_column("End", no_wrap=True)
-    for row in rows:
-        shown = str(row["episode_id"])
-        table.add_row(
-            Text(shown.removeprefix(prefix)),
+    columns = [
+        Column("Episode", fold=True),
+        Column("Step", justify="right"),
+        Column("Task", fold=True),
+        Column("Reward", justify="right"),
+        Column("Turns", justify="right"),
+        Column("End"),
+    ]
+    cells = [
+        [
+            str(row["episode_id"]).removeprefix(prefix),
             str(row["step"]),
-            Text(str(row["task_id"])),
+            str(row["task_id"]),
             number(row["reward"]),
             str(row["turns"]),
-            Text(str(row["termination"])),
-        )
-    console.print(table, soft_wrap=False)
+            str(row["termination"]),
+        ]
+        for row in rows
+    ]
+    print_table(title, columns, cells)
 
 
 def _episode(
@@ -146,9 +155,6 @@ def _print_header(record: dict[str, Any], turns: list[dict[str, Any]]) -> None:
     present = [t for t in turns if not t["missing"]]
     completion = sum(t["completion_tokens"] for t in present)
     prompt = max((t["prompt_tokens"] for t in present), default=0)
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
     count = len(record.get("trajectories", []))
     lines = [
         ("episode", str(record.get("episode_id"))),
@@ -165,9 +171,9 @@ def _print_header(record: dict[str, Any], turns: list[dict[str, Any]]) -> None:
         ),
         ("session", str(record.get("session_id"))),
     ]
-    for label, value in lines:
-        grid.add_row(label, Text(value))
-    console.print(grid, soft_wrap=False)
+    print_table(
+        None, [Column(style="bold"), Column(fold=True)], lines, show_header=False, boxed=False
+    )
 
 
 def _stats(view: dict[str, Any]) -> Text:
@@ -199,27 +205,28 @@ def _message_text(message: dict[str, Any]) -> Text:
 
 def _print_turn(view: dict[str, Any], *, raw: bool) -> None:
     title = f"{view['lineage_id']} · "
-    if view["missing"]:
+    plain = is_plain()
+    if not plain:
         console.print()
-        console.print(Rule(Text(title + "missing trace"), align="left", style="red"))
+    if view["missing"]:
+        print_heading(title + "missing trace", style="red")
         console.print(
             Text(f"trace {view['trace_id']} is not in the trace store", style="bold red"),
-            soft_wrap=False,
+            soft_wrap=plain,
         )
         return
-    console.print()
-    console.print(Rule(Text(title + f"turn {view['turn']}"), align="left"))
-    console.print(_stats(view), soft_wrap=False)
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True, min_width=9)
-    grid.add_column(overflow="fold")
+    print_heading(title + f"turn {view['turn']}")
+    console.print(_stats(view), soft_wrap=plain)
+    rows: list[list[Text]] = []
     for message in view["messages"]:
         role = str(message.get("role", "?"))
-        grid.add_row(Text(role, style=ROLE_STYLE.get(role, "bold")), _message_text(message))
+        rows.append([Text(role, style=ROLE_STYLE.get(role, "bold")), _message_text(message)])
     text = view.get("text")
     if text is not None and (raw or not view["messages"]):
-        grid.add_row(Text("prompt +", style="dim"), Text(text["prompt_delta"]))
-        grid.add_row(Text("sampled", style="dim"), Text(text["completion"]))
+        rows.append([Text("prompt +", style="dim"), Text(text["prompt_delta"])])
+        rows.append([Text("sampled", style="dim"), Text(text["completion"])])
     elif not view["messages"]:
-        grid.add_row(Text("tokens", style="dim"), Text("(stored without messages)", style="dim"))
-    console.print(grid, soft_wrap=False)
+        rows.append([Text("tokens", style="dim"), Text("(stored without messages)", style="dim")])
+    # As wide as "assistant" in every turn, so that the turns line up.
+    roles = Column(min_width=9)
+    print_table(None, [roles, Column(fold=True)], rows, show_header=False, boxed=False)
