@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rllm_core.docs_site import docs_page
 from rllm_core.numerics import NUMERICS_FILE, changed_conditions
 
 __all__ = ["RunFolder", "folder_name"]
@@ -125,7 +126,7 @@ class RunFolder:
             return (
                 f"{self.numerics}: this resume runs under other conditions than the run's start"
                 f" ({'; '.join(changes)}); its results will not be bitwise equal to an"
-                " uninterrupted run's (docs/running.md, Reproducibility)"
+                f" uninterrupted run's ({docs_page('running', 'reproducibility')})"
             )
         write_json(self.numerics, current)
         return None
