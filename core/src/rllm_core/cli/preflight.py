@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rllm_core.cli.output import EXIT_USAGE, fail, fail_plan
+from rllm_core.docs_site import docs_page
 from rllm_core.errors import ModelError, PlanError, PlanIssue
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.catalog import FIRST_PARTY
@@ -74,7 +75,7 @@ def resolve_or_exit(
     if resolved.plan.is_sft:
         fail(
             f"{plan_path}: [sft]: this is a supervised fine-tuning plan; train it with"
-            f" `rllm-core sft {plan_path}` (docs/sft.md), or remove [sft] for an RL plan",
+            f" `rllm-core sft {plan_path}` ({docs_page('sft')}), or remove [sft] for an RL plan",
             EXIT_USAGE,
         )
     missing = missing_components(resolved, training=training)
