@@ -13,11 +13,12 @@ from rich.console import Console
 from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
 from rllm_core.cli.preflight import check_gateway, resolve_or_exit
+from rllm_core.docs_site import docs_page
 from rllm_core.errors import PlanError
 from rllm_core.training.launch import in_one_process
 
 
-@click.command(name="eval")
+@click.command(name="eval", epilog=f"\b\nGuide: {docs_page('running')}")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option(
@@ -56,7 +57,7 @@ def eval_(
     temperature: float | None,
     plain: bool,
 ) -> None:
-    """Evaluate the model of PLAN on its evaluation tasks; see docs/running.md."""
+    """Evaluate the model of PLAN on its evaluation tasks."""
     from rllm_core.evaluation import CheckpointNotFound, EvalFolder, checkpoint_state_dir
     from rllm_core.numerics import conditions, prepare_environment
     from rllm_core.plan.load import load_plan
