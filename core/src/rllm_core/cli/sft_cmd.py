@@ -13,6 +13,7 @@ from rich.console import Console
 
 from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, err_console, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
+from rllm_core.docs_site import docs_page
 from rllm_core.errors import ModelError, PlanError, PlanIssue
 from rllm_core.numerics import conditions, prepare_environment
 
@@ -20,7 +21,7 @@ SFT_COMPONENTS = ("[trainer]", "[renderer]")
 """What an SFT run needs besides ``[sft]``."""
 
 
-@click.command()
+@click.command(epilog=f"\b\nGuide: {docs_page('sft')}")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option(
@@ -33,7 +34,7 @@ SFT_COMPONENTS = ("[trainer]", "[renderer]")
 )
 @click.option("--quiet", is_flag=True, help="Print only the run folder, warnings and errors.")
 def sft(plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet: bool) -> None:
-    """Supervised fine-tuning with the [sft] section of PLAN; see docs/sft.md.
+    """Supervised fine-tuning with the [sft] section of PLAN.
 
     Trains on the assistant tokens of chat examples (or of a run's episodes) with the plan's
     [trainer] and [renderer], writing a run folder as `rllm-core run` does."""
@@ -56,7 +57,7 @@ def sft(plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet:
     if not plan.is_sft:
         fail(
             f"{plan_path} has no [sft] section: `rllm-core sft` trains on examples it names"
-            " (docs/sft.md); train with rewards through `rllm-core run`",
+            f" ({docs_page('sft')}); train with rewards through `rllm-core run`",
             EXIT_USAGE,
         )
     folder = RunFolder.existing(resume) if resume is not None and _exists(resume) else None
