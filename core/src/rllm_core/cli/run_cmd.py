@@ -15,6 +15,7 @@ from rich.console import Console
 from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, err_console, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
 from rllm_core.cli.preflight import check_gateway, resolve_or_exit
+from rllm_core.docs_site import docs_page
 from rllm_core.errors import PlanError
 from rllm_core.numerics import conditions, prepare_environment
 
@@ -52,7 +53,7 @@ def _comparable(data: dict, folder_name: str) -> dict:
     return plan
 
 
-@click.command()
+@click.command(epilog=f"\b\nGuides: {docs_page('running')}\n        {docs_page('scaling')}")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option(
@@ -72,7 +73,7 @@ def _comparable(data: dict, folder_name: str) -> dict:
     show_default=True,
     help=(
         "both: sample and train in this process. sampler / trainer: one side of an async run"
-        " whose processes share the plan's [object_store] (see docs/running.md). A sampler"
+        " whose processes share the plan's [object_store] (see the running guide below). A sampler"
         " runs in one process whatever [trainer].parallel.world_size says."
     ),
 )
@@ -90,10 +91,10 @@ def run(
     role: str,
     record_datums: bool,
 ) -> None:
-    """Train with the RL job described by PLAN; see docs/running.md.
+    """Train with the RL job described by PLAN.
 
     With ``[trainer].parallel.world_size`` above 1 it starts that many processes through
-    ``torchrun`` (or is one of them); see docs/scaling.md."""
+    ``torchrun`` (or is one of them)."""
     from rllm_core.training.launch import distributed_env, report_rank0
 
     try:
@@ -164,7 +165,8 @@ def _run(
         if plan.is_sft:
             fail(
                 f"{plan_path}: [sft]: this is a supervised fine-tuning plan; train it with"
-                f" `rllm-core sft {plan_path}` (docs/sft.md), or remove [sft] for an RL plan",
+                f" `rllm-core sft {plan_path}` ({docs_page('sft')}), or remove [sft] for an RL"
+                " plan",
                 EXIT_USAGE,
             )
         # Everything that can fail on the plan fails here, before the folder exists.
@@ -254,7 +256,7 @@ def _check_role(role: str, resolved: Any, plan_path: Path) -> None:
         fail(
             f"{plan_path}: --role {role} shares the run with the other role through an object"
             ' store: the plan needs [run].pipeline = "async" and an [object_store] section'
-            " (see docs/running.md)",
+            f" (see {docs_page('running', 'a-sampler-and-a-trainer-in-separate-processes')})",
             EXIT_USAGE,
         )
 
