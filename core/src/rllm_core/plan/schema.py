@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from rllm_core.algorithms.aggregation import AGGREGATION_MODES
+from rllm_core.docs_site import docs_page
 from rllm_core.plugins.specs import Kind, PlanPath
 
 __all__ = [
@@ -415,7 +416,8 @@ class Plan(_Section):
     scheduler: SchedulerSection = Field(
         default_factory=SchedulerSection,
         description=(
-            "When a trainer started with `--role trainer` runs (rule S1); see docs/scheduler.md."
+            "When a trainer started with `--role trainer` runs (rule S1); see"
+            f" {docs_page('scheduler')}."
         ),
     )
     loggers: list[ComponentRef] = Field(default_factory=list, description="Metrics loggers.")
@@ -423,7 +425,7 @@ class Plan(_Section):
         default_factory=SftSection,
         description=(
             "Supervised fine-tuning, for `rllm-core sft` (a plan with this section is an SFT"
-            " plan; `rllm-core run` refuses it). See docs/sft.md."
+            f" plan; `rllm-core run` refuses it). See {docs_page('sft')}."
         ),
     )
 
