@@ -269,7 +269,8 @@ def run_mode(
         "--no-auth",
         "--log-level",
         "warning",
-        "--cumulative" if mode == "cumulative" else "--plain",
+        "--token-mode",
+        mode,
     ]
     gateway = Process(command, "rllm-core gateway on")
     origin = Origin.parse(f"http://127.0.0.1:{port}")

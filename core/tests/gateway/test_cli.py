@@ -176,7 +176,8 @@ def test_a_served_session_records_traces_and_stops_on_sigterm(fake_distributions
             "toy",
             "--trace-store",
             "toy-memory",
-            "--cumulative",
+            "--token-mode",
+            "cumulative",
         ],
         environment(fake_distributions.pythonpath),
     )
@@ -235,6 +236,7 @@ def test_serve_with_the_real_plugins_writes_a_trace_directory(tmp_path, workers)
         environment(),
     )
     try:
+        assert "(plain mode, renderer chatml)" in served.banner[0]
         assert "auth: none (loopback only)" in "\n".join(served.banner)
         api = openai.OpenAI(base_url=f"{served.url}/sessions/real/v1", api_key="x")
         api.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
@@ -246,3 +248,78 @@ def test_serve_with_the_real_plugins_writes_a_trace_directory(tmp_path, workers)
         assert trace.prompt_token_ids == worker.requests[0]["prompt"]
     finally:
         store.close()
+
+
+def test_the_deprecated_cumulative_flag_still_serves_cumulative_mode_with_a_warning(
+    fake_distributions, workers
+):
+    try:
+        PluginManager(strict=False).get("sampler", "vllm")
+    except UnknownComponentError:
+        pytest.skip("rllm-sampler-vllm is needed")
+    fake_distributions.add(
+        "rllm-toy-cli",
+        entry_points={"toy_cli": "toy_cli_plugin"},
+        modules={"toy_cli_plugin": TOY_PLUGIN},
+    )
+    worker = workers()
+    served = Served(
+        ["--port", "0", "--upstream", worker.url, "--renderer", "toy", "--cumulative"],
+        environment(fake_distributions.pythonpath),
+    )
+    try:
+        assert "(cumulative mode, renderer toy)" in served.banner[0]
+    finally:
+        assert served.stop() == 0
+    stderr = served.process.stderr.read()
+    assert (
+        "warning: --cumulative is deprecated and will be removed in the next release; use"
+        " --token-mode cumulative"
+    ) in " ".join(stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--cumulative", "--plain"], ["--cumulative", "--plain", "--token-mode"]),
+        (["--plain", "--token-mode", "cumulative"], ["--plain", "--token-mode cumulative"]),
+        (["--cumulative", "--token-mode", "plain"], ["--cumulative", "--token-mode plain"]),
+    ],
+)
+def test_conflicting_token_mode_flags_are_a_usage_error_naming_both(flags, named):
+    from click.testing import CliRunner
+    from rllm_core.cli.gateway_cmd import gateway
+
+    result = CliRunner().invoke(
+        gateway, ["serve", "--upstream", "http://127.0.0.1:1", "--renderer", "x", *flags]
+    )
+    assert result.exit_code == 2
+    message = " ".join(result.output.split())
+    assert "contradict each other" in message
+    for flag in named:
+        assert flag in message
+    assert "deprecated" not in message.split("contradict")[0]
+
+
+@pytest.mark.parametrize(
+    ("token_mode", "cumulative", "plain", "mode", "warning"),
+    [
+        (None, False, False, "plain", None),
+        ("cumulative", False, False, "cumulative", None),
+        (None, False, True, "plain", "--plain is deprecated"),
+        (None, True, False, "cumulative", "--cumulative is deprecated"),
+        ("cumulative", True, False, "cumulative", "use --token-mode cumulative"),
+    ],
+)
+def test_token_mode_from_the_new_and_the_deprecated_flags(
+    capsys, token_mode, cumulative, plain, mode, warning
+):
+    from rllm_core.cli.gateway_cmd import _token_mode
+
+    assert _token_mode(token_mode, cumulative, plain) == mode
+    stderr = " ".join(capsys.readouterr().err.split())
+    if warning is None:
+        assert stderr == ""
+    else:
+        assert warning in stderr
+        assert f"use --token-mode {mode}" in stderr

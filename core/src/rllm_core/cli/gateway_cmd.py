@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from rllm_core.cli.output import EXIT_USAGE, console, fail
+from rllm_core.cli.output import EXIT_USAGE, console, err_console, fail
 
 __all__ = ["gateway"]
 
@@ -49,6 +49,43 @@ def _build(kind: str, name: str, values: dict[str, Any], *, needed_by: str | Non
     return spec.factory(config)
 
 
+TOKEN_MODES = ("plain", "cumulative")
+
+
+def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: bool) -> str:
+    """The token mode from ``--token-mode`` and the deprecated ``--cumulative`` / ``--plain``
+    (kept for one release; each prints a warning naming its replacement)."""
+    legacy = [
+        (flag, mode)
+        for flag, mode, given in (
+            ("--cumulative", "cumulative", legacy_cumulative),
+            ("--plain", "plain", legacy_plain),
+        )
+        if given
+    ]
+    if len(legacy) == 2:
+        fail(
+            "--cumulative and --plain contradict each other; pass one --token-mode"
+            " (plain or cumulative)",
+            EXIT_USAGE,
+        )
+    if not legacy:
+        return token_mode or "plain"
+    flag, mode = legacy[0]
+    if token_mode is not None and token_mode != mode:
+        fail(
+            f"{flag} and --token-mode {token_mode} contradict each other; pass only"
+            f" --token-mode ({flag} is deprecated)",
+            EXIT_USAGE,
+        )
+    err_console.print(
+        f"warning: {flag} is deprecated and will be removed in the next release; use"
+        f" --token-mode {mode}",
+        markup=False,
+    )
+    return mode
+
+
 @gateway.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8000, show_default=True, type=int, help="Port (0: any free).")
@@ -71,11 +108,14 @@ def _build(kind: str, name: str, values: dict[str, Any], *, needed_by: str | Non
 @click.option("--renderer", required=True, metavar="NAME", help="Installed renderer, e.g. chatml.")
 @click.option("--tokenizer", default=None, metavar="PATH", help="Local tokenizer folder.")
 @click.option(
-    "--cumulative/--plain",
-    default=False,
-    show_default=True,
-    help="Cumulative token mode (bridge from sampled tokens) or render every call.",
+    "--token-mode",
+    type=click.Choice(TOKEN_MODES),
+    default=None,
+    help="plain: render the whole conversation every call; cumulative: extend the previous"
+    " call's prompt and sampled tokens.  [default: plain]",
 )
+@click.option("--cumulative", "legacy_cumulative", is_flag=True, hidden=True)
+@click.option("--plain", "legacy_plain", is_flag=True, hidden=True)
 @click.option(
     "--trace-store", default="memory", show_default=True, metavar="NAME", help="Installed store."
 )
@@ -131,7 +171,9 @@ def serve(
     upstream_api_key: str | None,
     renderer: str,
     tokenizer: str | None,
-    cumulative: bool,
+    token_mode: str | None,
+    legacy_cumulative: bool,
+    legacy_plain: bool,
     trace_store: str,
     trace_dir: str | None,
     model: str,
@@ -166,6 +208,7 @@ def serve(
         fail("--no-auth and --token contradict each other; pass one", EXIT_USAGE)
     if max_tokens < 1:
         fail(f"--max-tokens is {max_tokens}; it must be at least 1", EXIT_USAGE)
+    cumulative = _token_mode(token_mode, legacy_cumulative, legacy_plain) == "cumulative"
     log_events(log_level)
 
     sampler_keys: dict[str, Any] = {"urls": list(upstreams)}
@@ -202,7 +245,7 @@ def serve(
         fail(str(exc), EXIT_USAGE)
 
     def ready(url: str) -> None:
-        mode = "cumulative" if cumulative else "plain"
+        mode = "cumulative" if server.engine.cumulative else "plain"
         console.print(f"rllm-core gateway on {url} ({mode} mode, renderer {renderer})")
         console.print(f"  agents: base_url {url}/sessions/<session_id>/v1")
         if server.token is None:
