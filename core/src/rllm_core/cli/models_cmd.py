@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import click
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from rllm_core.cache import folder_problem
-from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, console, err_console, fail, print_json
+from rllm_core.cli.output import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    Column,
+    console,
+    err_console,
+    fail,
+    print_json,
+    print_table,
+)
 from rllm_core.errors import ModelNotCachedError, ModelNotFoundError, ModelPullError
 from rllm_core.models import CATALOG, known_models, model_status, pull, resolve_model
 
@@ -93,22 +102,24 @@ def list_command(as_json: bool) -> None:
     if as_json:
         print_json(records)
         return
-    table = Table(title="rllm-core models", title_justify="left")
-    table.add_column("Model", no_wrap=True)
-    table.add_column("State", no_wrap=True)
-    table.add_column("Size", no_wrap=True, justify="right")
-    table.add_column("Path", overflow="fold")
-    table.add_column("Description", overflow="fold")
-    for record in records:
-        size = record["size_bytes"]
-        table.add_row(
-            escape(record["name"]),
-            f"[{_STATE_STYLE[record['state']]}]{record['state']}[/]",
-            f"{size / 1e6:.0f} MB" if size is not None else "",
-            escape(record["path"]),
-            escape(record["description"]),
-        )
-    console.print(table)
+    columns = [
+        Column("Model"),
+        Column("State"),
+        Column("Size", justify="right"),
+        Column("Path", fold=True),
+        Column("Description"),
+    ]
+    rows = [
+        [
+            record["name"],
+            Text(record["state"], style=_STATE_STYLE[record["state"]]),
+            f"{record['size_bytes'] / 1e6:.0f} MB" if record["size_bytes"] is not None else "",
+            record["path"],
+            record["description"],
+        ]
+        for record in records
+    ]
+    print_table("rllm-core models", columns, rows)
     for record in records:
         if record["state"] != "cached":
             console.print(
