@@ -74,8 +74,10 @@ class UnknownComponentError(ComponentError):
     """No installed plugin provides ``kind:name``.
 
     ``available`` lists the names that are installed, ``suggestion`` the closest one,
-    ``failed_plugins`` the plugins that failed to load and may have provided it, and
-    ``provider`` the distribution known to provide it, when the name is a known one.
+    ``hint`` a clause that replaces the plain "did you mean" (another framework's name for an
+    installed component, see :mod:`rllm_core.plugins.aliases`), ``failed_plugins`` the
+    plugins that failed to load and may have provided it, and ``provider`` the distribution
+    known to provide it, when the name is a known one.
     """
 
     def __init__(
@@ -88,9 +90,11 @@ class UnknownComponentError(ComponentError):
         provider: str | None = None,
         failed_plugins: Sequence[tuple[str, str]] = (),
         reason: str | None = None,
+        hint: str | None = None,
     ) -> None:
         self.available = list(available)
         self.suggestion = suggestion
+        self.hint = hint
         self.provider = provider
         self.failed_plugins = list(failed_plugins)
         self.reason = reason
@@ -100,7 +104,9 @@ class UnknownComponentError(ComponentError):
         if self.reason:
             return self.reason
         parts = [f"no {kind.replace('_', ' ')} named {name!r} is installed"]
-        if self.suggestion:
+        if self.hint:
+            parts.append(self.hint)
+        elif self.suggestion:
             parts.append(f"did you mean {self.suggestion!r}?")
         parts.append(
             "available: " + (", ".join(self.available) if self.available else "none installed")

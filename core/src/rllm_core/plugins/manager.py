@@ -27,6 +27,7 @@ import pluggy
 
 from rllm_core.errors import ComponentConflictError, PluginLoadError, UnknownComponentError
 from rllm_core.plugins import hookspecs
+from rllm_core.plugins.aliases import alias_hint, squash
 from rllm_core.plugins.catalog import known_provider
 from rllm_core.plugins.specs import ComponentSpec, Kind, canonical_name
 from rllm_core.types import RunInfo, RunStatus
@@ -380,7 +381,22 @@ class PluginManager:
     def _unknown(self, kind: Kind, name: str) -> UnknownComponentError:
         key = canonical_name(name)
         available = self.names(kind)
-        close = difflib.get_close_matches(key, available, n=1, cutoff=0.6)
+        alias = alias_hint(kind, name, available)
+        close = [n for n in available if squash(n) == squash(name)]
+        if alias is not None:
+            close = [alias.suggestion] if alias.suggestion else []
+        elif not close:
+            close = difflib.get_close_matches(key, available, n=1, cutoff=0.6)
+        hints = [alias.text] if alias is not None else []
+        elsewhere = [
+            k.value.replace("_", " ") for k, n in self._collect() if n == key and k != kind
+        ]
+        if elsewhere:
+            if not hints and close:
+                hints.append(f"did you mean {close[0]!r}?")
+            what = kind.value.replace("_", " ")
+            article = "an" if what[0] in "aeiou" else "a"
+            hints.append(f"{key!r} is an installed {' and '.join(elsewhere)}, not {article} {what}")
         provider = known_provider(kind, key)
         failed = [r for r in self._plugins.values() if r.status is PluginStatus.ERROR]
         if provider:
@@ -419,8 +435,9 @@ class PluginManager:
             name=name,
             available=available,
             suggestion=close[0] if close else None,
-            provider=provider if provider and not close else None,
+            provider=provider if provider and not close and alias is None else None,
             failed_plugins=[(r.name, r.error or "") for r in failed if not provider],
+            hint="; ".join(hints) or None,
         )
 
     def has_errors(self) -> bool:
