@@ -105,7 +105,7 @@ def list_command(as_json: bool) -> None:
     columns = [
         Column("Model"),
         Column("State"),
-        Column("Size", justify="right"),
+        Column("Size", justify="right", nowrap=True),
         Column("Path", fold=True),
         Column("Description"),
     ]

@@ -52,7 +52,7 @@ Cell = str | Text | Sequence[str | Text] | None
 """A table cell: text (``str`` is never read as rich markup), or several values (one per line
 on a terminal, joined with ``, `` when plain)."""
 
-_FOLD_MIN = 12
+_FOLD_MIN = 10
 """The narrowest a foldable column is squeezed to before the table is stacked instead."""
 
 
@@ -61,12 +61,14 @@ class Column:
     """One column of :func:`print_table`.
 
     ``fold``: its cells may be broken inside a word when longer than the column (paths, ids,
-    free text); otherwise the column is kept as wide as its longest word. ``style`` colours the
-    whole column on a terminal, where it is at least ``min_width`` cells wide."""
+    free text); otherwise the column is kept as wide as its longest word, or with ``nowrap``
+    as its longest line (``512 MB``). ``style`` colours the whole column on a terminal, where
+    it is at least ``min_width`` cells wide."""
 
     header: str = ""
     justify: Literal["left", "right"] = "left"
     fold: bool = False
+    nowrap: bool = False
     style: str | None = None
     min_width: int = 0
 
@@ -115,11 +117,17 @@ def print_table(
         _print_plain(out, title, cols, body, show_header=show_header)
         return
     cells = [[_text(cell) for cell in row] for row in body]
-    table = _fitted_table(out, title, cols, cells, show_header=show_header, boxed=boxed)
-    if table is None:
+    # Ruled if it fits, else without rules (two spaces between columns), else stacked.
+    for ruled in (True, False) if boxed else (False,):
+        table = _fitted_table(out, title, cols, cells, show_header=show_header, boxed=ruled)
+        if table is not None:
+            out.print(table, soft_wrap=False)
+            return
+    if show_header:
         _print_stacked(out, title, cols, cells)
     else:
-        out.print(table, soft_wrap=False)
+        loose = _table(title, cols, cells, [None] * len(cols), show_header=False)
+        out.print(loose, soft_wrap=False)
 
 
 def print_heading(text: str, *, style: str = "rule.line", target: Console | None = None) -> None:
@@ -199,7 +207,9 @@ def _bounds(column: Column, cells: list[Text]) -> tuple[int, int]:
     widest = max([_longest_line(header), *(_longest_line(c) for c in cells)])
     least = max(_longest_word(header), column.min_width)
     for cell in cells:
-        if column.fold or cell.overflow == "fold":
+        if column.nowrap:
+            least = max(least, _longest_line(cell))
+        elif column.fold or cell.overflow == "fold":
             least = max(least, min(_longest_line(cell), _FOLD_MIN))
         else:
             least = max(least, _longest_word(cell))
@@ -256,14 +266,24 @@ def _fitted_table(
     boxed: bool,
 ) -> Table | None:
     """The table with each column's width set so that no kept-whole word breaks, or None when
-    the console is too narrow for that (a key/value table is then left to rich's folding)."""
+    the console is too narrow for that."""
     bounds = [_bounds(col, [row[i] for row in rows]) for i, col in enumerate(columns)]
     room = out.width - _overhead(out, columns, show_header=show_header, boxed=boxed)
-    widths: list[int | None] | None = _widths(bounds, room)
+    widths = _widths(bounds, room)
     if widths is None:
-        if show_header:
-            return None
-        widths = [None] * len(columns)
+        return None
+    return _table(title, columns, rows, widths, show_header=show_header, boxed=boxed)
+
+
+def _table(
+    title: str | None,
+    columns: list[Column],
+    rows: list[list[Text]],
+    widths: Sequence[int | None],
+    *,
+    show_header: bool,
+    boxed: bool = False,
+) -> Table:
     table = _new_table(title, show_header=show_header, boxed=boxed)
     for column, width in zip(columns, widths, strict=True):
         table.add_column(

@@ -16,9 +16,18 @@ from typing import Any, NoReturn
 
 import click
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, console, err_console, print_json
+from rllm_core.cli.output import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    Cell,
+    Column,
+    console,
+    err_console,
+    print_json,
+    print_table,
+)
 from rllm_core.errors import ComponentError, RllmError, UnknownComponentError
 from rllm_core.plugins.manager import get_plugin_manager
 from rllm_core.ports.agents import CheckableTaskSource, DatasetCheck, TaskCheck
@@ -283,49 +292,49 @@ def _report(dataset: DatasetCheck, runs: list[_Run], *, as_json: bool, verbose: 
 
 
 def _print_settings(dataset: DatasetCheck) -> None:
-    table = Table(
-        title=f"{dataset.name}: {len(dataset.tasks)} task(s) in {dataset.path}",
-        title_justify="left",
-    )
-    table.add_column("Task", no_wrap=True)
-    table.add_column("Image", overflow="fold", min_width=10)
-    table.add_column("Workdir", overflow="fold", min_width=6)
-    table.add_column("Resources", overflow="fold", min_width=10)
-    table.add_column("Timeouts", no_wrap=True)
-    table.add_column("Setup", no_wrap=True)
-    table.add_column("Solution", no_wrap=True)
+    columns = [
+        Column("Task"),
+        Column("Image", fold=True),
+        Column("Workdir", fold=True),
+        Column("Resources", nowrap=True),
+        Column("Timeouts", nowrap=True),
+        Column("Setup", nowrap=True),
+        Column("Solution"),
+    ]
+    rows: list[list[Cell]] = []
     for check in dataset.tasks:
         s = _settings(check)
         if not s:
-            table.add_row(escape(check.task_id), "[red]invalid[/]", *[""] * 5)
+            rows.append([check.task_id, Text("invalid", style="red"), *[""] * 5])
             continue
         resources = f"{s['cpu']:g} cpu {s['memory_mb']}M"
         if s["network"] != "none":
             resources += f" net={s['network']}"
-        table.add_row(
-            escape(check.task_id),
-            escape(str(s["image"] or "-")),
-            escape(s["workdir"]),
-            resources,
-            f"{s['agent_timeout_s']:g}/{s['verifier_timeout_s']:g}s",
-            escape(s["setup"] or "-"),
-            "yes" if s["has_solution"] else "no",
+        rows.append(
+            [
+                check.task_id,
+                str(s["image"] or "-"),
+                s["workdir"],
+                resources,
+                f"{s['agent_timeout_s']:g}/{s['verifier_timeout_s']:g}s",
+                s["setup"] or "-",
+                "yes" if s["has_solution"] else "no",
+            ]
         )
-    console.print(table)
+    title = f"{dataset.name}: {len(dataset.tasks)} task(s) in {dataset.path}"
+    print_table(title, columns, rows)
 
 
 def _print_runs(dataset: DatasetCheck, by_task: dict[str, dict[str, _Run]]) -> None:
     modes = sorted({mode for runs in by_task.values() for mode in runs}, reverse=True)
-    table = Table(title="rewards", title_justify="left")
-    table.add_column("Task", no_wrap=True)
-    for mode in modes:
-        table.add_column("solve (want 1)" if mode == "solve" else "no-op (want 0)")
-    table.add_column("Seconds")
-    table.add_column("Detail", overflow="fold")
+    columns = [Column("Task")]
+    columns += [Column("solve (want 1)" if m == "solve" else "no-op (want 0)") for m in modes]
+    columns += [Column("Seconds", justify="right"), Column("Detail", fold=True)]
+    rows: list[list[Cell]] = []
     failed = 0
     for check in dataset.tasks:
         runs = by_task.get(check.task_id, {})
-        cells = []
+        cells: list[Cell] = [check.task_id]
         details = []
         for mode in modes:
             run = runs.get(mode)
@@ -334,13 +343,13 @@ def _print_runs(dataset: DatasetCheck, by_task: dict[str, dict[str, _Run]]) -> N
                 continue
             failed += not run.passed
             colour = "green" if run.passed else "red"
-            cells.append(f"[{colour}]{'error' if run.reward is None else f'{run.reward:g}'}[/]")
+            cells.append(Text("error" if run.reward is None else f"{run.reward:g}", style=colour))
             for text in (run.error, run.detail):
                 if text:
                     details.append(f"{mode}: {text}")
         seconds = sum(run.seconds for run in runs.values())
-        table.add_row(escape(check.task_id), *cells, f"{seconds:.1f}", escape("\n".join(details)))
-    console.print(table)
+        rows.append([*cells, f"{seconds:.1f}", details])
+    print_table("rewards", columns, rows)
     total = sum(len(runs) for runs in by_task.values())
     if failed:
         console.print(f"[bold red]{failed} of {total} run(s) did not get the expected reward[/]")
