@@ -2,7 +2,7 @@
 # .venv first (scripts/setup.sh skips the work when nothing changed).
 
 .DEFAULT_GOAL := help
-.PHONY: help setup quickstart test
+.PHONY: help setup quickstart test docs
 
 # Extra pytest arguments: make test PYTEST_ARGS="-k plan -x"
 PYTEST_ARGS ?=
@@ -11,6 +11,7 @@ help:
 	@echo "make quickstart   set up .venv, check and run examples/quickstart/plan.toml (a few minutes)"
 	@echo "make test         set up .venv, then ruff, the core-alone check and the whole test suite"
 	@echo "make setup        only set up .venv (RLLM_FORCE_SETUP=1 reinstalls everything)"
+	@echo "make docs         set up .venv, then serve the documentation site on http://127.0.0.1:8000"
 
 setup:
 	@bash scripts/setup.sh
@@ -20,3 +21,6 @@ quickstart: setup
 
 test: setup
 	@bash scripts/test.sh $(PYTEST_ARGS)
+
+docs: setup
+	@.venv/bin/python -m mkdocs serve

@@ -1,5 +1,6 @@
 """The docs cannot rot: generated pages are current, every hook and plan key is documented,
-and code shown in guides is the code that ships."""
+every port module and plugin README has a page in the site, and code shown in guides is the code
+that ships."""
 
 from __future__ import annotations
 
@@ -8,15 +9,28 @@ import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from rllm_core.cli.docs_cmd import docs
+from rllm_core.docs_site import DOCS_SITE, docs_page
 from rllm_core.plan.schema import COMPONENT_SECTIONS
 from rllm_core.reference import (
+    API_DIR,
     HOOKS_PAGE,
+    MKDOCS_CONFIG,
+    NAV_BEGIN,
+    NAV_END,
     PLAN_PAGE,
+    PLUGINS_DIR,
+    DocsSourceError,
+    api_pages,
     hook_functions,
     hook_signature,
     hooks_markdown,
+    mkdocs_config,
     plan_keys,
     plan_reference_markdown,
+    plugin_pages,
+    stale_pages,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,3 +108,131 @@ def test_guide_code_blocks_match_shipped_files():
             )
             checked += 1
     assert checked >= 3, "the authoring guide should show the example plugin's files"
+
+
+# ------------------------------------------------------------------------------- the site
+
+
+def test_api_and_plugin_pages_and_nav_are_current():
+    generated = {**api_pages(), **plugin_pages(ROOT)}
+    stale = [
+        str(path)
+        for path, text in generated.items()
+        if not (ROOT / path).is_file() or (ROOT / path).read_text(encoding="utf-8") != text
+    ]
+    assert not stale, f"{', '.join(stale)} {REGENERATE}"
+    assert not stale_pages(ROOT, generated), f"no longer generated: {REGENERATE}"
+    config = (ROOT / MKDOCS_CONFIG).read_text(encoding="utf-8")
+    assert config == mkdocs_config(ROOT, list(generated)), f"mkdocs.yml nav {REGENERATE}"
+
+
+def _nav() -> str:
+    return (ROOT / MKDOCS_CONFIG).read_text(encoding="utf-8")
+
+
+def test_every_port_module_has_an_api_page_in_the_nav():
+    modules = sorted((ROOT / "core/src/rllm_core/ports").glob("[!_]*.py"))
+    assert len(modules) >= 8
+    for module in [*modules, ROOT / "core/src/rllm_core/plugins/hookspecs.py"]:
+        dotted = ".".join(module.relative_to(ROOT / "core/src").with_suffix("").parts)
+        page = API_DIR / f"{module.stem}.md"
+        assert f"\n::: {dotted}\n" in (ROOT / page).read_text(encoding="utf-8"), page
+        assert f"- {page.relative_to('docs').as_posix()}\n" in _nav(), f"{page} not in the nav"
+
+
+def test_every_plugin_readme_has_a_page_in_the_nav():
+    readmes = sorted(ROOT.glob("plugins/*/*/README.md"))
+    assert len(readmes) >= 20
+    for readme in readmes:
+        kind, name = readme.parent.parent.name, readme.parent.name
+        page = PLUGINS_DIR / f"{kind}-{name}.md"
+        body = (ROOT / page).read_text(encoding="utf-8").partition("\n\n")[2]
+        title = readme.read_text(encoding="utf-8").partition("\n")[0]
+        assert body.startswith(title + "\n"), page
+        assert f"- {page.relative_to('docs').as_posix()}\n" in _nav(), f"{page} not in the nav"
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text, encoding="utf-8")
+    return root
+
+
+README = """# rllm-loss-demo
+
+Demo losses for [rllm-core](../../../core), next to
+[the grpo estimator](../../advantage-estimators/grpo/README.md#keys) and
+[docs/tasks.md](../../../docs/tasks.md); the code is [loss.py](src/demo/loss.py),
+[`src/demo/loss.py`](src/demo/loss.py) and [upstream](https://example.org/x.md).
+
+```markdown
+[kept as written](../../../core)
+```
+"""
+
+
+def test_plugin_readme_links_resolve_in_the_site(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "plugins/losses/demo/README.md": README,
+            "plugins/losses/demo/src/demo/loss.py": "",
+            "plugins/advantage-estimators/grpo/README.md": "# rllm-advantage-estimator-grpo\n",
+            "docs/tasks.md": "# Harbor tasks\n",
+        },
+    )
+    page = plugin_pages(root)[PLUGINS_DIR / "losses-demo.md"]
+    assert "from plugins/losses/demo/README.md; edit that file" in page.partition("\n")[0]
+    assert "[rllm-core](../../index.md)" in page
+    assert "[the grpo estimator](advantage-estimators-grpo.md#keys)" in page
+    assert "[Harbor tasks](../../tasks.md)" in page
+    assert "loss.py (`plugins/losses/demo/src/demo/loss.py`)" in page
+    assert "\n`plugins/losses/demo/src/demo/loss.py` and" in page
+    assert "[upstream](https://example.org/x.md)" in page
+    assert "[kept as written](../../../core)" in page
+    index = plugin_pages(root)[PLUGINS_DIR / "index.md"]
+    assert "| [`rllm-loss-demo`](losses-demo.md) | `plugins/losses/demo` | Demo losses" in index
+
+
+def test_a_broken_readme_link_names_the_readme_and_the_link(tmp_path):
+    _tree(
+        tmp_path,
+        {"plugins/losses/demo/README.md": "# demo\n\nSee [gone](../../../docs/gone.md).\n"},
+    )
+    with pytest.raises(DocsSourceError, match=r"plugins/losses/demo/README.md: the link \[gone\]"):
+        plugin_pages(tmp_path)
+
+
+def test_docs_write_regenerates_the_nav_and_removes_stale_pages(tmp_path):
+    config = f"nav:\n  - Reference:\n      {NAV_BEGIN}\n      - old.md\n      {NAV_END}\n"
+    root = _tree(
+        tmp_path,
+        {
+            "mkdocs.yml": config,
+            "plugins/losses/demo/README.md": "# rllm-loss-demo\n\nDemo losses.\n",
+            "docs/reference/plugins/losses-gone.md": "# gone\n",
+        },
+    )
+    checked = CliRunner().invoke(docs, ["write", "--check", "--root", str(root)])
+    assert checked.exit_code == 1, checked.output
+    assert "docs/reference/plugins/losses-gone.md" in checked.output
+    written = CliRunner().invoke(docs, ["write", "--root", str(root)])
+    assert written.exit_code == 0, written.output
+    assert not (root / "docs/reference/plugins/losses-gone.md").exists()
+    assert "      - reference/plugins/losses-demo.md\n" in (root / "mkdocs.yml").read_text()
+    assert "old.md" not in (root / "mkdocs.yml").read_text()
+    again = CliRunner().invoke(docs, ["write", "--check", "--root", str(root)])
+    assert again.exit_code == 0, again.output
+
+
+def test_docs_write_outside_the_repository_says_where_to_run_it(tmp_path):
+    result = CliRunner().invoke(docs, ["write", "--root", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"{tmp_path.resolve()} has no mkdocs.yml" in result.output
+
+
+def test_docs_page_names_known_pages_only():
+    assert docs_page("running", "reproducibility") == f"{DOCS_SITE}/running/#reproducibility"
+    with pytest.raises(ValueError, match=r"'docs/running\.md' is not a page"):
+        docs_page("docs/running.md")
