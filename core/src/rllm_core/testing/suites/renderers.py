@@ -532,8 +532,11 @@ class RendererConformance:
                 for n, m in enumerate(messages):
                     if forged_text not in m.content:
                         continue
+                    # A template that rewrites earlier turns attributes their text on a best
+                    # effort basis: there the text may fall to a later message.
+                    ok = (n,) if self.prefix_stable else range(n, len(messages))
                     indices = got.message_indices
-                    own = [t for t, i in zip(got.token_ids, indices, strict=True) if i == n]
+                    own = [t for t, i in zip(got.token_ids, indices, strict=True) if i in ok]
                     assert forged_text in renderer.decode(own), (
                         f"the tokens of message {n} ({m.role}) do not decode to the"
                         f" {forged_text!r} it holds"

@@ -20,7 +20,7 @@ class HFConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokenizer: Annotated[str, PlanPath(or_name=True)] = Field(
+    tokenizer: Annotated[str, PlanPath(or_name=True, expects="tokenizer")] = Field(
         description="the tokenizer with a chat template: a model catalog name, a local folder"
         " (relative to the plan; write ./name for a folder without a slash) or a Hugging Face"
         " Hub id (owner/name[@revision]) from the Hugging Face cache (run, sft and eval download"
@@ -43,6 +43,14 @@ class HFConfig(BaseModel):
         default_factory=list,
         description="tokens that end an assistant turn, besides the tokenizer's EOS and the"
         " usual turn-close tokens it has (<|im_end|>, <|eot_id|>, <end_of_turn>, ...)",
+    )
+    literal_control_tokens: bool = Field(
+        default=False,
+        description="true: a control token (an added token marked special, such as"
+        " <|im_end|> or <|eot_id|>) written inside message text (content, reasoning, tool"
+        " calls, tool results) is encoded as ordinary text, so a tool output cannot forge a"
+        " turn boundary; false (what the chat template does): it becomes the control token. A"
+        " model trained with it on should be served with it on",
     )
     history_size: int = Field(
         default=4096,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import threading
 from array import array
 from collections import OrderedDict
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from rllm_core.chat_dicts import message_dicts, tool_dicts
 from rllm_core.kit.completions import (
     assistant_message,
@@ -38,6 +40,19 @@ def _parse_text(text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
     return content, reasoning, calls
 
 
+def _restore(text: str, sentinels: dict[str, str], base: int) -> tuple[str, list[int]]:
+    """``text`` with each stand-in character replaced by its spelling, and for every position
+    of the result (and its end) the position in the original ``text`` plus ``base``."""
+    out: list[str] = []
+    back: list[int] = []
+    for n, char in enumerate(text):
+        spelled = sentinels.get(char, char)
+        out.append(spelled)
+        back += [base + n] * len(spelled)
+    back.append(base + len(text))
+    return "".join(out), back
+
+
 def _common_prefix(a: str, b: str) -> int:
     """Length of the longest common prefix of two strings (slice comparisons run in C)."""
     n = min(len(a), len(b))
@@ -61,6 +76,18 @@ def _load_tokenizer(folder: str, stamp: tuple[tuple[str, int], ...]) -> Any:
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
 
+@functools.lru_cache(maxsize=8)
+def _load_literal_tokenizer(folder: str, stamp: tuple[tuple[str, int], ...]) -> Any:
+    """A copy of the folder's fast tokenizer that reads special-token text as text (a copy:
+    the flag belongs to the tokenizer object, which the renderer's tokenizer shares)."""
+    from tokenizers import Tokenizer
+
+    backend = _load_tokenizer(folder, stamp).backend_tokenizer
+    literal = Tokenizer.from_str(backend.to_str())
+    literal.encode_special_tokens = True
+    return literal
+
+
 def _stamp(folder: str) -> tuple[tuple[str, int], ...]:
     root = Path(folder).expanduser()
     if not root.is_dir():
@@ -69,6 +96,29 @@ def _stamp(folder: str) -> tuple[tuple[str, int], ...]:
             " Face tokenizer folder"
         )
     return tuple(sorted((p.name, p.stat().st_mtime_ns) for p in root.iterdir() if p.is_file()))
+
+
+_SENTINELS = 0xF0000
+"""The first code point (Supplementary Private Use Area-A) that stands in for a control-token
+spelling while a template runs: one character, so no template filter can cut it."""
+
+
+def _replace_text(message: Message, replace: Any) -> Message:
+    """``message`` with ``replace`` applied to its content, reasoning and tool-call arguments
+    and names."""
+    calls = tuple(
+        msgspec.structs.replace(c, name=replace(c.name), arguments=replace(c.arguments))
+        for c in message.tool_calls
+    )
+    reasoning = None if message.reasoning is None else replace(message.reasoning)
+    return msgspec.structs.replace(
+        message, content=replace(message.content), reasoning=reasoning, tool_calls=calls
+    )
+
+
+def _text_fields(message: Message) -> list[str]:
+    fields = [message.content, message.reasoning or ""]
+    return fields + [t for c in message.tool_calls for t in (c.name, c.arguments)]
 
 
 def _digest(ids: Sequence[int]) -> bytes:
@@ -118,6 +168,9 @@ class HFRenderer:
         self._history = OrderedDict()
         self._lock = threading.Lock()
         self._generation_text = self._probe_generation_prompt()
+        self._control: re.Pattern[str] | None = None
+        if config.literal_control_tokens:
+            self._setup_literal()
 
     @classmethod
     def from_config(cls, config: HFConfig) -> HFRenderer:
@@ -142,6 +195,23 @@ class HFRenderer:
             ids.append(added.get(token, self.tokenizer.convert_tokens_to_ids(token)))
         return list(dict.fromkeys(ids))
 
+    def _setup_literal(self) -> None:
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise ValueError(
+                f"literal_control_tokens needs a fast tokenizer (a tokenizer.json) in"
+                f" {self.config.tokenizer!r}; use a folder that has one or set"
+                " literal_control_tokens = false"
+            )
+        decoder = self.tokenizer.added_tokens_decoder
+        controls = sorted(
+            {t.content for t in decoder.values() if t.special and t.content},
+            key=lambda t: (-len(t), t),
+        )
+        self._control_ids = frozenset(i for i, t in decoder.items() if t.special and t.content)
+        self._control = re.compile("|".join(map(re.escape, controls))) if controls else None
+        folder = str(resolve_tokenizer(self.config.tokenizer).resolve())
+        self._literal_tokenizer = _load_literal_tokenizer(folder, _stamp(folder))
+
     def _probe_generation_prompt(self) -> str:
         probe = [Message(role="user", content="x")]
         try:
@@ -164,9 +234,73 @@ class HFRenderer:
             **self.config.template_kwargs,
         )
 
-    def _tokens(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    def _mask(
+        self, messages: list[Message], tools: Sequence[ToolSpec] | None
+    ) -> tuple[list[Message], dict[str, str]]:
+        """With literal control tokens, ``messages`` with every control-token spelling in
+        their text replaced by a private-use character, and those characters' spellings;
+        ``(messages, {})`` when the option is off or no text spells one."""
+        control = self._control
+        if control is None or not any(control.search(f) for m in messages for f in _text_fields(m)):
+            return messages, {}
+        used = "".join(f for m in messages for f in _text_fields(m))
+        used += "".join(t.name + t.description + repr(t.parameters) for t in tools or ())
+        chars: dict[str, str] = {}
+        code = _SENTINELS
+
+        def sentinel(match: re.Match[str]) -> str:
+            nonlocal code
+            spelled = match.group()
+            if spelled not in chars:
+                while chr(code) in used:
+                    code += 1
+                chars[spelled] = chr(code)
+                code += 1
+            return chars[spelled]
+
+        masked = [_replace_text(m, lambda t: control.sub(sentinel, t)) for m in messages]
+        return masked, {c: spelled for spelled, c in chars.items()}
+
+    def _tokens(
+        self, text: str, sentinels: dict[str, str] | None = None
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of ``text`` and their offsets in it. With ``sentinels`` (see
+        :meth:`_mask`), ``text`` holds stand-ins for control-token spellings: the control
+        tokens found in it are the template's own, and each stretch between two of them that
+        holds a stand-in is encoded, spellings restored, with special tokens read as text
+        (offsets of its tokens point back into ``text``)."""
         encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return list(encoding["input_ids"]), [tuple(o) for o in encoding["offset_mapping"]]
+        ids = list(encoding["input_ids"])
+        offsets = [tuple(o) for o in encoding["offset_mapping"]]
+        if not sentinels:
+            return ids, offsets
+        pattern = re.compile("|".join(map(re.escape, sentinels)))
+        out_ids: list[int] = []
+        out_offsets: list[tuple[int, int]] = []
+        first = 0
+        bounds = [n for n, t in enumerate(ids) if t in self._control_ids] + [len(ids)]
+        for bound in bounds:
+            start = offsets[first - 1][1] if first else 0
+            end = offsets[bound][0] if bound < len(ids) else len(text)
+            if start < end and pattern.search(text, start, end):
+                restored, back = _restore(text[start:end], sentinels, start)
+                piece = self._literal_tokenizer.encode(restored, add_special_tokens=False)
+                out_ids += piece.ids
+                out_offsets += [(back[a], back[b]) for a, b in piece.offsets]
+            else:
+                out_ids += ids[first:bound]
+                out_offsets += offsets[first:bound]
+            if bound < len(ids):
+                out_ids.append(ids[bound])
+                out_offsets.append(offsets[bound])
+            first = bound + 1
+        return out_ids, out_offsets
+
+    def _encode(
+        self, messages: list[Message], tools: Sequence[ToolSpec] | None, generation: bool
+    ) -> list[int]:
+        masked, sentinels = self._mask(messages, tools)
+        return self._tokens(self._text(masked, tools, generation), sentinels)[0]
 
     def _remember(
         self, ids: list[int], messages: Sequence[Message], tools: Sequence[ToolSpec] | None
@@ -187,6 +321,8 @@ class HFRenderer:
         messages = list(messages)
         if not messages:
             raise ValueError("render needs at least one message; got an empty list")
+        original = messages
+        messages, sentinels = self._mask(messages, tools)
         text = self._text(messages, tools, add_generation_prompt)
         ends = []
         for n in range(len(messages)):
@@ -197,7 +333,7 @@ class HFRenderer:
                 else self._text(messages[: n + 1], tools, False)
             )
             ends.append(max(_common_prefix(upto, text), ends[-1] if ends else 0))
-        ids, offsets = self._tokens(text)
+        ids, offsets = self._tokens(text, sentinels)
         indices: list[int] = []
         message = 0
         for start, _ in offsets:
@@ -209,7 +345,7 @@ class HFRenderer:
             if m.role == "assistant":
                 self._mark_sampled(text, ids, offsets, indices, sampled, n, ends)
         if add_generation_prompt:
-            self._remember(ids, messages, tools)
+            self._remember(ids, original, tools)
         return RenderedTokens(token_ids=ids, message_indices=indices, sampled_mask=sampled)
 
     def _mark_sampled(
@@ -272,7 +408,7 @@ class HFRenderer:
         if said is None:
             return None
         conversation = [*known[0], said, *new_messages]
-        full, _ = self._tokens(self._text(conversation, tools, True))
+        full = self._encode(conversation, tools, True)
         _, stop = split_at_stop(completion, self._stops)
         kept = prompt + (completion if stop is None else completion[: stop + 1])
         if full[: len(kept)] != kept:
