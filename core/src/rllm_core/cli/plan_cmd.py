@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
+from pydantic import BaseModel
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from rllm_core.cli.output import EXIT_USAGE, console, err_console, fail, fail_plan, print_json
+from rllm_core.cli.output import (
+    EXIT_USAGE,
+    Cell,
+    Column,
+    console,
+    err_console,
+    fail,
+    fail_plan,
+    is_plain,
+    print_json,
+    print_table,
+)
 from rllm_core.errors import ModelError, PlanError
 from rllm_core.plan import ResolvedPlan
+from rllm_core.plan.schema import ComponentRef, Plan
 from rllm_core.reference import toml_literal
 from rllm_core.training.components import prepare_plan
 
@@ -47,34 +62,67 @@ def check(plan_path: Path, overrides: tuple[str, ...], as_json: bool) -> None:
 
 
 def print_resolved(resolved: ResolvedPlan) -> None:
-    console.print(f"[bold green]plan ok[/]: {resolved.path}")
-    settings = Table(title="settings", title_justify="left")
-    settings.add_column("Key", no_wrap=True)
-    settings.add_column("Value")
-    for section in ("run", "algorithm", "sampling", "rollout"):
-        values = getattr(resolved.plan, section).model_dump(mode="json", exclude_none=True)
-        for key, value in values.items():
-            if key in ("loss", "advantage", "aux_losses"):
-                continue
-            settings.add_row(escape(f"[{section}].{key}"), escape(toml_literal(value)))
-    console.print(settings)
+    console.print(f"[bold green]plan ok[/]: {escape(str(resolved.path))}")
+    columns = [Column("Key"), Column("Value", fold=True)]
+    print_table("settings", columns, settings_rows(resolved.plan))
     if not resolved.components:
         console.print("no components selected")
         return
-    table = Table(title="components", title_justify="left")
-    table.add_column("Where", no_wrap=True)
-    table.add_column("Component", no_wrap=True)
-    table.add_column("Provider", overflow="fold")
-    table.add_column("Config", min_width=24, overflow="fold")
+    # Piped, the provider is a field of its own; on a terminal it goes under the component,
+    # which keeps the table within 80 columns.
+    plain = is_plain()
+    rows: list[list[Cell]] = []
     for component in resolved:
         config = component.config.model_dump(mode="json")
         if component.coef is not None:
             config = {"coef": component.coef, **config}
-        shown = "\n".join(f"{k} = {toml_literal(v)}" for k, v in config.items()) or "-"
-        table.add_row(
-            escape(component.where),
-            f"{component.kind.value}:{component.name}",
-            escape(component.provider),
-            escape(shown),
-        )
-    console.print(table)
+        name = f"{component.kind.value}:{component.name}"
+        shown = list(_config_lines(config)) or "-"
+        if plain:
+            rows.append([component.where, name, component.provider, shown])
+        else:
+            rows.append([component.where, [name, Text(component.provider, style="dim")], shown])
+    columns = [Column("Where"), Column("Component"), Column("Config", fold=True, min_width=24)]
+    if plain:
+        columns.insert(2, Column("Provider"))
+    print_table("components", columns, rows)
+
+
+def _config_lines(config: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    """``key = value`` per setting, a nested table's keys dotted (``lora.rank = 16``)."""
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            yield from _config_lines(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key} = {'{}' if value == {} else toml_literal(value)}"
+
+
+def settings_rows(plan: Plan) -> list[tuple[str, str]]:
+    """``([section].key, value)`` for every plain setting of ``plan``: each section that is
+    not a component (``[sft]`` only in an SFT plan), nested tables as ``[section.table]``;
+    the keys that select components are left to the components table."""
+    rows: list[tuple[str, str]] = []
+    for name in type(plan).model_fields:
+        section = getattr(plan, name)
+        if name == "sft" and not plan.is_sft:
+            continue
+        if isinstance(section, BaseModel) and not isinstance(section, ComponentRef):
+            rows += _section_rows(name, section)
+    return rows
+
+
+def _section_rows(where: str, section: BaseModel) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    tables: list[tuple[str, BaseModel]] = []
+    for key, info in type(section).model_fields.items():
+        value = getattr(section, key)
+        if value is None or "ComponentRef" in str(info.annotation):
+            continue
+        if isinstance(value, BaseModel):
+            tables.append((f"{where}.{key}", value))
+            continue
+        dumped = section.model_dump(mode="json", include={key})[key]
+        rows.append((f"[{where}].{key}", toml_literal(dumped)))
+    for name, table in tables:
+        rows += _section_rows(name, table)
+    return rows
