@@ -4,11 +4,12 @@ Tables go through :func:`print_table`, which writes one of two forms:
 
 - on a terminal, a rich table whose columns are sized so that no word is broken: a column is
   at least as wide as its longest word (a cell marked foldable, such as a path or an error
-  message, may fold when it is longer than its column); a table that cannot fit that way at the
-  console's width is printed as one block of ``Header  value`` lines per row instead;
+  message, may fold when it is longer than its column). A table that cannot fit that way at
+  the console's width loses its rules, and if it still does not fit, is printed as one block
+  of ``Header  value`` lines per row;
 - when stdout is not a terminal (piped, redirected, captured), plain text: a ``# title`` line,
   a header line (key/value tables have none), then one line per row with its fields separated
-  by tabs. A field's several values are joined with ``, ``; a newline or tab inside a field is
+  by tabs. A field's several values are joined with ``; ``; a newline or tab inside a field is
   written as ``\\n`` or ``\\t``. No box drawing, no colour, no wrapping, so ``grep``, ``cut`` and
   ``awk -F'\\t'`` work on it.
 
@@ -50,7 +51,7 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 Cell = str | Text | Sequence[str | Text] | None
 """A table cell: text (``str`` is never read as rich markup), or several values (one per line
-on a terminal, joined with ``, `` when plain)."""
+on a terminal, joined with ``; `` when plain)."""
 
 _FOLD_MIN = 10
 """The narrowest a foldable column is squeezed to before the table is stacked instead."""
@@ -153,7 +154,7 @@ def _plain_cell(cell: Cell) -> str:
         return _flat(cell.plain)
     if isinstance(cell, str):
         return _flat(cell)
-    return ", ".join(_flat(v.plain if isinstance(v, Text) else str(v)) for v in cell)
+    return "; ".join(_flat(v.plain if isinstance(v, Text) else str(v)) for v in cell)
 
 
 def _print_plain(
