@@ -18,7 +18,9 @@ class Renderer(Protocol):
 
     - ``render`` is deterministic and, for templates it claims to cover, equals the reference
       tokenizer's ``apply_chat_template(..., tokenize=True)`` token for token. Every per-token
-      list in the result has the length of ``token_ids``.
+      list in the result has the length of ``token_ids``. A renderer configured with
+      ``literal_control_tokens`` departs from that only where message text spells a control
+      token (``<|im_end|>``): that text is then encoded as ordinary text.
     - ``parse_response(ids)`` reads sampled completion tokens back into content, reasoning and
       tool calls; malformed tool calls are returned with a non-``ok`` status, never dropped.
     - ``stop_token_ids()`` lists the ids that end an assistant turn.
