@@ -31,6 +31,7 @@ from pydantic_core import PydanticUndefined
 from rllm_core import ports
 from rllm_core.plan.schema import COMPONENT_SECTIONS, Plan
 from rllm_core.plugins import hookspecs
+from rllm_core.plugins.aliases import ALIASES_PAGE, aliases_markdown
 from rllm_core.plugins.catalog import FIRST_PARTY
 from rllm_core.plugins.manager import PluginManager
 from rllm_core.plugins.specs import Kind
@@ -448,11 +449,13 @@ def mkdocs_config(root: Path, generated: list[Path]) -> str:
 
 def site_pages(root: Path, manager: PluginManager) -> dict[Path, str]:
     """Every generated file of the site, by path relative to ``root``: the hook and plan
-    references, the API and plugin pages, and ``mkdocs.yml`` with its generated nav."""
+    references, the component alias table, the API and plugin pages, and ``mkdocs.yml`` with
+    its generated nav."""
     reference = {**api_pages(), **plugin_pages(root)}
     return {
         HOOKS_PAGE: hooks_markdown(),
         PLAN_PAGE: plan_reference_markdown(manager),
+        ALIASES_PAGE: aliases_markdown(),
         **reference,
         MKDOCS_CONFIG: mkdocs_config(root, list(reference)),
     }

@@ -28,8 +28,8 @@ def docs() -> None:
 @click.option("--check", is_flag=True, help="Do not write; exit 1 if a page is out of date.")
 def write(root: Path, check: bool) -> None:
     """Write the generated pages of the documentation site: docs/plugins/hooks.md,
-    docs/plan-reference.md, docs/reference/ (API and plugin pages) and the nav of mkdocs.yml.
-    Preview the site with `mkdocs serve`."""
+    docs/plan-reference.md, docs/plugins/aliases.md, docs/reference/ (API and plugin pages)
+    and the nav of mkdocs.yml. Preview the site with `mkdocs serve`."""
     if not (root / MKDOCS_CONFIG).is_file():
         fail(
             f"{root.resolve()} has no {MKDOCS_CONFIG}: run from the repository root or pass --root",
