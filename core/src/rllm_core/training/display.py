@@ -65,15 +65,25 @@ def step_line(line: Mapping[str, Any], total_steps: int) -> str:
     return text
 
 
-def summary_table(summary: Mapping[str, Any]) -> Table:
-    table = Table(title=f"run summary: {summary.get('run_dir', '')}", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    for label, key, fmt in SUMMARY_ROWS:
-        if summary.get(key) is not None:
-            table.add_row(label, fmt.format(summary[key]))
-    table.add_row("status", str(summary.get("status", "")))
-    return table
+def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The run summary's ``(label, value)`` rows, as the summary table shows them."""
+    rows = [
+        (label, fmt.format(summary[key]))
+        for label, key, fmt in SUMMARY_ROWS
+        if summary.get(key) is not None
+    ]
+    return [*rows, ("status", str(summary.get("status", "")))]
+
+
+def print_summary(console: Console, summary: Mapping[str, Any]) -> None:
+    """The run summary as the CLI prints tables: ruled on a terminal, ``label<TAB>value``
+    lines when piped."""
+    # Imported here: the CLI package imports the training modules.
+    from rllm_core.cli.output import Column, print_table
+
+    columns = [Column("what"), Column("value", justify="right")]
+    title = f"run summary: {summary.get('run_dir', '')}"
+    print_table(title, columns, summary_rows(summary), show_header=False, target=console)
 
 
 class QuietDisplay:
@@ -119,7 +129,7 @@ class PlainDisplay(QuietDisplay):
         self.info(step_line(line, self.total_steps))
 
     def finish(self, summary: Mapping[str, Any]) -> None:
-        self.console.print(summary_table(summary))
+        print_summary(self.console, summary)
 
 
 class LiveDisplay(PlainDisplay):

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 __all__ = ["SftDisplay", "sft_step_line"]
 
@@ -46,9 +45,10 @@ class SftDisplay:
     def finish(self, summary: Mapping[str, Any]) -> None:
         if self.quiet:
             return
-        table = Table(title="summary", title_justify="left", show_header=False)
-        table.add_column("what")
-        table.add_column("value", justify="right")
+        # Imported here: the CLI package imports the training modules.
+        from rllm_core.cli.output import Column, print_table
+
+        rows = []
         for label, key, shape in (
             ("steps", "last_step", "{:.0f}"),
             ("first nll (mean of first 5 steps)", "nll_first", "{:.4f}"),
@@ -59,5 +59,6 @@ class SftDisplay:
         ):
             value = summary.get(key)
             if value is not None:
-                table.add_row(label, shape.format(value))
-        self.console.print(table)
+                rows.append((label, shape.format(value)))
+        columns = [Column("what"), Column("value", justify="right")]
+        print_table("summary", columns, rows, show_header=False, target=self.console)
