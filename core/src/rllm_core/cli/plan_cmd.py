@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from pydantic import BaseModel
@@ -23,8 +24,9 @@ from rllm_core.cli.output import (
     print_json,
     print_table,
 )
-from rllm_core.errors import ModelError, PlanError
+from rllm_core.errors import ModelError, PlanError, PlanIssue
 from rllm_core.plan import ResolvedPlan
+from rllm_core.plan.findings import Findings, find_problems
 from rllm_core.plan.schema import ComponentRef, Plan
 from rllm_core.reference import toml_literal
 from rllm_core.training.components import prepare_plan
@@ -40,25 +42,72 @@ def plan() -> None:
 @plan.command("check")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print the resolved plan as JSON.")
-def check(plan_path: Path, overrides: tuple[str, ...], as_json: bool) -> None:
-    """Validate PLAN, resolve every component and print the resolved plan.
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the resolved plan and the findings as JSON."
+)
+@click.option("--strict", is_flag=True, help="Treat every warning as an error (exit 2).")
+def check(plan_path: Path, overrides: tuple[str, ...], as_json: bool, strict: bool) -> None:
+    """Validate PLAN, resolve every component, look for what a run would hit and print the
+    resolved plan.
+
+    Beyond the plan itself, it checks that every file and folder the plan names exists with
+    the shape its component expects (data files, task folders, tokenizer and model folders),
+    that every model resolves as a run resolves it, and that the credentials of remote
+    backends are set. A model not pulled yet, a missing credential and the plan's notes are
+    warnings (`warning: ...` on stderr; the pull command or the variable to set is named);
+    --strict makes them errors. Errors exit 2, all listed together. Nothing is downloaded.
 
     Keys a run fills in itself (a store's path inside the run folder, the renderer's tokenizer
     from the trainer's model) are filled the same way, with ``<run folder>`` standing for the
     folder a run would create."""
     try:
-        resolved = prepare_plan(plan_path, overrides, run_dir=Path("<run folder>"))
+        resolved = prepare_plan(
+            plan_path, overrides, run_dir=Path("<run folder>"), require_models=False
+        )
     except PlanError as exc:
-        fail_plan(exc, as_json=as_json)
+        _fail_findings(Findings(errors=tuple(exc.issues)), as_json=as_json)
     except ModelError as exc:
         fail(f"{plan_path}: [trainer].model: {exc}", EXIT_USAGE)
+    findings = find_problems(resolved)
+    if strict:
+        findings = findings.strict()
+    if findings.errors:
+        _fail_findings(findings, as_json=as_json)
     if as_json:
-        print_json({"ok": True, "notes": list(resolved.notes), **resolved.to_dict()})
+        print_json(
+            {
+                "ok": True,
+                "notes": list(resolved.notes),
+                "errors": [],
+                "warnings": [_finding(issue) for issue in findings.warnings],
+                **resolved.to_dict(),
+            }
+        )
         return
-    for note in resolved.notes:
-        err_console.print(f"[yellow]warning:[/] {escape(note)}")
+    for issue in findings.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(str(issue))}")
     print_resolved(resolved)
+
+
+def _finding(issue: PlanIssue) -> dict[str, object]:
+    return {"file": issue.path, **issue.to_dict()}
+
+
+def _fail_findings(findings: Findings, *, as_json: bool) -> NoReturn:
+    """Print the warnings, then every error as a plan error, and exit 2."""
+    if as_json:
+        print_json(
+            {
+                "ok": False,
+                "issues": [issue.to_dict() for issue in findings.errors],
+                "errors": [_finding(issue) for issue in findings.errors],
+                "warnings": [_finding(issue) for issue in findings.warnings],
+            }
+        )
+        sys.exit(EXIT_USAGE)
+    for issue in findings.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(str(issue))}")
+    fail_plan(PlanError(list(findings.errors)))
 
 
 def print_resolved(resolved: ResolvedPlan) -> None:

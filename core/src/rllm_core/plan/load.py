@@ -411,8 +411,16 @@ def _rebase_value(
     ``metadata`` of an ``Annotated`` around it) declares them."""
     marker = next((m for m in metadata if isinstance(m, PlanPath)), None)
     if marker is not None or (isinstance(annotation, type) and issubclass(annotation, PurePath)):
+        or_name = marker is not None and marker.or_name
         if isinstance(value, str):
-            return _rebase(value, folder, or_name=marker is not None and marker.or_name)
+            return _rebase(value, folder, or_name=or_name)
+        if marker is not None and isinstance(value, list):  # a mark on a list marks each item
+            return [_rebase(v, folder, or_name=or_name) if isinstance(v, str) else v for v in value]
+        if marker is not None and isinstance(value, dict):  # and on a map, each value
+            return {
+                k: _rebase(v, folder, or_name=or_name) if isinstance(v, str) else v
+                for k, v in value.items()
+            }
         return value
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)

@@ -9,11 +9,20 @@ from rllm_core.plugins.manager import (
     get_plugin_manager,
     reset_plugin_manager,
 )
-from rllm_core.plugins.specs import ComponentSpec, Kind, NoConfig, PlanPath, Trait, lazy
+from rllm_core.plugins.specs import (
+    ComponentSpec,
+    Credential,
+    Kind,
+    NoConfig,
+    PlanPath,
+    Trait,
+    lazy,
+)
 
 __all__ = [
     "ComponentRecord",
     "ComponentSpec",
+    "Credential",
     "Kind",
     "NoConfig",
     "PlanPath",

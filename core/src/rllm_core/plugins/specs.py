@@ -16,6 +16,7 @@ it, its plan section.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,9 +27,11 @@ from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "ComponentSpec",
+    "Credential",
     "Kind",
     "LazyFactory",
     "NoConfig",
+    "PATH_SHAPES",
     "PlanPath",
     "Trait",
     "canonical_name",
@@ -157,6 +160,10 @@ class NoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+PATH_SHAPES = ("file", "dir", "file-or-dir", "model", "tokenizer")
+"""What :attr:`PlanPath.expects` may name."""
+
+
 @dataclass(frozen=True, slots=True)
 class PlanPath:
     """Marks a config key whose value is a path on this machine, so that a relative value
@@ -167,10 +174,77 @@ class PlanPath:
     name or a folder (a model catalog name, a Hub id or a local model folder): its value is taken
     as a path only when it starts with ``./`` or ``../``, or has a ``/`` and names something
     that exists in the plan's folder; a bare word stays a name (write ``./name`` for a folder of
-    that name). Paths inside a sandbox are not paths on this machine: do not mark them.
+    that name). Paths inside a sandbox are not paths on this machine: do not mark them. A mark
+    on a list or a map of paths (``Annotated[dict[str, Path], PlanPath()]``) marks each item.
+
+    ``expects`` says what must be there before a run, which ``rllm-core plan check`` checks:
+    ``"file"``, ``"dir"``, ``"file-or-dir"``, ``"model"`` (resolved as
+    :func:`~rllm_core.models.resolve_model` does: a catalog name, a folder with
+    ``config.json`` and weights, or a Hub id in the Hugging Face cache) or ``"tokenizer"`` (as
+    :func:`~rllm_core.models.resolve_tokenizer` does: a folder with ``tokenizer.json`` or
+    ``tokenizer_config.json``). ``each_holds`` (with ``"dir"``) names a file the folder holds,
+    or else each of its folders does (those starting with ``.`` or ``_`` skipped): a folder of
+    task folders, say (``each_holds="task.toml"``). Unset: nothing need exist (a folder a
+    component creates).
     """
 
     or_name: bool = False
+    expects: str | None = None
+    each_holds: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.expects is not None and self.expects not in PATH_SHAPES:
+            raise ValueError(f"PlanPath expects {self.expects!r}: use one of {PATH_SHAPES}")
+        if self.each_holds is not None and self.expects != "dir":
+            raise ValueError("PlanPath each_holds needs expects='dir'")
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A secret a component needs to reach a remote service, declared on its
+    :class:`ComponentSpec` (``credentials``) so that ``rllm-core plan check`` names the
+    environment variable to set before a run fails on it.
+
+    ``env`` are the variables that together carry it (each set and non-empty), named in the
+    message; ``env_key`` is the config key whose value names the variable instead of
+    ``env[0]`` (a plan may rename it); ``key`` is the config key that can carry the secret
+    itself; ``also_env`` are other sets of variables, and ``files`` files (``~`` expanded),
+    that carry it instead (``login``: the command that writes such a file); ``when`` holds the
+    config values under which it is needed at all (``{"mode": "online"}``). ``what`` names it
+    in the message ("Tinker API key").
+    """
+
+    what: str
+    env: tuple[str, ...]
+    key: str | None = None
+    env_key: str | None = None
+    also_env: tuple[tuple[str, ...], ...] = ()
+    files: tuple[str, ...] = ()
+    login: str | None = None
+    when: Mapping[str, Any] = field(default_factory=dict)
+
+    def config_keys(self) -> tuple[str, ...]:
+        """The config keys this declaration reads."""
+        keys = (self.key, self.env_key, *self.when)
+        return tuple(key for key in keys if key is not None)
+
+    def variables(self, config: BaseModel) -> tuple[str, ...]:
+        """The variables that carry it under ``config`` (``env_key``'s value replaces
+        ``env[0]``)."""
+        if self.env_key is None:
+            return self.env
+        return (str(getattr(config, self.env_key)), *self.env[1:])
+
+    def missing(self, config: BaseModel, environ: Mapping[str, str]) -> bool:
+        """Whether ``config`` needs it and neither the config, ``environ`` nor a file has it."""
+        if any(getattr(config, key, None) != value for key, value in self.when.items()):
+            return False
+        if self.key is not None and getattr(config, self.key, None):
+            return False
+        for names in (self.variables(config), *self.also_env):
+            if all(environ.get(name) for name in names):
+                return False
+        return not any(os.path.exists(os.path.expanduser(file)) for file in self.files)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +283,8 @@ class ComponentSpec:
 
     ``kind`` may be given as its name (``kind="loss"``); ``traits`` holds the kind's traits
     that differ from their defaults (``traits={"role": "auxiliary"}`` for an auxiliary loss);
-    :meth:`trait` reads one with its default.
+    :meth:`trait` reads one with its default. ``credentials`` are the secrets it needs to
+    reach a remote service (:class:`Credential`).
     """
 
     kind: Kind
@@ -218,6 +293,7 @@ class ComponentSpec:
     summary: str
     config: type[BaseModel] = NoConfig
     traits: Mapping[str, Any] = field(default_factory=dict)
+    credentials: tuple[Credential, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -252,6 +328,16 @@ class ComponentSpec:
             if problem:
                 raise ValueError(f"{kind.value}:{self.name}: trait {trait!r}: {problem}")
         object.__setattr__(self, "traits", MappingProxyType(dict(self.traits)))
+        object.__setattr__(self, "credentials", tuple(self.credentials))
+        for credential in self.credentials:
+            if not isinstance(credential, Credential):
+                raise TypeError(f"{kind.value}:{self.name}: credentials must be Credential objects")
+            unknown = [k for k in credential.config_keys() if k not in self.config.model_fields]
+            if unknown:
+                raise ValueError(
+                    f"{kind.value}:{self.name}: credential {credential!r} names keys its config"
+                    f" lacks: {unknown}"
+                )
 
     def trait(self, name: str) -> Any:
         """The spec's value of the kind's trait ``name``, or its default."""

@@ -110,10 +110,14 @@ def _fetch_hub_models(
         )
 
 
-def _trainer_model_dir(manager: PluginManager, ref: ComponentRef) -> Path | None:
+def _trainer_model_dir(
+    manager: PluginManager, ref: ComponentRef, *, require: bool = True
+) -> str | None:
     """The trainer's model folder when its config names a ``model`` that lives on this
     machine (not one a backend with the trait ``hosted_model`` trains on its service); raises
-    :class:`~rllm_core.errors.ModelError` when the model is not cached."""
+    :class:`~rllm_core.errors.ModelError` when the model is not cached, or without ``require``
+    returns the ``model`` as written (a name the renderer's tokenizer resolves the same way)."""
+    from rllm_core.errors import ModelError
     from rllm_core.models import resolve_model
 
     try:
@@ -124,7 +128,14 @@ def _trainer_model_dir(manager: PluginManager, ref: ComponentRef) -> Path | None
     except Exception:
         return None
     model = getattr(config, "model", None)
-    return resolve_model(model) if isinstance(model, str) else None
+    if not isinstance(model, str):
+        return None
+    try:
+        return str(resolve_model(model))
+    except ModelError:
+        if require:
+            raise
+        return model
 
 
 def prepare_plan(
@@ -134,12 +145,15 @@ def prepare_plan(
     run_dir: Path,
     manager: PluginManager | None = None,
     download: bool = False,
+    require_models: bool = True,
 ) -> ResolvedPlan:
     """Load, fill (see the module docstring) and resolve a plan for a run in ``run_dir``.
 
     Raises :class:`~rllm_core.errors.PlanError` and, when the trainer's ``model`` is not
     cached, :class:`~rllm_core.errors.ModelNotCachedError` (naming ``rllm-core models pull``);
-    :class:`~rllm_core.errors.ModelNotFoundError` when it names no model at all. With
+    :class:`~rllm_core.errors.ModelNotFoundError` when it names no model at all; without
+    ``require_models`` (``plan check``, which reports those as findings) neither, and the
+    renderer's ``tokenizer`` is then filled with the ``model`` as written. With
     ``download``, a Hub id the trainer's ``model`` or the renderer's ``tokenizer`` names that is
     not cached is downloaded first when the Hub may be reached (``HF_HUB_OFFLINE`` unset), and
     :class:`~rllm_core.errors.ModelPullError` says why when that fails.
@@ -168,7 +182,11 @@ def prepare_plan(
             notes.append(note)
     if download:
         _fetch_hub_models(manager, trainer, plan.renderer)
-    model_folder = _trainer_model_dir(manager, trainer) if trainer is not None else None
+    model_folder = (
+        _trainer_model_dir(manager, trainer, require=require_models)
+        if trainer is not None
+        else None
+    )
     if trainer is not None:
         fields = _config_fields(manager, "trainer", trainer.name)
         if "logprob_temperature" in fields and plan.sampling.temperature > 0:
@@ -201,7 +219,7 @@ def prepare_plan(
         and "tokenizer" in _config_fields(manager, "renderer", renderer.name)
         and model_folder is not None
     ):
-        updates["renderer"] = _ref(renderer, tokenizer=str(model_folder))
+        updates["renderer"] = _ref(renderer, tokenizer=model_folder)
     if updates:
         plan = plan.model_copy(update=updates)
     resolved = resolve_plan(plan, manager=manager, path=str(plan_path))

@@ -37,13 +37,8 @@ def test_a_plan_with_the_old_key_name_passes_with_a_warning_naming_file_section_
     assert 'model = "Qwen/Qwen3-8B"' in text
     plan = tmp_path / "plan.toml"
     plan.write_text(
-        text.replace('model = "Qwen/Qwen3-8B"', 'base_model = "Qwen/Qwen3-8B"')
-        .replace(
+        text.replace('model = "Qwen/Qwen3-8B"', 'base_model = "Qwen/Qwen3-8B"').replace(
             'path = "../tasks/shell"', f"path = {str(PLAN.parent.parent / 'tasks' / 'shell')!r}"
-        )
-        .replace(
-            'tokenizer = "models/Qwen3-8B"',
-            f"tokenizer = {str(PLAN.parent / 'models' / 'Qwen3-8B')!r}",
         ),
         encoding="utf-8",
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 
 __all__ = ["WandbLoggerConfig"]
 
@@ -53,4 +53,13 @@ def rllm_loggers() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_logger_wandb.logger:WandbLogger.from_config"),
         config=WandbLoggerConfig,
         summary="a Weights & Biases run (offline by default): metrics history and events",
+        credentials=(
+            Credential(
+                what="W&B API key",
+                env=("WANDB_API_KEY",),
+                files=("~/.netrc",),
+                login="wandb login",
+                when={"mode": "online"},
+            ),
+        ),
     )

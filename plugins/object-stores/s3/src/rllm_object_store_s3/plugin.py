@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field, SecretStr, field_validator
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 from rllm_core.kit.retry import RetrySettings
 from rllm_core.storage.keys import check_key
 
@@ -107,4 +107,18 @@ def rllm_object_stores() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_object_store_s3.objects:S3ObjectStore.from_config"),
         config=S3ObjectStoreConfig,
         summary="objects in an S3 bucket (AWS, MinIO, R2); create-if-absent by conditional write",
+        credentials=(
+            Credential(
+                what="S3 access key id",
+                env=("AWS_ACCESS_KEY_ID",),
+                key="access_key_id",
+                env_key="access_key_id_env",
+            ),
+            Credential(
+                what="S3 secret access key",
+                env=("AWS_SECRET_ACCESS_KEY",),
+                key="secret_access_key",
+                env_key="secret_access_key_env",
+            ),
+        ),
     )

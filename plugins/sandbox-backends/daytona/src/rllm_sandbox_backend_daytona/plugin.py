@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["DaytonaSandboxConfig"]
@@ -97,4 +97,12 @@ def rllm_sandbox_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_sandbox_backend_daytona.backend:DaytonaBackend"),
         config=DaytonaSandboxConfig,
         summary="Daytona cloud sandboxes through the daytona SDK (merged stdout/stderr)",
+        credentials=(
+            Credential(
+                what="Daytona API key",
+                env=("DAYTONA_API_KEY",),
+                key="api_key",
+                also_env=(("DAYTONA_JWT_TOKEN", "DAYTONA_ORGANIZATION_ID"),),
+            ),
+        ),
     )

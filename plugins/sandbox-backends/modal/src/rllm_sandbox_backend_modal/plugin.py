@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["ModalConfig"]
@@ -81,4 +81,12 @@ def rllm_sandbox_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_sandbox_backend_modal.backend:ModalBackend"),
         config=ModalConfig,
         summary="Modal cloud sandboxes through the modal SDK, with retries and per-run tags",
+        credentials=(
+            Credential(
+                what="Modal token",
+                env=("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"),
+                files=("~/.modal.toml",),
+                login="modal token set",
+            ),
+        ),
     )

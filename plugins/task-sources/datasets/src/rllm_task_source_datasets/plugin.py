@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
 from rllm_core.kit.qa_tasks import QATasksConfig
 
 __all__ = ["FORMATS", "DatasetsTasksConfig"]
@@ -25,12 +25,12 @@ class DatasetsTasksConfig(QATasksConfig):
     takes too (:class:`~rllm_core.kit.qa_tasks.QATasksConfig`: field mapping, splits, reward),
     over files ``datasets.load_dataset`` reads."""
 
-    path: Path = Field(
+    path: Annotated[Path, PlanPath(expects="file-or-dir")] = Field(
         description="a parquet, arrow or JSON-lines file, or a folder of such files (read in"
         " name order), one task per row: the train split, or every split when split_field is"
         " set; relative paths are read from the plan's folder"
     )
-    eval_path: Path | None = Field(
+    eval_path: Annotated[Path | None, PlanPath(expects="file-or-dir")] = Field(
         default=None,
         description="file or folder of the eval split, in the same format (cannot be combined"
         " with split_field)",

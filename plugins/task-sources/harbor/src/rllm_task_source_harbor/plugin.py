@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
 
 __all__ = ["HarborConfig"]
+
+_TASK_FOLDERS = PlanPath(expects="dir", each_holds="task.toml")
+"""A task folder (one holding task.toml) or a folder of them."""
 
 
 class HarborConfig(BaseModel):
@@ -19,14 +23,14 @@ class HarborConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: Path = Field(
+    path: Annotated[Path, _TASK_FOLDERS] = Field(
         description="dataset directory (a directory of task directories) or one task"
         " directory: the train split"
     )
-    eval_path: Path | None = Field(
+    eval_path: Annotated[Path | None, _TASK_FOLDERS] = Field(
         default=None, description="dataset directory of the eval split; unset: no eval split"
     )
-    splits: dict[str, Path] = Field(
+    splits: Annotated[dict[str, Path], _TASK_FOLDERS] = Field(
         default_factory=dict,
         description="more named splits, split name -> dataset directory; may not repeat"
         " train or eval",

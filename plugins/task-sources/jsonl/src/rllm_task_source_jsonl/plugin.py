@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
 from rllm_core.kit.qa_tasks import QATasksConfig
 
 __all__ = ["JsonlTasksConfig"]
@@ -20,11 +21,11 @@ class JsonlTasksConfig(QATasksConfig):
     """Keys of ``[tasks] name = "jsonl"`` (the question/answer keys of
     :class:`~rllm_core.kit.qa_tasks.QATasksConfig`, over JSON-lines files)."""
 
-    path: Path = Field(
+    path: Annotated[Path, PlanPath(expects="file")] = Field(
         description="JSON-lines file, one task per line: the train split, or every split when"
         " split_field is set; relative paths are read from the plan's folder"
     )
-    eval_path: Path | None = Field(
+    eval_path: Annotated[Path | None, PlanPath(expects="file")] = Field(
         default=None,
         description="JSON-lines file of the eval split (cannot be combined with split_field)",
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 from rllm_core.kit.managed import ManagedServiceSettings
 from rllm_core.kit.trainer_config import AdamWSettings, LearningRate
 
@@ -82,4 +82,7 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         config=FireworksBackendConfig,
         summary="Fireworks training API (remote LoRA/full, custom losses) + hot-loaded sampler",
         traits={"publishes_weights": True, "hosted_model": True},
+        credentials=(
+            Credential(what="Fireworks API key", env=("FIREWORKS_API_KEY",), env_key="api_key_env"),
+        ),
     )

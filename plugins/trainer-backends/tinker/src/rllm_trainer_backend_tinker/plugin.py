@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field, field_validator
-from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 from rllm_core.kit.managed import ManagedServiceSettings
 from rllm_core.kit.trainer_config import AdamBetas, AdamEps, AdamWSettings
 
@@ -96,4 +96,13 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         config=TinkerBackendConfig,
         summary="LoRA training and sampling on Tinker's hosted models, with rllm-core's losses",
         traits={"publishes_weights": True, "hosted_model": True},
+        credentials=(
+            Credential(
+                what="Tinker API key",
+                env=("TINKER_API_KEY",),
+                also_env=(("TINKER_CREDENTIAL_CMD",),),
+                files=("~/.tinker/credentials.json",),
+                login="tinker auth login",
+            ),
+        ),
     )

@@ -68,7 +68,7 @@ class LoraSettings(_Config):
 class TorchBackendConfig(_Config, AdamWSettings):
     """Options of the ``torch`` trainer backend (plan section ``[trainer]``)."""
 
-    model: Annotated[str, PlanPath(or_name=True)] = Field(
+    model: Annotated[str, PlanPath(or_name=True, expects="model")] = Field(
         "smollm2-135m-instruct",
         min_length=1,
         description=(

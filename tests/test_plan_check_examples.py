@@ -1,0 +1,67 @@
+"""Every example plan passes ``rllm-core plan check`` on a fresh machine: nothing pulled, no
+credential set. Each exits 0, and its warnings say what to do before running it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rllm_core.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EXPECTED = {
+    "examples/quickstart/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/shell-agent/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/sft-then-rl/sft.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/sft-then-rl/rl.toml": [
+        "[trainer].model: './runs/sft-model'",
+        "examples/sft-then-rl/sft.toml's [sft].export writes it",
+        "run `rllm-core sft examples/sft-then-rl/sft.toml` first",
+    ],
+    "examples/tinker-modal/plan.toml": [
+        "[renderer].tokenizer:",
+        "rllm-core models pull Qwen/Qwen3-8B",
+        "TINKER_API_KEY is not set",
+        "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are not set",
+    ],
+    "examples/fireworks-daytona/plan.toml": [
+        "rllm-core models pull Qwen/Qwen3-8B",
+        "FIREWORKS_API_KEY is not set",
+        "DAYTONA_API_KEY is not set",
+    ],
+}
+
+
+def test_every_example_plan_is_listed():
+    plans = {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/*/plan.toml")}
+    plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/sft-then-rl/*.toml")}
+    assert plans == set(EXPECTED)
+
+
+@pytest.mark.parametrize("plan", sorted(EXPECTED))
+def test_an_example_plan_passes_with_nothing_cached(plan, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("RLLM_CORE_CACHE", str(tmp_path / "rllm-cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in (
+        "TINKER_API_KEY",
+        "TINKER_CREDENTIAL_CMD",
+        "FIREWORKS_API_KEY",
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "DAYTONA_API_KEY",
+        "DAYTONA_JWT_TOKEN",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    done = CliRunner().invoke(main, ["plan", "check", plan])
+    assert done.exit_code == 0, done.output
+    assert "plan ok" in done.stdout
+    warnings = " ".join(done.stderr.split())
+    for expected in EXPECTED[plan]:
+        assert expected in warnings, done.stderr
+    assert all(
+        line.startswith(f"warning: {plan}: [") for line in done.stderr.splitlines() if line
+    ), done.stderr
