@@ -54,7 +54,7 @@ Cell = str | Text | Sequence[str | Text] | None
 on a terminal, joined with ``; `` when plain)."""
 
 _FOLD_MIN = 10
-"""The narrowest a foldable column is squeezed to before the table is stacked instead."""
+"""The narrowest a foldable column is squeezed to before the table loses its rules."""
 
 
 @dataclass(frozen=True)
