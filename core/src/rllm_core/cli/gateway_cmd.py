@@ -108,6 +108,12 @@ def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: b
 @click.option("--renderer", required=True, metavar="NAME", help="Installed renderer, e.g. chatml.")
 @click.option("--tokenizer", default=None, metavar="PATH", help="Local tokenizer folder.")
 @click.option(
+    "--literal-control-tokens",
+    is_flag=True,
+    help="Encode control-token text inside messages (a tool output holding <|im_end|>) as"
+    " ordinary text, so it cannot forge a turn; off by default, as in the reference templates.",
+)
+@click.option(
     "--token-mode",
     type=click.Choice(TOKEN_MODES),
     default=None,
@@ -171,6 +177,7 @@ def serve(
     upstream_api_key: str | None,
     renderer: str,
     tokenizer: str | None,
+    literal_control_tokens: bool,
     token_mode: str | None,
     legacy_cumulative: bool,
     legacy_plain: bool,
@@ -221,7 +228,11 @@ def serve(
         sampler = _build("sampler", "vllm", sampler_keys, needed_by="--upstream")
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
-    renderer_obj = _build("renderer", renderer, {"tokenizer": tokenizer} if tokenizer else {})
+    renderer_keys: dict[str, Any] = {"tokenizer": tokenizer} if tokenizer else {}
+    # Sent only when set: a third-party renderer that forbids unknown keys still builds.
+    if literal_control_tokens:
+        renderer_keys["literal_control_tokens"] = True
+    renderer_obj = _build("renderer", renderer, renderer_keys)
     store = _build("trace_store", trace_store, {"path": trace_dir} if trace_dir else {})
     try:
         server = Gateway(
