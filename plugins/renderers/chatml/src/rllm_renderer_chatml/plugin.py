@@ -15,6 +15,14 @@ from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
 __all__ = ["ChatMLConfig", "Qwen3Config"]
 
 
+LITERAL_CONTROL_TOKENS = (
+    "true: a control token such as <|im_end|> written inside message text (content, reasoning,"
+    " tool calls, tool results) is encoded as ordinary text, so a tool output cannot forge a"
+    " turn boundary; false (the reference chat templates' behaviour): it becomes the control"
+    " token. A model trained with it on should be served with it on"
+)
+
+
 class ChatMLConfig(BaseModel):
     """Keys of ``[renderer] name = "chatml"``."""
 
@@ -37,13 +45,7 @@ class ChatMLConfig(BaseModel):
         description="system message used when a conversation has none; None keeps the"
         " template's own default",
     )
-    literal_control_tokens: bool = Field(
-        default=False,
-        description="true: a control token such as <|im_end|> written inside message text"
-        " (content, reasoning, tool calls, tool results) is encoded as ordinary text, so a tool"
-        " output cannot forge a turn boundary; false (the reference chat templates' behaviour):"
-        " it becomes the control token. A model trained with it on should be served with it on",
-    )
+    literal_control_tokens: bool = Field(default=False, description=LITERAL_CONTROL_TOKENS)
 
 
 class Qwen3Config(BaseModel):
@@ -68,13 +70,7 @@ class Qwen3Config(BaseModel):
         description="false: the generation prompt carries an empty think block, as the"
         " template's enable_thinking=False does",
     )
-    literal_control_tokens: bool = Field(
-        default=False,
-        description="true: a control token such as <|im_end|> written inside message text"
-        " (content, reasoning, tool calls, tool results) is encoded as ordinary text, so a tool"
-        " output cannot forge a turn boundary; false (the reference chat templates' behaviour):"
-        " it becomes the control token. A model trained with it on should be served with it on",
-    )
+    literal_control_tokens: bool = Field(default=False, description=LITERAL_CONTROL_TOKENS)
 
 
 @hookimpl
