@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -71,23 +72,42 @@ def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize(
-    ("lora", "falls_to"),
-    [
-        # The tiny model's logits hang on its random lm_head: LoRA needs an adapter there.
-        ('{ rank = 8, alpha = 16.0, target_modules = ["q_proj", "v_proj", "lm_head"] }', 0.5),
-        ("{ rank = 0 }", 0.5),
-    ],
-    ids=["lora", "full"],
-)
-def test_sft_memorizes_a_few_examples(tiny_smol_model_dir, tmp_path, lora, falls_to):
-    plan = write_plan(
-        tmp_path, tiny_smol_model_dir, lora=lora, eval_data="train.jsonl", export="exported"
-    )
-    done = run_cli("sft", str(plan), cwd=tmp_path, timeout=300)
+LORAS = {
+    # The tiny model's logits hang on its random lm_head: LoRA needs an adapter there.
+    "lora": '{ rank = 8, alpha = 16.0, target_modules = ["q_proj", "v_proj", "lm_head"] }',
+    "full": "{ rank = 0 }",
+}
+
+
+def memorize_plan(folder: Path, model: Path, kind: str) -> Path:
+    return write_plan(folder, model, lora=LORAS[kind], eval_data="train.jsonl", export="exported")
+
+
+@pytest.fixture(scope="module")
+def memorized(
+    tiny_smol_model_dir, tmp_path_factory
+) -> Callable[[str], tuple[Path, subprocess.CompletedProcess[str]]]:
+    """``memorized(kind)``: the folder and finished process of the memorizing SFT run with
+    ``LORAS[kind]``, run once per module; the resume test takes the LoRA run as its
+    uninterrupted run."""
+    done: dict[str, tuple[Path, subprocess.CompletedProcess[str]]] = {}
+
+    def get(kind: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        if kind not in done:
+            folder = tmp_path_factory.mktemp(f"sft-{kind}")
+            plan = memorize_plan(folder, tiny_smol_model_dir, kind)
+            done[kind] = folder, run_cli("sft", str(plan), cwd=folder, timeout=300)
+        return done[kind]
+
+    return get
+
+
+@pytest.mark.parametrize(("kind", "falls_to"), [("lora", 0.5), ("full", 0.5)], ids=LORAS)
+def test_sft_memorizes_a_few_examples(memorized, kind, falls_to):
+    folder, done = memorized(kind)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 training examples, 4 held out; 8 optimizer steps" in done.stdout
-    run_dir = run_dir_of(done, tmp_path)
+    run_dir = run_dir_of(done, folder)
 
     lines = metrics(run_dir)
     assert [line["step"] for line in lines] == list(range(1, 9))
@@ -117,18 +137,18 @@ def test_sft_memorizes_a_few_examples(tiny_smol_model_dir, tmp_path, lora, falls
     logged = (run_dir / "logs" / "jsonl").read_text()
     assert '"train/nll"' in logged
 
-    shown = run_cli("runs", "show", "--json", str(run_dir), cwd=tmp_path)
+    shown = run_cli("runs", "show", "--json", str(run_dir), cwd=folder)
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
     assert (report["steps_done"], report["steps_planned"]) == (8, 8)
     assert report["sft"]["eval_nll"] == pytest.approx(lines[-1]["eval/nll"])
     assert report["checkpoints"] == [3, 6, 8]
-    table = run_cli("runs", "show", str(run_dir), cwd=tmp_path)
+    table = run_cli("runs", "show", str(run_dir), cwd=folder)
     assert table.returncode == 0 and "nll" in table.stdout and "reward" not in table.stdout
 
     # The exported folder is the trained model on its own: its NLL on the trained tokens is
     # the run's last eval NLL, and an RL plan can name it.
-    exported = tmp_path / "exported"
+    exported = folder / "exported"
     assert summary["export"] == str(exported)
     assert exported_nll(exported) == pytest.approx(lines[-1]["eval/nll"], abs=1e-4)
     quickstart = Path(__file__).resolve().parent.parent / "examples" / "quickstart" / "plan.toml"
@@ -139,7 +159,7 @@ def test_sft_memorizes_a_few_examples(tiny_smol_model_dir, tmp_path, lora, falls
         str(quickstart),
         "--set",
         f'trainer.model="{exported}"',
-        cwd=tmp_path,
+        cwd=folder,
     )
     assert rl.returncode == 0, rl.stderr
     assert json.loads(rl.stdout)["ok"] is True
@@ -175,18 +195,16 @@ def exported_nll(folder: Path) -> float:
     return total / count
 
 
-def test_an_interrupted_sft_run_resumes_to_the_uninterrupted_result(tiny_smol_model_dir, tmp_path):
-    whole = tmp_path / "whole"
-    cut = tmp_path / "cut"
-    for folder in (whole, cut):
-        folder.mkdir()
-    done = run_cli(
-        "sft", str(write_plan(whole, tiny_smol_model_dir, lora="{ rank = 4 }")), cwd=whole
-    )
+def test_an_interrupted_sft_run_resumes_to_the_uninterrupted_result(
+    memorized, tiny_smol_model_dir, tmp_path
+):
+    whole, done = memorized("lora")
     assert done.returncode == 0, done.stderr
     expected = metrics(run_dir_of(done, whole))
 
-    plan = write_plan(cut, tiny_smol_model_dir, lora="{ rank = 4 }")
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    plan = memorize_plan(cut, tiny_smol_model_dir, "lora")
     process = subprocess.Popen(
         [sys.executable, "-m", "rllm_core.cli", "sft", str(plan)],
         cwd=cut,
@@ -209,7 +227,7 @@ def test_an_interrupted_sft_run_resumes_to_the_uninterrupted_result(tiny_smol_mo
     stopped = metrics(run_dir)
     assert 2 <= len(stopped) < 8
 
-    resumed = run_cli("sft", str(plan), "--resume", str(run_dir), cwd=cut)
+    resumed = run_cli("sft", str(plan), "--resume", str(run_dir), cwd=cut, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"resumed from {run_dir / 'checkpoints'}" in resumed.stdout
     got = metrics(run_dir)
@@ -298,7 +316,7 @@ def test_from_run_trains_on_the_rewarded_episodes_tokens(tiny_smol_model_dir, tm
     plan.write_text(text)
     check = run_cli("plan", "check", str(plan), cwd=tmp_path)
     assert check.returncode == 0, check.stderr
-    done = run_cli("sft", str(plan), cwd=tmp_path)
+    done = run_cli("sft", str(plan), cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 training examples; 2 optimizer steps" in done.stdout
     lines = metrics(run_dir_of(done, tmp_path))
