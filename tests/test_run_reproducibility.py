@@ -153,17 +153,24 @@ def test_two_identical_one_step_runs_write_identical_metrics_and_weights(
     assert trainable_weights(second / "checkpoints" / "step-1") == weights
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("attempt", range(SOAK_REPEATS))
-def test_sigint_then_resume_equals_an_uninterrupted_run(smollm2_model_dir, tmp_path, attempt):
-    tasks = write_tasks(tmp_path)
-    args = overrides(tasks)
-
-    whole_cwd = tmp_path / "whole"
-    whole = start(whole_cwd, *args)
-    whole_dir = run_folder(whole_cwd, whole)
+@pytest.fixture(scope="module")
+def uninterrupted(smollm2_model_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """The tasks file and the run folder of one uninterrupted run, which every soak attempt's
+    resumed run must equal: the runs are deterministic, so one serves them all."""
+    cwd = tmp_path_factory.mktemp("whole")
+    tasks = write_tasks(cwd)
+    whole = start(cwd, *overrides(tasks))
+    whole_dir = run_folder(cwd, whole)
     code, _, err = finish(whole)
     assert code == 0, err[-3000:]
+    return tasks, whole_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(SOAK_REPEATS))
+def test_sigint_then_resume_equals_an_uninterrupted_run(uninterrupted, tmp_path, attempt):
+    tasks, whole_dir = uninterrupted
+    args = overrides(tasks)
 
     cut_cwd = tmp_path / "cut"
     cut = start(cut_cwd, *args)
