@@ -209,3 +209,37 @@ def tiny_smol_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_model_
             shutil.copyfile(smollm2_model_dir / name, folder / name)
     vocab = len(AutoTokenizer.from_pretrained(str(smollm2_model_dir)))
     return save_tiny_llama(folder, vocab=vocab, max_positions=256, seed=7)
+
+
+@pytest.fixture(scope="session")
+def quickstart_two_steps(
+    smollm2_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The quickstart plan on SmolLM2 for 2 steps of 2 tasks x 2 rollouts of 4 new tokens, a
+    checkpoint after each step, its datums recorded: run once for every test that reads such a
+    run. Returns the folder it ran in and the finished ``rllm-core run`` process."""
+    from reference.cli_process import overrides
+    from reference.cli_process import run_cli as run_process
+    from reference.quickstart import PLAN, write_tasks
+
+    cwd = tmp_path_factory.mktemp("quickstart-two-steps")
+    tasks, held_out = write_tasks(cwd)
+    done = run_process(
+        "run",
+        str(PLAN),
+        "--plain",
+        "--record-datums",
+        *overrides(
+            "run.steps=2",
+            "run.save_every=1",
+            "algorithm.batch_size=2",
+            "algorithm.group_size=2",
+            "sampling.max_tokens=4",
+            f'tasks.path="{tasks}"',
+            f'tasks.eval_path="{held_out}"',
+        ),
+        cwd=cwd,
+        timeout=300,
+        columns=200,
+    )
+    return cwd, done

@@ -50,13 +50,11 @@ def _weights(checkpoint: Path, out: Path) -> dict:
     return tensors
 
 
-def test_two_ranks_train_as_one_and_rank0_alone_writes_the_run(smollm2_model_dir, tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.mkdir()
+def test_two_ranks_train_as_one_and_rank0_alone_writes_the_run(quickstart_two_steps, tmp_path):
+    # The single-process run is the same quickstart run (seed, settings) in one process.
+    one, single = quickstart_two_steps
+    two = tmp_path / "two"
     two.mkdir()
-    single = run_cli(
-        "run", str(PLAN), "--plain", *_settings(one, "run.steps=2"), cwd=one, timeout=300
-    )
     assert single.returncode == 0, single.stderr[-3000:]
     started = time.monotonic()
     pair = run_cli(

@@ -1,4 +1,5 @@
-"""`rllm-core run` end to end on SmolLM2: 2 steps, 2 tasks x 2 rollouts, 4 new tokens."""
+"""`rllm-core run` end to end on SmolLM2: 2 steps, 2 tasks x 2 rollouts, 4 new tokens (the
+``quickstart_two_steps`` run of tests/conftest.py); the same asynchronously for 3 steps."""
 
 from __future__ import annotations
 
@@ -19,28 +20,12 @@ def trainable_weights(checkpoint: Path) -> dict[str, list[float]]:
     return tensors
 
 
-def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(smollm2_model_dir, tmp_path):
-    tasks, held_out = write_tasks(tmp_path)
-    result = run_cli(
-        "run",
-        str(PLAN),
-        "--plain",
-        "--record-datums",
-        *overrides(
-            "run.steps=2",
-            "run.save_every=1",
-            "algorithm.batch_size=2",
-            "algorithm.group_size=2",
-            "sampling.max_tokens=4",
-            f'tasks.path="{tasks}"',
-            f'tasks.eval_path="{held_out}"',
-        ),
-        cwd=tmp_path,
-        timeout=300,
-        columns=200,
-    )
+def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(
+    smollm2_model_dir, quickstart_two_steps
+):
+    cwd, result = quickstart_two_steps
     assert result.returncode == 0, result.stderr[-3000:]
-    run_dir = run_folder(result, tmp_path, "quickstart")
+    run_dir = run_folder(result, cwd, "quickstart")
 
     for name in ("plan.toml", "plan.resolved.json", "summary.json", "reward.png", "loss.png"):
         assert (run_dir / name).is_file(), name
