@@ -68,7 +68,7 @@ def test_eval_on_a_checkpoint_and_on_the_base_model(smollm2_model_dir, tmp_path)
         tmp_path,
         "run",
         str(PLAN),
-        "--plain",
+        "--json",
         "--set",
         "run.steps=1",
         "--set",
@@ -79,7 +79,15 @@ def test_eval_on_a_checkpoint_and_on_the_base_model(smollm2_model_dir, tmp_path)
         *paths,
     )
     assert trained.returncode == 0, trained.stderr[-3000:]
-    run_dir = tmp_path / trained.stdout.splitlines()[0].removeprefix("run folder: ")
+    # --json: stdout is the run's summary.json alone, with the run folder and summary paths.
+    report = json.loads(trained.stdout)
+    run_dir = tmp_path / report["run_folder"]
+    assert report == json.loads((run_dir / "summary.json").read_text()) | {
+        "run_folder": report["run_folder"],
+        "summary": str(Path(report["run_folder"]) / "summary.json"),
+    }
+    assert report["status"] == "finished" and report["steps"] == 1
+    assert f"run folder: {report['run_folder']}" in trained.stderr
     checkpoint = run_dir / "checkpoints" / "step-1"
     assert (checkpoint / "trainer").is_dir()
 
@@ -105,10 +113,18 @@ def test_eval_on_a_checkpoint_and_on_the_base_model(smollm2_model_dir, tmp_path)
     assert "pass@2" in on_checkpoint.stdout
 
     base = run_cli(
-        tmp_path, "eval", str(PLAN), "--plain", "--limit", "2", "--temperature", "0", *SMALL, *paths
+        tmp_path, "eval", str(PLAN), "--json", "--limit", "2", "--temperature", "0", *SMALL, *paths
     )
-    base_folder = eval_folder(base, tmp_path)
+    assert base.returncode == 0, base.stderr[-3000:]
+    report = json.loads(base.stdout)
+    base_folder = tmp_path / report["run_folder"]
     summary = check_results(base_folder, ids[:2], 1)
+    assert report == summary | {
+        "run_folder": report["run_folder"],
+        "summary": str(Path(report["run_folder"]) / "summary.json"),
+    }
+    assert report["run_folder"].startswith("runs/quickstart-eval-")
+    assert "pass@1" not in base.stderr  # no summary line: the object is the summary
     assert summary["checkpoint"] is None
     resolved = json.loads((base_folder / "plan.resolved.json").read_text())
     assert resolved["plan"]["sampling"]["temperature"] == 0.0

@@ -29,7 +29,11 @@ def _plan(tmp_path: Path, store_section: str) -> Path:
     return plan
 
 
-def _start(plan: Path, role: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+def _start(
+    plan: Path, role: str, cwd: Path, log: Path, *, json_out: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start one role writing stdout and stderr to ``log``; with ``json_out``, with ``--json``
+    and its stdout (the summary object) there instead."""
     args = overrides(
         'run.pipeline="async"',
         f"run.steps={STEPS}",
@@ -40,22 +44,14 @@ def _start(plan: Path, role: str, cwd: Path, log: Path) -> subprocess.Popen[byte
         "sampling.max_tokens=4",
         f'tasks.eval_path="{cwd / "held-out.jsonl"}"',
     )
-    with open(log, "ab") as out:
+    command = [sys.executable, "-m", "rllm_core.cli", "run", str(plan), "--plain"]
+    command += ["--role", role, *args, *(["--json"] if json_out is not None else [])]
+    with open(log, "ab") as out, open(json_out or os.devnull, "wb") as summary:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rllm_core.cli",
-                "run",
-                str(plan),
-                "--plain",
-                "--role",
-                role,
-                *args,
-            ],
+            command,
             cwd=cwd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            stdout=summary if json_out is not None else out,
+            stderr=out if json_out is not None else subprocess.STDOUT,
             env=dict(os.environ, COLUMNS="200"),
         )
 
@@ -159,12 +155,21 @@ def test_a_trainer_that_cannot_start_gives_up_after_max_failures(smollm2_model_d
     plan = _plan(tmp_path, f'\n[object_store]\nname = "file"\nroot = "{store_root}"\n')
     plan.write_text(plan.read_text() + "max_failures = 2\n")
     log = tmp_path / "trainer.log"
-    trainer = _start(plan, "trainer", tmp_path, log)
+    out = tmp_path / "trainer.json"
+    trainer = _start(plan, "trainer", tmp_path, log, json_out=out)
     code = trainer.wait(timeout=180)
     text = log.read_text()
     assert code == 3, text[-4000:]
     assert "failed 2 times in a row without training a round" in text
     assert "is not a CutRef" in text
+    # --json: the summary the trainer wrote is stdout's one object, the errors are on stderr.
+    report = json.loads(out.read_text())
+    run_dir = tmp_path / report["run_folder"]
+    assert report == json.loads((run_dir / "summary.json").read_text()) | {
+        "run_folder": report["run_folder"],
+        "summary": str(Path(report["run_folder"]) / "summary.json"),
+    }
+    assert report["status"] == "failed" and report["role"] == "trainer"
     journal = shared.store.list(shared.key("scheduler") + "/")
     records = [json.loads(shared.store.get(key)) for key in journal]
     failed = [r for r in records if r["kind"] == "failed"]

@@ -334,3 +334,7 @@ def test_a_bad_example_stops_sft_before_any_folder_naming_file_and_line(
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{data}:5: no assistant message" in done.stderr
     assert not (tmp_path / "runs").exists()
+    # With --json, a failure before any summary leaves stdout empty, as its help says.
+    as_json = run_cli("sft", str(plan), "--json", cwd=tmp_path)
+    assert (as_json.returncode, as_json.stdout) == (2, ""), as_json.stderr
+    assert f"{data}:5: no assistant message" in as_json.stderr

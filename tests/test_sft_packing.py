@@ -49,9 +49,17 @@ name = "chatml"
 
 
 def sft(plan: Path) -> Path:
-    done = run_cli("sft", str(plan), "--quiet", cwd=plan.parent, timeout=180)
+    done = run_cli("sft", str(plan), "--json", cwd=plan.parent, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = (plan.parent / "runs").iterdir()
+    # --json: stdout is the summary object alone, with the run folder and summary paths.
+    report = json.loads(done.stdout)
+    assert report == json.loads((run_dir / "summary.json").read_text()) | {
+        "run_folder": str(run_dir.relative_to(plan.parent)),
+        "summary": str(run_dir.relative_to(plan.parent) / "summary.json"),
+    }
+    assert report["status"] == "finished" and report["kind"] == "sft"
+    assert f"run folder: {report['run_folder']}" in done.stderr
     return run_dir
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
 from rllm_core.cli.preflight import check_gateway, resolve_or_exit
+from rllm_core.cli.run_cmd import JSON_HELP, print_summary_json, stdout_to_stderr
 from rllm_core.docs_site import docs_page
 from rllm_core.errors import PlanError
 from rllm_core.training.launch import in_one_process
@@ -47,6 +49,12 @@ from rllm_core.training.launch import in_one_process
     help="Sampling temperature (default: the plan's [sampling].temperature).",
 )
 @click.option("--plain", is_flag=True, help="One line per task instead of the progress bar.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help=JSON_HELP.format(what="evaluation", ignored="--plain has"),
+)
 def eval_(
     plan_path: Path,
     overrides: tuple[str, ...],
@@ -56,6 +64,7 @@ def eval_(
     limit: int | None,
     temperature: float | None,
     plain: bool,
+    as_json: bool,
 ) -> None:
     """Evaluate the model of PLAN on its evaluation tasks."""
     from rllm_core.evaluation import CheckpointNotFound, EvalFolder, checkpoint_state_dir
@@ -82,28 +91,42 @@ def eval_(
     # Evaluating only samples: the trainer runs in this one process whatever its world size.
     resolved = in_one_process(resolve_or_exit(plan_path, overrides, folder.path, training=False))
     folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
-    console = Console(highlight=False)
-    console.print(f"eval folder: {folder.path}", markup=False, soft_wrap=True)
-    deterministic = resolved.plan.run.deterministic
-    prepare_environment(deterministic)
-    with RunLog(folder.log):
-        try:
-            components = build_components(resolved, training=False)
-        except BuildError as exc:
-            fail(str(exc), EXIT_FAILURE)
-        folder.record_numerics(conditions(deterministic, components.placed), resume=False)
-        try:
-            failure = _evaluate(
-                console, resolved, components, folder, state_dir, split, limit, attempts, plain
-            )
-        finally:
-            asyncio.run(components.aclose())
+    # With --json, stdout is kept for the summary object: everything else goes to stderr.
+    console = Console(highlight=False, stderr=as_json)
+    with stdout_to_stderr(as_json):
+        console.print(f"eval folder: {folder.path}", markup=False, soft_wrap=True)
+        deterministic = resolved.plan.run.deterministic
+        prepare_environment(deterministic)
+        with RunLog(folder.log):
+            try:
+                components = build_components(resolved, training=False)
+            except BuildError as exc:
+                fail(str(exc), EXIT_FAILURE)
+            folder.record_numerics(conditions(deterministic, components.placed), resume=False)
+            try:
+                summary, failure = _evaluate(
+                    console,
+                    resolved,
+                    components,
+                    folder,
+                    state_dir,
+                    split,
+                    limit,
+                    attempts,
+                    plain,
+                    quiet=as_json,
+                )
+            finally:
+                asyncio.run(components.aclose())
+    if as_json:
+        print_summary_json(summary, folder.path, folder.summary)
     if failure is not None:
         fail(
             f"{failure}\nResults of every attempt: {folder.results}, summary: {folder.summary}",
             EXIT_FAILURE,
         )
-    console.print(json.dumps({"summary": str(folder.summary)}), markup=False)
+    if not as_json:
+        console.print(json.dumps({"summary": str(folder.summary)}), markup=False)
 
 
 def _evaluate(
@@ -116,10 +139,12 @@ def _evaluate(
     limit: int | None,
     attempts: int,
     plain: bool,
-) -> Any:
-    """Run the evaluation and write its results; returns the failure when every attempt failed
-    on infrastructure (a ``TooManyFailedRollouts``), else None. Exits on anything that stops
-    it earlier."""
+    *,
+    quiet: bool = False,
+) -> tuple[Mapping[str, Any], Any]:
+    """Run the evaluation and write its results; returns the summary, and the failure when
+    every attempt failed on infrastructure (a ``TooManyFailedRollouts``), else None. Exits on
+    anything that stops it earlier. ``quiet``: no progress lines and no summary line."""
     from rllm_core.evaluation import Evaluation
     from rllm_core.evaluation.display import make_display
     from rllm_core.training.gateway_address import GatewayBindError
@@ -140,7 +165,7 @@ def _evaluate(
         tasks = tasks[:limit]
     if not tasks:
         fail(f"the task split {split!r} has no tasks; choose another with --split", EXIT_USAGE)
-    display = make_display(console, len(tasks), attempts, plain=plain)
+    display = _Silent() if quiet else make_display(console, len(tasks), attempts, plain=plain)
     evaluation = Evaluation(
         plan=resolved.plan,
         components=components,
@@ -169,4 +194,17 @@ def _evaluate(
     }
     folder.write_results(outcome.results, summary)
     display.finish(summary)
-    return outcome.failure
+    return summary, outcome.failure
+
+
+class _Silent:
+    """No progress and no summary line (``--json`` prints the summary as its object)."""
+
+    def on_event(self, event: Any) -> None:
+        pass
+
+    def finish(self, summary: Mapping[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

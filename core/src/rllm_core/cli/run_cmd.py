@@ -3,21 +3,70 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
-from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, err_console, fail, fail_plan
+from rllm_core.cli.output import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    err_console,
+    fail,
+    fail_plan,
+    print_json,
+)
 from rllm_core.cli.plan_cmd import SET_HELP
 from rllm_core.cli.preflight import check_gateway, resolve_or_exit
 from rllm_core.docs_site import docs_page
 from rllm_core.errors import PlanError
 from rllm_core.numerics import conditions, prepare_environment
+
+JSON_HELP = (
+    "Print only one JSON object on stdout, at the end: the {what}'s summary.json plus its"
+    ' folder ("run_folder") and that file ("summary"), also when it stops or fails after'
+    " writing the summary. Messages, warnings and errors go to stderr ({ignored} no"
+    " effect); a failure before there is a summary prints nothing on stdout. Exit"
+    " statuses are as without --json."
+)
+"""The ``--json`` help of the commands that end with a summary (``run``, ``eval``, ``sft``)."""
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(on: bool = True) -> Iterator[None]:
+    """With ``on``, what is written to stdout inside the block goes to stderr: through
+    ``sys.stdout`` and through file descriptor 1, which libraries, extensions and subprocesses
+    write to. A ``--json`` command keeps stdout for its one JSON object."""
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def print_summary_json(summary: Mapping[str, Any], folder: Path, summary_file: Path) -> None:
+    """What ``--json`` prints: ``summary`` (the content of ``summary_file``, read back when it
+    was written) with the folder and the summary file's paths."""
+    try:
+        written = json.loads(summary_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        written = None
+    content = written if isinstance(written, dict) else dict(summary)
+    print_json(content | {"run_folder": str(folder), "summary": str(summary_file)})
 
 
 def _comparable(data: dict, folder_name: str) -> dict:
@@ -82,6 +131,12 @@ def _comparable(data: dict, folder_name: str) -> dict:
     is_flag=True,
     help="Also write datums.jsonl: every trained datum's tokens, masks and logprobs.",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help=JSON_HELP.format(what="run", ignored="--quiet and --plain have"),
+)
 def run(
     plan_path: Path,
     overrides: tuple[str, ...],
@@ -90,6 +145,7 @@ def run(
     plain: bool,
     role: str,
     record_datums: bool,
+    as_json: bool,
 ) -> None:
     """Train with the RL job described by PLAN.
 
@@ -108,10 +164,24 @@ def run(
             EXIT_USAGE,
         )
     if group is not None and group.rank > 0:
-        _follow(plan_path, overrides, group)
-    launch_args = _run_args(plan_path, overrides, resume, quiet, plain, role, record_datums)
+        with stdout_to_stderr(as_json):
+            _follow(plan_path, overrides, group)
+    launch_args = _run_args(
+        plan_path, overrides, resume, quiet, plain, role, record_datums, as_json
+    )
     with report_rank0():
-        _run(plan_path, overrides, resume, quiet, plain, role, record_datums, group, launch_args)
+        _run(
+            plan_path,
+            overrides,
+            resume,
+            quiet,
+            plain,
+            role,
+            record_datums,
+            group,
+            launch_args,
+            as_json,
+        )
 
 
 def _run(
@@ -124,6 +194,7 @@ def _run(
     record_datums: bool,
     group: Any,
     launch_args: list[str],
+    as_json: bool = False,
 ) -> None:
     from rllm_core.training.components import BuildError, build_components
     from rllm_core.training.display import make_display
@@ -132,7 +203,8 @@ def _run(
     from rllm_core.training.loop import ResumeError
     from rllm_core.training.runlog import RunLog
 
-    console = Console(highlight=False)
+    # With --json, stdout is kept for the summary object: everything else goes to stderr.
+    console = Console(highlight=False, stderr=as_json)
     if role != "both" and resume is not None:
         fail(
             f"--resume {resume} continues a one-process run; a --role {role} process continues"
@@ -179,49 +251,54 @@ def _run(
         folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
     if role != "both":
         _check_role(role, resolved, plan_path)
-    console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
-    for note in resolved.notes:
-        err_console.print(f"warning: {note}", markup=False)
-    display = make_display(console, resolved.plan.run.steps, quiet=quiet, plain=plain)
-    deterministic = resolved.plan.run.deterministic
-    prepare_environment(deterministic)
-    run_log = RunLog(folder.log)
-    try:
-        try:
-            components = build_components(
-                resolved,
-                on_built=lambda c: display.info(f"built {c.where}: {c.kind.value}:{c.name}"),
-            )
-        except BuildError as exc:
-            fail(str(exc), EXIT_FAILURE)
-        if group is not None:
-            _check_parallel(components.trainer, resolved, group)
-        current = conditions(deterministic, components.placed)
-        changed = folder.record_numerics(current, resume=resume is not None)
-        if changed is not None:
-            err_console.print(f"warning: {changed}", markup=False)
-        loop = _make_loop(
-            role,
-            resolved=resolved,
-            components=components,
-            folder=folder,
-            display=display,
-            resume=resume is not None,
-            record_datums=record_datums,
+    with stdout_to_stderr(as_json):
+        console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
+        for note in resolved.notes:
+            err_console.print(f"warning: {note}", markup=False)
+        display = make_display(
+            console, resolved.plan.run.steps, quiet=quiet or as_json, plain=plain
         )
+        deterministic = resolved.plan.run.deterministic
+        prepare_environment(deterministic)
+        run_log = RunLog(folder.log)
         try:
-            result = asyncio.run(_drive(loop, components))
-        except (ResumeError, GatewayBindError) as exc:
-            fail(str(exc), EXIT_USAGE)
-        except Exception as exc:
-            fail(
-                f"the run failed: {type(exc).__name__}: {exc}; finished checkpoints in"
-                f" {folder.checkpoints} are intact",
-                EXIT_FAILURE,
+            try:
+                components = build_components(
+                    resolved,
+                    on_built=lambda c: display.info(f"built {c.where}: {c.kind.value}:{c.name}"),
+                )
+            except BuildError as exc:
+                fail(str(exc), EXIT_FAILURE)
+            if group is not None:
+                _check_parallel(components.trainer, resolved, group)
+            current = conditions(deterministic, components.placed)
+            changed = folder.record_numerics(current, resume=resume is not None)
+            if changed is not None:
+                err_console.print(f"warning: {changed}", markup=False)
+            loop = _make_loop(
+                role,
+                resolved=resolved,
+                components=components,
+                folder=folder,
+                display=display,
+                resume=resume is not None,
+                record_datums=record_datums,
             )
-    finally:
-        display.close()
-        run_log.close()
+            try:
+                result = asyncio.run(_drive(loop, components))
+            except (ResumeError, GatewayBindError) as exc:
+                fail(str(exc), EXIT_USAGE)
+            except Exception as exc:
+                fail(
+                    f"the run failed: {type(exc).__name__}: {exc}; finished checkpoints in"
+                    f" {folder.checkpoints} are intact",
+                    EXIT_FAILURE,
+                )
+        finally:
+            display.close()
+            run_log.close()
+    if as_json:
+        print_summary_json(result.summary, folder.path, folder.summary)
     if result.status == "failed" and role == "trainer":
         fail(f"{result.reason}\nsummary: {folder.summary}", result.exit_code)
     if result.status == "failed":
@@ -238,7 +315,7 @@ def _run(
             f"stopped after step {result.step}; resume with: {command}",
             file=sys.stderr,
         )
-    elif not quiet:
+    elif not quiet and not as_json:
         console.print(json.dumps({"summary": str(folder.summary)}), markup=False)
     sys.exit(result.exit_code)
 
@@ -283,6 +360,7 @@ def _run_args(
     plain: bool,
     role: str,
     record_datums: bool,
+    as_json: bool = False,
 ) -> list[str]:
     """This command's arguments, for the ranks the launcher starts."""
     args = ["run", str(plan_path)]
@@ -295,6 +373,8 @@ def _run_args(
         args += ["--role", role]
     if record_datums:
         args.append("--record-datums")
+    if as_json:
+        args.append("--json")
     return args
 
 

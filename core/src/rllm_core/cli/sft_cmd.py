@@ -13,6 +13,7 @@ from rich.console import Console
 
 from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, err_console, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
+from rllm_core.cli.run_cmd import JSON_HELP, print_summary_json, stdout_to_stderr
 from rllm_core.docs_site import docs_page
 from rllm_core.errors import ModelError, PlanError, PlanIssue
 from rllm_core.numerics import conditions, prepare_environment
@@ -33,7 +34,12 @@ SFT_COMPONENTS = ("[trainer]", "[renderer]")
     help="Continue the SFT run in RUN_FOLDER from its last checkpoint (same plan).",
 )
 @click.option("--quiet", is_flag=True, help="Print only the run folder, warnings and errors.")
-def sft(plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet: bool) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help=JSON_HELP.format(what="run", ignored="--quiet has")
+)
+def sft(
+    plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet: bool, as_json: bool
+) -> None:
     """Supervised fine-tuning with the [sft] section of PLAN.
 
     Trains on the assistant tokens of chat examples (or of a run's episodes) with the plan's
@@ -47,7 +53,8 @@ def sft(plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet:
     from rllm_core.training.sft.loop import SftLoop
     from rllm_core.training.sft.prepare import fills_total_steps, load_sft_data
 
-    console = Console(highlight=False)
+    # With --json, stdout is kept for the summary object: everything else goes to stderr.
+    console = Console(highlight=False, stderr=as_json)
     try:
         from rllm_core.plan.load import load_plan
 
@@ -89,63 +96,66 @@ def sft(plan_path: Path, overrides: tuple[str, ...], resume: Path | None, quiet:
         folder = RunFolder.create(plan.run.output_dir, plan.run.name)
         resolved = _resolve(plan_path, (*overrides, *filled), folder.path)
         folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
-    console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
-    display = SftDisplay(console, err_console, total, quiet=quiet)
-    for note in resolved.notes:
-        display.warn(note)
-    for warning in data.warnings:
-        display.warn(warning)
-    held = f", {len(data.held_out)} held out" if data.held_out else ""
-    display.info(
-        f"{len(data.train)} training examples{held}; {total} optimizer steps"
-        f" ({resolved.plan.sft.epochs} epoch(s) of batch_size {resolved.plan.sft.batch_size})"
-    )
-    prepare_environment(resolved.plan.run.deterministic)
-    run_log = RunLog(folder.log)
-    built: list[Any] = []
-    try:
-        trainer = _build(resolved, "[trainer]", display)
-        built.append(trainer)
-        loggers = []
-        for component in resolved:
-            if component.where.startswith("[loggers"):
-                logger = _build(resolved, component.where, display)
-                built.append(logger)
-                loggers.append((f"{component.where} {component.name}", logger))
-        changed = folder.record_numerics(
-            conditions(resolved.plan.run.deterministic, {"[trainer]": trainer}),
-            resume=resume is not None,
+    with stdout_to_stderr(as_json):
+        console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
+        display = SftDisplay(console, err_console, total, quiet=quiet or as_json)
+        for note in resolved.notes:
+            display.warn(note)
+        for warning in data.warnings:
+            display.warn(warning)
+        held = f", {len(data.held_out)} held out" if data.held_out else ""
+        display.info(
+            f"{len(data.train)} training examples{held}; {total} optimizer steps"
+            f" ({resolved.plan.sft.epochs} epoch(s) of batch_size {resolved.plan.sft.batch_size})"
         )
-        if changed is not None:
-            display.warn(changed)
-        loop = SftLoop(
-            resolved=resolved,
-            trainer=trainer,
-            loggers=loggers,
-            folder=folder,
-            display=display,
-            train=data.train,
-            held_out=data.held_out,
-            resume=resume is not None,
-        )
+        prepare_environment(resolved.plan.run.deterministic)
+        run_log = RunLog(folder.log)
+        built: list[Any] = []
         try:
-            result = loop.run()
-        except ResumeError as exc:
-            fail(str(exc), EXIT_USAGE)
-        except Exception as exc:
-            fail(
-                f"the SFT run failed: {type(exc).__name__}: {exc}; finished checkpoints in"
-                f" {folder.checkpoints} are intact",
-                EXIT_FAILURE,
+            trainer = _build(resolved, "[trainer]", display)
+            built.append(trainer)
+            loggers = []
+            for component in resolved:
+                if component.where.startswith("[loggers"):
+                    logger = _build(resolved, component.where, display)
+                    built.append(logger)
+                    loggers.append((f"{component.where} {component.name}", logger))
+            changed = folder.record_numerics(
+                conditions(resolved.plan.run.deterministic, {"[trainer]": trainer}),
+                resume=resume is not None,
             )
-    except BuildError as exc:
-        fail(str(exc), EXIT_FAILURE)
-    finally:
-        for instance in reversed(built):
-            close = getattr(instance, "close", None)
-            if callable(close):
-                close()
-        run_log.close()
+            if changed is not None:
+                display.warn(changed)
+            loop = SftLoop(
+                resolved=resolved,
+                trainer=trainer,
+                loggers=loggers,
+                folder=folder,
+                display=display,
+                train=data.train,
+                held_out=data.held_out,
+                resume=resume is not None,
+            )
+            try:
+                result = loop.run()
+            except ResumeError as exc:
+                fail(str(exc), EXIT_USAGE)
+            except Exception as exc:
+                fail(
+                    f"the SFT run failed: {type(exc).__name__}: {exc}; finished checkpoints in"
+                    f" {folder.checkpoints} are intact",
+                    EXIT_FAILURE,
+                )
+        except BuildError as exc:
+            fail(str(exc), EXIT_FAILURE)
+        finally:
+            for instance in reversed(built):
+                close = getattr(instance, "close", None)
+                if callable(close):
+                    close()
+            run_log.close()
+    if as_json:
+        print_summary_json(result.summary, folder.path, folder.summary)
     if result.status == "interrupted":
         command = f"rllm-core sft {plan_path} --resume {folder.path}"
         command += "".join(f" --set {item}" for item in overrides)
