@@ -60,7 +60,7 @@ def test_two_ranks_train_as_one_and_rank0_alone_writes_the_run(quickstart_two_st
     pair = run_cli(
         "run",
         str(PLAN),
-        "--plain",
+        "--json",
         *_settings(two, "run.steps=2", "trainer.parallel={world_size = 2}"),
         cwd=two,
         timeout=300,
@@ -69,10 +69,13 @@ def test_two_ranks_train_as_one_and_rank0_alone_writes_the_run(quickstart_two_st
     assert time.monotonic() - started < 180
 
     # One run folder, printed once: rank 1 printed nothing of the run and wrote no folder.
-    assert pair.stdout.count("run folder: ") == 1
-    assert pair.stdout.count("run summary") == 1
+    # With --json (passed on to both ranks) stdout is rank 0's summary object alone.
+    report = json.loads(pair.stdout)
+    assert pair.stderr.count("run folder: ") == 1
     assert len(list((two / "runs").iterdir())) == 1
-    run_one, run_two = run_folder(single, one, "quickstart"), run_folder(pair, two, "quickstart")
+    run_one, run_two = run_folder(single, one, "quickstart"), two / report["run_folder"]
+    assert report["summary"] == str(Path(report["run_folder"]) / "summary.json")
+    assert report["steps"] == 2
     assert (run_two / "checkpoints" / "step-2" / "trainer" / "sharded").is_dir()
     assert json.loads((run_two / "summary.json").read_text())["status"] == "finished"
 
