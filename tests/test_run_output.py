@@ -56,13 +56,18 @@ def test_a_run_prints_no_library_progress_bar_or_warning(smollm2_model_dir, tmp_
     }
     overrides = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
 
-    result = cli(tmp_path, "run", str(PLAN), "--plain", *overrides)
+    # --json: stdout is the summary object alone, library output or not; the rest is on stderr.
+    result = cli(tmp_path, "run", str(PLAN), "--json", *overrides)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert_clean(result.stdout)
     assert_clean(result.stderr)
-    first = result.stdout.splitlines()[0]
-    assert first.startswith("run folder: "), first
-    run_dir = tmp_path / first.removeprefix("run folder: ")
+    report = json.loads(result.stdout)
+    run_dir = tmp_path / report["run_folder"]
+    assert report == json.loads((run_dir / "summary.json").read_text()) | {
+        "run_folder": report["run_folder"],
+        "summary": str(Path(report["run_folder"]) / "summary.json"),
+    }
+    assert report["status"] == "finished" and report["steps"] == 1
+    assert f"run folder: {report['run_folder']}" in result.stderr.splitlines()
     assert (run_dir / "run.log").is_file()
     assert not any(mark in (run_dir / "run.log").read_text() for mark in PROGRESS_BAR)
 
