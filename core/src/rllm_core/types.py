@@ -148,11 +148,16 @@ class SamplingParams(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class SampleRequest(msgspec.Struct, kw_only=True, frozen=True):
-    """Token ids in: the prompt exactly as the model must see it."""
+    """Token ids in: the prompt exactly as the model must see it.
+
+    ``session_id`` is the gateway session the request belongs to ("" outside one): a sampler
+    on a service that keeps a session's calls on one replica (so a multi-turn agent's growing
+    prompt hits that replica's prefix cache) sends it in the field the service reads."""
 
     prompt_token_ids: list[int]
     params: SamplingParams = SamplingParams()
     request_id: str = ""
+    session_id: str = ""
 
 
 class SampleResult(msgspec.Struct, kw_only=True, frozen=True):

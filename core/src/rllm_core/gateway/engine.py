@@ -393,7 +393,10 @@ class GatewayEngine:
             created = time.time()
             started = time.perf_counter()
             sample = SampleRequest(
-                prompt_token_ids=plan.prompt_token_ids, params=params, request_id=plan.trace_id
+                prompt_token_ids=plan.prompt_token_ids,
+                params=params,
+                request_id=plan.trace_id,
+                session_id=session_id,
             )
             if stream:
                 yield plan.trace_id
@@ -496,7 +499,12 @@ class GatewayEngine:
         created = time.time()
         started = time.perf_counter()
         result = await self.sampler.sample(
-            SampleRequest(prompt_token_ids=prompt_ids, params=sent, request_id=trace_id)
+            SampleRequest(
+                prompt_token_ids=prompt_ids,
+                params=sent,
+                request_id=trace_id,
+                session_id=session_id,
+            )
         )
         latency = time.perf_counter() - started
         ids = result.completion_token_ids

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.kit.native_losses import NativeLoss
 
 __all__ = [
     "CISPOConfig",
@@ -53,6 +54,13 @@ class PPOClipConfig(_Config):
         ),
     )
 
+    def native_loss(self) -> NativeLoss | str:
+        """The managed services' ``ppo`` kernel with the ratio clipped to
+        ``[1 - eps_low, 1 + eps_high]``; none with a dual clip, which that kernel lacks."""
+        if self.dual_clip_c is not None:
+            return "dual_clip_c has no parameter in the services' 'ppo' kernel"
+        return NativeLoss("ppo", 1.0 - self.eps_low, 1.0 + self.eps_high)
+
 
 class CISPOConfig(_Config):
     """Clipped importance-sampling weight, detached, times the logprob (MiniMax-M1)."""
@@ -71,6 +79,11 @@ class CISPOConfig(_Config):
         ge=0.0,
         description="The weight is clipped above at 1 + eps_high.",
     )
+
+    def native_loss(self) -> NativeLoss:
+        """The managed services' ``cispo`` kernel with the weight clipped to
+        ``[1 - eps_low, 1 + eps_high]``."""
+        return NativeLoss("cispo", 1.0 - self.eps_low, 1.0 + self.eps_high)
 
 
 class GSPOConfig(_Config):
@@ -91,6 +104,12 @@ class GSPOConfig(_Config):
         description="The sequence ratio is clipped above at 1 + eps_high (GSPO paper: 4e-4).",
     )
 
+    def native_loss(self) -> str:
+        return (
+            "the services' SDKs list a 'gspo' kernel without documenting its formula or"
+            " config, so its objective cannot be checked against this loss"
+        )
+
 
 class ReinforceLossConfig(_Config):
     """Importance-sampled REINFORCE with an optional cap on the weight."""
@@ -103,6 +122,13 @@ class ReinforceLossConfig(_Config):
             " the full ratio, which is exactly 1 when training is on-policy."
         ),
     )
+
+    def native_loss(self) -> NativeLoss | str:
+        """The managed services' ``importance_sampling`` kernel (gradient ``-r * A`` per
+        token, as this loss's); none with a ``ratio_cap``, which that kernel lacks."""
+        if self.ratio_cap is not None:
+            return "ratio_cap has no parameter in the services' 'importance_sampling' kernel"
+        return NativeLoss("importance_sampling")
 
 
 # ---------------------------------------------------------------- hooks
