@@ -9,8 +9,10 @@
 - Anything that calls a remote service: :mod:`.retry` (the retry keys, bounded retries with
   jittered exponential backoff, and pacing).
 - Managed trainer backends: :mod:`.managed` (service calls retried and counted, the transient
-  status test, their settings) and :mod:`.trainer_config` (the AdamW keys every trainer
-  backend takes).
+  status test, their settings), :mod:`.trainer_config` (the AdamW keys every trainer
+  backend takes), :mod:`.native_losses` (the services' fused loss kernels and the choice
+  between them and the custom-loss path) and :mod:`.token_hygiene` (datums a service would
+  reject, dropped before the step).
 - Sandbox backends: :mod:`.sandboxes` (closing on ``async with`` exit, the SDK-error map, the
   retry wrapper that says how many attempts were made) and :mod:`.remote_exec` (the shell
   protocol that runs one command in a remote sandbox).

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 import pluggy
 
+from rllm_core.kit.native_losses import NATIVE_KERNELS
 from rllm_core.plugins.specs import ComponentSpec, Kind, Trait
 from rllm_core.ports import (
     AdvantageEstimator,
@@ -189,6 +190,7 @@ def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
         "exports_weights": Trait(False, choices=(True, False)),
         "packs_sequences": Trait(False, choices=(True, False)),
         "hosted_model": Trait(False, choices=(True, False)),
+        "native_losses": Trait((), choices=NATIVE_KERNELS),
     },
 )
 def rllm_trainer_backends() -> Iterable[ComponentSpec]:
@@ -213,7 +215,11 @@ def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     ``[sft].packing`` needs it. The trait ``hosted_model`` (default False) says that the
     backend's ``model`` key names a model its remote service hosts (``Qwen/Qwen3-8B`` as the
     service spells it), so nothing is resolved or loaded on this machine: the plan names the
-    renderer's ``tokenizer`` itself.
+    renderer's ``tokenizer`` itself. The trait ``native_losses`` (default empty) lists the
+    server-side loss kernels the backend can train with in one fused pass instead of its
+    custom-loss path (see :mod:`rllm_core.kit.native_losses`); such a backend's config has the
+    key ``loss_path``, and ``plan check`` refuses ``loss_path = "native"`` for a plan whose
+    objective has no such kernel, with the reason.
 
     Example::
 
