@@ -145,6 +145,7 @@ class _Resolver:
             return
         self.refuse_pipeline_keys()
         self.refuse_sampler()
+        self.refuse_native_loss()
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
         modes = trainer.spec.trait("proximal_modes") if trainer else None
@@ -186,6 +187,75 @@ class _Resolver:
             "remove [sampler] to sample from the trainer backend itself, or use a trainer"
             " backend that exports weights (torch)",
         )
+
+    def refuse_native_loss(self) -> None:
+        """``[trainer].loss_path = "native"`` on a backend with server-side loss kernels (trait
+        ``native_losses``) needs an objective one of them computes: the policy loss alone, no
+        rollout correction, the sampler's logprobs as the ratio's denominator
+        (:func:`~rllm_core.kit.native_losses.route`)."""
+        from rllm_core.kit.native_losses import NativeLossError, route
+
+        trainer = self.components.get("[trainer]")
+        loss = self.components.get("[algorithm].loss")
+        if (
+            trainer is None
+            or loss is None
+            or getattr(trainer.config, "loss_path", None) != "native"
+        ):
+            return
+        available = tuple(trainer.spec.trait("native_losses") or ())
+        if not available:
+            return
+        algorithm = self.plan.algorithm
+        corrections = []
+        if algorithm.correction.tis_cap is not None:
+            corrections.append("tis_cap")
+        if algorithm.correction.mask_low is not None:
+            corrections.append("mask_low/mask_high")
+        try:
+            route(
+                service=trainer.name,
+                available=available,
+                requested="native",
+                loss_name=loss.name,
+                loss_config=loss.config,
+                aux_losses=[
+                    c.name
+                    for c in self.components.values()
+                    if c.where.startswith("[algorithm].aux_losses") and c.coef
+                ],
+                corrections=corrections,
+                proximal=algorithm.proximal,
+            )
+        except NativeLossError as exc:
+            native = self.native_losses(available)
+            self.issue(
+                "trainer",
+                "loss_path",
+                "native",
+                str(exc),
+                'set loss_path = "auto" or "custom", or use a loss with a server-side kernel: '
+                + (", ".join(native) if native else f"none installed for {trainer.name!r}")
+                + ', without aux_losses or [algorithm].correction, and proximal = "rollout"',
+            )
+
+    def native_losses(self, available: Sequence[str]) -> list[str]:
+        """The installed policy losses whose default config runs as one of ``available``, as
+        ``"name ('kernel')"``."""
+        from rllm_core.kit.native_losses import native_form
+
+        out = []
+        for record in self.manager.components(Kind.LOSS):
+            spec = record.spec
+            if spec.trait("role") != "policy":
+                continue
+            try:
+                form = native_form(spec.name, spec.validate_config({}))
+            except Exception:
+                continue
+            if not isinstance(form, str) and form.kernel in available:
+                out.append(f"{spec.name} ({form.kernel!r})")
+        return sorted(out)
 
     def refuse_pipeline_keys(self) -> None:
         """The policy-age bound and the sample buffer belong to the async pipeline, which needs

@@ -26,6 +26,7 @@ from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
 from rllm_core.ports.training import (
     BusyClock,
     LogprobScorer,
+    LossRouting,
     NumericsReport,
     ParallelTrainer,
     PolicyFollower,
@@ -49,6 +50,7 @@ __all__ = [
     "Loss",
     "LossContext",
     "LossOutput",
+    "LossRouting",
     "NodeConverter",
     "NumericsReport",
     "ObjectStore",

@@ -9,10 +9,12 @@ from rllm_core.types import Datum, ExportedWeights, SampleRequest, SampleResult,
 
 if TYPE_CHECKING:
     from rllm_core.algorithms.objective import Objective
+    from rllm_core.kit.native_losses import LossRoute
 
 __all__ = [
     "BusyClock",
     "LogprobScorer",
+    "LossRouting",
     "NumericsReport",
     "ParallelTrainer",
     "PolicyFollower",
@@ -139,6 +141,10 @@ class TrainerBackend(Protocol):
       check`` refuses the choice.
     - ``optim_step()`` applies and clears the gradients, increments ``weight_version`` and
       makes the new weights visible to ``sampler()``. Returns float metrics (grad norm, lr).
+      A backend that left every datum since the last ``optim_step`` out of its calls (a
+      service would have rejected them, see :mod:`rllm_core.kit.token_hygiene`) may skip the
+      step instead: no update, ``weight_version`` unchanged, nothing published, and the
+      metrics hold ``<name>/skipped_step = 1.0``; the run goes on to the next step.
     - ``save_state(path)`` / ``load_state(path)`` cover weights, optimizer, scheduler, RNG and
       counters: save, load and continue is bitwise equal to never stopping.
     - A backend whose config has a ``deterministic`` key receives ``[run].deterministic``
@@ -182,6 +188,37 @@ class LogprobScorer(Protocol):
     """
 
     def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class LossRouting(Protocol):
+    """What a trainer backend may also offer: the choice between a service's own loss kernels
+    and its custom-loss path, made once per objective and said out loud.
+
+    Contract:
+
+    - ``loss_route(objective)`` returns the :class:`~rllm_core.kit.native_losses.LossRoute`
+      the backend trains ``objective`` on: ``"native"`` (one fused pass in the service's
+      kernel) or ``"custom"`` (the loss evaluated on this machine), with the reason (see
+      :func:`~rllm_core.kit.native_losses.route_objective`). It calls no service and changes
+      nothing; the same objective always gets the same route.
+    - Every later ``forward_backward(datums, objective)`` trains on that route; either route
+      returns the same metric names and the same gradient up to floating-point summation order.
+    - When the backend's ``loss_path = "native"`` asks for a route the objective cannot take,
+      it raises :class:`~rllm_core.kit.native_losses.NativeLossError` saying why; the run then
+      fails naming ``[trainer].loss_path`` (``plan check`` refuses such a plan before).
+    - ``rllm-core run`` calls it once at the start of a training run, on the trainer thread,
+      before the first ``forward_backward``; it prints :meth:`LossRoute.line` to stderr,
+      writes ``loss_path.json`` into the run folder (:meth:`LossRoute.write`) and adds the
+      record to ``summary.json`` as ``loss_path``.
+
+    Example::
+
+        route = backend.loss_route(objective)
+        print(route.line(), file=sys.stderr)
+    """
+
+    def loss_route(self, objective: Objective) -> LossRoute: ...
 
 
 @runtime_checkable

@@ -6,7 +6,14 @@ updates the policy with the plan's objective (:mod:`rllm_core.training.update`: 
 passes of ``mini_batches`` optimizer steps, one by default), then writes the step's metrics
 line, episode records and plots; checkpoints follow ``save_every`` and the end.
 A step without datums (every group zero-variance and dropped, or no scored episode) trains
-nothing, says why and still counts as a step.
+nothing, says why and still counts as a step. So does one whose optimizer steps the trainer
+skipped (it dropped every datum a service would have rejected; ``<name>/skipped_step`` in the
+metrics): the weight version stays, and nothing is synced or published for it.
+
+A trainer backend that chooses where the objective runs (:class:`~rllm_core.ports.LossRouting`)
+is asked once, before the first update: the route's line goes to stderr, ``loss_path.json``
+into the run folder and the route's record into ``summary.json`` (``loss_path``). A
+``[trainer].loss_path = "native"`` the objective cannot take fails the run, naming the key.
 
 A step whose excluded rollouts (infrastructure failures after their retries) exceed
 ``[rollout].max_failed_fraction`` of its rollouts is not trained: the run ends ``failed``
@@ -59,6 +66,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
+import sys
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,10 +76,11 @@ from typing import Any
 
 from rllm_core.algorithms import DatumBuilder
 from rllm_core.algorithms.objective import Objective
+from rllm_core.kit.native_losses import LossRoute, NativeLossError
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import SampleBuffer
-from rllm_core.ports.training import BusyClock
+from rllm_core.ports.training import BusyClock, LossRouting
 from rllm_core.rollout import RolloutRunner, TooManyFailedRollouts, check_failures
 from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
 from rllm_core.rollout.sessions import SessionKey
@@ -130,6 +140,8 @@ class TrainingLoop:
         self.plan = resolved.plan
         self.resolved = resolved
         self._built_objective: Objective | None = None
+        self._loss_route: LossRoute | None = None
+        self._routed_trainer: Any = None
         self.plan_path = resolved.path
         self.c = components
         self.folder = folder
@@ -270,6 +282,7 @@ class TrainingLoop:
         self.observers.run_start(self._run_info())
         try:
             try:
+                await self._route_loss()
                 policy = self._policy_sync()
                 if policy is not None:
                     await policy()
@@ -376,13 +389,16 @@ class TrainingLoop:
 
     def _summary(self, status: str, state: LoopState, started: float) -> dict[str, Any]:
         rows = RunFolder.read_jsonl(self.folder.metrics)
-        return summarize(rows) | {
+        summary = summarize(rows) | {
             "status": status,
             "run_dir": str(self.folder.path),
             "wall_s": time.monotonic() - started,
             "last_step": state.step,
             "weight_version": getattr(self.c.trainer, "weight_version", None),
         }
+        if self._loss_route is not None:
+            summary["loss_path"] = self._loss_route.record()
+        return summary
 
     def _crashed(self, exc: BaseException, state: LoopState, started: float) -> None:
         """After an exception that ends the run: ``summary.json`` (status ``failed``, the
@@ -472,6 +488,7 @@ class TrainingLoop:
         if not datums:
             self.display.warn(f"{why_none}; the optimizer did not step")
             return {}, 0.0
+        await self._route_loss()
         train = await update_policy(
             self.c.trainer,
             datums,
@@ -641,6 +658,28 @@ class TrainingLoop:
                 f" {ticket.first}..{ticket.first + ticket.count - 1}"
             )
         return list(batch.samples), batch.watermark
+
+    async def _route_loss(self) -> None:
+        """Ask a trainer that chooses where the objective runs (:class:`LossRouting`) for its
+        route, once per trainer instance (the trainer role builds one per incarnation): print
+        it to stderr, write ``loss_path.json`` and keep it for ``summary.json``. A route that
+        ``loss_path = "native"`` forces and the objective cannot take fails the run."""
+        trainer = self.c.trainer
+        if self._routed_trainer is trainer or not isinstance(trainer, LossRouting):
+            return
+        objective = self._objective()
+        try:
+            route = await self._on_trainer_thread(functools.partial(trainer.loss_route, objective))
+        except NativeLossError as exc:
+            raise NativeLossError(
+                f'{self.plan_path}: [trainer].loss_path: {exc}; set loss_path = "auto" or'
+                ' "custom", or choose a loss the service runs natively (`rllm-core plan check`'
+                " says which)"
+            ) from exc
+        self._routed_trainer = trainer
+        self._loss_route = route
+        route.write(self.folder.path)
+        print(route.line(), file=sys.stderr, flush=True)
 
     def _objective(self) -> Objective:
         if self._built_objective is None:

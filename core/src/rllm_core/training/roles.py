@@ -15,13 +15,13 @@ The two roles share nothing but the plan's ``[object_store]`` (:mod:`rllm_core.t
   (:mod:`rllm_core.training.scheduler`, ``[scheduler]``). An incarnation restores the newest
   cut (weights, optimizer, counters, random generators, the buffer watermark), trains step
   after step on the batches in order (dropping groups older than ``max_policy_age``),
-  publishes a release and its progress after each, cuts every ``[run].save_every`` steps
-  (trigger ``scheduled``), and on a stop drains at a step boundary and cuts with the stop's
-  trigger (``scheduled`` when the scheduler idles it, ``manual`` on SIGINT, ``preempt`` on
-  SIGTERM, ``final`` after the last step). The buffer is restored to the cut's watermark on
-  each start: a batch trained after the last cut by an incarnation that then crashed is
-  trained again (its weights were lost with it), none before the cut is. It rolls out
-  nothing, so a ``[sampler]`` is left to the sampler role.
+  publishes its progress after each step and a release of each new weight version, cuts
+  every ``[run].save_every`` steps (trigger ``scheduled``), and on a stop drains at a step
+  boundary and cuts with the stop's trigger (``scheduled`` when the scheduler idles it,
+  ``manual`` on SIGINT, ``preempt`` on SIGTERM, ``final`` after the last step). The buffer
+  is restored to the cut's watermark on each start: a batch trained after the last cut by an
+  incarnation that then crashed is trained again (its weights were lost with it), none
+  before the cut is. It rolls out nothing, so a ``[sampler]`` is left to the sampler role.
 
 Each role writes its own run folder: the sampler its traces and ``queue.jsonl``, the trainer
 ``metrics.jsonl``, ``episodes.jsonl``, plots and ``summary.json``.
@@ -188,6 +188,7 @@ class TrainerRole(TrainingLoop):
         self._trainer_open = True
         self._workdir = Path(tempfile.mkdtemp(prefix="cuts-", dir=self.folder.path))
         self._cut_step = -1
+        self._published: int | None = None
         self._running = False
         self._signals: StopSignals | None = None
         self._controller: Controller | None = None
@@ -199,6 +200,7 @@ class TrainerRole(TrainingLoop):
         and the buffer's watermark."""
         self._incarnation = incarnation
         self._cut_step = -1
+        self._published = None
         if not self._trainer_open:
             component = self.resolved.get("[trainer]")
             assert component is not None
@@ -237,17 +239,21 @@ class TrainerRole(TrainingLoop):
         self._running = False  # until the step is through: a failure ends the incarnation
         await self._async_step(state, None, None)  # type: ignore[arg-type]
         version = self.c.trainer.weight_version
-        await asyncio.to_thread(
-            functools.partial(
-                publish_release,
-                self.shared.store,
-                self.shared.prefix,
-                self.c.trainer,
-                self._workdir,
-                incarnation=self._incarnation,
-                keep=KEEP,
+        if version != self._published:
+            # A step that changed no weights (no datum, or every optimizer step skipped)
+            # leaves this incarnation's release of the version as it is.
+            await asyncio.to_thread(
+                functools.partial(
+                    publish_release,
+                    self.shared.store,
+                    self.shared.prefix,
+                    self.c.trainer,
+                    self._workdir,
+                    incarnation=self._incarnation,
+                    keep=KEEP,
+                )
             )
-        )
+            self._published = version
         await asyncio.to_thread(self.shared.put_progress, state.step, version)
         every = self.plan.run.save_every
         if every and state.step % every == 0 and state.step < self.plan.run.steps:

@@ -7,10 +7,12 @@ once, before the first update, and travel with the datums as ``proximal_logprobs
 recomputed.
 
 The step's metrics merge those of its ``forward_backward`` and ``optim_step`` calls:
-``offpolicy/*``, ``correction/*`` and the token and sequence counts come from the first epoch
-(each datum's first pass; the counts are summed over its mini-batches); ``*_min`` and
-``*_max`` keep the extreme; ``step`` and ``learning_rate`` the last call's; every other figure is
-the mean over calls weighted by their action tokens. ``optimizer_steps`` counts the calls.
+``offpolicy/*``, ``correction/*``, the token and sequence counts and a backend's counts of
+dropped datums (``<name>/dropped_*``) come from the first epoch (each datum's first pass; the
+counts are summed over its mini-batches); ``<name>/skipped_step`` is summed over every call
+(the optimizer steps the backend skipped); ``*_min`` and ``*_max`` keep the extreme; ``step``
+and ``learning_rate`` the last call's; every other figure is the mean over calls weighted by
+their action tokens. ``optimizer_steps`` counts the calls, skipped or not.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = ["build_objective", "merge_pass_metrics", "split_mini_batches", "updat
 FIRST_EPOCH_PREFIXES = ("offpolicy/", "correction/")
 COUNTS = ("tokens", "sequences", "action_tokens", "observation_tokens")
 LAST = ("step", "learning_rate")
+SKIPPED = "/skipped_step"
 
 
 def build_objective(
@@ -119,7 +122,8 @@ def merge_pass_metrics(
     out: dict[str, float] = {}
     names = {name for _, fb, opt in passes for name in (*fb, *opt)}
     for name in sorted(names):
-        first = name.startswith(FIRST_EPOCH_PREFIXES) or name in COUNTS
+        count = name in COUNTS or "/dropped_" in name
+        first = name.startswith(FIRST_EPOCH_PREFIXES) or count
         rows = [
             (float({**fb, **opt}[name]), weight)
             for (epoch, fb, opt), weight in zip(passes, weights, strict=True)
@@ -129,7 +133,7 @@ def merge_pass_metrics(
         if not rows:
             continue
         values = [value for value, _ in rows]
-        if name in COUNTS:
+        if count or name.endswith(SKIPPED):
             out[name] = sum(values)
         elif name in LAST:
             out[name] = values[-1]
