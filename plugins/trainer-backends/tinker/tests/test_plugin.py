@@ -16,6 +16,7 @@ def test_registered_as_trainer_backend_tinker():
     assert spec.config is TinkerBackendConfig
     assert spec.factory.target == "rllm_trainer_backend_tinker.backend:TinkerBackend"
     assert spec.trait("hosted_model") is True
+    assert spec.trait("native_losses") == ("importance_sampling", "ppo", "cispo")
 
 
 def test_base_model_is_the_old_name_of_model():
@@ -42,6 +43,8 @@ def test_defaults():
     assert config.lora_rank == 32
     assert config.betas == (0.9, 0.95)
     assert config.logprob_temperature == 1.0
+    assert config.loss_path == "auto"
+    assert config.vocab_size is None
 
 
 def test_logprob_temperature_other_than_one_is_refused_with_the_reason():
@@ -57,6 +60,8 @@ def test_logprob_temperature_other_than_one_is_refused_with_the_reason():
         ({"checkpoint_ttl_s": 60}, "checkpoint_ttl_s"),
         ({"checkpoint_prefix": "a b"}, "checkpoint_prefix"),
         ({"api_key": "secret"}, "api_key"),
+        ({"loss_path": "fused"}, "loss_path"),
+        ({"vocab_size": 0}, "vocab_size"),
     ],
 )
 def test_invalid_options_name_the_key(options, fragment):

@@ -11,6 +11,8 @@ from reference.service_faults import DATUMS, REQUEST, Reinforce, failing, status
 from rllm_core.algorithms.objective import Objective
 from rllm_core.kit.managed import retry_after_s
 from rllm_core.types import SampleRequest
+from rllm_loss_ppo.plugin import ReinforceLossConfig
+from rllm_loss_ppo.reinforce import Reinforce as ReinforceLoss
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
 from rllm_trainer_backend_tinker.transient import is_transient
@@ -76,6 +78,18 @@ def test_forward_backward_and_optim_step_retry_and_count(service):
     assert backend.weight_version == 1
     metrics = backend.forward_backward(DATUMS, Objective.of(Reinforce()))
     assert metrics["tinker/retries"] == 0.0
+
+
+def test_the_native_step_retries_and_counts(service):
+    backend = backend_over(service)
+    calls = failing(
+        service.training, "forward_backward", status_error(tinker.InternalServerError, 503)
+    )
+    objective = Objective.of(ReinforceLoss(ReinforceLossConfig()), name="reinforce")
+    metrics = backend.forward_backward(DATUMS, objective)
+    assert len(calls) == 2 and metrics["tinker/retries"] == 1.0
+    assert metrics["tinker/native"] == 1.0
+    assert len(service.training.kernel_calls) == 1
 
 
 def test_a_bad_request_is_not_retried(service):

@@ -54,6 +54,19 @@ def test_without_stop_ids_it_runs_to_max_tokens(backend):
     assert params.stop == []
 
 
+def test_a_gateway_session_samples_the_same_request(backend):
+    # Tinker's SamplingClient.sample has no session-affinity field; the fake takes exactly its
+    # arguments, so anything more would fail here.
+    request = SampleRequest(
+        prompt_token_ids=[1, 3], params=SamplingParams(max_tokens=2), session_id="sess-1"
+    )
+    result = asyncio.run(backend.sampler().sample(request))
+    assert result.completion_token_ids == [4, 5]
+    client, _ = backend.current_sampling_client()
+    ((prompt, num_samples, _),) = client.requests
+    assert (prompt, num_samples) == ([1, 3], 1)
+
+
 def test_sampling_params_map_one_to_one():
     params = tinker_sampling_params(
         SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, stop_token_ids=(2, 9), seed=4)

@@ -8,9 +8,16 @@ Responses are the SDK's own types (``ForwardBackwardOutput``, ``TensorData``,
 ``forward_backward(data, "cross_entropy")`` is Tinker's built-in loss: it back-propagates
 ``sum(-logprobs * weights)`` over every target token into the table, as the service does with
 the model, and returns each datum's target logprobs and weighted losses.
+``forward_backward(data, kernel, loss_fn_config)`` with ``importance_sampling``, ``ppo`` or
+``cispo`` is the service's fused kernel on the shared wire contract (``target_tokens``, the
+sampler's ``logprobs``, ``advantages``; ``r = exp(logp - sampler logprobs)``, summed over every
+target token): it back-propagates ``-r * A``, ``-min(r * A, clip(r) * A)`` or
+``-sg(clip(r)) * A * logp`` and returns each datum's target logprobs, refusing a config other
+than the kernel's clip thresholds.
 ``forward_backward_custom`` turns the client-side loss into per-token weights with the SDK's
 own conversion, then runs that same cross-entropy pass. ``requests`` records the loss name and
-the datums of every ``forward_backward`` and ``forward_backward_custom`` call.
+the datums of every ``forward_backward`` and ``forward_backward_custom`` call;
+``kernel_calls`` records ``(loss_fn, data, loss_fn_config)`` of every kernel call.
 
 Tests of sampling during ``optim_step`` hook in with ``FakeSamplingClient.hold`` (awaited by
 that client's answers before they are read) and ``FakeService.during_publish`` (called on the
@@ -27,6 +34,8 @@ import tinker
 import torch
 
 VOCAB = 8
+
+CLIP_KEYS = {"clip_low_threshold", "clip_high_threshold"}
 
 
 class Done:
@@ -107,6 +116,7 @@ class FakeTrainingClient:
         self.optim_params: list[tinker.types.AdamParams] = []
         self.saved_names: list[tuple[str, int | None, bool]] = []
         self.requests: list[tuple[str, list[tinker.types.Datum]]] = []
+        self.kernel_calls: list[tuple[str, list[tinker.types.Datum], dict[str, Any] | None]] = []
 
     def _logprobs(self, datum: tinker.types.Datum) -> torch.Tensor:
         targets = datum.loss_fn_inputs["target_tokens"].to_torch().tolist()
@@ -129,14 +139,46 @@ class FakeTrainingClient:
             loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={"loss:sum": total}
         )
 
+    def _kernel(
+        self, data: list[tinker.types.Datum], loss_fn: str, config: dict[str, Any] | None
+    ) -> tinker.types.ForwardBackwardOutput:
+        expected = set() if loss_fn == "importance_sampling" else CLIP_KEYS
+        if set(config or {}) != expected:
+            raise ValueError(f"the {loss_fn!r} kernel takes {sorted(expected)}, not {config!r}")
+        outputs, total = [], 0.0
+        for datum in data:
+            inputs = datum.loss_fn_inputs
+            logprobs = self._logprobs(datum)
+            ratio = torch.exp(logprobs - inputs["logprobs"].to_torch())
+            advantages = inputs["advantages"].to_torch()
+            if loss_fn == "importance_sampling":
+                losses = -ratio * advantages
+            else:
+                low, high = config["clip_low_threshold"], config["clip_high_threshold"]
+                clipped = ratio.clamp(low, high)
+                if loss_fn == "ppo":
+                    losses = -torch.minimum(ratio * advantages, clipped * advantages)
+                else:
+                    losses = -clipped.detach() * advantages * logprobs
+            losses.sum().backward()
+            total += float(losses.detach().sum())
+            outputs.append({"logprobs": tinker.types.TensorData.from_torch(logprobs.detach())})
+        return tinker.types.ForwardBackwardOutput(
+            loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={"loss:sum": total}
+        )
+
     def forward_backward(
         self,
         data: list[tinker.types.Datum],
         loss_fn: str,
         loss_fn_config: dict[str, Any] | None = None,
     ) -> Done:
+        if loss_fn in ("importance_sampling", "ppo", "cispo"):
+            self.requests.append((loss_fn, list(data)))
+            self.kernel_calls.append((loss_fn, list(data), loss_fn_config))
+            return Done(self._kernel(data, loss_fn, loss_fn_config))
         if loss_fn != "cross_entropy" or loss_fn_config is not None:
-            raise NotImplementedError(f"the fake serves cross_entropy only, not {loss_fn!r}")
+            raise NotImplementedError(f"the fake serves no {loss_fn!r} loss")
         self.requests.append((loss_fn, list(data)))
         return Done(self._cross_entropy(data))
 

@@ -9,6 +9,8 @@ from typing import Any
 import tinker
 from rllm_core.algorithms.objective import Objective
 from rllm_core.kit.managed import ServiceCalls
+from rllm_core.kit.native_losses import LossRoute, route_objective
+from rllm_core.kit.token_hygiene import screen
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_tinker.batch import (
@@ -20,6 +22,7 @@ from rllm_trainer_backend_tinker.batch import (
 )
 from rllm_trainer_backend_tinker.checkpoint import read_state, write_state
 from rllm_trainer_backend_tinker.loss import CustomLoss
+from rllm_trainer_backend_tinker.native import native_datums, native_metrics, sdk_kernels
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
 from rllm_trainer_backend_tinker.sampler import TinkerSampler
 from rllm_trainer_backend_tinker.transient import is_transient
@@ -33,13 +36,24 @@ class TinkerBackend:
     :class:`~rllm_core.ports.LogprobScorer` (a forward pass of that loss; the RL losses still
     take the sampler's logprobs as proximal, see the spec's ``proximal_modes``).
 
-    How it trains: the plan's loss and auxiliary losses are rllm-core loss plugins, run on
-    this machine. ``forward_backward`` calls Tinker's ``forward_backward_custom``: Tinker runs
-    the forward pass and returns each datum's per-token logprobs, the losses see them in a
-    :class:`~rllm_core.ports.LossContext` exactly as on the torch backend (one context over the
-    whole call, so the aggregation normalizers count every datum), and Tinker back-propagates
-    the gradient of the summed loss with respect to those logprobs through the model. The
+    How it trains: :meth:`loss_route` picks, once per objective, the native or the custom
+    path (``[trainer].loss_path``, see :mod:`rllm_core.kit.native_losses`). On the native path
+    ``forward_backward`` calls Tinker's ``forward_backward(data, kernel, loss_fn_config)``: one
+    fused pass of Tinker's ``importance_sampling``, ``ppo`` or ``cispo`` kernel, with the
+    plan's aggregation folded into the advantages sent (see
+    :mod:`rllm_trainer_backend_tinker.native`). On the custom path it calls
+    ``forward_backward_custom``: Tinker runs the forward pass and returns each datum's
+    per-token logprobs, the losses see them in a :class:`~rllm_core.ports.LossContext` exactly
+    as on the torch backend (one context over the whole call, so the aggregation normalizers
+    count every datum), and Tinker back-propagates the gradient of the summed loss with respect
+    to those logprobs through the model. Both paths report the objective's metrics. The
     logprobs are at temperature 1, so plans sample at temperature 1.
+
+    Before each ``forward_backward`` the datums Tinker would fail on (a token id outside
+    ``[0, vocab_size)``, no sampled token) are dropped with a warning naming their session
+    (:func:`rllm_core.kit.token_hygiene.screen`). When all of a call's datums are dropped,
+    nothing is sent, and the next ``optim_step`` (unless another call kept datums) takes no
+    step and publishes nothing: the weight version stays.
 
     ``optim_step`` runs Tinker's AdamW step with the configured hyperparameters, then saves the
     weights for sampling and publishes the new ``SamplingClient`` as the next weight version:
@@ -85,6 +99,8 @@ class TinkerBackend:
         self._version = 0
         self._steps = 0
         self._pending = False
+        self._skip_next = False
+        self._routes: dict[int, tuple[Objective, LossRoute]] = {}
         self._sampler: TinkerSampler | None = None
         self._closed = False
 
@@ -120,28 +136,67 @@ class TinkerBackend:
 
     # ------------------------------------------------------------------ training
 
-    def forward_backward(self, datums: Sequence[Datum], objective: Objective) -> dict[str, float]:
-        """Add the gradient of ``objective`` over ``datums`` on Tinker.
+    def loss_route(self, objective: Objective) -> LossRoute:
+        """Where ``objective`` trains on Tinker (native kernel or custom loss) and why; chosen
+        once per objective from ``[trainer].loss_path`` and the kernels the installed SDK
+        lists. Raises :class:`~rllm_core.kit.native_losses.NativeLossError` when
+        ``loss_path = "native"`` and the objective has no kernel."""
+        cached = self._routes.get(id(objective))
+        if cached is not None and cached[0] is objective:
+            return cached[1]
+        route = route_objective(
+            objective, service="tinker", available=sdk_kernels(), requested=self.config.loss_path
+        )
+        self._routes[id(objective)] = (objective, route)
+        return route
 
-        Invalid datums raise ``ValueError`` before anything is sent. Returns the metrics of
+    def forward_backward(self, datums: Sequence[Datum], objective: Objective) -> dict[str, float]:
+        """Add the gradient of ``objective`` over ``datums`` on Tinker, on the path
+        :meth:`loss_route` chose.
+
+        Datums Tinker would fail on are dropped first (see the class docstring); invalid
+        datums raise ``ValueError`` before anything is sent. Returns the metrics of
         :class:`~rllm_trainer_backend_tinker.loss.CustomLoss` (the objective's, token and sequence
-        counts) plus Tinker's own numeric metrics prefixed ``tinker/``.
+        counts; on the native path evaluated without gradient on the logprobs the kernel
+        returns), ``tinker/native`` (1.0 or 0.0), ``tinker/retries``, the drop counts
+        ``tinker/dropped_datums``, ``tinker/dropped_out_of_vocab`` and ``tinker/dropped_empty``,
+        and Tinker's own numeric metrics prefixed ``tinker/``. When every datum is dropped it
+        returns the drop counts, ``tinker/skipped_step`` = 1.0 and zero ``tokens`` and
+        ``sequences``.
         """
         self._check_open()
-        batch = build_batch(datums)
-        custom = CustomLoss(batch, objective)
+        route = self.loss_route(objective)
+        screened = screen(datums, vocab_size=self.config.vocab_size, service="tinker")
+        hygiene = screened.metrics("tinker")
+        if screened.dropped and not screened.kept:
+            self._skip_next = True
+            return {**hygiene, "tinker/skipped_step": 1.0, "tokens": 0.0, "sequences": 0.0}
+        batch = build_batch(screened.kept)
         retries: list[int] = []
-        output = self.calls.call(
-            lambda: self._training.forward_backward_custom(batch.tinker_datums, custom),
-            "forward_backward",
-            retries,
-        )
+        if route.path == "native":
+            sent = native_datums(screened.kept, objective)
+            config = dict(route.config) or None
+            output = self.calls.call(
+                lambda: self._training.forward_backward(sent, route.kernel, loss_fn_config=config),
+                "forward_backward",
+                retries,
+            )
+            metrics = native_metrics(batch, objective, output.loss_fn_outputs)
+        else:
+            custom = CustomLoss(batch, objective)
+            output = self.calls.call(
+                lambda: self._training.forward_backward_custom(batch.tinker_datums, custom),
+                "forward_backward",
+                retries,
+            )
+            metrics = dict(custom.metrics)
         self._pending = True
-        metrics = dict(custom.metrics)
         for key, value in (output.metrics or {}).items():
             if key not in metrics and isinstance(value, int | float):
                 metrics[f"tinker/{key}"] = float(value)
+        metrics["tinker/native"] = 1.0 if route.path == "native" else 0.0
         metrics["tinker/retries"] = float(len(retries))
+        metrics.update(hygiene)
         return metrics
 
     def forward_backward_supervised(self, datums: Sequence[Datum]) -> dict[str, float]:
@@ -192,25 +247,42 @@ class TinkerBackend:
 
     def optim_step(self) -> dict[str, float]:
         """Step Tinker's AdamW, publish the new weights to the sampler and return
-        ``learning_rate``, ``step`` and Tinker's step metrics (prefixed ``tinker/``). Raises
-        ``RuntimeError`` when no ``forward_backward`` preceded it."""
+        ``learning_rate``, ``step``, ``tinker/skipped_step`` (0.0) and Tinker's step metrics
+        (prefixed ``tinker/``). After a ``forward_backward`` whose datums were all dropped
+        (and no other since), nothing is sent: no step, no publishing, the weight version and
+        ``step`` stay, and ``tinker/skipped_step`` is 1.0. Raises ``RuntimeError`` when no
+        ``forward_backward`` preceded it."""
         self._check_open()
+        config = self.config
+        if not self._pending and self._skip_next:
+            self._skip_next = False
+            return {
+                "learning_rate": config.learning_rate,
+                "step": float(self._steps),
+                "tinker/skipped_step": 1.0,
+                "tinker/retries": 0.0,
+                "tinker/sampler_retries": float(self.calls.take_sampler_retries()),
+            }
         if not self._pending:
             raise RuntimeError(
                 "optim_step() without gradients: call forward_backward(...) or"
                 " forward_backward_supervised(...) first"
             )
-        config = self.config
         params = tinker.types.AdamParams(**config.adam_params())
         retries: list[int] = []
         response = self.calls.call(lambda: self._training.optim_step(params), "optim_step", retries)
         self._pending = False
+        self._skip_next = False
         self._steps += 1
         client = self._publish(retries)
         with self._lock:
             self._sampling_client = client
             self._version += 1
-        metrics = {"learning_rate": config.learning_rate, "step": float(self._steps)}
+        metrics = {
+            "learning_rate": config.learning_rate,
+            "step": float(self._steps),
+            "tinker/skipped_step": 0.0,
+        }
         for key, value in (response.metrics or {}).items():
             metrics[f"tinker/{key}"] = float(value)
         metrics["tinker/retries"] = float(len(retries))
@@ -269,6 +341,7 @@ class TinkerBackend:
         self._training = training
         client = self._publish([])
         self._pending = False
+        self._skip_next = False
         self._steps = counters["optimizer_steps"]
         with self._lock:
             self._sampling_client = client

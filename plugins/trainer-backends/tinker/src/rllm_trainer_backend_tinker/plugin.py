@@ -12,13 +12,21 @@ from collections.abc import Iterator
 from pydantic import ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 from rllm_core.kit.managed import ManagedServiceSettings
+from rllm_core.kit.native_losses import NativeLossSettings
+from rllm_core.kit.token_hygiene import TokenHygieneSettings
 from rllm_core.kit.trainer_config import AdamBetas, AdamEps, AdamWSettings
 
 __all__ = ["TinkerBackendConfig", "rllm_trainer_backends"]
 
 
-class TinkerBackendConfig(ManagedServiceSettings, AdamWSettings):
+class TinkerBackendConfig(
+    ManagedServiceSettings, AdamWSettings, NativeLossSettings, TokenHygieneSettings
+):
     """Options of the ``tinker`` trainer backend (plan section ``[trainer]``).
+
+    ``loss_path`` chooses between Tinker's own loss kernels and the client-side loss (see
+    :mod:`rllm_core.kit.native_losses`); ``vocab_size`` bounds the token ids a datum may hold
+    before it is dropped from a step (see :mod:`rllm_core.kit.token_hygiene`).
 
     ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls
     to Tinker that fail transiently (training steps, sampling, checkpoints).
@@ -95,7 +103,11 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_trainer_backend_tinker.backend:TinkerBackend"),
         config=TinkerBackendConfig,
         summary="LoRA training and sampling on Tinker's hosted models, with rllm-core's losses",
-        traits={"publishes_weights": True, "hosted_model": True},
+        traits={
+            "publishes_weights": True,
+            "hosted_model": True,
+            "native_losses": ("importance_sampling", "ppo", "cispo"),
+        },
         credentials=(
             Credential(
                 what="Tinker API key",

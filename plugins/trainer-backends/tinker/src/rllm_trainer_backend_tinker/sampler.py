@@ -35,6 +35,8 @@ class TinkerSampler:
       nothing, not even end-of-sequence, as the gateway passes the renderer's stop ids. A
       stop token that ended the completion is in the returned ids (``finish_reason="stop"``).
     - Requests run concurrently; Tinker batches them on its side.
+    - ``request.session_id`` is not sent: Tinker's sampling SDK has no session-affinity field
+      (a ``SamplingClient`` is bound to one set of published weights).
     - A request that fails transiently is sent again (on the newest client, reporting its
       version) up to the backend's ``retries``; ``source.calls`` counts each retry for the
       next ``optim_step``.
