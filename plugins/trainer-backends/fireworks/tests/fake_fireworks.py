@@ -6,7 +6,17 @@ the surrogate weights (``-dloss/dlogprob``) it would send to the trainer.
 ``forward_backward(data, "cross_entropy")`` is the trainer's built-in loss
 ``sum(-logprob * weight)``: it records the loss name and the datums in ``cross_entropy``, and
 answers each datum's target logprobs with the SDK client's metrics (``loss:sum``,
-``response_tokens``).
+``response_tokens``). ``forward_backward(data, kernel, loss_fn_config)`` with one of the
+trainer's policy kernels (``importance_sampling``, ``ppo``, ``cispo``) checks each datum carries
+what the kernel reads (``target_tokens``, ``logprobs``, ``advantages``), records the call in
+``native`` and answers each datum's target logprobs.
+
+Each sampling client has a ``deployment_sampler``, a :class:`FakeDeploymentSampler` (the SDK's
+``DeploymentSampler`` with its completions request replaced) that records every
+``sample_with_prompt_tokens`` call with its ``prompt_cache_key`` and answers from the same
+replies as ``sample_async``. With ``FakeTraining.sdk_sampling`` set, the sampling clients are
+the SDK's own ``FiretitanSamplingClient`` over a :class:`FakeDeploymentSampler`, so a request
+without a session takes the SDK's ``sample_async`` path to the deployment.
 
 Tests of sampling during ``optim_step`` hook in with ``FakeTraining.hold_sample`` (awaited by
 each sampling request before it answers), ``during_save`` and ``during_hot_load`` (called on
@@ -22,7 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from fireworks.training.sdk import FiretitanSamplingClient
 from fireworks.training.sdk import types as fw
+from fireworks.training.sdk.sampling import DeploymentSampler, SampledCompletion
+
+NATIVE_INPUTS = {"target_tokens", "logprobs", "advantages"}
+"""The inputs the trainer's policy kernels read from each datum."""
 
 
 def logprob_of(token: int) -> float:
@@ -48,6 +63,10 @@ class FakeSampling:
     training: FakeTraining | None = None
     requests: list[tuple[list[int], int, fw.SamplingParams]] = field(default_factory=list)
     closed: bool = False
+    deployment_sampler: FakeDeploymentSampler = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deployment_sampler = FakeDeploymentSampler(self.path, self.replies, self.training)
 
     async def sample_async(
         self, prompt: fw.ModelInput, num_samples: int, sampling_params: fw.SamplingParams
@@ -68,12 +87,85 @@ class FakeSampling:
         self.closed = True
 
 
+class FakeDeploymentSampler(DeploymentSampler):
+    """The SDK's deployment sampler answering from ``replies`` instead of a deployment: a
+    queued ``SampleResponse`` becomes the ``SampledCompletion`` the deployment would return
+    (completion-aligned logprobs), a queued ``SampledCompletion`` is returned as it is. Each
+    call is recorded in ``calls``; with ``training`` set, calls count in its ``running`` and
+    await its ``hold_sample``."""
+
+    def __init__(
+        self,
+        model: str,
+        replies: list[fw.SampleResponse | SampledCompletion],
+        training: FakeTraining | None = None,
+    ) -> None:
+        super().__init__(inference_url="https://deployment.invalid", model=model, api_key="fake")
+        self.replies = replies
+        self.training = training
+        self.calls: list[dict[str, Any]] = []
+
+    async def sample_with_prompt_tokens(  # type: ignore[override]
+        self,
+        prompt_token_ids: list[int],
+        n: int = 1,
+        max_tokens: int = 1024,
+        temperature: float = 1.0,
+        max_seq_len: int | None = None,
+        stop: list[str] | list[int] | None = None,
+        prompt_cache_key: str | None = None,
+        additional_headers_snapshot: Any = None,
+        **kwargs: Any,
+    ) -> list[SampledCompletion]:
+        self.calls.append(
+            {
+                "prompt_token_ids": list(prompt_token_ids),
+                "n": n,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "stop": stop,
+                "prompt_cache_key": prompt_cache_key,
+                **kwargs,
+            }
+        )
+        training = self.training
+        if training is not None:
+            training.running += 1
+        try:
+            if training is not None and training.hold_sample is not None:
+                await training.hold_sample()
+            answer = self.replies.pop(0)
+        finally:
+            if training is not None:
+                training.running -= 1
+        if isinstance(answer, SampledCompletion):
+            return [answer]
+        return [completion(prompt_token_ids, answer)]
+
+
+def completion(prompt: list[int], response: fw.SampleResponse) -> SampledCompletion:
+    """The deployment's completion for ``prompt`` carrying ``response``'s one sequence."""
+    (sequence,) = response.sequences
+    tokens = [int(t) for t in sequence.tokens]
+    logprobs = sequence.logprobs
+    return SampledCompletion(
+        text="",
+        full_tokens=[*prompt, *tokens],
+        prompt_len=len(prompt),
+        finish_reason=sequence.stop_reason,
+        completion_len=len(tokens),
+        sampling_logprobs=None if logprobs is None else list(logprobs),
+    )
+
+
 @dataclass
 class FakeTraining:
     replies: list[fw.SampleResponse] = field(default_factory=list)
     sent_weights: list[list[list[float]]] = field(default_factory=list)
     sent_inputs: list[list[tuple[list[int], list[int]]]] = field(default_factory=list)
     cross_entropy: list[tuple[str, list[fw.Datum]]] = field(default_factory=list)
+    native: list[tuple[list[fw.Datum], str, dict[str, Any] | None]] = field(default_factory=list)
+    custom_calls: int = 0
     forwards: list[list[fw.Datum]] = field(default_factory=list)
     adam: list[fw.AdamParams] = field(default_factory=list)
     saved_for_sampler: list[str] = field(default_factory=list)
@@ -86,6 +178,7 @@ class FakeTraining:
     hold_sample: Callable[[], Awaitable[None]] | None = None
     during_save: Callable[[], None] | None = None
     during_hot_load: Callable[[], None] | None = None
+    sdk_sampling: bool = False
 
     def forward_backward_custom(self, data: list[fw.Datum], loss_fn: Any) -> Done:
         inputs = [
@@ -97,6 +190,7 @@ class FakeTraining:
         ]
         loss, metrics = loss_fn(data, logprobs)
         loss.backward()
+        self.custom_calls += 1
         self.sent_inputs.append(inputs)
         self.sent_weights.append([(-lp.grad).tolist() for lp in logprobs])
         outputs = [
@@ -114,6 +208,8 @@ class FakeTraining:
     def forward_backward(
         self, data: list[fw.Datum], loss_fn: str, loss_fn_config: dict[str, Any] | None = None
     ) -> Done:
+        if loss_fn in ("importance_sampling", "ppo", "cispo"):
+            return self._native(data, loss_fn, loss_fn_config)
         if loss_fn != "cross_entropy" or loss_fn_config is not None:
             raise NotImplementedError(f"the fake serves cross_entropy only, not {loss_fn!r}")
         self.cross_entropy.append((loss_fn, list(data)))
@@ -130,6 +226,33 @@ class FakeTraining:
                 loss_fn_output_type="ArrayRecord",
                 loss_fn_outputs=outputs,
                 metrics={"loss:sum": total, "response_tokens": float(weighted)},
+            )
+        )
+
+    def _native(
+        self, data: list[fw.Datum], loss_fn: str, loss_fn_config: dict[str, Any] | None
+    ) -> Done:
+        for index, datum in enumerate(data):
+            if set(datum.loss_fn_inputs) != NATIVE_INPUTS:
+                raise ValueError(
+                    f"datum {index} of a {loss_fn!r} request has inputs"
+                    f" {sorted(datum.loss_fn_inputs)}, expected {sorted(NATIVE_INPUTS)}"
+                )
+        self.native.append((list(data), loss_fn, loss_fn_config))
+        outputs = [
+            {
+                "logprobs": fw.TensorData(
+                    data=[logprob_of(t) for t in d.loss_fn_inputs["target_tokens"].tolist()],
+                    dtype="float32",
+                )
+            }
+            for d in data
+        ]
+        return Done(
+            fw.ForwardBackwardOutput(
+                loss_fn_output_type="ArrayRecord",
+                loss_fn_outputs=outputs,
+                metrics={"loss:sum": 2.5},
             )
         )
 
@@ -166,10 +289,12 @@ class FakeTraining:
             self.during_save()
         return Done(fw.SaveWeightsForSamplerResponse(path=f"snapshots/{name}"))
 
-    def create_sampling_client(self, model_path: str) -> FakeSampling:
+    def create_sampling_client(self, model_path: str) -> Any:
         self.hot_loads.append((model_path, self.running))
         if self.during_hot_load is not None:
             self.during_hot_load()
+        if self.sdk_sampling:
+            return FiretitanSamplingClient(FakeDeploymentSampler(model_path, self.replies))
         sampling = FakeSampling(path=model_path, replies=self.replies, training=self)
         self.samplers.append(sampling)
         return sampling

@@ -136,6 +136,7 @@ def test_optim_step_sends_adam_settings_and_publishes_new_weights(
     assert metrics == {
         "learning_rate": 1e-5,
         "step": 1.0,
+        "fireworks/skipped_step": 0.0,
         "fireworks/grad_norm": 0.25,
         "fireworks/retries": 0.0,
         "fireworks/sampler_retries": 0.0,

@@ -1,19 +1,23 @@
 """Against the real Fireworks service: runs only with FIREWORKS_API_KEY set, and costs money.
 
 ``RLLM_FIREWORKS_TEST_MODEL`` picks the base model (default Qwen3-8B). One test samples, trains
-a REINFORCE step and samples again; the other takes one supervised step on the trainer's
-cross_entropy loss.
+a REINFORCE step and samples again; one takes a PPO step on each loss path (the trainer's
+``ppo`` kernel, then the custom-loss path) and prints the seconds each step took (run with
+``-s`` to see them); the last takes one supervised step on the trainer's cross_entropy loss.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 from reference.service_faults import Reinforce
 from rllm_core.algorithms.objective import Objective
 from rllm_core.types import Datum, SampleRequest, SamplingParams
+from rllm_loss_ppo.plugin import PPOClipConfig
+from rllm_loss_ppo.ppo_clip import PPOClip
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 
@@ -36,6 +40,12 @@ def test_sample_train_step_and_sample_again() -> None:
         prompt = [9707, 11, 1879]
         request = SampleRequest(prompt_token_ids=prompt, params=SamplingParams(max_tokens=8))
         first = asyncio.run(sampler.sample(request))
+        in_session = asyncio.run(
+            sampler.sample(
+                SampleRequest(prompt_token_ids=prompt, params=request.params, session_id="live-1")
+            )
+        )
+        assert len(in_session.logprobs) == len(in_session.completion_token_ids) > 0
         assert len(first.logprobs) == len(first.completion_token_ids) > 0
         assert first.weight_version == 0
         n = len(first.completion_token_ids)
@@ -51,6 +61,45 @@ def test_sample_train_step_and_sample_again() -> None:
         backend.optim_step()
         second = asyncio.run(sampler.sample(request))
         assert second.weight_version == 1
+    finally:
+        backend.close()
+
+
+def test_one_step_on_each_loss_path() -> None:
+    """The same PPO objective on both paths: as is it runs in the trainer's 'ppo' kernel; with
+    a dual clip too large to bind (same gradient) it runs on the custom-loss path."""
+    backend = FireworksBackend(FireworksBackendConfig(model=MODEL, lora_rank=8))
+    try:
+        prompt = [9707, 11, 1879]
+        request = SampleRequest(prompt_token_ids=prompt, params=SamplingParams(max_tokens=16))
+        results = [asyncio.run(backend.sampler().sample(request)) for _ in range(4)]
+        datums = [
+            Datum(
+                token_ids=prompt + r.completion_token_ids,
+                logprobs=[0.0] * len(prompt) + r.logprobs,
+                advantages=[0.0] * len(prompt) + [sign] * len(r.completion_token_ids),
+                action_mask=[False] * len(prompt) + [True] * len(r.completion_token_ids),
+                observation_mask=[False] * (len(prompt) + len(r.completion_token_ids)),
+            )
+            for r, sign in zip(results, (1.0, -1.0, 1.0, -1.0), strict=True)
+        ]
+        native = Objective.of(PPOClip(PPOClipConfig()), name="ppo-clip")
+        custom = Objective.of(PPOClip(PPOClipConfig(dual_clip_c=1e6)), name="ppo-clip")
+        assert backend.loss_route(native).path == "native"
+        assert backend.loss_route(custom).path == "custom"
+        seconds = {}
+        for label, objective in (("native", native), ("custom", custom)):
+            start = time.perf_counter()
+            metrics = backend.forward_backward(datums, objective)
+            backend.optim_step()
+            seconds[label] = time.perf_counter() - start
+            assert metrics["fireworks/native"] == (1.0 if label == "native" else 0.0)
+            assert "ppo-clip/clip_fraction" in metrics and "offpolicy/k3" in metrics
+        print(
+            f"fireworks seconds per step: native {seconds['native']:.2f},"
+            f" custom {seconds['custom']:.2f}"
+        )
+        assert backend.weight_version == 2
     finally:
         backend.close()
 

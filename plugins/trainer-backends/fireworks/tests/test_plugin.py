@@ -21,6 +21,18 @@ def test_the_manager_finds_the_fireworks_trainer() -> None:
     assert spec.config is FireworksBackendConfig
     assert spec.factory_path == "rllm_trainer_backend_fireworks.backend:FireworksBackend"
     assert spec.trait("hosted_model") is True
+    assert spec.trait("native_losses") == ("importance_sampling", "ppo", "cispo")
+
+
+def test_config_has_loss_path_and_vocab_size() -> None:
+    config = FireworksBackendConfig(model="m")
+    assert (config.loss_path, config.vocab_size) == ("auto", None)
+    config = FireworksBackendConfig(model="m", loss_path="native", vocab_size=151936)
+    assert (config.loss_path, config.vocab_size) == ("native", 151936)
+    with pytest.raises(ValidationError, match="loss_path"):
+        FireworksBackendConfig(model="m", loss_path="server")
+    with pytest.raises(ValidationError, match="vocab_size"):
+        FireworksBackendConfig(model="m", vocab_size=0)
 
 
 def test_entry_module_imports_neither_the_sdk_nor_torch() -> None:

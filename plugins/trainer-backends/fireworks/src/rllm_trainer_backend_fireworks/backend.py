@@ -14,10 +14,17 @@ from fireworks.training.sdk import types as fw
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError, PlanIssue
 from rllm_core.kit.managed import ServiceCalls
+from rllm_core.kit.native_losses import LossRoute, route_objective
+from rllm_core.kit.token_hygiene import screen
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_fireworks.gate import HotLoadGate
 from rllm_trainer_backend_fireworks.losses import StepLoss, to_sdk_datum
+from rllm_trainer_backend_fireworks.native import (
+    available_kernels,
+    native_datums,
+    replayed_metrics,
+)
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_trainer_backend_fireworks.sampler import FireworksSampler
 from rllm_trainer_backend_fireworks.supervised import (
@@ -43,10 +50,22 @@ class FireworksBackend:
 
     ``service`` is a ``FiretitanServiceClient`` (or an object with the same
     ``create_training_client`` method); unset, one is created from the config, which provisions
-    a trainer job and a hot-load deployment on Fireworks. Every loss runs client-side on the
-    logprobs the trainer returns (``forward_backward_custom``), so a loss that reduces through
-    ``ctx.aggregate`` is normalized over the whole call and the trainer adds no normalization
-    of its own.
+    a trainer job and a hot-load deployment on Fireworks.
+
+    ``loss_route(objective)`` chooses where the objective runs (``[trainer].loss_path``, see
+    :func:`~rllm_core.kit.native_losses.route_objective`): in one of the trainer's own kernels
+    (``importance_sampling``, ``ppo``, ``cispo``; one fused pass, the aggregation folded into
+    the advantages, see :mod:`rllm_trainer_backend_fireworks.native`) when the policy loss has
+    one and no auxiliary loss or rollout correction needs the current logprobs here; otherwise
+    client-side on the logprobs the trainer returns (``forward_backward_custom``, two passes).
+    Either way a loss that reduces through ``ctx.aggregate`` is normalized over the whole call,
+    the trainer adds no normalization of its own, and the metrics are the same: on the native
+    path the objective is evaluated without gradient on the logprobs the kernel returns.
+
+    Before each step the datums the trainer would fail on (token ids outside ``vocab_size``,
+    datums without a sampled token) are dropped with a warning naming their session (see
+    :mod:`rllm_core.kit.token_hygiene`). When a step's calls drop every datum, nothing is sent:
+    its ``optim_step`` neither steps nor publishes, and ``weight_version`` stays.
 
     After each ``optim_step`` the new weights are saved for sampling while the deployment
     keeps serving the previous ones; then the deployment hot-loads them, and the new sampling
@@ -101,6 +120,10 @@ class FireworksBackend:
         self._saves = 0
         self._sampler_path = ""
         self._closed = False
+        self._route: tuple[Objective, LossRoute] | None = None
+        # What the forward_backward calls since the last optim_step did: None (no call),
+        # "skip" (every call dropped all its datums) or "train".
+        self._pending: str | None = None
         self._publish(0, [])
 
     @property
@@ -130,31 +153,77 @@ class FireworksBackend:
     def sampler(self) -> FireworksSampler:
         return FireworksSampler(self)
 
+    def loss_route(self, objective: Objective) -> LossRoute:
+        """The path ``objective`` trains on (see the class docstring); the same for every call
+        with the same objective. Calls no service. Raises
+        :class:`~rllm_core.kit.native_losses.NativeLossError` when ``loss_path = "native"``
+        and the objective has no Fireworks kernel."""
+        if self._route is None or self._route[0] is not objective:
+            route = route_objective(
+                objective,
+                service="fireworks",
+                available=available_kernels(),
+                requested=self.config.loss_path,
+            )
+            self._route = (objective, route)
+        return self._route[1]
+
     def forward_backward(
         self, datums: Sequence[Datum], objective: Objective
     ) -> Mapping[str, float]:
-        """One forward and one backward pass on the trainer over all ``datums``.
+        """One step's gradient over ``datums`` on the trainer, on :meth:`loss_route`'s path:
+        one fused pass in a native kernel, or a forward and a backward pass around the
+        objective evaluated here.
 
-        Returns the objective's metrics, ``tokens`` and ``sequences``, and the trainer's own
-        figures prefixed ``fireworks/``.
+        Returns the objective's metrics, ``tokens`` and ``sequences``, ``fireworks/native``
+        (1.0 on the native path), the dropped datums' counts (``fireworks/dropped_*``) and the
+        trainer's own figures prefixed ``fireworks/``. When every datum is dropped, nothing is
+        sent and the metrics are the counts with ``fireworks/skipped_step`` = 1.0.
         """
         self._check_open()
         if not datums:
             raise ValueError("forward_backward got no datums; pass at least one datum to train")
-        step_loss = StepLoss(datums, objective)
-        sdk_datums = [to_sdk_datum(d) for d in datums]
+        for index, datum in enumerate(datums):
+            if len(datum.token_ids) < 2:
+                raise ValueError(
+                    f"datum {index} has {len(datum.token_ids)} token(s); a datum needs at least"
+                    f" 2 tokens to train (a prompt and a completion): {datum.token_ids}"
+                )
+        route = self.loss_route(objective)
+        screened = screen(datums, vocab_size=self.config.vocab_size, service="Fireworks")
+        hygiene = screened.metrics("fireworks")
+        if not screened.kept:
+            if self._pending is None:
+                self._pending = "skip"
+            return {**hygiene, "fireworks/skipped_step": 1.0, "tokens": 0.0, "sequences": 0.0}
+        kept = screened.kept
+        step_loss = StepLoss(kept, objective)
         retries: list[int] = []
-        output = self.calls.call(
-            lambda: self._training.forward_backward_custom(sdk_datums, step_loss),
-            "forward_backward",
-            retries,
-        )
-        metrics = dict(step_loss.metrics)
+        if route.path == "native":
+            assert route.kernel is not None
+            sent = native_datums(kept, objective)
+            kernel, config = route.kernel, dict(route.config) or None
+            output = self.calls.call(
+                lambda: self._training.forward_backward(sent, kernel, config),
+                "forward_backward",
+                retries,
+            )
+            metrics = replayed_metrics(step_loss, output.loss_fn_outputs)
+        else:
+            sdk_datums = [to_sdk_datum(d) for d in kept]
+            output = self.calls.call(
+                lambda: self._training.forward_backward_custom(sdk_datums, step_loss),
+                "forward_backward",
+                retries,
+            )
+            metrics = dict(step_loss.metrics)
+        self._pending = "train"
         for key, value in (output.metrics or {}).items():
-            if key not in metrics:
+            if key not in metrics and isinstance(value, int | float):
                 metrics[f"fireworks/{key}"] = float(value)
+        metrics["fireworks/native"] = 1.0 if route.path == "native" else 0.0
         metrics["fireworks/retries"] = float(len(retries))
-        return metrics
+        return metrics | hygiene
 
     def forward_backward_supervised(self, datums: Sequence[Datum]) -> dict[str, float]:
         """Add the gradient of the mean negative log-likelihood of ``datums``' trained tokens
@@ -175,6 +244,7 @@ class FireworksBackend:
             "forward_backward_supervised",
             retries,
         )
+        self._pending = "train"
         metrics = {
             "nll": supervised_nll(output.loss_fn_outputs, batch),
             "tokens": float(batch.trained_tokens),
@@ -203,14 +273,32 @@ class FireworksBackend:
     def optim_step(self) -> dict[str, float]:
         """Apply the accumulated gradients with Adam, then publish the new weights to the
         sampling deployment (its hot-load waits for the sampling requests that run). Returns
-        ``learning_rate``, ``step`` and the trainer's figures prefixed ``fireworks/``."""
+        ``learning_rate``, ``step``, ``fireworks/skipped_step`` (0.0) and the trainer's figures
+        prefixed ``fireworks/``.
+
+        When every ``forward_backward`` since the previous step dropped all its datums, there
+        is no gradient: nothing is sent or published, ``step`` and ``weight_version`` stay,
+        and the metrics carry ``fireworks/skipped_step`` = 1.0."""
         self._check_open()
+        pending, self._pending = self._pending, None
+        if pending == "skip":
+            return {
+                "learning_rate": self.config.learning_rate,
+                "step": float(self._steps),
+                "fireworks/skipped_step": 1.0,
+                "fireworks/retries": 0.0,
+                "fireworks/sampler_retries": float(self.calls.take_sampler_retries()),
+            }
         params = fw.AdamParams(**self.config.adam_params())
         retries: list[int] = []
         response = self.calls.call(lambda: self._training.optim_step(params), "optim_step", retries)
         self._steps += 1
         self._publish(self.weight_version + 1, retries)
-        metrics = {"learning_rate": self.config.learning_rate, "step": float(self._steps)}
+        metrics = {
+            "learning_rate": self.config.learning_rate,
+            "step": float(self._steps),
+            "fireworks/skipped_step": 0.0,
+        }
         for key, value in (response.metrics or {}).items():
             metrics[f"fireworks/{key}"] = float(value)
         metrics["fireworks/retries"] = float(len(retries))
@@ -257,6 +345,7 @@ class FireworksBackend:
             lambda: self._training.load_state_with_optimizer(state["checkpoint"]), "load_state"
         )
         self._steps = int(state["optimizer_steps"])
+        self._pending = None
         self._publish(int(state["weight_version"]), [])
 
     def close(self) -> None:

@@ -12,16 +12,24 @@ from collections.abc import Iterator
 from pydantic import ConfigDict, Field
 from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 from rllm_core.kit.managed import ManagedServiceSettings
+from rllm_core.kit.native_losses import NativeLossSettings
+from rllm_core.kit.token_hygiene import TokenHygieneSettings
 from rllm_core.kit.trainer_config import AdamWSettings, LearningRate
 
 __all__ = ["FireworksBackendConfig", "rllm_trainer_backends"]
 
 
-class FireworksBackendConfig(ManagedServiceSettings, AdamWSettings):
+class FireworksBackendConfig(
+    ManagedServiceSettings, AdamWSettings, NativeLossSettings, TokenHygieneSettings
+):
     """Options of the ``fireworks`` trainer backend (plan section ``[trainer]``).
 
-    ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls
-    to Fireworks that fail transiently (training steps, sampling, checkpoints).
+    ``loss_path`` chooses between the trainer's own loss kernels and the custom-loss path (see
+    :class:`~rllm_core.kit.native_losses.NativeLossSettings`); ``vocab_size`` lets datums with
+    token ids outside the model's vocabulary be dropped before a step instead of failing it
+    (see :class:`~rllm_core.kit.token_hygiene.TokenHygieneSettings`). ``retries``,
+    ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls to Fireworks
+    that fail transiently (training steps, sampling, checkpoints).
     ``base_model``, the old name of ``model``, is accepted until the next release with a
     warning (see :class:`~rllm_core.kit.managed.ManagedServiceSettings`).
     """
@@ -81,7 +89,11 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_trainer_backend_fireworks.backend:FireworksBackend"),
         config=FireworksBackendConfig,
         summary="Fireworks training API (remote LoRA/full, custom losses) + hot-loaded sampler",
-        traits={"publishes_weights": True, "hosted_model": True},
+        traits={
+            "publishes_weights": True,
+            "hosted_model": True,
+            "native_losses": ("importance_sampling", "ppo", "cispo"),
+        },
         credentials=(
             Credential(what="Fireworks API key", env=("FIREWORKS_API_KEY",), env_key="api_key_env"),
         ),

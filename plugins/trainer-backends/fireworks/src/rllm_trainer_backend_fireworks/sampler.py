@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from fireworks.training.sdk import types as fw
 from rllm_core.kit.managed import ServiceCalls
@@ -37,6 +37,12 @@ class FireworksSampler:
     raises. A request that fails transiently is sent again (on the newest weights, reporting
     their version) up to the backend's ``retries``; ``source.calls`` counts each retry for the
     next ``optim_step``.
+
+    Session affinity: a request of a gateway session (``SampleRequest.session_id``) goes
+    through the sampling client's ``deployment_sampler`` with ``prompt_cache_key`` set to the
+    session, the field Fireworks routes on, so every turn of an episode reaches the replica
+    that holds its prompt in cache. A request outside a session, or a client without a
+    ``deployment_sampler``, goes through the client's ``sample_async``.
     """
 
     def __init__(self, source: SamplingSource) -> None:
@@ -48,37 +54,23 @@ class FireworksSampler:
 
     async def sample(self, request: SampleRequest) -> SampleResult:
         params = request.params
-        prompt = fw.ModelInput.from_ints(list(request.prompt_token_ids))
-        sdk_params = fw.SamplingParams(
-            max_tokens=params.max_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            stop=list(params.stop_token_ids) or None,
-            seed=params.seed,
-        )
 
-        async def once() -> tuple[Any, int]:
+        async def once() -> tuple[_Sampled, int]:
             async with self._source.sampling() as (client, version):
-                return await client.sample_async(prompt, 1, sdk_params), version
+                deployment = getattr(client, "deployment_sampler", None)
+                if request.session_id and deployment is not None:
+                    return await _sample_in_session(deployment, request), version
+                return await _sample(client, request), version
 
-        response, version = await self._source.calls.sample(
+        (tokens, logprobs, finish), version = await self._source.calls.sample(
             once, f"sampling request {request.request_id!r}"
         )
-        if len(response.sequences) != 1:
+        if logprobs is None or len(logprobs) != len(tokens) or None in logprobs:
+            given = "no" if logprobs is None else f"{sum(lp is not None for lp in logprobs)}"
             raise RuntimeError(
-                f"the Fireworks sampler returned {len(response.sequences)} sequences for one"
-                f" request {request.request_id!r}; expected exactly 1"
+                f"the Fireworks sampler returned {len(tokens)} tokens with {given} logprobs for"
+                f" request {request.request_id!r}; training needs one logprob per sampled token"
             )
-        sequence = response.sequences[0]
-        tokens = [int(t) for t in sequence.tokens]
-        logprobs = sequence.logprobs
-        if logprobs is None or len(logprobs) != len(tokens):
-            raise RuntimeError(
-                f"the Fireworks sampler returned {len(tokens)} tokens with"
-                f" {'no' if logprobs is None else len(logprobs)} logprobs for request"
-                f" {request.request_id!r}; training needs one logprob per sampled token"
-            )
-        finish = "stop" if sequence.stop_reason == "stop" else "length"
         if (
             finish == "stop"
             and params.stop_token_ids
@@ -95,3 +87,67 @@ class FireworksSampler:
             finish_reason=finish,
             weight_version=version,
         )
+
+
+_Sampled = tuple[list[int], list[float | None] | None, Literal["stop", "length"]]
+"""A completion's token ids, their logprobs (``None`` when the response has none) and why it
+ended."""
+
+
+async def _sample(client: Any, request: SampleRequest) -> _Sampled:
+    params = request.params
+    sdk_params = fw.SamplingParams(
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        stop=list(params.stop_token_ids) or None,
+        seed=params.seed,
+    )
+    prompt = fw.ModelInput.from_ints(list(request.prompt_token_ids))
+    response = await client.sample_async(prompt, 1, sdk_params)
+    if len(response.sequences) != 1:
+        raise RuntimeError(
+            f"the Fireworks sampler returned {len(response.sequences)} sequences for one"
+            f" request {request.request_id!r}; expected exactly 1"
+        )
+    sequence = response.sequences[0]
+    logprobs = sequence.logprobs
+    return (
+        [int(t) for t in sequence.tokens],
+        None if logprobs is None else list(logprobs),
+        "stop" if sequence.stop_reason == "stop" else "length",
+    )
+
+
+async def _sample_in_session(deployment: Any, request: SampleRequest) -> _Sampled:
+    """One completion from the deployment with the request's session as its
+    ``prompt_cache_key``, read from the SDK's ``SampledCompletion``."""
+    params = request.params
+    options: dict[str, Any] = {"logprobs": True, "top_p": params.top_p}
+    if params.seed is not None:
+        options["seed"] = params.seed
+    completions = await deployment.sample_with_prompt_tokens(
+        list(request.prompt_token_ids),
+        n=1,
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        stop=list(params.stop_token_ids) or None,
+        prompt_cache_key=request.session_id,
+        **options,
+    )
+    if len(completions) != 1:
+        raise RuntimeError(
+            f"the Fireworks deployment returned {len(completions)} completions for one request"
+            f" {request.request_id!r} of session {request.session_id!r}; expected exactly 1"
+        )
+    completion = completions[0]
+    tokens = [int(t) for t in completion.full_tokens[completion.prompt_len :]]
+    logprobs = completion.sampling_logprobs
+    if logprobs is not None:
+        logprobs = list(logprobs)
+        if completion.logprobs_echoed:
+            # Echoed lists hold one entry per token after the first, prompt included, so
+            # the completion's entries start at prompt_len - 1.
+            start = max(completion.prompt_len - 1, 0)
+            logprobs = logprobs[start : start + len(tokens)]
+    return tokens, logprobs, "length" if completion.finish_reason == "length" else "stop"
