@@ -1,12 +1,22 @@
-"""Dockerfile replay: RUN steps in order, continuations, COPY/ADD skipped, WORKDIR and ENV."""
+"""Dockerfile replay: RUN steps in order, continuations, COPY/ADD and the files they copy,
+WORKDIR and ENV."""
 
 from __future__ import annotations
 
-from rllm_core.kit.dockerfile import DEFAULT_PATH, RunStep, parse_dockerfile
+from pathlib import Path
+
+import pytest
+from rllm_core.kit.dockerfile import (
+    DEFAULT_PATH,
+    CopyPlan,
+    CopyStep,
+    RunStep,
+    parse_dockerfile,
+)
 
 
 def commands(text: str) -> list[str]:
-    return [step.command for step in parse_dockerfile(text).steps]
+    return [step.command for step in parse_dockerfile(text).steps if isinstance(step, RunStep)]
 
 
 def test_run_steps_in_order_with_base_image():
@@ -47,14 +57,125 @@ def test_bad_exec_form_is_a_problem():
     assert replay.problems == ("line 2: RUN exec form must be a non-empty list of strings",)
 
 
-def test_copy_and_add_are_skipped_with_a_note():
-    replay = parse_dockerfile("FROM x\nCOPY data.csv /app/\nADD a.tar /opt\nRUN ls\n")
-    assert commands("FROM x\nCOPY data.csv /app/\nADD a.tar /opt\nRUN ls\n") == ["ls"]
-    assert replay.notes == (
-        "line 2: COPY data.csv /app/ skipped on replay",
-        "line 3: ADD a.tar /opt skipped on replay",
+def test_copy_and_add_are_steps_in_order_with_their_destination():
+    text = (
+        "FROM x\nARG DATA=data.csv\nCOPY $DATA /app/\nWORKDIR /srv\nRUN ls\n"
+        'ADD conf.ini etc/app.ini\nCOPY ["a b.txt", "c.txt", "./"]\nCOPY seed .\n'
     )
+    replay = parse_dockerfile(text)
     assert replay.problems == ()
+    assert replay.steps == (
+        CopyStep(keyword="COPY", sources=("data.csv",), dest="/app", into_directory=True, line=3),
+        RunStep(command="ls", workdir="/srv", line=5),
+        CopyStep(
+            keyword="ADD",
+            sources=("conf.ini",),
+            dest="/srv/etc/app.ini",
+            into_directory=False,
+            line=6,
+        ),
+        CopyStep(
+            keyword="COPY", sources=("a b.txt", "c.txt"), dest="/srv", into_directory=True, line=7
+        ),
+        CopyStep(keyword="COPY", sources=("seed",), dest="/srv", into_directory=True, line=8),
+    )
+    assert replay.setup_commands == ["mkdir -p /srv && cd /srv && ls"]
+    step = replay.copy_steps[1]
+    assert CopyStep.from_dict(step.to_dict()) == step
+
+
+def test_copy_flags_are_noted_or_refused():
+    replay = parse_dockerfile("FROM x\nCOPY --chown=app:app --chmod=644 a /a\n")
+    assert replay.notes == (
+        "line 2: COPY flag --chown=app:app ignored on replay",
+        "line 2: COPY flag --chmod=644 ignored on replay",
+    )
+    assert len(replay.copy_steps) == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("COPY --from=build /out /app/", "COPY --from=build copies from another build stage"),
+        ("COPY --exclude=*.md . /app/", "COPY --exclude=*.md filters the copied files"),
+        ("ADD https://example.com/a.txt /a", "'https://example.com/a.txt' downloads a remote"),
+        ("ADD git@github.com:o/r.git /r", "downloads a remote file"),
+        ("ADD data.tar.gz /opt/", "'data.tar.gz' is a tar archive, which Docker unpacks"),
+        ("COPY a b /dest", "has 2 sources, so its destination '/dest' must end in '/'"),
+        ("COPY onlyone", "needs at least one source and a destination"),
+        ("COPY <<EOF /f\nhello\nEOF", "with a heredoc source is not replayed"),
+    ],
+)
+def test_copies_replay_cannot_do_are_problems(line, problem):
+    replay = parse_dockerfile(f"FROM x\n{line}\nRUN echo after\n")
+    (found,) = replay.problems
+    assert found.startswith("line 2: ") and problem in found, found
+    assert [step.line for step in replay.steps] == [len(line.splitlines()) + 2]
+
+
+def context(tmp_path: Path) -> Path:
+    root = tmp_path / "environment"
+    (root / "app" / "sub").mkdir(parents=True)
+    (root / "app" / "empty").mkdir()
+    (root / "app" / "main.py").write_text("print(1)\n")
+    (root / "app" / "sub" / "run.sh").write_text("#!/bin/sh\n")
+    (root / "app" / "sub" / "run.sh").chmod(0o755)
+    (root / "a.txt").write_text("a")
+    (root / "b.txt").write_text("b")
+    (root / ".hidden.txt").write_text("h")
+    return root
+
+
+def plan_of(line: str, root: Path, workdir: str = "/work") -> CopyPlan:
+    (step,) = parse_dockerfile(f"FROM x\nWORKDIR {workdir}\n{line}\n").copy_steps
+    return step.plan(root)
+
+
+def test_a_directory_source_copies_its_contents_with_modes_and_empty_folders(tmp_path):
+    root = context(tmp_path)
+    plan = plan_of("COPY app /srv/app", root)
+    assert [(host.relative_to(root).as_posix(), dest) for host, dest in plan.files] == [
+        ("app/main.py", "/srv/app/main.py"),
+        ("app/sub/run.sh", "/srv/app/sub/run.sh"),
+    ]
+    assert plan.executables == ("/srv/app/sub/run.sh",)
+    assert plan.directories == ("/srv/app", "/srv/app/empty", "/srv/app/sub")
+    assert not plan.may_be_directory
+
+
+def test_file_destinations_relative_globs_and_the_ambiguous_single_file(tmp_path):
+    root = context(tmp_path)
+    single = plan_of("COPY a.txt data", root)
+    assert [dest for _, dest in single.files] == ["/work/data"]
+    assert single.may_be_directory and single.directories == ()
+    into = plan_of("COPY /a.txt ./", root)
+    assert [dest for _, dest in into.files] == ["/work/a.txt"]
+    assert not into.may_be_directory and into.directories == ("/work",)
+    globbed = plan_of("COPY *.txt in/", root)
+    assert [dest for _, dest in globbed.files] == [
+        "/work/in/.hidden.txt",
+        "/work/in/a.txt",
+        "/work/in/b.txt",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("COPY missing.txt /m", "source 'missing.txt' is not in the build context"),
+        ("COPY ../secret /s", "source '../secret' is outside the build context"),
+        ("COPY *.csv /c/", "source '*.csv' matches no file in the build context"),
+        ("COPY *.txt /one", "3 sources go to '/one', which must then end in '/'"),
+        ("COPY link /l", "source 'link' leads outside the build context"),
+    ],
+)
+def test_plans_that_cannot_be_replayed_raise_naming_the_line_and_source(tmp_path, line, message):
+    root = context(tmp_path)
+    (tmp_path / "outside").write_text("x")
+    (root / "link").symlink_to(tmp_path / "outside")
+    with pytest.raises(ValueError, match=r"^line 3: COPY: ") as info:
+        plan_of(line, root)
+    assert message in str(info.value)
 
 
 def test_workdir_applies_to_later_steps_and_relative_workdir_nests():

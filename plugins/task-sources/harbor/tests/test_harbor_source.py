@@ -129,10 +129,12 @@ def test_limit_replay_and_verifier_user(dataset):
     )
     tasks = HarborTaskSource(config).tasks()
     assert [t.task_id for t in tasks] == ["a", "b"]
-    assert [t.data["setup_commands"] for t in tasks] == [[], []]
+    assert [t.data["setup_steps"] for t in tasks] == [[], []]
     assert {t.data["verifier_user"] for t in tasks} == {"root"}
     default = HarborTaskSource(HarborConfig(path=dataset / "train")).tasks()[0]
-    assert default.data["setup_commands"] == ["mkdir -p /app && cd /app && touch seed"]
+    assert default.data["setup_steps"] == [
+        {"run": "mkdir -p /app && cd /app && touch seed", "line": 3}
+    ]
     assert default.data["verifier_user"] == "checker"
 
 
@@ -173,6 +175,7 @@ def test_checks_tasks_for_rllm_core_tasks_check(dataset):
         "verifier_user": "checker",
         "replay_dockerfile": True,
         "setup_steps": 1,
+        "healthcheck": None,
     }
     strict = source.check(require_solution=True)
     assert [str(p) for p in strict.all_problems] == [

@@ -7,9 +7,15 @@ import textwrap
 
 import pytest
 from rllm_core.errors import TaskFormatError, TaskProblem
-from rllm_core.types import NetworkPolicy, SandboxSpec
+from rllm_core.types import NetworkPolicy, SandboxSpec, Task
 from rllm_task_source_harbor.reader import check_dataset, check_task, load_dataset, load_task
 from task_sandbox import GOOD_DOCKERFILE, write_task
+
+
+def runs(task: Task) -> list[str]:
+    """The replayed RUN steps of ``task``, in order."""
+    return [step["run"] for step in task.data["setup_steps"] if "run" in step]
+
 
 FULL_TOML = """\
 version = "1.0"
@@ -43,6 +49,7 @@ allow_internet = true
 env = { MODE = "test", GREETING = "override" }
 """
 
+CONTEXT = {"environment/data.csv": "a,b\n"}
 FULL_DOCKERFILE = """\
 FROM python:3.12-slim
 ENV GREETING=hi LANGUAGE=en
@@ -55,7 +62,9 @@ RUN echo two \\
 
 
 def test_every_field_is_read(tmp_path):
-    task_dir = write_task(tmp_path, "full", toml=FULL_TOML, dockerfile=FULL_DOCKERFILE)
+    task_dir = write_task(
+        tmp_path, "full", toml=FULL_TOML, dockerfile=FULL_DOCKERFILE, extra=CONTEXT
+    )
     task = load_task(task_dir)
     assert task.task_id == "full"
     assert task.source == "harbor"
@@ -80,10 +89,22 @@ def test_every_field_is_read(tmp_path):
         "reward_key": None,
         "reward_key_source": "task.toml [verifier]",
         "agent_user": "agent",
-        "setup_commands": [
-            "mkdir -p /srv && cd /srv && echo one > a.txt",
-            "mkdir -p /srv && cd /srv && echo two > b.txt",
+        "setup_steps": [
+            {"run": "mkdir -p /srv && cd /srv && echo one > a.txt", "line": 4},
+            {
+                "copy": {
+                    "keyword": "COPY",
+                    "sources": ["data.csv"],
+                    "dest": "/srv",
+                    "into_directory": True,
+                    "line": 5,
+                },
+                "line": 5,
+            },
+            {"run": "mkdir -p /srv && cd /srv && echo two > b.txt", "line": 6},
         ],
+        "context_dir": str(task_dir.resolve() / "environment"),
+        "healthcheck": None,
         "replay_dockerfile": True,
         "build_timeout_s": 90.0,
         "verifier_env": {"STRICT": "1", "LEVEL": "3", "FAST": "true"},
@@ -113,7 +134,7 @@ def test_defaults_for_a_minimal_task(tmp_path):
         lifetime_s=1200.0,
         network=NetworkPolicy.NONE,
     )
-    assert task.data["setup_commands"] == []
+    assert runs(task) == []
     assert task.data["replay_dockerfile"] is True
     assert task.data["verifier_user"] is None
     assert task.data["has_solution"] is False
@@ -136,28 +157,26 @@ def test_docker_image_turns_replay_off_and_needs_no_dockerfile(tmp_path):
     task = load_task(write_task(tmp_path, toml=toml, dockerfile=None))
     assert task.environment.image == "ghcr.io/acme/task:1"
     assert task.environment.dockerfile is None
-    assert task.data["setup_commands"] == []
+    assert runs(task) == []
     assert task.data["replay_dockerfile"] is False
     assert task.environment.lifetime_s == 600 + 600
 
 
 def test_docker_image_with_dockerfile_keeps_its_workdir_but_not_its_steps(tmp_path):
     toml = '[environment]\ndocker_image = "acme/prebuilt"\n'
-    task = load_task(write_task(tmp_path, toml=toml, dockerfile=FULL_DOCKERFILE))
+    task = load_task(write_task(tmp_path, toml=toml, dockerfile=FULL_DOCKERFILE, extra=CONTEXT))
     assert task.environment.image == "acme/prebuilt"
     assert task.environment.workdir == "/srv"
     assert task.environment.env == {}
-    assert task.data["setup_commands"] == []
+    assert runs(task) == []
 
 
 def test_replay_toggle_overrides_the_default(tmp_path):
     toml = '[environment]\ndocker_image = "acme/prebuilt"\n'
     on = load_task(write_task(tmp_path, "on", toml=toml), replay_dockerfile=True)
-    assert on.data["setup_commands"] == [
-        "mkdir -p /app && cd /app && printf 'a\\nb\\n' > input.txt"
-    ]
+    assert runs(on) == ["mkdir -p /app && cd /app && printf 'a\\nb\\n' > input.txt"]
     off = load_task(write_task(tmp_path, "off"), replay_dockerfile=False)
-    assert off.data["setup_commands"] == []
+    assert runs(off) == []
     assert off.data["replay_dockerfile"] is False
     assert off.environment.image == "debian:bookworm-slim"
 
@@ -300,9 +319,10 @@ def test_mcp_servers_warn_they_are_not_started(tmp_path):
 
 
 def test_replay_notes_say_what_is_skipped(tmp_path, caplog):
-    task_dir = write_task(tmp_path, "t", dockerfile=FULL_DOCKERFILE)
+    dockerfile = FULL_DOCKERFILE.replace("COPY ", "COPY --chown=app ")
+    task_dir = write_task(tmp_path, "t", dockerfile=dockerfile, extra=CONTEXT)
     assert check_task(task_dir).notes == [
-        "t: Dockerfile line 5: COPY data.csv /srv/ skipped on replay"
+        "t: Dockerfile line 5: COPY flag --chown=app ignored on replay"
     ]
     with caplog.at_level(logging.INFO, logger="rllm_task_source_harbor"):
         load_task(task_dir)
@@ -389,9 +409,7 @@ def test_shipped_dockerfile_fixture_is_replayed(tmp_path):
     assert GOOD_DOCKERFILE.startswith("FROM debian")
     task = load_task(write_task(tmp_path))
     assert task.environment.workdir == "/app"
-    assert task.data["setup_commands"] == [
-        "mkdir -p /app && cd /app && printf 'a\\nb\\n' > input.txt"
-    ]
+    assert runs(task) == ["mkdir -p /app && cd /app && printf 'a\\nb\\n' > input.txt"]
 
 
 def test_a_bad_value_is_quoted_as_written_and_the_rest_still_read(tmp_path):

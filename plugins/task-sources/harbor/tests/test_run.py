@@ -257,11 +257,14 @@ def test_prepare_creates_workdir_and_replays_steps_in_order(tmp_path):
         'RUN mkdir -p "$SANDBOX_ROOT/app" && echo first > "$SANDBOX_ROOT/app/log"\n'
         "WORKDIR /app\n"
         "COPY x /app/x\n"
-        "RUN echo second >> log && \\\n    pwd > where\n"
+        "RUN cat x >> log && echo second >> log && \\\n    pwd > where\n"
         "ENV GREETING=hello\n"
         'RUN ["sh", "-c", "echo $GREETING >> log"]\n'
     )
-    task = load_task(write_task(tmp_path / "tasks", "t", dockerfile=dockerfile))
+    task_dir = write_task(
+        tmp_path / "tasks", "t", dockerfile=dockerfile, extra={"environment/x": "copied\n"}
+    )
+    task = load_task(task_dir)
 
     async def body(sandbox: RootedSandbox):
         await prepare_sandbox(task, sandbox)
@@ -273,11 +276,78 @@ def test_prepare_creates_workdir_and_replays_steps_in_order(tmp_path):
         )
 
     log, where, root, calls = run(in_sandbox(tmp_path, task, body))
-    assert log == b"first\nsecond\nhello\n"
+    assert log == b"first\ncopied\nsecond\nhello\n"
     assert where.decode().strip() == f"{root}/app"
+    runs = [step["run"] for step in task.data["setup_steps"] if "run" in step]
+    assert (
+        [c[0] for c in calls]
+        == [
+            "mkdir -p /app",
+            runs[0],
+            "test -d /app/x",  # a file copied to a path without '/' lands inside a directory
+            *runs[1:],
+        ]
+    )
     assert calls[0] == ("mkdir -p /app", 60.0, None, None, "/")
-    assert [c[0] for c in calls[1:]] == task.data["setup_commands"]
     assert all(c[2] is None for c in calls)
+
+
+def test_copy_places_files_as_docker_does(tmp_path):
+    dockerfile = (
+        'FROM x\nWORKDIR /app\nRUN mkdir -p "$SANDBOX_ROOT/app/existing"\n'
+        "COPY tool.sh existing\nCOPY src lib/\nCOPY a.txt b.txt /workspace/in/\n"
+        "COPY a.txt renamed.txt\n"
+    )
+    extra = {
+        "environment/tool.sh": "#!/bin/sh\necho tool\n",
+        "environment/src/m.py": "x = 1\n",
+        "environment/src/pkg/__init__.py": "",
+        "environment/a.txt": "A",
+        "environment/b.txt": "B",
+    }
+    task_dir = write_task(tmp_path / "tasks", "t", dockerfile=dockerfile, extra=extra)
+    (task_dir / "environment" / "tool.sh").chmod(0o755)
+    (task_dir / "environment" / "src" / "empty").mkdir()
+    task = load_task(task_dir)
+
+    async def body(sandbox: RootedSandbox):
+        await prepare_sandbox(task, sandbox)
+        tool = await sandbox.exec("./existing/tool.sh", timeout=10)
+        found = await sandbox.exec(
+            'cd "$SANDBOX_ROOT" && find app workspace | sort', timeout=10, cwd="/"
+        )
+        return tool, found.stdout.split()
+
+    tool, found = run(in_sandbox(tmp_path, task, body))
+    assert (tool.exit_code, tool.stdout) == (0, "tool\n")
+    assert found == [
+        "app",
+        "app/existing",
+        "app/existing/tool.sh",
+        "app/lib",
+        "app/lib/empty",
+        "app/lib/m.py",
+        "app/lib/pkg",
+        "app/lib/pkg/__init__.py",
+        "app/renamed.txt",
+        "workspace",
+        "workspace/in",
+        "workspace/in/a.txt",
+        "workspace/in/b.txt",
+    ]
+
+
+def test_a_context_file_gone_since_reading_is_a_setup_error(tmp_path):
+    task_dir = write_task(
+        tmp_path / "tasks",
+        "t",
+        dockerfile="FROM x\nCOPY a.txt /app/\n",
+        extra={"environment/a.txt": "A"},
+    )
+    task = load_task(task_dir)
+    (task_dir / "environment" / "a.txt").unlink()
+    with pytest.raises(TaskSetupError, match=r"task t: Dockerfile line 2: COPY a.txt /app cannot"):
+        run(in_sandbox(tmp_path, task, lambda sb: prepare_sandbox(task, sb)))
 
 
 def test_failing_setup_step_is_a_setup_error(tmp_path):

@@ -168,11 +168,35 @@ def test_no_replay_flag(dataset):
 
 
 def test_verbose_shows_replay_notes(tmp_path):
-    dockerfile = "FROM debian\nCOPY in.txt /app/\n"
-    write_task(tmp_path / "set", "a", dockerfile=dockerfile, solve_sh=GOOD_SOLVE)
+    dockerfile = "FROM debian\nUSER app\nCOPY in.txt /app/\n"
+    extra = {"environment/in.txt": "1\n"}
+    write_task(tmp_path / "set", "a", dockerfile=dockerfile, solve_sh=GOOD_SOLVE, extra=extra)
     result = invoke(str(tmp_path / "set"), "-v")
     assert result.exit_code == 0, result.output
-    assert "a: Dockerfile line 2: COPY in.txt /app/ skipped on replay" in result.output
+    assert "a: Dockerfile line 2: USER app skipped on replay" in result.output
+    assert "1 RUN" not in result.output and "0 RUN, 1 COPY" in result.output
+
+
+def test_a_copy_replay_cannot_do_is_a_problem_of_the_task(tmp_path):
+    dockerfile = "FROM debian\nCOPY --from=build /out /app/\nCOPY missing.txt /app/\n"
+    write_task(tmp_path / "set", "a", dockerfile=dockerfile, solve_sh=GOOD_SOLVE)
+    result = invoke(str(tmp_path / "set"))
+    assert result.exit_code == 2, result.output
+    assert "a: environment/Dockerfile: line 2: COPY --from=build copies from another" in (
+        result.output
+    )
+
+
+def test_the_healthcheck_is_listed(tmp_path):
+    toml = '[environment.healthcheck]\ncommand = "test -f /app/ready"\nretries = 1\n'
+    write_task(tmp_path / "set", "a", toml=toml, solve_sh=GOOD_SOLVE)
+    result = invoke(str(tmp_path / "set"), "--json")
+    assert result.exit_code == 0, result.output
+    settings = json.loads(result.output)["tasks"][0]["settings"]
+    assert settings["healthcheck"] == "test -f /app/ready"
+    assert settings["setup"] == "1 RUN + healthcheck"
+    table = invoke(str(tmp_path / "set"))
+    assert "1 RUN + healthcheck" in table.output
 
 
 NAMED_TEST = """\

@@ -1,14 +1,20 @@
-"""Preparing a fresh sandbox for a task: its workdir and the replayed Dockerfile steps."""
+"""Preparing a fresh sandbox for a task: its workdir, the replayed Dockerfile steps and the
+healthcheck."""
 
 from __future__ import annotations
 
 import shlex
 import time
+from pathlib import Path
+from typing import Any
 
 from rllm_core.errors import SandboxCommandTimeout, SandboxError, TaskSetupError
+from rllm_core.kit.dockerfile import CopyStep
 from rllm_core.ports.sandboxes import Sandbox
 from rllm_core.types import Task
 
+from rllm_task_source_harbor.context import copy_context_files
+from rllm_task_source_harbor.healthcheck import run_healthcheck
 from rllm_task_source_harbor.output import output_tail
 from rllm_task_source_harbor.task_toml import DEFAULT_BUILD_TIMEOUT_S
 
@@ -20,10 +26,15 @@ _MKDIR_TIMEOUT_S = 60.0
 async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
     """Make ``sandbox`` ready for ``task``; call once after creating it, before the harness.
 
-    Creates the task's workdir, then runs ``task.data["setup_commands"]`` in order (the
-    replayed ``RUN`` steps; each enters its own ``WORKDIR``) as the sandbox's default user,
-    all within ``task.data["build_timeout_s"]``. A step that exits non-zero or runs out of
-    time raises ``TaskSetupError`` naming the task, the step and the tail of its output.
+    Creates the task's workdir, then replays ``task.data["setup_steps"]`` in order as the
+    sandbox's default user, all within ``task.data["build_timeout_s"]``: a ``RUN`` step as a
+    shell command (it enters its own ``WORKDIR``), a ``COPY``/``ADD`` step by writing the
+    files of ``task.data["context_dir"]`` it names (see
+    :func:`~rllm_task_source_harbor.context.copy_context_files`). A step that fails or runs
+    out of time raises ``TaskSetupError`` naming the task, the step and the tail of its
+    output. Last, the task's healthcheck runs (see
+    :func:`~rllm_task_source_harbor.healthcheck.run_healthcheck`); one that keeps failing
+    raises ``TaskSetupError`` too.
     """
     spec = task.environment
     if spec is not None and spec.workdir:
@@ -35,15 +46,16 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
                 f"task {task.task_id}: could not create workdir {spec.workdir}"
                 f" (exit {result.exit_code}): {output_tail(result.stdout, result.stderr)}"
             )
-    commands = list(task.data.get("setup_commands") or [])
+    steps: list[dict[str, Any]] = list(task.data.get("setup_steps") or [])
     budget = float(task.data.get("build_timeout_s") or DEFAULT_BUILD_TIMEOUT_S)
     deadline = time.monotonic() + budget
-    for index, command in enumerate(commands, start=1):
-        step = f"setup step {index}/{len(commands)}"
+    for index, step in enumerate(steps, start=1):
+        name = f"setup step {index}/{len(steps)}"
+        command = step.get("run") or _copy_command(step)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TaskSetupError(
-                f"task {task.task_id}: the {budget:g} s build timeout ran out before {step};"
+                f"task {task.task_id}: the {budget:g} s build timeout ran out before {name};"
                 " raise [environment].build_timeout_sec",
                 task_id=task.task_id,
                 command=command,
@@ -51,10 +63,16 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
                 output="",
             )
         try:
+            if "copy" in step:
+                context = Path(str(task.data.get("context_dir") or ""))
+                await copy_context_files(
+                    task, sandbox, CopyStep.from_dict(step["copy"]), context, timeout=remaining
+                )
+                continue
             result = await sandbox.exec(command, timeout=remaining)
         except SandboxCommandTimeout as exc:
             raise TaskSetupError(
-                f"task {task.task_id}: {step} ran past the {budget:g} s build timeout:"
+                f"task {task.task_id}: {name} ran past the {budget:g} s build timeout:"
                 f" {command[:200]!r}; raise [environment].build_timeout_sec",
                 task_id=task.task_id,
                 command=command,
@@ -64,7 +82,7 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
         if result.exit_code != 0:
             tail = output_tail(result.stdout, result.stderr)
             raise TaskSetupError(
-                f"task {task.task_id}: {step} exited {result.exit_code}: {command[:200]!r};"
+                f"task {task.task_id}: {name} exited {result.exit_code}: {command[:200]!r};"
                 f" fix that RUN step of environment/Dockerfile or turn replay_dockerfile off."
                 f" Output:\n{tail}",
                 task_id=task.task_id,
@@ -72,3 +90,11 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
                 exit_code=result.exit_code,
                 output=tail,
             )
+    healthcheck = task.data.get("healthcheck")
+    if healthcheck:
+        await run_healthcheck(task, sandbox, healthcheck)
+
+
+def _copy_command(step: dict[str, Any]) -> str:
+    copy = CopyStep.from_dict(step["copy"])
+    return f"{copy.keyword} {' '.join(copy.sources)} {copy.dest}"

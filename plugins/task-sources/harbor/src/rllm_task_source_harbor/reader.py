@@ -18,11 +18,16 @@ from typing import Any
 
 import msgspec
 from rllm_core.errors import TaskFormatError, TaskProblem
-from rllm_core.kit.dockerfile import DockerfileReplay, parse_dockerfile
+from rllm_core.kit.dockerfile import CopyStep, DockerfileReplay, RunStep, parse_dockerfile
 from rllm_core.ports.agents import DatasetCheck, TaskCheck
 from rllm_core.types import NetworkPolicy, SandboxSpec, Task
 
-from rllm_task_source_harbor.task_toml import VerifierSection, read_task_toml, unknown_keys
+from rllm_task_source_harbor.task_toml import (
+    HealthcheckSection,
+    VerifierSection,
+    read_task_toml,
+    unknown_keys,
+)
 
 __all__ = [
     "SOURCE",
@@ -66,8 +71,14 @@ def check_task(
     ``replay_dockerfile`` overrides the default (on for a Dockerfile base image, off when the
     task names a prebuilt ``[environment].docker_image``); ``verifier_user`` overrides
     ``[verifier].user`` and ``reward_key`` ``[verifier].reward_key``. The check's
-    ``settings`` are ``verifier_user``, ``replay_dockerfile`` and ``setup_steps``; its
-    ``setup`` is ``"N RUN"`` or ``"image"``.
+    ``settings`` are ``verifier_user``, ``replay_dockerfile``, ``setup_steps`` (replayed
+    ``RUN`` and ``COPY``/``ADD`` steps) and ``healthcheck`` (its command, or ``None``); its
+    ``setup`` is ``"N RUN"``, ``"N RUN, M COPY"`` or ``"image"``, followed by
+    ``" + healthcheck"`` when the task has one.
+
+    Each replayed ``COPY``/``ADD`` is planned against the build context (the folder of
+    ``environment/Dockerfile``) here, so a source that is missing or cannot be replayed is a
+    problem of the task, not a failure of its episodes.
     """
     task_dir = Path(task_dir).resolve()
     check = TaskCheck(task_dir=task_dir, task_id=task_dir.name)
@@ -125,6 +136,11 @@ def check_task(
                 check.warnings.append(f"{check.task_id}: environment/Dockerfile: {message}")
         if replay:
             check.notes.extend(f"{check.task_id}: Dockerfile {note}" for note in parsed.notes)
+            for step in parsed.copy_steps:
+                try:
+                    step.plan(task_dir / "environment")
+                except ValueError as exc:
+                    _problem(check, "environment/Dockerfile", str(exc))
     elif replay and docker_image is not None:
         _problem(
             check,
@@ -132,6 +148,14 @@ def check_task(
             "replay_dockerfile is on but the task has no Dockerfile; turn replay off or add one",
         )
         replay = False
+
+    healthcheck = environment.healthcheck
+    if healthcheck is not None and healthcheck.command is None:
+        _problem(
+            check,
+            "[environment.healthcheck].command",
+            "missing: the healthcheck needs a command that exits 0 when the environment is ready",
+        )
 
     instruction = _read_text(task_dir / "instruction.md", check, "instruction.md", required=True)
     if instruction is not None and not instruction.strip():
@@ -143,13 +167,23 @@ def check_task(
         return check
 
     replayed = parsed if (replay and parsed is not None) else None
-    setup_commands = replayed.setup_commands if replayed else []
+    setup_steps = [_setup_step(step) for step in replayed.steps] if replayed else []
     build_timeout = environment.build_timeout_sec
-    lifetime = agent.timeout_sec + verifier.timeout_sec + (build_timeout if setup_commands else 0.0)
+    lifetime = agent.timeout_sec + verifier.timeout_sec + (build_timeout if setup_steps else 0.0)
+    if healthcheck is not None:
+        lifetime += healthcheck.worst_case_s
     defaults = SandboxSpec()
     memory_mb = environment.memory_size
     disk_mb = environment.storage_size
+    # A backend that builds the Dockerfile sends this folder as its build context; the
+    # field is passed only where this rllm-core's SandboxSpec has it.
+    context = (
+        {"context_dir": str(task_dir / "environment")}
+        if dockerfile_text is not None and "context_dir" in SandboxSpec.__struct_fields__
+        else {}
+    )
     spec = SandboxSpec(
+        **context,
         image=docker_image or (parsed.base_image if parsed else None),
         dockerfile=dockerfile_text,
         workdir=environment.workdir
@@ -172,7 +206,9 @@ def check_task(
             "reward_key": reward_key,
             "reward_key_source": reward_key_source,
             "agent_user": agent.user,
-            "setup_commands": setup_commands,
+            "setup_steps": setup_steps,
+            "context_dir": str(task_dir / "environment"),
+            "healthcheck": _healthcheck_data(healthcheck),
             "replay_dockerfile": bool(replayed),
             "build_timeout_s": build_timeout,
             "verifier_env": verifier.env,
@@ -192,10 +228,39 @@ def check_task(
     check.settings = {
         "verifier_user": verifier_user,
         "replay_dockerfile": bool(replayed),
-        "setup_steps": len(setup_commands),
+        "setup_steps": len(setup_steps),
+        "healthcheck": healthcheck.command if healthcheck is not None else None,
     }
-    check.setup = f"{len(setup_commands)} RUN" if replayed else "image"
+    check.setup = _describe_setup(replayed) + (" + healthcheck" if healthcheck else "")
     return check
+
+
+def _setup_step(step: RunStep | CopyStep) -> dict[str, Any]:
+    """One replayed step as ``task.data["setup_steps"]`` holds it."""
+    if isinstance(step, RunStep):
+        return {"run": step.render(), "line": step.line}
+    return {"copy": step.to_dict(), "line": step.line}
+
+
+def _describe_setup(replayed: DockerfileReplay | None) -> str:
+    if replayed is None:
+        return "image"
+    runs = len(replayed.setup_commands)
+    copies = len(replayed.copy_steps)
+    return f"{runs} RUN, {copies} COPY" if copies else f"{runs} RUN"
+
+
+def _healthcheck_data(healthcheck: HealthcheckSection | None) -> dict[str, Any] | None:
+    if healthcheck is None:
+        return None
+    return {
+        "command": healthcheck.command,
+        "timeout_s": healthcheck.timeout_sec,
+        "interval_s": healthcheck.interval_sec,
+        "retries": healthcheck.retries,
+        "start_period_s": healthcheck.start_period_sec,
+        "start_interval_s": healthcheck.start_interval_sec,
+    }
 
 
 def _check_verifier_environment(
@@ -244,9 +309,14 @@ def load_task(
 ) -> Task:
     """Read one Harbor task directory into a :class:`~rllm_core.types.Task`.
 
-    The task id is the directory name. ``environment`` is the sandbox spec; ``data`` holds
-    ``task_dir`` (absolute), ``verifier_user``, ``agent_user``, ``setup_commands`` (the
-    replayed ``RUN`` steps, possibly empty), ``replay_dockerfile``, ``build_timeout_s``,
+    The task id is the directory name. ``environment`` is the sandbox spec; ``agent_timeout_s``
+    is ``[agent].timeout_sec`` (the harness's time budget for the task) and
+    ``verifier_timeout_s`` ``[verifier].timeout_sec``. ``data`` holds ``task_dir``
+    (absolute), ``verifier_user``, ``agent_user``, ``setup_steps`` (the replayed steps in
+    order, possibly none: ``{"run": command, "line": N}`` or ``{"copy": CopyStep.to_dict(),
+    "line": N}``), ``context_dir`` (the build context, ``environment/``), ``healthcheck``
+    (``command``, ``timeout_s``, ``interval_s``, ``retries``, ``start_period_s``,
+    ``start_interval_s``; ``None`` without one), ``replay_dockerfile``, ``build_timeout_s``,
     ``verifier_env``, ``solution_env``, ``has_solution``, ``gpus``, ``reward_key`` and
     ``reward_key_source`` (where the key was set). Raises
     ``TaskFormatError`` listing every problem; logs unknown fields as warnings and what replay

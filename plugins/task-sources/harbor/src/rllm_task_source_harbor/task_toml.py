@@ -30,6 +30,7 @@ from rllm_core.kit.sizes import parse_size_mb
 __all__ = [
     "DEFAULT_AGENT_TIMEOUT_S",
     "DEFAULT_BUILD_TIMEOUT_S",
+    "HealthcheckSection",
     "DEFAULT_VERIFIER_TIMEOUT_S",
     "SCHEMA_VERSIONS",
     "TaskToml",
@@ -57,6 +58,14 @@ def _seconds(value: Any) -> float:
         raise _problem(f"must be a number of seconds, got {value!r}")
     if not math.isfinite(value) or value <= 0:
         raise _problem(f"must be positive, got {value!r}")
+    return float(value)
+
+
+def _seconds_or_zero(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _problem(f"must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise _problem(f"must be 0 or more, got {value!r}")
     return float(value)
 
 
@@ -169,6 +178,7 @@ def _tags(value: Any) -> list[str]:
 
 
 Seconds = Annotated[float, BeforeValidator(_seconds)]
+SecondsOrZero = Annotated[float, BeforeValidator(_seconds_or_zero)]
 Text = Annotated[str, BeforeValidator(_text)]
 AbsolutePath = Annotated[str, BeforeValidator(_text), AfterValidator(_absolute)]
 Env = Annotated[dict[str, Annotated[str, BeforeValidator(_env_value)]], BeforeValidator(_env_table)]
@@ -233,10 +243,35 @@ class SolutionSection(_Table):
     env: Env = Field(default_factory=dict)
 
 
+class HealthcheckSection(_Table):
+    """``[environment.healthcheck]``: a command that must exit 0 in the sandbox before the
+    agent starts. Each try may take ``timeout_sec``; after a failed try the next waits
+    ``interval_sec``; ``retries`` failed tries after the first are allowed. Tries that fail
+    within ``start_period_sec`` of the first do not count, and are spaced
+    ``start_interval_sec``. ``command`` is required (checked by the reader)."""
+
+    command: Text | None = None
+    timeout_sec: Seconds = 30.0
+    interval_sec: Seconds = 5.0
+    retries: Count = 3
+    start_period_sec: SecondsOrZero = 0.0
+    start_interval_sec: Seconds = 5.0
+
+    @property
+    def worst_case_s(self) -> float:
+        """The longest the check can take before it fails."""
+        tries = self.retries + 1
+        start = 0.0
+        if self.start_period_sec > 0:
+            start = self.start_period_sec + self.start_interval_sec + self.timeout_sec
+        return start + tries * self.timeout_sec + (tries - 1) * self.interval_sec
+
+
 class EnvironmentSection(_Table):
     """``[environment]``: the sandbox. Each size may be given as text (``memory``) or MiB
     (``memory_mb``), not both; ``gpu_types`` is accepted and not used; ``mcp_servers`` is
-    accepted and warned about; ``network_mode`` (format 1.4) wins over ``allow_internet``."""
+    accepted and warned about; ``network_mode`` (format 1.4) wins over ``allow_internet``;
+    ``healthcheck`` is :class:`HealthcheckSection`."""
 
     build_timeout_sec: Seconds = DEFAULT_BUILD_TIMEOUT_S
     docker_image: Text | None = None
@@ -253,6 +288,7 @@ class EnvironmentSection(_Table):
     network_mode: Annotated[str, BeforeValidator(_network_mode)] | None = None
     env: Env = Field(default_factory=dict)
     mcp_servers: Any = None
+    healthcheck: HealthcheckSection | None = None
 
     @field_validator("memory", "storage")
     @classmethod
@@ -316,6 +352,8 @@ _TABLES = frozenset({"metadata", "task", *_SECTIONS})
 def field_name(loc: tuple[str | int, ...]) -> str:
     """A validation error's location as a problem names it: ``[environment].env.A``."""
     head, *rest = [str(part) for part in loc] or ["task.toml"]
+    if head == "environment" and rest[:1] == ["healthcheck"] and len(rest) > 1:
+        return "[environment.healthcheck]" + "".join(f".{part}" for part in rest[1:])
     if head in _TABLES:
         return f"[{head}]" + "".join(f".{part}" for part in rest)
     return ".".join([head, *rest])
@@ -361,4 +399,8 @@ def unknown_keys(config: dict[str, Any]) -> list[str]:
         section = config.get(name)
         if isinstance(section, dict):
             found += [f"[{name}].{key}" for key in section if key not in model.model_fields]
+    healthcheck = (config.get("environment") or {}).get("healthcheck")
+    if isinstance(healthcheck, dict):
+        known = HealthcheckSection.model_fields
+        found += [f"[environment.healthcheck].{key}" for key in healthcheck if key not in known]
     return found
