@@ -102,13 +102,14 @@ import contextlib
 import functools
 import http.server
 import os
+import signal
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 
@@ -131,6 +132,8 @@ from rllm_core.types import (
 __all__ = ["HarnessConformance", "Played", "scripted_gateway"]
 
 SESSION_ID = "conformance-episode"
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -267,6 +270,22 @@ def _command_of(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120] or "?"
 
 
+class _Hung(Exception):
+    """A run went past its deadline."""
+
+
+async def _within(coro: Coroutine[Any, Any, T], deadline_s: float) -> T:
+    """Await ``coro``; past ``deadline_s`` cancel it (waiting a little for it to unwind) and
+    raise :class:`_Hung`."""
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=deadline_s)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=5.0)
+        raise _Hung
+    return task.result()
+
+
 async def _until(condition: Callable[[], bool], within_s: float) -> bool:
     deadline = time.monotonic() + within_s
     while not condition():
@@ -274,6 +293,16 @@ async def _until(condition: Callable[[], bool], within_s: float) -> bool:
             return False
         await asyncio.sleep(0.02)
     return True
+
+
+def _assert_turns(played: Played) -> None:
+    turns = played.outcome.turns
+    assert isinstance(turns, int), f"turns must be an int, got {turns!r}"
+    assert turns == len(played.recorded), (
+        f"the outcome says turns={turns} but the gateway recorded {len(played.recorded)} model"
+        f" calls for the session ({len(played.requests)} requests reached the model; a request"
+        " repeated with the same prompt is recorded once); count every model call as a turn"
+    )
 
 
 def _ended(run: asyncio.Future[Any]) -> str:
@@ -375,13 +404,11 @@ class HarnessConformance:
             )
 
     def _finish(
-        self, coro: Any, what: str, sampler: ScriptedSampler | None = None
+        self, coro: Coroutine[Any, Any, T], what: str, sampler: ScriptedSampler | None = None
     ) -> HarnessOutcome:
         try:
-            outcome = run_with_deadline(coro, self.deadline_s)
-        except AssertionError as exc:
-            if "did not finish within" not in str(exc):
-                raise
+            outcome = asyncio.run(_within(coro, self.deadline_s))
+        except _Hung:
             calls = f" after {sampler.calls} model calls" if sampler is not None else ""
             raise AssertionError(
                 f"{what} did not end within {self.deadline_s:g} s{calls}: a harness must end"
@@ -464,11 +491,7 @@ class HarnessConformance:
             backend=sandbox_backend,
         )
         self._check_script_used(played, harness_script)
-        assert isinstance(played.outcome.turns, int), "turns must be an int"
-        assert played.outcome.turns == len(played.recorded), (
-            f"the outcome says turns={played.outcome.turns} but the gateway recorded"
-            f" {len(played.recorded)} model calls for the session"
-        )
+        _assert_turns(played)
 
     def test_a_model_that_never_finishes_ends_at_the_limit(
         self,
@@ -495,10 +518,7 @@ class HarnessConformance:
             f" after {len(played.requests)} calls, expected {self.endless_termination.value}"
             f" (metadata {outcome.metadata!r})"
         )
-        assert outcome.turns == len(played.recorded), (
-            f"the outcome says turns={outcome.turns} but the gateway recorded"
-            f" {len(played.recorded)} model calls for the session"
-        )
+        _assert_turns(played)
         if self.max_turns is not None:
             assert len(played.requests) == self.max_turns, (
                 f"the harness made {len(played.requests)} model calls; its limit is"
@@ -630,53 +650,70 @@ class HarnessConformance:
             async with self.open_sandbox(backend, task) as sandbox:
                 before = _descendants()
                 run = asyncio.ensure_future(harness.run(task, llm, sandbox))
-                await _until(lambda: ready() or run.done(), self.deadline_s)
-                if run.done():
-                    raise AssertionError(
-                        f"the run ended before it could be cancelled {when}: {_ended(run)}"
-                    )
-                if not ready():
-                    run.cancel()
-                    raise AssertionError(
-                        f"the harness did not get to the point of being cancelled {when}"
-                        f" within {self.deadline_s:g} s"
-                    )
-                await asyncio.wait({run}, timeout=settle_s)
-                if run.done():
-                    raise AssertionError(
-                        f"the run ended before it could be cancelled {when}: {_ended(run)}"
-                    )
-                run.cancel()
-                done, _ = await asyncio.wait({run}, timeout=self.cancel_deadline_s)
-                assert done, (
-                    f"the run cancelled {when} had not ended {self.cancel_deadline_s:g} s later;"
-                    " a harness must let cancellation through promptly"
-                )
-                if not run.cancelled():
-                    error = run.exception()
-                    if error is not None:
-                        raise AssertionError(
-                            f"the run cancelled {when} raised {type(error).__qualname__}:"
-                            f" {error}; let CancelledError through (or return an outcome)"
-                        ) from error
-                    assert isinstance(run.result(), HarnessOutcome)
-                if before is None:
-                    return
-                left: set[int] = set()
-
-                def all_gone() -> bool:
-                    left.clear()
-                    left.update((_descendants() or set()) - before)
-                    return not left
-
-                gone = await _until(all_gone, self.process_grace_s)
-                assert gone, (
-                    f"processes the run started still run {self.process_grace_s:g} s after it"
-                    f" was cancelled {when}: "
-                    + "; ".join(f"{pid} {_command_of(pid)}" for pid in sorted(left))
-                )
+                try:
+                    await self._cancel_when_ready(run, ready, when, settle_s)
+                finally:
+                    if not run.done():
+                        run.cancel()
+                        await asyncio.wait({run}, timeout=1.0)
+                if before is not None:
+                    await self._assert_no_process_left(before, when)
 
         run_with_deadline(body(), self.deadline_s + self.cancel_deadline_s)
+
+    async def _cancel_when_ready(
+        self, run: asyncio.Future[Any], ready: Callable[[], bool], when: str, settle_s: float
+    ) -> None:
+        await _until(lambda: ready() or run.done(), self.deadline_s)
+        if not run.done() and not ready():
+            raise AssertionError(
+                f"the harness did not get to the point of being cancelled {when} within"
+                f" {self.deadline_s:g} s"
+            )
+        await asyncio.wait({run}, timeout=settle_s)
+        if run.done():
+            raise AssertionError(
+                f"the run ended before it could be cancelled {when}: {_ended(run)}"
+            )
+        run.cancel()
+        done, _ = await asyncio.wait({run}, timeout=self.cancel_deadline_s)
+        assert done, (
+            f"the run cancelled {when} had not ended {self.cancel_deadline_s:g} s later; a"
+            " harness must let cancellation through promptly"
+        )
+        if not run.cancelled():
+            error = run.exception()
+            if error is not None:
+                raise AssertionError(
+                    f"the run cancelled {when} raised {type(error).__qualname__}: {error}; let"
+                    " CancelledError through (or return an outcome)"
+                ) from error
+            assert isinstance(run.result(), HarnessOutcome), (
+                f"the run cancelled {when} returned {type(run.result()).__name__}, not a"
+                " HarnessOutcome"
+            )
+
+    async def _assert_no_process_left(self, before: set[int], when: str) -> None:
+        """Wait up to ``process_grace_s`` for the processes started since ``before`` to end;
+        kill those that do not (they belong to this test) and fail naming them."""
+        left: set[int] = set()
+
+        def all_gone() -> bool:
+            left.clear()
+            left.update((_descendants() or set()) - before)
+            return not left
+
+        if await _until(all_gone, self.process_grace_s):
+            return
+        named = "; ".join(f"{pid} {_command_of(pid)}" for pid in sorted(left))
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        raise AssertionError(
+            f"processes the run started still ran {self.process_grace_s:g} s after it was"
+            f" cancelled {when} (killed now): {named}; end what the harness started when it"
+            " is cancelled"
+        )
 
     def test_model_calls_go_only_to_the_session_endpoint(
         self,
