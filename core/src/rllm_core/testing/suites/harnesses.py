@@ -46,7 +46,11 @@ The fixtures:
   gateway's renderer and closed with its stop token. A run of the script must end the episode
   with ``script_termination`` (``DONE`` unless declared) after exactly ``len(script)`` model
   calls. A harness that calls the model outside the agent's turns (a summary, say) counts
-  those calls too: script them.
+  those calls too: script them. A reply may also be a list of token ids, used as given
+  (leave out the stop token to script a completion cut at ``max_tokens``). A tool call is
+  written as the renderer spells one in text (the toy renderer:
+  ``<tool_call>\\n{"name": "bash", "arguments": {"command": "ls"}}\\n</tool_call>``), so the
+  gateway parses it back into ``tool_calls``.
 - ``gateway_renderer`` (required): the renderer the gateway renders chats with. In this
   repository, ``reference.toy_renderer.ToyChatRenderer()``; elsewhere any renderer whose
   ``encode`` turns the script's text into tokens (the ``chatml`` renderer over a tokenizer
@@ -87,8 +91,22 @@ with its fixtures as arguments):
   process tree behind (read from ``/proc``; a sandbox whose processes run elsewhere, in a
   remote container, is checked only for the prompt end);
 - every model call goes to the session's endpoint: the gateway records calls of that session
-  only, and a trap server named in ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE`` during the run
-  receives nothing.
+  only, and a trap server named in ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE`` (with a wrong
+  ``OPENAI_API_KEY``) in this process's environment during the run receives nothing.
+
+A check the harness does not meet for a known reason is overridden in the subclass and
+marked as an expected failure, with the reason and ``raises=AssertionError`` (so that a
+broken fixture still fails)::
+
+    @pytest.mark.xfail(strict=True, raises=AssertionError, reason="turns=0 without ...")
+    def test_turns_equal_the_recorded_model_calls(
+        self, harness, harness_task, harness_script, gateway_renderer, gateway_trace_store,
+        sandbox_backend,
+    ):
+        super().test_turns_equal_the_recorded_model_calls(
+            harness, harness_task, harness_script, gateway_renderer, gateway_trace_store,
+            sandbox_backend,
+        )
 
 Checks drive the harness with :func:`asyncio.run` in plain synchronous tests, so no async
 pytest plugin is needed. :meth:`HarnessConformance.play` and :func:`scripted_gateway` are
