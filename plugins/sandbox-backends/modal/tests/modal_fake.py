@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from modal import exception as mx
+from modal._utils.docker_utils import extract_copy_command_patterns
 from modal._utils.name_utils import check_tag_dict
+from modal.file_pattern_matcher import FilePatternMatcher
 from modal.types import FileInfo, FileType
 
 MARKER_VARIABLE = "FAKE_MODAL_SANDBOX"
@@ -55,17 +57,41 @@ def aio(fn: Callable[..., Any]) -> property:
 @dataclass(frozen=True)
 class FakeImage:
     """What the backend asked for: ``("from_registry", tag)``, ``("from_dockerfile", text)``
-    or ``("debian_slim",)``."""
+    or ``("debian_slim",)``. For a Dockerfile, ``context_dir`` is the build context it was
+    given (``None``: Modal would use the current directory) and ``context_files`` the files
+    of it Modal would send, as paths relative to it: those its ``COPY`` sources match, by the
+    SDK's own rules."""
 
     source: tuple[str, ...]
+    context_dir: Path | None = field(default=None, compare=False)
+    context_files: tuple[str, ...] = field(default=(), compare=False)
 
 
 class FakeImages:
     def from_registry(self, tag: str, *args: Any, **kwargs: Any) -> FakeImage:
         return FakeImage(("from_registry", tag))
 
-    def from_dockerfile(self, path: str | os.PathLike[str], **kwargs: Any) -> FakeImage:
-        return FakeImage(("from_dockerfile", Path(path).read_text()))
+    def from_dockerfile(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        context_dir: Path | str | None = None,
+        **kwargs: Any,
+    ) -> FakeImage:
+        text = Path(path).read_text()
+        if context_dir is None:
+            return FakeImage(("from_dockerfile", text))
+        root = Path(context_dir)
+        if not root.is_dir():
+            raise mx.InvalidError(f"context_dir {root} is not a directory")
+        patterns = extract_copy_command_patterns(text.splitlines())
+        matcher = FilePatternMatcher(*patterns) if patterns else None
+        files = sorted(
+            str(file.relative_to(root))
+            for file in root.rglob("*")
+            if file.is_file() and matcher is not None and matcher(file.relative_to(root))
+        )
+        return FakeImage(("from_dockerfile", text), context_dir=root, context_files=tuple(files))
 
     def debian_slim(self, python_version: str | None = None) -> FakeImage:
         return FakeImage(("debian_slim",))

@@ -431,3 +431,15 @@ def test_memory_mb_alone_and_storage_both_ways(tmp_path):
     assert [(p.field, p.message) for p in info.value.problems] == [
         ("[environment].storage", "both storage and storage_mb are set; keep one")
     ]
+
+
+@pytest.mark.skipif(
+    "context_dir" not in SandboxSpec.__struct_fields__,
+    reason="this rllm-core's SandboxSpec has no context_dir to name the build context in",
+)
+def test_the_spec_names_the_build_context_for_backends_that_build(tmp_path):
+    task = load_task(write_task(tmp_path, "t"))
+    assert task.environment.context_dir == str(tmp_path.resolve() / "t" / "environment")
+    prebuilt = '[environment]\ndocker_image = "acme/prebuilt"\n'
+    no_dockerfile = load_task(write_task(tmp_path, "p", toml=prebuilt, dockerfile=None))
+    assert no_dockerfile.environment.context_dir is None

@@ -9,8 +9,12 @@ as they are; ``lifetime_s`` becomes ``timeout`` (whole seconds, rounded up); ``n
 "none"`` becomes ``block_network=True``; ``env`` is the sandbox env (and is exported again
 in every command, after the login profile); ``labels`` plus the backend's ``rllm-run`` tag
 become the sandbox's tags. The image is ``spec.image`` from a registry, else the Dockerfile
-text built by Modal (without a build context, so its COPY and ADD steps cannot work), else
-the configured default. ``disk_mb`` has no Modal parameter and is ignored.
+text built by Modal, else the configured default. A Dockerfile is built with the spec's
+``context_dir`` (the folder its ``COPY`` sources are read from, such as a Harbor task's
+``environment/``) as its build context: Modal sends the files its ``COPY`` lines name,
+minus those a ``.dockerignore`` there excludes. Without one, the context is an empty folder,
+so a ``COPY`` fails the build rather than sending files of the current directory.
+``disk_mb`` has no Modal parameter and is ignored.
 
 Commands go through the shell protocol of :mod:`rllm_core.kit.remote_exec` with
 ``login_bash``: Modal's ``exec`` runs the wrapper as ``sh -c SCRIPT``, the command itself runs
@@ -57,7 +61,7 @@ from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 from rllm_sandbox_backend_modal.errors import translate
 from rllm_sandbox_backend_modal.plugin import ModalConfig
 
-__all__ = ["RUN_TAG", "ModalBackend", "ModalSandbox"]
+__all__ = ["RUN_TAG", "ModalBackend", "ModalSandbox", "build_context"]
 
 RUN_TAG = "rllm-run"
 """The tag whose value is the backend's ``run_id``; :meth:`ModalBackend.cleanup` finds
@@ -296,6 +300,13 @@ def _is_not_a_directory(exc: BaseException | None) -> bool:
     return isinstance(exc, SandboxFilesystemNotADirectoryError)
 
 
+def build_context(spec: SandboxSpec) -> Path | None:
+    """The spec's ``context_dir`` as a path, or ``None`` when it names none (a
+    ``SandboxSpec`` without that field names none)."""
+    context = getattr(spec, "context_dir", None)
+    return Path(context) if context else None
+
+
 class ModalBackend:
     """Creates :class:`ModalSandbox` es in the Modal app named by the config.
 
@@ -364,14 +375,23 @@ class ModalBackend:
 
     def image(self, spec: SandboxSpec, scratch: Path) -> Any:
         """The Modal image for ``spec``; a Dockerfile is written under ``scratch``, which must
-        outlive the creation call."""
+        outlive the creation call, and built with the spec's build context (see the module
+        docstring). Raises ``SandboxCreateError`` when that context is not a directory."""
         images = self.modal.Image
         if spec.image:
             return images.from_registry(spec.image)
         if spec.dockerfile:
+            context = build_context(spec)
+            if context is not None and not context.is_dir():
+                raise SandboxCreateError(
+                    f"the Dockerfile's build context {context} is not a directory; the task"
+                    " source must point context_dir at the folder holding the files it copies"
+                )
+            build = scratch / "build"
+            build.mkdir()
             path = scratch / "Dockerfile"
             path.write_text(spec.dockerfile)
-            return images.from_dockerfile(path)
+            return images.from_dockerfile(path, context_dir=context or build)
         if self.config.default_image:
             return images.from_registry(self.config.default_image)
         return images.debian_slim()
