@@ -287,3 +287,14 @@ def test_missing_from_is_a_problem():
     assert parse_dockerfile("# nothing\n").problems == (
         "no FROM line: the Dockerfile names no base image",
     )
+
+
+def test_a_linked_source_keeps_its_name_and_a_link_out_of_a_copied_folder_is_refused(tmp_path):
+    root = context(tmp_path)
+    (root / "alias.txt").symlink_to(root / "a.txt")
+    plan = plan_of("COPY alias.txt /in/", root)
+    assert [(host.name, dest) for host, dest in plan.files] == [("a.txt", "/in/alias.txt")]
+    (tmp_path / "secret").write_text("x")
+    (root / "app" / "sub" / "leak").symlink_to(tmp_path / "secret")
+    with pytest.raises(ValueError, match=r"^line 3: COPY: .*leak leads outside the build"):
+        plan_of("COPY app /srv/", root)

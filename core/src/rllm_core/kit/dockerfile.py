@@ -150,7 +150,7 @@ class CopyStep:
         where = f"line {self.line}: {self.keyword}"
         if not root.is_dir():
             raise ValueError(f"{where}: the build context {root} is not a directory")
-        entries: list[Path] = []
+        entries: list[tuple[str, Path]] = []
         for source in self.sources:
             relative = posixpath.normpath(source.lstrip("/") or ".")
             if relative == ".." or relative.startswith("../"):
@@ -164,19 +164,15 @@ class CopyStep:
             else:
                 matches = [relative]
             for match in matches:
-                path = root / match
-                resolved = path.resolve()
-                if resolved != root and root not in resolved.parents:
-                    raise ValueError(
-                        f"{where}: source {source!r} leads outside the build context {root}"
-                        f" (to {resolved})"
-                    )
+                resolved = (root / match).resolve()
+                _inside(root, resolved, f"{where}: source {source!r}")
                 if not resolved.exists():
                     raise ValueError(
                         f"{where}: source {source!r} is not in the build context {root}; add"
                         f" it there or remove the step"
                     )
-                entries.append(resolved)
+                # A linked source is copied under its own name, as Docker does.
+                entries.append((posixpath.basename(match) or root.name, resolved))
         into_directory = self.into_directory or len(entries) > 1
         if len(entries) > 1 and not self.into_directory:
             raise ValueError(
@@ -185,26 +181,35 @@ class CopyStep:
             )
         files: list[tuple[Path, str]] = []
         directories: list[str] = [self.dest] if into_directory else []
-        for entry in entries:
+        for name, entry in entries:
             if entry.is_dir():
                 directories.append(self.dest)
                 for folder, dirs, names in os.walk(entry):
                     dirs.sort()
                     here = Path(folder)
-                    base = posixpath.join(self.dest, here.relative_to(entry).as_posix())
-                    directories.append(posixpath.normpath(base))
-                    for name in sorted(names):
-                        files.append((here / name, posixpath.join(posixpath.normpath(base), name)))
+                    base = posixpath.normpath(
+                        posixpath.join(self.dest, here.relative_to(entry).as_posix())
+                    )
+                    directories.append(base)
+                    for file in sorted(names):
+                        _inside(root, (here / file).resolve(), f"{where}: {here / file}")
+                        files.append((here / file, posixpath.join(base, file)))
             else:
-                target = posixpath.join(self.dest, entry.name) if into_directory else self.dest
+                target = posixpath.join(self.dest, name) if into_directory else self.dest
                 files.append((entry, target))
         executables = [target for host, target in files if os.access(host, os.X_OK)]
         return CopyPlan(
             files=tuple(files),
             executables=tuple(executables),
             directories=tuple(dict.fromkeys(directories)),
-            may_be_directory=not into_directory and len(files) == 1 and not entries[0].is_dir(),
+            may_be_directory=not into_directory and len(files) == 1 and not entries[0][1].is_dir(),
         )
+
+
+def _inside(root: Path, resolved: Path, what: str) -> None:
+    """Refuse a path that resolves outside the build context (through a link, say)."""
+    if resolved != root and root not in resolved.parents:
+        raise ValueError(f"{what} leads outside the build context {root} (to {resolved})")
 
 
 @dataclass(frozen=True, slots=True)
