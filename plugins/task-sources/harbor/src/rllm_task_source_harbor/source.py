@@ -97,9 +97,10 @@ class HarborTaskSource:
         return report
 
     async def prepare(self, task: Task, sandbox: Sandbox | None) -> None:
-        """Create the task's workdir and replay its Dockerfile's ``RUN`` steps in ``sandbox``
-        (see :func:`~rllm_task_source_harbor.prepare.prepare_sandbox`); with no sandbox there
-        is nothing to prepare."""
+        """Create the task's workdir, replay its Dockerfile's ``RUN`` and ``COPY``/``ADD`` steps
+        and run its healthcheck in ``sandbox`` (see
+        :func:`~rllm_task_source_harbor.prepare.prepare_sandbox`); with no sandbox there is
+        nothing to prepare. Raises ``TaskSetupError`` when a step or the healthcheck fails."""
         if sandbox is not None:
             await prepare_sandbox(task, sandbox)
 
