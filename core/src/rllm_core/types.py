@@ -270,6 +270,7 @@ class Termination(enum.StrEnum):
     MAX_TURNS = "max_turns"
     TIMEOUT = "timeout"
     CONTEXT_LENGTH = "context_length"
+    FORMAT_ERROR = "format_error"
     MODEL_ERROR = "model_error"
     SANDBOX_ERROR = "sandbox_error"
     VERIFIER_ERROR = "verifier_error"

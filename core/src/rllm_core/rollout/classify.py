@@ -11,8 +11,9 @@ Infrastructure:
   ``status`` 500 or above, or ``error_type`` ``APIConnectionError`` / ``APITimeoutError``
   (the keys the bundled harnesses record for a failed call).
 
-Every other termination (``done``, ``max_turns``, ``timeout``, ``context_length``, a
-``model_error`` from the model itself such as an empty reply) is the policy's and is scored.
+Every other termination (``done``, ``max_turns``, ``timeout``, ``context_length``,
+``format_error``, a ``model_error`` from the model itself such as an empty reply) is the
+policy's and is scored.
 """
 
 from __future__ import annotations

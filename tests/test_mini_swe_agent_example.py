@@ -1,0 +1,109 @@
+"""examples/mini-swe-agent/plan.toml for one step, its model replaced by a scripted fake.
+
+The plan runs as shipped except for its size (one task, 2 rollouts) and its model: a tiny
+random Llama over SmolLM2's tokenizer trains, and the rollouts sample from a fake vLLM server
+(``[sampler] name = "vllm"``) that answers in mini-swe-agent's text action format. Of the two
+rollouts, one solves the shipped ``hello-file`` task in a real bubblewrap sandbox and submits,
+the other submits at once; so the group has rewards 1 and 0, and both episodes train as one
+datum each.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reference.cli_process import overrides, run_cli, run_folder
+from rllm_core.testing.fakevllm import FakeVllmServer
+from rllm_core.types import Termination
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "examples" / "mini-swe-agent" / "plan.toml"
+TASK = ROOT / "examples" / "tasks" / "shell" / "hello-file"
+SOLVE = "printf 'Hello, world!\\n' > /app/hello.txt"
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def agent_replies(model_dir: Path) -> Any:
+    """The fake model: a first turn alternates between solving (then submitting on the next
+    turn) and submitting at once; later turns (the prompt holds an observation) submit."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    first_turns = itertools.count()
+    lock = threading.Lock()
+
+    def reply(prompt: list[int], max_tokens: int, stops: list[int]) -> list[int]:
+        observed = tokenizer.decode(prompt).count("<returncode>")
+        if observed:
+            command = SUBMIT
+        else:
+            with lock:
+                command = SOLVE if next(first_turns) % 2 == 0 else SUBMIT
+        text = f"THOUGHT: one step.\n\n```mswea_bash_command\n{command}\n```"
+        return (tokenizer.encode(text, add_special_tokens=False) + stops[:1])[:max_tokens]
+
+    return reply
+
+
+@pytest.fixture
+def model_dir(tiny_smol_model_dir: Path, tmp_path: Path) -> Path:
+    """The tiny SmolLM2-tokenizer Llama with room for the agent's prompts: its rotary
+    positions need no weights, so a longer context is a config change."""
+    folder = tmp_path / "tiny-smol-long"
+    shutil.copytree(tiny_smol_model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = 4096
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_one_step_of_the_example_trains_a_solved_and_an_unsolved_episode(model_dir, tmp_path):
+    testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
+    testing.require_bubblewrap("run this plan")
+    with FakeVllmServer(reply=agent_replies(model_dir)) as server:
+        result = run_cli(
+            "run",
+            str(PLAN),
+            "--plain",
+            "--record-datums",
+            *overrides(
+                "run.steps=1",
+                "run.save_every=0",
+                "algorithm.batch_size=1",
+                "algorithm.group_size=2",
+                "sampling.max_tokens=64",
+                f'trainer.model="{model_dir}"',
+                'sampler.name="vllm"',
+                f'sampler.urls=["{server.url}"]',
+                f'sampler.weights_dir="{tmp_path / "weights"}"',
+                f'tasks.path="{TASK}"',
+            ),
+            cwd=tmp_path,
+            timeout=240,
+            columns=200,
+        )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    run_dir = run_folder(result, tmp_path, "mini-swe-agent")
+
+    episodes = sorted(read_jsonl(run_dir / "episodes.jsonl"), key=lambda e: e["reward"])
+    assert [Termination(e["termination"]) for e in episodes] == [Termination.DONE] * 2
+    assert [e["reward"] for e in episodes] == [0.0, 1.0]
+    # The quitter submitted on its first turn, the solver on its second; one lineage each.
+    assert [[len(t["trace_ids"]) for t in e["trajectories"]] for e in episodes] == [[1], [2]]
+
+    (metrics,) = read_jsonl(run_dir / "metrics.jsonl")
+    assert metrics["episodes"] == 2.0 and metrics["infra_failures"] == 0.0
+    assert metrics["trained"] == 1.0
+    datums = read_jsonl(run_dir / "datums.jsonl")
+    assert sorted(d["episode_id"] for d in datums) == sorted(e["episode_id"] for e in episodes)
+    assert len(server.completions) == 3
