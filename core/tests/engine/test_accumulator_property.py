@@ -1,5 +1,6 @@
-"""Any sequence of client behaviours (extend, retry, edit, assistant-only, truncation, several
-lineages) is classified as a simple model predicts, and the stored chain stays exact."""
+"""Any sequence of client behaviours (extend, retry, edit, assistant-only, truncation, history
+dropped or summarized, several lineages) is classified as a simple model predicts, and the
+stored chain stays exact."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rllm_core.gateway.engine import ChatRequest, GatewayEngine
 from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.types import Message, SamplingParams
 
-ACTIONS = ("extend", "retry", "edit", "assistant_only", "truncated")
+ACTIONS = ("extend", "retry", "edit", "assistant_only", "truncated", "drop_oldest", "summarize")
 
 
 @dataclass
@@ -71,8 +72,20 @@ def test_random_client_behaviour(steps, cumulative, chain_checker) -> None:
                     content=edited.content + " (edited)",
                     tool_calls=edited.tool_calls,
                 )
-                messages = [*recorded[: at + 1], Message(role="user", content=f"after edit {n}")]
-                expect = ("reset", "prefix_changed", at)
+                messages = [*recorded, Message(role="user", content=f"after edit {n}")]
+                expect = ("reset", "history_edited", at)
+            elif action in ("drop_oldest", "summarize") and len(recorded) >= 5:
+                # The messages after the system prompt up to the first reply leave; a summary
+                # may take their place.
+                cut = 1 + next(i for i, m in enumerate(recorded) if m.role == "assistant")
+                summary = [Message(role="user", content=f"summary {n}")]
+                kept = recorded[cut:]
+                if action == "drop_oldest":
+                    summary, reason = [], "history_truncated"
+                else:
+                    reason = "history_summarized"
+                messages = [recorded[0], *summary, *kept, Message(role="user", content=f"s{n}")]
+                expect = ("reset", reason, 1)
             elif action == "assistant_only":
                 messages = recorded
                 expect = ("reset", "empty_delta", None)

@@ -300,6 +300,6 @@ def test_reasoning_the_client_drops_still_extends(toy, store, scripted) -> None:
     reset = chat(engine, "s", [user("Q1"), edited, user("Q2")])
     assert (reset.mode, reset.reset_reason, reset.divergent_message) == (
         "reset",
-        "prefix_changed",
+        "history_edited",
         1,
     )

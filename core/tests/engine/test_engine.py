@@ -71,7 +71,7 @@ def test_plain_mode_starts_a_root_when_the_render_does_not_extend_the_tokens(
     chain_checker(store.session("s"), sampler.requests)
 
 
-def test_plain_mode_replay_and_prefix_changed(toy, store, scripted) -> None:
+def test_plain_mode_replay_and_history_edited(toy, store, scripted) -> None:
     engine = GatewayEngine(
         renderer=toy, sampler=scripted(["a", "b", "c"]), trace_store=store, cumulative=False
     )
@@ -81,7 +81,7 @@ def test_plain_mode_replay_and_prefix_changed(toy, store, scripted) -> None:
     edited = chat(engine, "s", [user("q"), Message(role="assistant", content="zzz"), user("r")])
     assert (edited.mode, edited.reset_reason, edited.divergent_message) == (
         "reset",
-        "prefix_changed",
+        "history_edited",
         1,
     )
 

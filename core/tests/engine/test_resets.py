@@ -10,6 +10,7 @@ import pytest
 from reference.toy_renderer import END_OF_TEXT, ToyChatRenderer, ToyTokenizer
 from rllm_core.gateway.accumulator import renderer_keeps_reasoning
 from rllm_core.gateway.engine import ChatRequest, GatewayEngine
+from rllm_core.gateway.history import HistoryBreak
 from rllm_core.types import Message, SamplingParams, ToolSpec
 
 enc = ToyTokenizer().encode
@@ -48,7 +49,7 @@ def two_turns(toy, store, scripted):
     return engine, sampler, messages, second
 
 
-def test_prefix_changed_reports_the_first_divergent_message(
+def test_an_edit_reports_the_first_divergent_message_and_what_was_kept(
     two_turns, toy, store, caplog, chain_checker
 ) -> None:
     engine, sampler, messages, second = two_turns
@@ -57,52 +58,69 @@ def test_prefix_changed_reports_the_first_divergent_message(
         reset = chat(engine, "s", edited)
 
     assert reset.mode == "reset"
-    assert (reset.reset_reason, reset.divergent_message) == ("prefix_changed", 3)
+    assert (reset.reset_reason, reset.divergent_message) == ("history_edited", 3)
+    assert reset.history_break == HistoryBreak(
+        reason="history_edited", at=3, kept=4, dropped=1, inserted=1
+    )
     assert (reset.lineage_id, reset.turn) == ("main", 2)
     full = toy.render(edited, add_generation_prompt=True).token_ids
     assert reset.prompt_token_ids == full
     record = store.chain("s")[-1]
     assert record.parent_trace_id is None
     assert record.prompt_delta_token_ids == full
-    assert record.reset_reason == "prefix_changed"
+    assert record.reset_reason == "history_edited"
+    assert record.flags == (
+        "history_at=3",
+        "history_kept=4",
+        "history_dropped=1",
+        "history_inserted=1",
+    )
+    assert HistoryBreak.from_record(record.reset_reason, record.flags) == reset.history_break
     assert record.messages_delta == (*edited, reset.message)
     assert reset_lines(caplog) == [
-        "token reset session=s lineage=main reason=prefix_changed divergent_message=3 turn=2"
+        "token reset session=s lineage=main reason=history_edited divergent_message=3 kept=4"
+        " dropped=1 inserted=1 turn=2"
         f" prev_prompt_tokens={len(second.prompt_token_ids)} new_prompt_tokens={len(full)}"
         " session_resets=1"
     ]
     chain_checker(store.session("s"), sampler.requests)
-    assert engine.session_stats("s").resets == {"prefix_changed": 1}
+    assert engine.session_stats("s").resets == {"history_edited": 1}
 
 
-def test_compacted_history_is_prefix_changed(two_turns, store) -> None:
+def test_compacted_history_is_summarized(two_turns, store) -> None:
     engine, _, messages, _ = two_turns
     compacted = [messages[0], user("summary of u1 and u2"), user("u3")]
     reset = chat(engine, "s", compacted)
     assert (reset.mode, reset.reset_reason, reset.divergent_message) == (
         "reset",
-        "prefix_changed",
+        "history_summarized",
         1,
     )
+    assert (reset.history_break.kept, reset.history_break.dropped) == (1, 4)
 
 
-def test_dropped_reply_is_prefix_changed_at_its_index(two_turns) -> None:
+def test_dropped_reply_is_an_edit_at_its_index(two_turns) -> None:
     engine, _, messages, _ = two_turns
     # The last request again, but with other sampling parameters: not a retry, and the
     # recorded reply at index 4 is missing.
     reset = chat(engine, "s", messages[:4], params=SamplingParams(temperature=0.2))
     assert (reset.mode, reset.reset_reason, reset.divergent_message) == (
         "reset",
-        "prefix_changed",
+        "history_edited",
         4,
     )
+    assert (reset.history_break.kept, reset.history_break.dropped) == (4, 1)
 
 
-def test_changed_tools_are_prefix_changed_at_message_zero(two_turns) -> None:
+def test_changed_tools_alone_are_tools_changed(two_turns) -> None:
     engine, _, messages, _ = two_turns
     tool = ToolSpec(name="look", description="Look around.")
     reset = chat(engine, "s", [*messages, user("u3")], tools=(tool,))
-    assert (reset.reset_reason, reset.divergent_message) == ("prefix_changed", 0)
+    assert (reset.reset_reason, reset.divergent_message, reset.history_break) == (
+        "tools_changed",
+        None,
+        None,
+    )
 
 
 def test_empty_delta(two_turns, toy, store, caplog) -> None:
@@ -260,5 +278,7 @@ def test_plain_mode_logs_no_reset_and_cumulative_mode_logs_each_reset_once(
         chat(cumulative, "cumulative", [user("q"), first.message, user("r")])
         chat(cumulative, "cumulative", [user("q"), assistant("edited"), user("r")])
     (line,) = reset_lines(caplog)
-    assert line.startswith("token reset session=cumulative lineage=main reason=prefix_changed")
+    assert line.startswith(
+        "token reset session=cumulative lineage=main reason=history_edited divergent_message=1"
+    )
     assert [r.levelno for r in caplog.records] == [logging.INFO]

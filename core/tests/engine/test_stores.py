@@ -56,7 +56,7 @@ def test_a_session_reads_back_exactly(kind, tmp_path, chain_checker) -> None:
     reset = chat(edited)
 
     assert r1.mode == "replay"
-    assert reset.reset_reason == "prefix_changed"
+    assert reset.reset_reason == "history_edited"
     results = {r.trace_id: r for r in (r0, sub, r1, reset)}
     traces = store.session("s")
     assert len(traces) == 5

@@ -440,8 +440,17 @@ def test_an_edited_history_is_reported_as_a_reset_with_its_divergent_message(
     info = second.model_extra["rllm"]
     assert (info["mode"], info["reset_reason"], info["divergent_message"]) == (
         "reset",
-        "prefix_changed",
+        "history_edited",
         1,
     )
+    assert info["history_break"] == {
+        "reason": "history_edited",
+        "at": 1,
+        "kept": 2,
+        "dropped": 1,
+        "inserted": 1,
+        "source": None,
+    }
     stats = raw(gateway)("GET", "/sessions/edit").json()
-    assert stats["resets"] == {"prefix_changed": 1}
+    assert stats["resets"] == {"history_edited": 1}
+    assert raw(gateway)("GET", "/metrics").json()["resets"] == {"history_edited": 1}

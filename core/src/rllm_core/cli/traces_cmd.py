@@ -54,10 +54,14 @@ def show(path: Path, episode_id: str | None, list_episodes: bool, raw: bool, as_
 
     Per model call: the messages (role and content), prompt tokens (the full prompt and what
     the call added), completion tokens, the completion's mean logprob and finish reason; all
-    counts come from the stored token ids. A run still going reads too: its trace store is
-    opened read-only (no lock, nothing written) and shows what was stored so far. Exit 2 when
-    PATH is not a run folder, it has no episodes.jsonl, the episode is unknown or the trace
-    store is missing.
+    counts come from the stored token ids. A call that starts a new root after a reset (the
+    agent truncated, summarized or edited its history, or changed its tools) is preceded by a
+    marker line with the reason and, for a history break, where it happened; --json gives each
+    call's ``reset_reason`` and ``history_break`` (its ``reason``, ``at``, ``kept``,
+    ``dropped``, ``inserted`` and ``source``, or null). A run still going reads too: its trace
+    store is opened read-only (no lock, nothing written) and shows what was stored so far. Exit
+    2 when PATH is not a run folder, it has no episodes.jsonl, the episode is unknown or the
+    trace store is missing.
     """
     from rllm_core.inspection import InspectionError
     from rllm_core.inspection.episodes import read_episodes
@@ -141,13 +145,45 @@ def _episode(
             err_console.print(
                 f"warning: calls stored without messages stay undecoded: {exc}", markup=False
             )
-    turns = [turn_view(ref, renderer=renderer) for ref in refs]
+    turns = [_with_break(turn_view(ref, renderer=renderer), ref[2]) for ref in refs]
     if as_json:
         print_json({"episode": record, "turns": turns})
         return
     _print_header(record, turns)
     for view in turns:
         _print_turn(view, raw=raw)
+
+
+def _with_break(view: dict[str, Any], trace: Any) -> dict[str, Any]:
+    """``view`` with ``history_break``: what the gateway recorded of a history break on the
+    call (see :mod:`rllm_core.gateway.history`), or ``None``."""
+    import msgspec
+
+    from rllm_core.gateway.history import HistoryBreak
+
+    if trace is not None:
+        record = trace.record
+        found = HistoryBreak.from_record(record.reset_reason, record.flags)
+        view["history_break"] = None if found is None else msgspec.to_builtins(found)
+    return view
+
+
+def reset_marker(view: dict[str, Any]) -> str | None:
+    """The line shown before a call that reset its lineage, e.g. ``── reset at turn 3:
+    history_summarized (4 messages replaced by a 1-message summary, 3 kept) ──``; ``None``
+    for a call that did not."""
+    from rllm_core.gateway.history import HistoryBreak
+
+    reason = view.get("reset_reason")
+    if view.get("missing") or not reason:
+        return None
+    found = view.get("history_break")
+    what = HistoryBreak(**found).describe() if found else str(reason)
+    if found and found.get("source") is not None:
+        where = f"new lineage {view['lineage_id']} at turn {view['turn']}"
+    else:
+        where = f"reset at turn {view['turn']}"
+    return f"── {where}: {what} ──"
 
 
 def _print_header(record: dict[str, Any], turns: list[dict[str, Any]]) -> None:
@@ -184,8 +220,6 @@ def _stats(view: dict[str, Any]) -> Text:
         f" · finish {view['finish_reason']} · policy v{view['weight_version']}",
         style="dim",
     )
-    if view["reset_reason"]:
-        text.append(f" · reset: {view['reset_reason']}", style="yellow")
     if not view["chain_complete"]:
         text.append(" · prompt incomplete (an ancestor trace is missing)", style="bold red")
     return text
@@ -208,6 +242,9 @@ def _print_turn(view: dict[str, Any], *, raw: bool) -> None:
     plain = is_plain()
     if not plain:
         console.print()
+    marker = reset_marker(view)
+    if marker is not None:
+        console.print(Text(marker, style="bold yellow"), soft_wrap=plain)
     if view["missing"]:
         print_heading(title + "missing trace", style="red")
         console.print(

@@ -15,10 +15,20 @@ A request is classified against the head of its lineage (:meth:`TokenAccumulator
   continues from exactly the tokens it was given and produced.
 - ``replay``: the same messages, tools and sampling parameters as the head's request (an
   upstream retry): the same prompt is sampled again and the head's trace is overwritten.
-- ``reset`` with a reason: ``prefix_changed`` (history was edited or compacted, or the tools
-  changed; :attr:`TurnPlan.divergent_message` says where), ``empty_delta`` (nothing but
-  assistant messages was added) or ``renderer_no_bridge`` (the renderer could not prove the
-  prefix). The conversation is rendered in full and becomes a new root in the same lineage.
+- ``reset`` with a reason: the conversation is rendered in full and becomes a new root in the
+  same lineage. A request whose messages do not extend the head's is a *history break*,
+  ``history_truncated``, ``history_summarized`` or ``history_edited``, described by a
+  :class:`~rllm_core.gateway.history.HistoryBreak` (:attr:`TurnPlan.history_break`: where the
+  messages first differ, how many recorded messages were kept, dropped and replaced; see
+  :mod:`rllm_core.gateway.history`). The other reasons: ``tools_changed`` (the messages extend
+  but the tools differ), ``empty_delta`` (nothing but assistant messages was added) and
+  ``renderer_no_bridge`` (the renderer could not prove the prefix).
+
+A request whose first message is new starts a new lineage. When it holds a run of another
+lineage's recorded messages that ends with that lineage's last reply, the agent rewrote its
+first message too (a truncation or summary from the very start): the new lineage's first call
+is then a ``reset`` as well, its break naming that lineage as ``source``. A sub-agent with its
+own conversation shares no reply with its parent and starts a plain ``root``.
 
 Messages are compared after normalization: role, content, name, ``tool_call_id``, tool calls
 by name and canonical JSON arguments (their ids are ignored), and reasoning only when the
@@ -44,14 +54,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rllm_core.gateway.history import (
+    HISTORY_REASONS,
+    HistoryBreak,
+    continuation,
+    history_break,
+)
 from rllm_core.ports import Renderer
 from rllm_core.types import Message, SamplingParams, ToolCall, ToolSpec
 
 __all__ = [
     "EMPTY_DELTA",
-    "PREFIX_CHANGED",
     "RENDERER_NO_BRIDGE",
     "RESET_REASONS",
+    "TOOLS_CHANGED",
     "Lineage",
     "MessageKey",
     "TokenAccumulator",
@@ -62,10 +78,10 @@ __all__ = [
 
 logger = logging.getLogger("rllm_core.gateway")
 
-PREFIX_CHANGED = "prefix_changed"
+TOOLS_CHANGED = "tools_changed"
 EMPTY_DELTA = "empty_delta"
 RENDERER_NO_BRIDGE = "renderer_no_bridge"
-RESET_REASONS = (PREFIX_CHANGED, EMPTY_DELTA, RENDERER_NO_BRIDGE)
+RESET_REASONS = (*HISTORY_REASONS, TOOLS_CHANGED, EMPTY_DELTA, RENDERER_NO_BRIDGE)
 
 Mode = Literal["root", "extend", "replay", "reset"]
 
@@ -104,6 +120,10 @@ def _same(recorded: MessageKey, incoming: MessageKey) -> bool:
     if recorded[:5] != incoming[:5]:
         return False
     return incoming[5] is None or incoming[5] == recorded[5]
+
+
+def _role(key: MessageKey) -> str:
+    return key[0]
 
 
 def renderer_keeps_reasoning(renderer: Renderer) -> bool:
@@ -155,6 +175,7 @@ class Head:
     turn: int
     request_delta: tuple[Message, ...]
     reset_reason: str | None
+    history_break: HistoryBreak | None
 
 
 @dataclass
@@ -174,7 +195,8 @@ class TurnPlan:
     ``prompt_token_ids`` is what the sampler must receive. The record stores
     ``prompt_delta_token_ids`` under ``parent_trace_id`` (a root: the full prompt, parent
     ``None``). ``request_delta`` are the request's messages new to the lineage (all of them for
-    a root). ``divergent_message`` is set for ``prefix_changed`` resets.
+    a root). ``history_break`` describes a history break and ``divergent_message`` is its
+    ``at``, the first message that differs.
     """
 
     lineage: Lineage
@@ -190,6 +212,7 @@ class TurnPlan:
     request_delta: tuple[Message, ...]
     reset_reason: str | None = None
     divergent_message: int | None = None
+    history_break: HistoryBreak | None = None
 
     @property
     def lineage_id(self) -> str:
@@ -268,6 +291,9 @@ class TokenAccumulator:
         keys = tuple([message_key(m, keep_reasoning=keep) for m in messages])
         head = lineage.head
         if head is None:
+            continued = self._continued(lineage, keys)
+            if continued is not None:
+                return self._root(lineage, messages, keys, tools, params, 0, continued)
             return self._root(lineage, messages, keys, tools, params, turn=0)
 
         if keys == head.request and tools == head.tools and params == head.params:
@@ -284,14 +310,16 @@ class TokenAccumulator:
                 params=params,
                 request_delta=head.request_delta,
                 reset_reason=head.reset_reason,
+                history_break=head.history_break,
             )
 
         turn = head.turn + 1
-        divergent = 0 if tools != head.tools else _first_divergence(head.recorded, keys)
+        divergent = _first_divergence(head.recorded, keys)
         if divergent is not None:
-            return self._root(
-                lineage, messages, keys, tools, params, turn, PREFIX_CHANGED, divergent
-            )
+            rewrite = history_break(head.recorded, keys, divergent, same=_same, role=_role)
+            return self._root(lineage, messages, keys, tools, params, turn, rewrite)
+        if tools != head.tools:
+            return self._root(lineage, messages, keys, tools, params, turn, TOOLS_CHANGED)
         added = messages[len(head.recorded) :]
         if all(m.role == "assistant" for m in added):
             return self._root(lineage, messages, keys, tools, params, turn, EMPTY_DELTA)
@@ -321,6 +349,21 @@ class TokenAccumulator:
             request_delta=tuple(added),
         )
 
+    def _continued(self, lineage: Lineage, keys: tuple[MessageKey, ...]) -> HistoryBreak | None:
+        """The break by which a new lineage's first request continues another lineage: the
+        one whose recorded messages it keeps the most of, in a run that ends with that
+        lineage's last reply; ``None`` when it continues none."""
+        best: HistoryBreak | None = None
+        for other in self._by_first.values():
+            if other is lineage or other.head is None:
+                continue
+            found = continuation(
+                other.head.recorded, keys, same=_same, role=_role, source=other.lineage_id
+            )
+            if found is not None and (best is None or found.kept > best.kept):
+                best = found
+        return best
+
     @staticmethod
     def _extends(prompt: Sequence[int], context: Sequence[int]) -> bool:
         """``prompt`` is ``context`` followed by at least one more id."""
@@ -339,9 +382,11 @@ class TokenAccumulator:
         tools: tuple[ToolSpec, ...],
         params: SamplingParams,
         turn: int,
-        reason: str | None = None,
-        divergent: int | None = None,
+        reason: str | HistoryBreak | None = None,
     ) -> TurnPlan:
+        rewrite = reason if isinstance(reason, HistoryBreak) else None
+        if rewrite is not None:
+            reason = rewrite.reason
         prompt = self._render(messages, tools)
         return TurnPlan(
             lineage=lineage,
@@ -356,7 +401,8 @@ class TokenAccumulator:
             params=params,
             request_delta=tuple(messages),
             reset_reason=reason,
-            divergent_message=divergent,
+            divergent_message=rewrite.at if rewrite is not None else None,
+            history_break=rewrite,
         )
 
     # ---------------------------------------------------------------- commit
@@ -380,6 +426,7 @@ class TokenAccumulator:
             turn=plan.turn,
             request_delta=plan.request_delta,
             reset_reason=plan.reset_reason,
+            history_break=plan.history_break,
         )
         if plan.mode == "replay":
             self.replays += 1
@@ -392,7 +439,15 @@ class TokenAccumulator:
         if not self.cumulative:
             # Plain mode renders every call in full: a turn that does not chain resets nothing.
             return
-        where = f" divergent_message={plan.divergent_message}" if reason == PREFIX_CHANGED else ""
+        rewrite = plan.history_break
+        where = ""
+        if rewrite is not None:
+            where = (
+                f" divergent_message={rewrite.at} kept={rewrite.kept} dropped={rewrite.dropped}"
+                f" inserted={rewrite.inserted}"
+            )
+            if rewrite.source is not None:
+                where += f" continues={rewrite.source}"
         logger.info(
             "token reset session=%s lineage=%s reason=%s%s turn=%d prev_prompt_tokens=%d"
             " new_prompt_tokens=%d session_resets=%d",

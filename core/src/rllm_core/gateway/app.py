@@ -628,6 +628,7 @@ class GatewayApp:
     def _metrics(self) -> dict[str, Any]:
         snapshot = self.metrics.snapshot()
         snapshot["sessions"] = len(self.engine.session_ids())
+        snapshot["resets"] = dict(sorted(self.engine.resets.items()))
         if self.upstreams is not None:
             snapshot["upstreams"] = self.upstreams.status()
         return snapshot

@@ -6,9 +6,9 @@ The HTTP layer parses a request into a :class:`ChatRequest` and calls
 completion with the renderer, records one :class:`~rllm_core.types.TraceRecord` per model call
 in the trace store (a delta chain), and returns a :class:`ChatResult`.
 
-For callers: :class:`ChatResult` ends with ``divergent_message`` (the first differing message
-of a ``prefix_changed`` reset); :class:`CompletionResult` also carries ``weight_version``,
-``lineage_id`` and ``turn``; a request the engine cannot serve as given raises
+For callers: :class:`ChatResult` ends with ``divergent_message`` and ``history_break`` (where
+and how a history break rewrote the conversation); :class:`CompletionResult` also carries
+``weight_version``, ``lineage_id`` and ``turn``; a request the engine cannot serve as given raises
 :class:`InvalidChatRequestError` (no messages, an empty prompt), an over-long prompt
 :class:`PromptTooLongError`, and an unknown session on a read :class:`UnknownSessionError`;
 all three derive from :class:`GatewayError`. Sampler exceptions propagate unchanged.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from rllm_core.gateway.accumulator import (
     new_trace_id,
     renderer_keeps_reasoning,
 )
+from rllm_core.gateway.history import HistoryBreak
 from rllm_core.ports import Renderer, Sampler, StreamingSampler, TraceStore
 from rllm_core.types import (
     Message,
@@ -140,8 +142,9 @@ class ChatResult(msgspec.Struct, frozen=True, kw_only=True):
     ``tool_call_attempts`` keeps every attempt, malformed ones included. ``prompt_token_ids``
     is exactly what the sampler received. ``finish_reason`` is ``tool_calls`` when the reply
     has tool calls, else the sampler's ``stop`` or ``length``. ``mode`` is ``root``,
-    ``extend``, ``replay`` or ``reset``; ``reset_reason`` is set for a reset, and
-    ``divergent_message`` for a ``prefix_changed`` one. ``tool_choice_met`` is ``None`` unless
+    ``extend``, ``replay`` or ``reset``; ``reset_reason`` is set for a reset, and for a history
+    break (see :mod:`rllm_core.gateway.history`) ``history_break`` describes it and
+    ``divergent_message`` is its first differing message. ``tool_choice_met`` is ``None`` unless
     the request required a tool call, then whether the reply holds one (of the named function).
     """
 
@@ -159,6 +162,7 @@ class ChatResult(msgspec.Struct, frozen=True, kw_only=True):
     weight_version: int
     divergent_message: int | None = None
     tool_choice_met: bool | None = None
+    history_break: HistoryBreak | None = None
 
 
 class CompletionResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -222,7 +226,8 @@ class GatewayEngine:
     list.
 
     Requests of one lineage are served one at a time, in arrival order; sessions and lineages
-    run concurrently. A sampler exception propagates and records nothing.
+    run concurrently. A sampler exception propagates and records nothing. ``resets`` counts
+    the resets of every session since the engine started, by reason.
     """
 
     def __init__(
@@ -246,6 +251,7 @@ class GatewayEngine:
         self._stop_ids = tuple(renderer.stop_token_ids())
         self._keep_reasoning = renderer_keeps_reasoning(renderer)
         self._sessions: dict[str, _Session] = {}
+        self.resets: Counter[str] = Counter()
 
     # ---------------------------------------------------------------- sessions
 
@@ -414,6 +420,9 @@ class GatewayEngine:
                 met = bool(reply.tool_calls)
             elif request.tool_choice == "function":
                 met = any(c.name == request.tool_name for c in reply.tool_calls)
+            flags = ("tool_choice_unmet",) if met is False else ()
+            if plan.history_break is not None:
+                flags += plan.history_break.flags()
             if self._sessions.get(session_id) is session:
                 self.trace_store.append(
                     TraceRecord(
@@ -432,10 +441,12 @@ class GatewayEngine:
                         reset_reason=plan.reset_reason,
                         created_at=created,
                         latency_s=latency,
-                        flags=("tool_choice_unmet",) if met is False else (),
+                        flags=flags,
                     )
                 )
             accumulator.commit(plan, result.completion_token_ids, reply)
+            if plan.mode == "reset" and plan.reset_reason is not None:
+                self.resets[plan.reset_reason] += 1
         yield ChatResult(
             message=reply,
             tool_call_attempts=attempts,
@@ -451,6 +462,7 @@ class GatewayEngine:
             weight_version=result.weight_version,
             divergent_message=plan.divergent_message,
             tool_choice_met=met,
+            history_break=plan.history_break if plan.mode == "reset" else None,
         )
 
     def _reply(

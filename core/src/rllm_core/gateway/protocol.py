@@ -14,7 +14,8 @@ vLLM extension ``return_token_ids: true`` adds ``prompt_token_ids`` and ``token_
 choice.
 
 Every response also carries a non-standard ``rllm`` object (trace id, lineage, turn, mode, reset
-reason and, for ``prefix_changed``, the first divergent message, weight version, the
+reason and, for a history break, the first divergent message and ``history_break`` (its
+reason, ``at``, ``kept``, ``dropped``, ``inserted`` and ``source``), weight version, the
 malformed tool-call attempts the reply dropped, and ``tool_choice_met``); OpenAI clients ignore it.
 """
 
@@ -482,6 +483,9 @@ def _rllm(result: Any) -> dict[str, Any]:
         divergent = getattr(result, "divergent_message", None)
         if divergent is not None:
             info["divergent_message"] = divergent
+        rewrite = getattr(result, "history_break", None)
+        if rewrite is not None:
+            info["history_break"] = msgspec.to_builtins(rewrite)
         dropped = [
             {"status": a.status, "raw": a.raw, "error": a.error}
             for a in result.tool_call_attempts
