@@ -30,13 +30,14 @@ machine), and with the sampler's logprobs as the ratio's denominator.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from rllm_core.ports.losses import NATIVE_KERNELS, NativeLoss
 
 __all__ = [
     "LOSS_PATHS",
@@ -52,9 +53,6 @@ __all__ = [
     "route_objective",
 ]
 
-NATIVE_KERNELS: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
-"""The server-side kernels a loss may name, as the services' SDKs spell them."""
-
 LOSS_PATHS: tuple[str, ...] = ("auto", "native", "custom")
 """The values of ``[trainer].loss_path``."""
 
@@ -64,42 +62,6 @@ LOSS_PATH_FILE = "loss_path.json"
 
 class NativeLossError(ValueError):
     """``loss_path = "native"`` asked for a loss the service cannot run natively."""
-
-
-@dataclass(frozen=True, slots=True)
-class NativeLoss:
-    """A loss as a server-side kernel: ``kernel`` (one of :data:`NATIVE_KERNELS`) and, for the
-    clipped kernels, the bounds of the ratio (``ratio_low`` < 1 < ``ratio_high``; ``ratio_low``
-    may be 0 for no lower bound)."""
-
-    kernel: str
-    ratio_low: float | None = None
-    ratio_high: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.kernel not in NATIVE_KERNELS:
-            raise ValueError(
-                f"unknown native kernel {self.kernel!r}; known: {', '.join(NATIVE_KERNELS)}"
-            )
-        clipped = self.kernel != "importance_sampling"
-        if clipped and (self.ratio_low is None or self.ratio_high is None):
-            raise ValueError(f"the {self.kernel!r} kernel needs ratio_low and ratio_high")
-        if not clipped and (self.ratio_low is not None or self.ratio_high is not None):
-            raise ValueError("the 'importance_sampling' kernel has no ratio bounds")
-        if clipped:
-            assert self.ratio_low is not None and self.ratio_high is not None
-            if not (0.0 <= self.ratio_low <= 1.0 <= self.ratio_high < math.inf):
-                raise ValueError(
-                    f"ratio bounds [{self.ratio_low}, {self.ratio_high}] must satisfy"
-                    " 0 <= low <= 1 <= high < inf"
-                )
-
-    def loss_fn_config(self) -> dict[str, float]:
-        """The ``loss_fn_config`` the services read: the clip thresholds, for the clipped
-        kernels; empty for ``importance_sampling``."""
-        if self.ratio_low is None or self.ratio_high is None:
-            return {}
-        return {"clip_low_threshold": self.ratio_low, "clip_high_threshold": self.ratio_high}
 
 
 class NativeLossSettings(BaseModel):

@@ -40,9 +40,9 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from rllm_core.kit.native_losses import NATIVE_KERNELS
 from rllm_core.plugins.specs import ComponentSpec, Kind, Trait
 from rllm_core.ports import (
+    NATIVE_KERNELS,
     AdvantageEstimator,
     Harness,
     Logger,

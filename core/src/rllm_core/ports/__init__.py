@@ -7,12 +7,14 @@ Each Protocol's docstring is the reference for its kind; the conformance suites 
 from rllm_core.ports.agents import Harness, TaskSource
 from rllm_core.ports.loggers import Logger
 from rllm_core.ports.losses import (
+    NATIVE_KERNELS,
     AdvantageEstimator,
     AdvantageResult,
     Aggregate,
     Loss,
     LossContext,
     LossOutput,
+    NativeLoss,
 )
 from rllm_core.ports.rendering import Renderer
 from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
@@ -50,6 +52,8 @@ __all__ = [
     "Loss",
     "LossContext",
     "LossOutput",
+    "NATIVE_KERNELS",
+    "NativeLoss",
     "LossRouting",
     "NodeConverter",
     "NumericsReport",

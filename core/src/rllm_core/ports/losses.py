@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -16,6 +17,8 @@ __all__ = [
     "Loss",
     "LossContext",
     "LossOutput",
+    "NATIVE_KERNELS",
+    "NativeLoss",
 ]
 
 Aggregate = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
@@ -125,3 +128,46 @@ class AdvantageEstimator(Protocol):
     """
 
     def compute(self, rewards: Sequence[Sequence[float]]) -> AdvantageResult: ...
+
+
+NATIVE_KERNELS: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
+"""The server-side loss kernels of the managed training services (Tinker, Fireworks) a loss
+may name, as their SDKs spell them (formulas in :mod:`rllm_core.kit.native_losses`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NativeLoss:
+    """A loss as a managed service's server-side kernel: what a loss config's optional
+    ``native_loss()`` method returns when the loss has one (a ``str`` saying why not when it
+    has none; see :mod:`rllm_core.kit.native_losses`). ``kernel`` is one of
+    :data:`NATIVE_KERNELS`; the clipped kernels also take the bounds of the ratio
+    (``ratio_low`` <= 1 <= ``ratio_high``; ``ratio_low`` may be 0 for no lower bound)."""
+
+    kernel: str
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kernel not in NATIVE_KERNELS:
+            raise ValueError(
+                f"unknown native kernel {self.kernel!r}; known: {', '.join(NATIVE_KERNELS)}"
+            )
+        clipped = self.kernel != "importance_sampling"
+        if clipped and (self.ratio_low is None or self.ratio_high is None):
+            raise ValueError(f"the {self.kernel!r} kernel needs ratio_low and ratio_high")
+        if not clipped and (self.ratio_low is not None or self.ratio_high is not None):
+            raise ValueError("the 'importance_sampling' kernel has no ratio bounds")
+        if clipped:
+            assert self.ratio_low is not None and self.ratio_high is not None
+            if not (0.0 <= self.ratio_low <= 1.0 <= self.ratio_high < math.inf):
+                raise ValueError(
+                    f"ratio bounds [{self.ratio_low}, {self.ratio_high}] must satisfy"
+                    " 0 <= low <= 1 <= high < inf"
+                )
+
+    def loss_fn_config(self) -> dict[str, float]:
+        """The ``loss_fn_config`` the services read: the clip thresholds, for the clipped
+        kernels; empty for ``importance_sampling``."""
+        if self.ratio_low is None or self.ratio_high is None:
+            return {}
+        return {"clip_low_threshold": self.ratio_low, "clip_high_threshold": self.ratio_high}

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 from rllm_core import ComponentSpec, hookimpl, lazy
-from rllm_core.kit.native_losses import NativeLoss
+from rllm_core.ports import NativeLoss
 
 __all__ = [
     "CISPOConfig",
