@@ -443,10 +443,14 @@ class NetworkPolicy(enum.StrEnum):
 
 class SandboxSpec(msgspec.Struct, kw_only=True, frozen=True):
     """What a sandbox must look like. Resources: ``cpu`` in cores, ``memory_mb`` and ``disk_mb``
-    in MiB; ``lifetime_s`` bounds how long the backend keeps it before reclaiming it."""
+    in MiB; ``lifetime_s`` bounds how long the backend keeps it before reclaiming it.
+    ``context_dir`` is the build context of ``dockerfile``: the folder its ``COPY`` and ``ADD``
+    sources are read from (a backend that builds the image sends it; unset, the build has an
+    empty context)."""
 
     image: str | None = None
     dockerfile: str | None = None
+    context_dir: str | None = None
     workdir: str = "/workspace"
     cpu: float = 1.0
     memory_mb: int = 2048

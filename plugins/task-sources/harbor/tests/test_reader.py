@@ -74,6 +74,7 @@ def test_every_field_is_read(tmp_path):
     assert task.environment == SandboxSpec(
         image="python:3.12-slim",
         dockerfile=FULL_DOCKERFILE,
+        context_dir=str(task_dir.resolve() / "environment"),
         workdir="/srv",
         cpu=2.0,
         memory_mb=1536,
@@ -130,6 +131,7 @@ def test_defaults_for_a_minimal_task(tmp_path):
     assert task.environment == SandboxSpec(
         image="alpine:3",
         dockerfile="FROM alpine:3\n",
+        context_dir=str(task_dir.resolve() / "environment"),
         workdir="/workspace",
         lifetime_s=1200.0,
         network=NetworkPolicy.NONE,
@@ -433,10 +435,6 @@ def test_memory_mb_alone_and_storage_both_ways(tmp_path):
     ]
 
 
-@pytest.mark.skipif(
-    "context_dir" not in SandboxSpec.__struct_fields__,
-    reason="this rllm-core's SandboxSpec has no context_dir to name the build context in",
-)
 def test_the_spec_names_the_build_context_for_backends_that_build(tmp_path):
     task = load_task(write_task(tmp_path, "t"))
     assert task.environment.context_dir == str(tmp_path.resolve() / "t" / "environment")

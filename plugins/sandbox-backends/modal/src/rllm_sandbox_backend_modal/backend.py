@@ -301,10 +301,8 @@ def _is_not_a_directory(exc: BaseException | None) -> bool:
 
 
 def build_context(spec: SandboxSpec) -> Path | None:
-    """The spec's ``context_dir`` as a path, or ``None`` when it names none (a
-    ``SandboxSpec`` without that field names none)."""
-    context = getattr(spec, "context_dir", None)
-    return Path(context) if context else None
+    """The spec's ``context_dir`` as a path, or ``None`` when it names none."""
+    return Path(spec.context_dir) if spec.context_dir else None
 
 
 class ModalBackend:

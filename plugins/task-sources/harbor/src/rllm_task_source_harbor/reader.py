@@ -175,15 +175,8 @@ def check_task(
     defaults = SandboxSpec()
     memory_mb = environment.memory_size
     disk_mb = environment.storage_size
-    # A backend that builds the Dockerfile sends this folder as its build context; the
-    # field is passed only where this rllm-core's SandboxSpec has it.
-    context = (
-        {"context_dir": str(task_dir / "environment")}
-        if dockerfile_text is not None and "context_dir" in SandboxSpec.__struct_fields__
-        else {}
-    )
     spec = SandboxSpec(
-        **context,
+        context_dir=str(task_dir / "environment") if dockerfile_text is not None else None,
         image=docker_image or (parsed.base_image if parsed else None),
         dockerfile=dockerfile_text,
         workdir=environment.workdir
