@@ -64,11 +64,13 @@ def test_plugins_on_an_80_column_terminal_keeps_every_name_whole(run_cli):
 
 def test_plan_check_shows_gateway_scheduler_and_nested_settings(run_cli, tmp_path):
     plan = tmp_path / "plan.toml"
+    # Named relative to the CLI's working folder (tmp_path), so the "plan ok: <path>" line does
+    # not grow with pytest's temporary-folder counter.
     plan.write_text(
         '[algorithm]\nloss = "ppo-clip"\n[algorithm.correction]\ntis_cap = 2.0\n'
         "[gateway]\nport = 8123\n[scheduler]\npoll_s = 2.5\n"
     )
-    piped = run_cli("plan", "check", str(plan), COLUMNS="80", RLLM_CORE_OUTPUT="auto")
+    piped = run_cli("plan", "check", plan.name, COLUMNS="80", RLLM_CORE_OUTPUT="auto")
     assert piped.returncode == 0, piped
     lines = piped.stdout.splitlines()
     for line in (
@@ -84,11 +86,11 @@ def test_plan_check_shows_gateway_scheduler_and_nested_settings(run_cli, tmp_pat
     (loss,) = [line for line in lines if line.startswith("[algorithm].loss\t")]
     assert loss.split("\t")[1:3] == ["loss:ppo-clip", "rllm-loss-ppo 0.1.0"]
 
-    shown = run_cli("plan", "check", str(plan), COLUMNS="80", RLLM_CORE_OUTPUT="rich")
+    shown = run_cli("plan", "check", plan.name, COLUMNS="80", RLLM_CORE_OUTPUT="rich")
     text = ESCAPE.sub("", shown.stdout)
     assert all(len(line) <= 80 for line in text.splitlines()), text
     assert whole("[gateway].token_mode", text) and whole("loss:ppo-clip", text)
-    data = run_cli("plan", "check", str(plan), "--json").json()
+    data = run_cli("plan", "check", plan.name, "--json").json()
     assert data["plan"]["gateway"]["port"] == 8123
 
 
