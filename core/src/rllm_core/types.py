@@ -225,7 +225,11 @@ class TraceRecord(msgspec.Struct, kw_only=True, frozen=True):
     system prompt). ``turn`` counts calls within the lineage from 0. ``messages_delta`` holds the
     messages this call added, for display; training never re-tokenizes them. ``flags`` marks
     what the gateway noticed about the call: ``tool_choice_unmet`` when the request required a
-    tool call (``tool_choice`` ``required`` or a named function) that the reply does not hold.
+    tool call (``tool_choice`` ``required`` or a named function) that the reply does not hold;
+    on a call whose messages break the lineage's history (``reset_reason`` ``history_truncated``,
+    ``history_summarized`` or ``history_edited``) it also holds where: ``history_at=<index>``,
+    ``history_kept=<n>``, ``history_dropped=<n>``, ``history_inserted=<n>`` and, for a new
+    lineage that continues another, ``history_from=<lineage>``.
     """
 
     trace_id: str
