@@ -27,10 +27,14 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from rllm_core.gateway.history import HISTORY_REASONS
 from rllm_core.types import Datum, Step, Trace, Trajectory
 
 __all__ = [
+    "HISTORY_BREAKS_KEY",
+    "HISTORY_BREAK_REASONS",
     "INCOMPLETE_CHAINS_KEY",
+    "count_history_breaks",
     "count_incomplete_chains",
     "merge_trajectory",
     "trajectories_from_traces",
@@ -42,6 +46,14 @@ INCOMPLETE_CHAINS_KEY = "incomplete_chains"
 """``Episode.metadata`` key holding how many of the episode's traces were left out of its
 trajectories for a missing ancestor (:func:`count_incomplete_chains`); the group builder sums it
 into its report."""
+
+HISTORY_BREAKS_KEY = "history_breaks"
+"""``Episode.metadata`` key holding the episode's model calls that broke their lineage's history,
+by reason (:func:`count_history_breaks`); the step's metrics sum them as ``resets/<reason>``."""
+
+HISTORY_BREAK_REASONS = HISTORY_REASONS
+"""The ``reset_reason`` values of a call whose messages rewrote the lineage's history (see
+:mod:`rllm_core.gateway.history`)."""
 
 
 class _Segment:
@@ -149,6 +161,18 @@ def count_incomplete_chains(traces: Iterable[Trace]) -> int:
     """How many traces have a missing ancestor; store it in ``Episode.metadata`` under
     :data:`INCOMPLETE_CHAINS_KEY` so the group report counts them."""
     return sum(1 for trace in traces if not trace.chain_complete)
+
+
+def count_history_breaks(traces: Iterable[Trace]) -> dict[str, int]:
+    """How many model calls broke their lineage's history, by reason (the traces'
+    ``reset_reason`` among :data:`HISTORY_BREAK_REASONS`); store it in ``Episode.metadata`` under
+    :data:`HISTORY_BREAKS_KEY` so the step's metrics count them."""
+    counts: dict[str, int] = {}
+    for trace in traces:
+        reason = trace.record.reset_reason
+        if reason in HISTORY_BREAK_REASONS:
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
 
 
 def trajectories_from_traces(traces: Sequence[Trace]) -> tuple[Trajectory, ...]:

@@ -10,7 +10,9 @@ import time
 import msgspec
 
 from rllm_core.algorithms import (
+    HISTORY_BREAKS_KEY,
     INCOMPLETE_CHAINS_KEY,
+    count_history_breaks,
     count_incomplete_chains,
     trajectories_from_traces,
 )
@@ -105,6 +107,7 @@ class AttemptRunner:
                 signals=dict(grade.signals),
                 metadata={
                     INCOMPLETE_CHAINS_KEY: count_incomplete_chains(traces),
+                    HISTORY_BREAKS_KEY: count_history_breaks(traces),
                     "harness": dict(outcome.metadata),
                     "turns": outcome.turns,
                     "answer": outcome.answer,

@@ -9,7 +9,10 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
 - ``datums``, ``groups``, ``zero_variance_groups``, ``dropped_groups``, ``steps_per_datum``,
   ``incomplete_chains`` and ``advantage/*`` from the datum builder's report.
 - ``resets``: lineages beyond the first per episode (each reset of a cumulative session starts
-  a new lineage, so a new trajectory).
+  a new lineage, so a new trajectory); ``resets/history_truncated``,
+  ``resets/history_summarized`` and ``resets/history_edited``: model calls whose messages
+  rewrote their lineage's history (an agent that truncated or summarized its context), by
+  reason, counted from the traces.
 - ``tokens/sampled`` (completion tokens of scored episodes), ``tokens/trained`` (tokens of the
   datums), ``tokens/sampled_per_s`` (over the rollout phase), ``tokens/trained_per_s`` (over
   the train phase).
@@ -44,6 +47,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rllm_core.algorithms.datums import HISTORY_BREAK_REASONS, HISTORY_BREAKS_KEY
 from rllm_core.types import Datum, Episode
 
 __all__ = [
@@ -148,6 +152,10 @@ def rollout_metrics(
         "tokens/sampled_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
         "time/rollout_s": rollout_s,
     }
+    for reason in HISTORY_BREAK_REASONS:
+        line[f"resets/{reason}"] = float(
+            sum(e.metadata.get(HISTORY_BREAKS_KEY, {}).get(reason, 0) for e in episodes)
+        )
     for key in (
         "datums",
         "groups",
