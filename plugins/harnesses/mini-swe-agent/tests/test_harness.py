@@ -222,7 +222,7 @@ def test_auto_falls_back_to_text_actions_when_the_gateway_refuses_tools(store, t
 
 
 def test_cancelling_a_run_stops_the_command_in_flight(gateway, tmp_path):
-    server, _ = gateway([tool_call("sleep 30 && touch late")])
+    server, _ = gateway([tool_call("touch started && sleep 30 && touch late")])
     harness = build(model_class="toolcall", command_timeout_s=60)
     workdir = tmp_path / "w"
     workdir.mkdir()
@@ -235,7 +235,11 @@ def test_cancelling_a_run_stops_the_command_in_flight(gateway, tmp_path):
         try:
             sandbox = await backend.create(task.environment)
             run = asyncio.ensure_future(harness.run(task, server.endpoint("episode-1"), sandbox))
-            await asyncio.sleep(1.5)
+            for _ in range(600):  # the first call imports the library: seconds
+                if (workdir / "started").exists():
+                    break
+                await asyncio.sleep(0.05)
+            assert (workdir / "started").exists(), "the command never started"
             run.cancel()
             began = time.monotonic()
             with pytest.raises(asyncio.CancelledError):

@@ -1,10 +1,11 @@
 """How the agent's thread reaches the episode's event loop, and how an episode stops it.
 
 mini-swe-agent's loop is synchronous, so each episode runs it in a thread of its own while the
-sandbox lives on the event loop. :class:`LoopBridge` runs one sandbox coroutine at a time on
-the loop and waits for it; :meth:`LoopBridge.stop` (cancellation, the time budget) cancels the
-coroutine in flight and makes every later call raise :class:`Stopped`, so the thread unwinds at
-its next model call or command.
+sandbox lives on the event loop. :class:`LoopBridge` runs one sandbox coroutine at a time as a
+task on the loop and waits for it; :meth:`LoopBridge.stop` (cancellation, the time budget)
+cancels that task and makes every later call raise :class:`Stopped`, so the thread unwinds at
+its next model call or command, and :meth:`LoopBridge.settle` waits for the cancelled task to
+finish its own clean-up (a sandbox killing the command's processes).
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ class Stopped(Exception):
 
 
 class LoopBridge:
-    """Runs coroutines on ``loop`` for a thread that is not the loop's."""
+    """Runs coroutines on ``loop`` for a thread that is not the loop's. :meth:`run` is called
+    from that thread; :meth:`stop` and :meth:`settle` on the loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._lock = threading.Lock()
         self._stopped = False
-        self._pending: concurrent.futures.Future[Any] | None = None
+        self._task: asyncio.Task[Any] | None = None
 
     @property
     def stopped(self) -> bool:
@@ -43,25 +45,45 @@ class LoopBridge:
             raise Stopped("the episode was stopped (cancelled or out of time)")
 
     def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run the coroutine ``make()`` returns on the loop and wait for its result (or
-        exception). Raises :class:`Stopped` when the episode stops before or while it runs."""
+        """Run the coroutine ``make()`` returns as a task on the loop and wait for its result
+        (or exception). Raises :class:`Stopped` when the episode stops before or while it
+        runs."""
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._lock:
             self.check()
-            future = asyncio.run_coroutine_threadsafe(make(), self.loop)
-            self._pending = future
+            self.loop.call_soon_threadsafe(self._start, make, done)
         try:
-            return future.result()
+            return done.result()
         except concurrent.futures.CancelledError:
             raise Stopped("the episode was stopped while a sandbox call ran") from None
-        finally:
-            with self._lock:
-                self._pending = None
+
+    def _start(self, make: Callable[[], Coroutine[Any, Any, T]], done: Any) -> None:
+        if self._stopped:
+            done.cancel()
+            return
+        task = self.loop.create_task(make())
+        self._task = task
+        task.add_done_callback(lambda finished: _copy(finished, done))
 
     def stop(self) -> None:
         """Stop the episode: cancel the sandbox call in flight; later calls raise
-        :class:`Stopped`. Idempotent; safe from any thread."""
+        :class:`Stopped`. Idempotent."""
         with self._lock:
             self._stopped = True
-            pending = self._pending
-        if pending is not None:
-            pending.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def settle(self, timeout_s: float) -> None:
+        """After :meth:`stop`: wait up to ``timeout_s`` for the cancelled sandbox call to
+        finish cleaning up."""
+        if self._task is not None and not self._task.done():
+            await asyncio.wait({self._task}, timeout=timeout_s)
+
+
+def _copy(task: asyncio.Task[Any], done: concurrent.futures.Future[Any]) -> None:
+    if task.cancelled():
+        done.cancel()
+    elif task.exception() is not None:
+        done.set_exception(task.exception())
+    else:
+        done.set_result(task.result())

@@ -20,6 +20,9 @@ from rllm_harness_mini_swe_agent.plugin import MiniSweAgentConfig
 
 __all__ = ["MiniSweAgentHarness"]
 
+_SETTLE_S = 3.0
+"""How long a stopped episode waits for the sandbox to clean up a cancelled command: briefly,
+as a cancelled run must end promptly."""
 _UNAME = "uname -s; uname -r; uname -v; uname -m"
 _UNAME_KEYS = ("system", "release", "version", "machine")
 
@@ -108,8 +111,10 @@ class MiniSweAgentHarness:
         except TimeoutError:
             episode.timed_out = True
         finally:
-            # Cancelled or out of time: the thread stops at its next model call or command.
+            # Cancelled or out of time: the thread stops at its next model call or command,
+            # and the sandbox finishes stopping the command in flight before the run ends.
             bridge.stop()
+            await bridge.settle(_SETTLE_S)
         outcome = episode.outcome()
         outcome.metadata.update(time_budget_s=budget, elapsed_s=time.monotonic() - started)
         return outcome
