@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = {
     "examples/quickstart/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/shell-agent/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/mini-swe-agent/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/sft-then-rl/sft.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/sft-then-rl/rl.toml": [
         "[trainer].model: './runs/sft-model'",

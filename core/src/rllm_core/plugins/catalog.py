@@ -46,6 +46,7 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "single-turn": "rllm-harness-single-turn",
         "shell": "rllm-harness-shell",
         "cli": "rllm-harness-cli",
+        "mini-swe-agent": "rllm-harness-mini-swe-agent",
     },
     Kind.TASK_SOURCE: {
         "datasets": "rllm-task-source-datasets",
