@@ -5,6 +5,11 @@
 # has one. Then the default model is pulled into the user cache
 # (`rllm-core models pull smollm2-135m-instruct`, see docs/models.md).
 #
+# System packages some tests need (see SYSTEM_PACKAGES below): when one is missing and this runs
+# as root with apt-get, it is installed (`apt-get install --no-install-recommends`); otherwise
+# one line names the missing packages and the command that installs them, and the set-up goes
+# on: the tests that need them skip, and `make test` ends with a line naming them.
+#
 # Idempotent: a stamp file records the last successful install; when it is newer than every
 # pyproject.toml, requirements file and this script, names the same packages, and all of them
 # are still installed, nothing is reinstalled. The pull converts the model only when it is not
@@ -14,6 +19,7 @@
 #   PYTHON=/path/to/python3.11   interpreter used to create .venv (default: python3.11, then
 #                                python3 when it is 3.11 or newer)
 #   RLLM_FORCE_SETUP=1           reinstall even when the stamp says everything is current
+#   RLLM_SKIP_SYSTEM_PACKAGES=1  neither install nor report the system packages
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +35,35 @@ DEFAULT_MODEL="smollm2-135m-instruct"
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+warn() { printf 'setup: warning: %s\n' "$*" >&2; }
+
+# The programs some tests need, each as program:Debian package. bubblewrap isolates the local
+# sandbox (the tests that run Harbor tasks); chromium screenshots the documentation site.
+SYSTEM_PACKAGES=(bwrap:bubblewrap chromium:chromium)
+
+# Install the missing system packages as root with apt-get; otherwise name them and go on.
+system_packages() {
+    [[ "${RLLM_SKIP_SYSTEM_PACKAGES:-}" == "1" ]] && return 0
+    local entry missing=()
+    for entry in "${SYSTEM_PACKAGES[@]}"; do
+        command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    if ! command -v apt-get >/dev/null 2>&1; then
+        warn "missing system packages: ${missing[*]}; install them with your package manager (the tests that need them skip until then)"
+        return 0
+    fi
+    if [[ "$(id -u)" -ne 0 ]]; then
+        warn "missing system packages: ${missing[*]}; install them with: sudo apt-get install ${missing[*]} (the tests that need them skip until then)"
+        return 0
+    fi
+    say "installing system packages the tests need: ${missing[*]} (apt-get)"
+    if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends "${missing[@]}"; }; then
+        warn "apt-get could not install ${missing[*]} (see above); the tests that need them skip"
+    fi
+}
 
 # Python 3.11 or newer, as an exit status, for the interpreter given.
 is_py311_plus() {
@@ -94,6 +129,8 @@ pull_default_model() {
     "$VENV/bin/rllm-core" models pull "$DEFAULT_MODEL" >/dev/null \
         || die "could not pull $DEFAULT_MODEL (see the error above); fix the cause and rerun make setup"
 }
+
+system_packages
 
 if up_to_date; then
     say "environment is up to date: ${#packages[@]} package(s) installed editable (RLLM_FORCE_SETUP=1 reinstalls)"

@@ -2,7 +2,9 @@
 # Run every check on an environment prepared by scripts/setup.sh: ruff lint, ruff format, the
 # core-alone install check, then pytest over core/tests, plugins, examples and tests (the
 # testpaths in the root pyproject.toml). Every step runs even when an earlier one fails; a
-# summary follows and the exit status is 1 when any step failed.
+# summary follows and the exit status is 1 when any step failed. When tests skipped for want of
+# a system package (bubblewrap, chromium; scripts/setup.sh installs them as root), the last line
+# names how many need which package.
 #
 # Arguments are passed to pytest (`scripts/test.sh -k plan -x`). When arguments are given the
 # ruff and core-alone steps still run; set RLLM_SKIP_CORE_ALONE=1 to skip the latter.
@@ -20,6 +22,10 @@ fi
 names=()
 results=()
 failed=0
+
+# The kit's pytest plugin writes its line about tests skipped for missing system packages here.
+SYSTEM_SKIPS="$(mktemp)"
+trap 'rm -f "$SYSTEM_SKIPS"' EXIT
 
 # run_step NAME COMMAND...: run one step, time it and record PASS or FAIL.
 run_step() {
@@ -40,7 +46,7 @@ run_step() {
 }
 
 run_pytest() {
-    "$VENV_BIN/python" -m pytest "$@"
+    RLLM_SYSTEM_SKIPS_FILE="$SYSTEM_SKIPS" "$VENV_BIN/python" -m pytest "$@"
     local status=$?
     if [[ $status -eq 5 ]]; then
         echo "pytest collected no tests: that is a failure, not a pass" >&2
@@ -64,6 +70,8 @@ for i in "${!names[@]}"; do
 done
 if [[ $failed -ne 0 ]]; then
     printf 'FAILED: fix the steps marked FAIL above.\n'
-    exit 1
+else
+    printf 'all checks passed\n'
 fi
-printf 'all checks passed\n'
+cat "$SYSTEM_SKIPS"
+exit $failed

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageStat
 from rllm_core.docs_site import DOCS_SITE, PAGES
+from rllm_core.testing.system import require_program
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "chromium"
@@ -90,12 +90,7 @@ def test_every_page_the_code_names_exists_in_the_site(site):
 
 
 def _chromium() -> str:
-    found = shutil.which(CHROMIUM)
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed; .ci/run installs the Debian package")
-        pytest.skip("chromium is not installed (apt-get install chromium); CI requires it")
-    return found
+    return require_program(CHROMIUM, "chromium", "screenshot the documentation site")
 
 
 def _screenshot(chromium: str, url: str, png: Path, profile: Path) -> None:

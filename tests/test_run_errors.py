@@ -2,8 +2,9 @@
 code, no traceback, no run folder for what the plan got wrong, finished checkpoints intact.
 
 The verifier crash runs SmolLM2 on a copy of the shipped `hello-file` Harbor task in the local
-sandbox: one step that passes and saves step-1, then the task's tests/test.sh made to crash and
-the run resumed for a second step.
+sandbox, which runs a task's tests only in bubblewrap (those tests skip without it): one step
+that passes and saves step-1, then the task's tests/test.sh made to crash and the run resumed
+for a second step.
 """
 
 from __future__ import annotations
@@ -151,6 +152,13 @@ def test_a_port_in_use_exits_2_before_loading_the_model(smollm2_model_dir, tmp_p
 # ------------------------------------------------------------------ a verifier that crashes
 
 
+def require_bubblewrap() -> None:
+    """The Harbor task uploads /tests/test.sh and runs it, which the local sandbox can do only
+    in bubblewrap (without it commands do not see /tests): skip without it, fail in CI."""
+    testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
+    testing.require_bubblewrap()
+
+
 def harbor_plan(folder: Path) -> Path:
     shutil.copytree(HELLO, folder / "tasks" / HELLO.name)
     plan = folder / "plan.toml"
@@ -173,6 +181,7 @@ def crash_verifier(folder: Path) -> None:
 def test_a_crashing_verifier_stops_the_run_with_its_output_and_keeps_checkpoints(
     smollm2_model_dir, tmp_path
 ):
+    require_bubblewrap()
     plan = harbor_plan(tmp_path)
     first = run_cli(tmp_path, "run", str(plan), "--plain")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -209,6 +218,7 @@ def test_a_crashing_verifier_stops_the_run_with_its_output_and_keeps_checkpoints
 def test_an_evaluation_where_every_attempt_crashed_exits_1_with_results(
     smollm2_model_dir, tmp_path
 ):
+    require_bubblewrap()
     plan = harbor_plan(tmp_path)
     crash_verifier(tmp_path)
     result = run_cli(tmp_path, "eval", str(plan), "--plain", "--attempts", "2")

@@ -20,6 +20,11 @@
   127.0.0.1 with its dummy credentials; skips the test when moto is not installed.
   ``s3_bucket``: the name of a fresh, empty bucket on it.
 
+A test that skips for want of a system package (the reasons of
+:mod:`rllm_core.testing.system`) is counted: after pytest's short summary one line names how many
+tests need which package, and where ``RLLM_SYSTEM_SKIPS_FILE`` names a file that line is written
+there too (``scripts/test.sh`` repeats it at the end of ``make test``).
+
 The kit sets ``RLLM_CORE_STRICT_PLUGINS=1`` for the session unless it is already set, so a
 plugin that fails to load fails the tests loudly, and the reproducible numerics environment of
 :mod:`rllm_core.numerics` (``MKL_CBWR`` and the like, each unless already set), before
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,9 @@ from rllm_core.plugins import manager as manager_module
 from rllm_core.plugins.manager import STRICT_ENV, PluginManager, PluginRecord
 from rllm_core.testing.fakes import FakeDistribution, forget_modules, write_fake_distribution
 from rllm_core.testing.plans import PlanBuilder
+from rllm_core.testing.system import summary_line
+
+SYSTEM_SKIPS_ENV = "RLLM_SYSTEM_SKIPS_FILE"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,6 +58,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "rllm_conformance: a test from an rllm-core conformance suite"
     )
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    return str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+
+
+# tryfirst makes this wrapper enclose the terminal reporter's, so the line comes after the
+# short test summary, just before the final counts.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any) -> Generator[None, None, None]:
+    yield
+    skipped = terminalreporter.stats.get("skipped", [])
+    line = summary_line(_skip_reason(report) for report in skipped)
+    if line is not None:
+        terminalreporter.write_line(line, yellow=True)
+    target = os.environ.get(SYSTEM_SKIPS_ENV)
+    if target:
+        Path(target).write_text(f"{line}\n" if line else "", encoding="utf-8")
 
 
 def _install_default(manager: PluginManager) -> Iterator[PluginManager]:

@@ -8,16 +8,14 @@ from pathlib import Path
 import pytest
 from rllm_core.testing.suites.sandboxes import SandboxConformance
 from rllm_sandbox_backend_local.backend import LocalBackend
-from rllm_sandbox_backend_local.bwrap import probe
 from rllm_sandbox_backend_local.plugin import LocalSandboxConfig
+from rllm_sandbox_backend_local.testing import bubblewrap_problem
 
 LIMIT = 1 << 20
-BWRAP_PROBLEM = probe("bwrap")
+BWRAP_PROBLEM = bubblewrap_problem("run the conformance suite in bubblewrap")
 
 
-@pytest.mark.skipif(
-    BWRAP_PROBLEM is not None, reason=f"bubblewrap is unusable here: {BWRAP_PROBLEM}"
-)
+@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
 class TestLocalSandboxBwrap(SandboxConformance):
     output_limit_bytes = LIMIT
     exec_user = "nobody"

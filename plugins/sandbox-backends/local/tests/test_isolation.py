@@ -25,13 +25,11 @@ from rllm_core.errors import (
 from rllm_core.testing.suites.sandboxes import run_with_deadline
 from rllm_core.types import NetworkPolicy, SandboxSpec
 from rllm_sandbox_backend_local.backend import LocalBackend
-from rllm_sandbox_backend_local.bwrap import probe
 from rllm_sandbox_backend_local.plugin import LocalSandboxConfig
+from rllm_sandbox_backend_local.testing import bubblewrap_problem
 
-PROBLEM = probe("bwrap")
-pytestmark = pytest.mark.skipif(
-    PROBLEM is not None, reason=f"bubblewrap is unusable here ({PROBLEM}); install bubblewrap"
-)
+PROBLEM = bubblewrap_problem("test the bubblewrap isolation")
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 SPEC = SandboxSpec(workdir="/app")
 
 
