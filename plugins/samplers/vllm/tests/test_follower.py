@@ -294,11 +294,18 @@ def test_full_weights_reload_every_server_and_reset_the_prefix_cache(servers, tm
     for fake in fakes:
         assert fake.weights_path == str(tmp_path / "v2")
         assert (fake.reloads, fake.prefix_cache_resets, fake.served_on_stale_cache) == (2, 2, 0)
-        assert [p for p, _ in fake.calls][:3] == [
-            "/collective_rpc",
+        assert [p for p, _ in fake.calls][:5] == [
+            "/pause",
             "/collective_rpc",
             "/reset_prefix_cache",
+            "/update_weight_version",
+            "/resume",
         ]
+        assert fake.calls[1][1] == {
+            "method": "reload_weights",
+            "kwargs": {"weights_path": str(tmp_path / "v1")},
+        }
+        assert (fake.pauses, fake.paused, fake.version_tag) == (2, False, "2")
         assert {s.model for s in fake.completions} == {"base"}
     served = sorted(s.version for fake in fakes for s in fake.completions)
     assert served == [1] * 4 + [2] * 4

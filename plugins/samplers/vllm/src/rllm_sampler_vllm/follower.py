@@ -10,18 +10,29 @@ After every optimizer step the trainer writes weight version N to ``<weights_dir
   then adapters older than the newest ``keep_adapters + 1`` are unloaded
   (``/v1/unload_lora_adapter``), so requests in flight finish on theirs.
 - Full weights (``kind = "full"``): new requests wait; once the requests in flight have
-  finished, every server gets ``POST /collective_rpc`` ``update_config`` (its model folder
-  becomes ``<weights_dir>/v<N>``) and ``reload_weights``, then ``POST /reset_prefix_cache``
-  (its cached KV came from the old weights); then requests go on and report version N.
+  finished, every server gets ``POST /pause?mode=wait`` (vLLM drains what other clients sent),
+  ``POST /collective_rpc`` ``reload_weights`` with ``{"weights_path": "<weights_dir>/v<N>"}``,
+  ``POST /reset_prefix_cache`` (its cached KV came from the old weights; an answer of
+  ``{"success": false}`` is retried), ``POST /update_weight_version`` ``{"new_version": "N"}``
+  and ``POST /resume``; then requests go on and report version N. A server older than
+  ``/pause`` (404) is reloaded without it; one whose ``reload_weights`` takes no
+  ``weights_path`` gets ``update_config`` with the folder first. The folder is checked here
+  first (it must hold ``config.json``): a reload vLLM fails half-way leaves its engine dead.
 
 Each call to a server is retried on a connection error, a 429 or a 5xx within the retry keys;
 when they are spent the update raises :class:`~rllm_core.errors.UpstreamError` naming the
 server, the adapter or folder, and the server's answer. A server that cannot be reached at all
 is marked down instead and gets the weights when it comes back, unless no server took them.
 
-A server that restarted (a completion answers 404 "does not exist" for the adapter, or a health
-check sees it come back) is given the current adapter or folder again before it serves another
-request; :meth:`VllmSampler.sync_metrics` counts these restores.
+A 5xx that carries an exception raised inside vLLM's worker (a LoRA rank above
+``--max-lora-rank``, LoRA not enabled, a folder it cannot load) is permanent, not retried. An
+adapter name vLLM says "has already been loaded" is checked against ``GET /v1/models``: when it
+points at another folder (a server that outlived an earlier run) it is loaded again in place.
+
+A server that restarted (a completion answers 404 "does not exist" for the adapter, a health
+check sees it come back, or, with full weights, ``GET /weight_info`` no longer names the current
+version) is given the current adapter or folder again before it serves another request;
+:meth:`VllmSampler.sync_metrics` counts these restores.
 """
 
 from __future__ import annotations
@@ -59,13 +70,32 @@ _RELOAD_HINT = (
     "the server must run with VLLM_SERVER_DEV_MODE=1 (for /collective_rpc and"
     " /reset_prefix_cache) and read the folder (weights_dir on storage the servers share)"
 )
+# vLLM wraps an exception its worker raised in a 500 with these words; calling again fails
+# the same way.
+_WORKER_RAISED = ("Worker failed with error", "method failed", "is greater than max_lora_rank")
+_CACHE_RESET_TRIES = 20
+_CACHE_RESET_WAIT_S = 0.25
 
 
 class _CallFailed(Exception):
-    def __init__(self, message: str, *, transient: bool, unreachable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, transient: bool, unreachable: bool = False, status: int = 0
+    ) -> None:
         super().__init__(message)
         self.transient = transient
         self.unreachable = unreachable
+        self.status = status
+
+
+def _model_folder_problem(path: str) -> str | None:
+    """Why vLLM could not load the model folder ``path`` (seen from this process), or
+    ``None``."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return f"{path} is not a folder"
+    if not (folder / "config.json").is_file():
+        return f"{path} has no config.json"
+    return None
 
 
 class VllmSampler(HttpWorkerPool):
@@ -211,7 +241,22 @@ class VllmSampler(HttpWorkerPool):
         if current.kind == "lora":
             await self._load(worker, self.adapter_name(current.version), current.path)
         else:
-            await self._reload(worker, current.path)
+            await self._reload(worker, current)
+
+    async def _probe(self, worker: _Worker) -> str | None:
+        """The pool's health probe; with full weights also ``GET /weight_info``, which tells a
+        server that restarted (it serves its startup weights) from one on the current version.
+        Reporting it as an error marks it down; the next probe restores it."""
+        error = await super()._probe(worker)
+        current = self._current
+        if error is not None or current is None or current.kind != "full" or not worker.healthy:
+            return error
+        if self._sync_lock is not None and self._sync_lock.locked():
+            return None
+        served = await self.served_version(worker)
+        if served is None or served == str(current.version):
+            return None
+        return f"it serves weight version {served!r}, not {current.version} (it restarted?)"
 
     def adapter_name(self, version: int) -> str:
         """The name weight version ``version`` is loaded as (LoRA training)."""
@@ -251,7 +296,7 @@ class VllmSampler(HttpWorkerPool):
                 self._idle.clear()
                 await self._idle.wait()
             await self._everywhere(
-                lambda worker: self._reload(worker, exported.path),
+                lambda worker: self._reload(worker, exported),
                 f"reloading the weights from {exported.path}",
             )
             self._current = exported
@@ -298,46 +343,147 @@ class VllmSampler(HttpWorkerPool):
         await asyncio.gather(*(unload(w) for w in self._workers if w.healthy))
 
     async def _load(self, worker: _Worker, name: str, path: str) -> None:
-        payload = {"lora_name": name, "lora_path": path}
+        payload: dict[str, Any] = {"lora_name": name, "lora_path": path}
+        what = f"loading adapter {name!r} from {path}"
         try:
             await self._call(worker, "/v1/load_lora_adapter", payload)
         except _CallFailed as exc:
-            if "has already been loaded" in str(exc):
-                return
-            self._raise(worker, exc, f"loading adapter {name!r} from {path}", _LOAD_HINT)
+            if "has already been loaded" not in str(exc):
+                self._raise(worker, exc, what, _LOAD_HINT)
+            try:
+                if await self._adapter_root(worker, name) == path:
+                    return
+                log.warning(
+                    "vLLM server %s holds an adapter %r from another folder; loading %s in"
+                    " its place",
+                    worker.url,
+                    name,
+                    path,
+                )
+                await self._call(worker, "/v1/load_lora_adapter", {**payload, "load_inplace": True})
+            except _CallFailed as again:
+                self._raise(worker, again, what, _LOAD_HINT)
 
-    async def _reload(self, worker: _Worker, path: str) -> None:
-        what = f"reloading the weights from {path}"
-        overrides = {"model_config": {"model": path}}
+    async def _adapter_root(self, worker: _Worker, name: str) -> str | None:
+        """The folder the server loaded adapter ``name`` from (``GET /v1/models``)."""
+        body = await self._call(worker, "/v1/models", None, method="GET")
         try:
+            cards = json.loads(body).get("data", [])
+        except (ValueError, AttributeError):
+            return None
+        for card in cards:
+            if isinstance(card, dict) and card.get("id") == name:
+                root = card.get("root")
+                return root if isinstance(root, str) else None
+        return None
+
+    async def _reload(self, worker: _Worker, exported: ExportedWeights) -> None:
+        path = exported.path
+        what = f"reloading the weights from {path}"
+        problem = _model_folder_problem(path)
+        if problem is not None:
+            raise UpstreamError(
+                f"vLLM server {worker.url}: {what} refused before sending: {problem}; the"
+                " trainer's export did not complete, or weights_dir is not the folder it wrote"
+            )
+        paused = False
+        try:
+            try:
+                await self._call(worker, "/pause?mode=wait", None)
+                paused = True
+            except _CallFailed as exc:
+                if exc.status != 404:
+                    raise
+            await self._reload_weights(worker, path)
+            await self._reset_prefix_cache(worker)
+            try:
+                await self._call(
+                    worker, "/update_weight_version", {"new_version": str(exported.version)}
+                )
+            except _CallFailed as exc:
+                if exc.status not in (404, 405):
+                    raise
+        except _CallFailed as exc:
+            self._raise(worker, exc, what, _RELOAD_HINT)
+        finally:
+            if paused:
+                try:
+                    await self._call(worker, "/resume", None)
+                except _CallFailed as exc:
+                    self._raise(worker, exc, f"resuming after {what}", _RELOAD_HINT)
+
+    async def _reload_weights(self, worker: _Worker, path: str) -> None:
+        reload = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+        try:
+            await self._call(worker, "/collective_rpc", reload)
+        except _CallFailed as exc:
+            if "weights_path" not in str(exc) or "unexpected keyword" not in str(exc):
+                raise
+            # vLLM before reload_weights(weights_path=...): point the model config at the
+            # folder, then reload from it.
+            overrides = {"model_config": {"model": path}}
             await self._call(
                 worker, "/collective_rpc", {"method": "update_config", "args": [overrides]}
             )
             await self._call(worker, "/collective_rpc", {"method": "reload_weights"})
-            await self._call(worker, "/reset_prefix_cache", None)
-        except _CallFailed as exc:
-            self._raise(worker, exc, what, _RELOAD_HINT)
+
+    async def _reset_prefix_cache(self, worker: _Worker) -> None:
+        """``POST /reset_prefix_cache`` until vLLM says it reset; it answers ``{"success":
+        false}`` while a request still holds cache blocks."""
+        for _ in range(_CACHE_RESET_TRIES):
+            body = await self._call(worker, "/reset_prefix_cache", None)
+            try:
+                answer = json.loads(body) if body.strip() else {}
+            except ValueError:
+                answer = {}
+            if not isinstance(answer, dict) or answer.get("success", True) is not False:
+                return
+            await asyncio.sleep(_CACHE_RESET_WAIT_S)
+        raise _CallFailed(
+            'POST /reset_prefix_cache kept answering {"success": false} (requests still hold'
+            f" its cache blocks) after {_CACHE_RESET_TRIES} tries; old-weight KV would be reused",
+            transient=False,
+        )
+
+    async def served_version(self, worker: _Worker) -> str | None:
+        """The weight version a server says it serves (``GET /weight_info``, which this sampler
+        sets after each full-weight reload); ``None`` when it does not say."""
+        try:
+            body = await self._call(worker, "/weight_info", None, method="GET")
+        except _CallFailed:
+            return None
+        try:
+            version = json.loads(body).get("weight_version")
+        except (ValueError, AttributeError):
+            return None
+        return str(version) if version is not None else None
 
     def _raise(self, worker: _Worker, exc: _CallFailed, what: str, hint: str) -> None:
         if exc.unreachable:
             raise _Unreachable(f"{worker.url}: {exc}") from None
         raise UpstreamError(f"vLLM server {worker.url}: {what} failed: {exc}; {hint}") from None
 
-    async def _call(self, worker: _Worker, path: str, payload: dict[str, Any] | None) -> None:
-        """``POST path`` to ``worker``, retried on a connection error, a 429 or a 5xx."""
+    async def _call(
+        self, worker: _Worker, path: str, payload: dict[str, Any] | None, *, method: str = "POST"
+    ) -> bytes:
+        """``method path`` to ``worker``, retried on a connection error, a 429 or a 5xx (not one
+        carrying an exception vLLM's worker raised); the answer's body."""
         body = b"" if payload is None else json.dumps(payload).encode()
+        headers = self._headers
+        if payload is not None:
+            headers = {**headers, "content-type": "application/json"}
         attempts = 0
 
-        async def once() -> None:
+        async def once() -> bytes:
             nonlocal attempts
             attempts += 1
             try:
                 response = await self._client.request(
-                    "POST",
+                    method,
                     worker.origin,
                     path,
                     body=body,
-                    headers=self._headers,
+                    headers=headers,
                     timeout_s=self.sync_timeout_s,
                 )
             except (HttpConnectError, HttpProtocolError) as exc:
@@ -350,19 +496,23 @@ class VllmSampler(HttpWorkerPool):
                     transient=False,
                 ) from None
             if response.status == 200:
-                return
+                return response.body
+            detail = _error_detail(response)
             transient = response.status == 429 or response.status >= 500
+            if any(words in detail for words in _WORKER_RAISED):
+                transient = False
             raise _CallFailed(
-                f"POST {path} answered HTTP {response.status}: {_error_detail(response)}",
+                f"{method} {path} answered HTTP {response.status}: {detail}",
                 transient=transient,
+                status=response.status,
             )
 
         try:
-            await retry_async(
+            return await retry_async(
                 once,
                 self.retry,
                 transient=lambda error: isinstance(error, _CallFailed) and error.transient,
-                what=f"POST {path} to {worker.url}",
+                what=f"{method} {path} to {worker.url}",
             )
         except _CallFailed as exc:
             if attempts > 1:

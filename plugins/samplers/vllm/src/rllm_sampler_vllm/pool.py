@@ -86,6 +86,14 @@ class _RequestBody(msgspec.Struct, omit_defaults=True, kw_only=True):
     max_tokens: int
     temperature: float
     top_p: float
+    # Neutral on purpose: a server started with --generation-config auto (vLLM's default)
+    # fills whatever a request leaves out from the model's generation_config.json, which would
+    # truncate the distribution and make its logprobs disagree with the trainer's.
+    top_k: int
+    min_p: float
+    repetition_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
     stop_token_ids: list[int]
     n: int
     stream: bool
@@ -129,9 +137,10 @@ def completion_body(
     request: SampleRequest, *, model: str | None = None, stream: bool = False
 ) -> bytes:
     """The ``POST /v1/completions`` body the pool sends a worker for ``request``: the token-id
-    prompt and sampling settings, one choice, streamed only with ``stream``, the sampled
-    tokens' logprobs and ids (``return_token_ids`` and ``return_tokens_as_token_ids``),
-    special tokens kept; ``seed`` and ``model`` only when set."""
+    prompt and sampling settings (every other sampling knob at its neutral value), one choice,
+    streamed only with ``stream``, the sampled tokens' logprobs and ids (``return_token_ids``
+    and ``return_tokens_as_token_ids``), special tokens kept; ``seed`` and ``model`` only when
+    set."""
     params = request.params
     return _encoder.encode(
         _RequestBody(
@@ -139,6 +148,11 @@ def completion_body(
             max_tokens=params.max_tokens,
             temperature=params.temperature,
             top_p=params.top_p,
+            top_k=-1,
+            min_p=0.0,
+            repetition_penalty=1.0,
+            presence_penalty=0.0,
+            frequency_penalty=0.0,
             stop_token_ids=list(params.stop_token_ids),
             n=1,
             stream=stream,
@@ -787,6 +801,11 @@ async def _sse_chunks(worker: _Worker, response: HttpStream) -> AsyncIterator[_R
                 try:
                     chunk = _chunk_decoder.decode(data)
                 except msgspec.DecodeError as exc:
+                    message = _stream_error(data)
+                    if message is not None:
+                        raise UpstreamError(
+                            f"worker {worker.url} reported an error mid-stream: {message}"
+                        ) from None
                     raise UpstreamError(
                         f"worker {worker.url} streamed an unreadable completion chunk: {exc}"
                     ) from None
@@ -796,6 +815,18 @@ async def _sse_chunks(worker: _Worker, response: HttpStream) -> AsyncIterator[_R
                     raise UpstreamError(
                         f"worker {worker.url} streamed {len(chunk.choices)} choices, expected 1"
                     )
+
+
+def _stream_error(data: bytes) -> str | None:
+    """The message of an ``{"error": ...}`` event (vLLM sends one when a stream fails after it
+    started), else ``None``."""
+    try:
+        body = _error_decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(body.error, dict):
+        return str(body.error.get("message") or body.error)
+    return str(body.error) if body.error else None
 
 
 def _choice_tokens(worker: _Worker, choice: _Choice) -> tuple[list[int], list[float]]:

