@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -370,3 +371,276 @@ def test_a_restarted_server_gets_full_weights_back(servers, tmp_path):
     assert restores == 1
     assert fake.weight_version == 3
     assert fake.completions == [Served(model="base", path=str(tmp_path / "v3"), version=3)]
+
+
+def rpc_methods(fake: FakeVllmServer) -> list[tuple[str, dict]]:
+    """The ``/collective_rpc`` calls ``fake`` saw: each method and its keyword arguments."""
+    return [
+        (payload["method"], payload.get("kwargs", {}))
+        for path, payload in fake.calls
+        if path == "/collective_rpc"
+    ]
+
+
+def test_older_vllm_reloads_full_weights_through_update_config(servers, tmp_path):
+    (fake,) = servers(1, runtime_lora=False, legacy_reload=True)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 1, kind="full"))
+            return await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    result = asyncio.run(main())
+    folder = str(tmp_path / "v1")
+    assert result.weight_version == 1
+    assert (fake.weights_path, fake.version_tag, fake.paused) == (folder, "1", False)
+    assert [p for p, _ in fake.calls] == [
+        "/pause",
+        "/collective_rpc",
+        "/collective_rpc",
+        "/collective_rpc",
+        "/reset_prefix_cache",
+        "/update_weight_version",
+        "/resume",
+    ]
+    # The refused weights_path is not retried: the worker raised it.
+    assert rpc_methods(fake) == [
+        ("reload_weights", {"weights_path": folder}),
+        ("update_config", {}),
+        ("reload_weights", {}),
+    ]
+    assert fake.calls[2][1]["args"] == [{"model_config": {"model": folder}}]
+    assert fake.completions == [Served(model="base", path=folder, version=1)]
+
+
+class _NoPause(FakeVllmServer):
+    """A vLLM older than ``/pause`` and ``/resume``: both answer 404."""
+
+    def _routes(self):
+        routes = super()._routes()
+        del routes[("POST", "/pause")], routes[("POST", "/resume")]
+        return routes
+
+
+def test_a_server_without_pause_is_reloaded_without_pausing(tmp_path):
+    fake = _NoPause(runtime_lora=False)
+    fake.start()
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 2, kind="full"))
+            return await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        fake.stop()
+    assert result.weight_version == 2
+    assert fake.weights_path == str(tmp_path / "v2")
+    assert (fake.pauses, fake.paused, fake.version_tag) == (0, False, "2")
+    assert [p for p, _ in fake.calls] == [
+        "/collective_rpc",
+        "/reset_prefix_cache",
+        "/update_weight_version",
+    ]
+
+
+class _BusyCache(FakeVllmServer):
+    """Answers ``/reset_prefix_cache`` with ``{"success": false}`` the first ``busy`` times,
+    as vLLM does while a request still holds cache blocks."""
+
+    busy = 0
+
+    def _reset_cache(self, payload):
+        if self.busy:
+            self.busy -= 1
+            return 200, json.dumps({"success": False}).encode()
+        return super()._reset_cache(payload)
+
+
+@pytest.fixture
+def busy_cache(monkeypatch):
+    monkeypatch.setattr("rllm_sampler_vllm.follower._CACHE_RESET_TRIES", 5)
+    monkeypatch.setattr("rllm_sampler_vllm.follower._CACHE_RESET_WAIT_S", 0.01)
+    started: list[_BusyCache] = []
+
+    def start(busy: int) -> _BusyCache:
+        fake = _BusyCache(runtime_lora=False)
+        fake.busy = busy
+        fake.start()
+        started.append(fake)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.stop()
+
+
+def test_a_prefix_cache_reset_that_answers_false_is_tried_again(busy_cache, tmp_path):
+    fake = busy_cache(3)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 1, kind="full"))
+            return await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    result = asyncio.run(main())
+    assert result.weight_version == 1
+    assert [p for p, _ in fake.calls].count("/reset_prefix_cache") == 4
+    assert (fake.prefix_cache_resets, fake.served_on_stale_cache, fake.paused) == (1, 0, False)
+    assert fake.version_tag == "1"
+
+
+def test_a_prefix_cache_that_never_resets_fails_the_update(busy_cache, tmp_path):
+    fake = busy_cache(100)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            with pytest.raises(UpstreamError) as caught:
+                await sampler.update_weights(export(tmp_path, 1, kind="full"))
+            return str(caught.value), sampler.policy
+        finally:
+            await sampler.aclose()
+
+    message, policy = asyncio.run(main())
+    assert fake.url in message and str(tmp_path / "v1") in message
+    assert 'reset_prefix_cache kept answering {"success": false}' in message
+    assert "after 5 tries" in message
+    assert [p for p, _ in fake.calls].count("/reset_prefix_cache") == 5
+    assert "/update_weight_version" not in [p for p, _ in fake.calls]
+    assert (fake.paused, fake.version_tag) == (False, "default"), "resumed, never tagged"
+    assert (policy.model, policy.version) == ("base", 0)
+
+
+def test_a_folder_without_config_json_is_refused_before_anything_is_sent(servers, tmp_path):
+    (fake,) = servers(1, runtime_lora=False)
+    folder = tmp_path / "v1"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"half-written")
+    exported = ExportedWeights(path=str(folder), version=1, kind="full", base_model="base")
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            with pytest.raises(UpstreamError) as caught:
+                await sampler.update_weights(exported)
+            return str(caught.value)
+        finally:
+            await sampler.aclose()
+
+    message = asyncio.run(main())
+    assert f"{folder} has no config.json" in message
+    assert "refused before sending" in message
+    assert fake.calls == []
+    assert (fake.engine_dead, fake.weights_path, fake.paused) == (False, None, False)
+
+
+def test_a_500_the_worker_raised_is_final_but_another_500_is_retried(servers, tmp_path):
+    (fake,) = servers(1, max_lora_rank=8)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            started = time.perf_counter()
+            with pytest.raises(UpstreamError) as caught:
+                await sampler.update_weights(export(tmp_path, 1, rank=16))
+            elapsed = time.perf_counter() - started
+            refused_calls = [p for p, _ in fake.calls]
+            fake.calls.clear()
+            fake.fail_next_loads(1, status=500, message="injected")
+            await sampler.update_weights(export(tmp_path, 2, rank=8))
+            return str(caught.value), elapsed, refused_calls, await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    message, elapsed, refused_calls, result = asyncio.run(main())
+    assert "HTTP 500" in message and "greater than max_lora_rank 8" in message
+    assert "attempts" not in message
+    assert refused_calls == ["/v1/load_lora_adapter"]
+    assert elapsed < 1.0
+    assert [p for p, _ in fake.calls] == ["/v1/load_lora_adapter"] * 2
+    assert fake.loaded() == ["policy-v2"]
+    assert result.weight_version == 2
+
+
+def test_an_adapter_name_loaded_from_another_folder_is_loaded_again_in_place(servers, tmp_path):
+    (fake,) = servers(1)
+    fake.adapters["policy-v3"] = "/elsewhere/v3"  # left by an earlier run
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 3))
+            return await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    result = asyncio.run(main())
+    folder = str(tmp_path / "v3")
+    assert fake.adapters == {"policy-v3": folder}
+    assert [p for p, _ in fake.calls] == [
+        "/v1/load_lora_adapter",
+        "/v1/models",
+        "/v1/load_lora_adapter",
+    ]
+    assert fake.calls[2][1] == {"lora_name": "policy-v3", "lora_path": folder, "load_inplace": True}
+    assert result.weight_version == 3
+    assert fake.completions == [Served(model="policy-v3", path=folder, version=3)]
+
+
+def test_an_adapter_name_loaded_from_the_same_folder_is_not_loaded_again(servers, tmp_path):
+    (fake,) = servers(1)
+    folder = str(tmp_path / "v3")
+    fake.adapters["policy-v3"] = folder
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 3))
+            return await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    result = asyncio.run(main())
+    assert fake.adapters == {"policy-v3": folder}
+    assert [p for p, _ in fake.calls] == ["/v1/load_lora_adapter", "/v1/models"]
+    assert fake.loads == 0
+    assert result.weight_version == 3
+
+
+def test_a_server_serving_its_startup_weights_again_is_restored_by_health_checks(servers, tmp_path):
+    (fake,) = servers(1, runtime_lora=False)
+    folder = str(tmp_path / "v1")
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path, health_interval_s=0)
+        try:
+            await sampler.update_weights(export(tmp_path, 1, kind="full"))
+            fake.restart(down_s=0.01, refuse=False)
+            await asyncio.sleep(0.03)  # healthy again, on the weights it started with
+            assert (fake.weights_path, fake.version_tag) == (None, "default")
+            await sampler.check_health()
+            down = sampler.status()[0]
+            await sampler.check_health()
+            return down, sampler.status()[0], sampler.sync_metrics(), await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    down, up, metrics, result = asyncio.run(main())
+    assert down.healthy is False
+    assert "weight version 'default', not 1" in down.last_error
+    assert up.healthy is True
+    assert (fake.weights_path, fake.version_tag, fake.reloads) == (folder, "1", 2)
+    assert metrics["vllm/restores"] == 1.0
+    assert result.weight_version == 1
+    assert fake.completions == [Served(model="base", path=folder, version=1)]

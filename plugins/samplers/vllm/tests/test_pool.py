@@ -5,6 +5,7 @@ least-loaded routing."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 
@@ -14,7 +15,7 @@ from rllm_core.kit.retry import RetrySettings
 from rllm_core.ports import Sampler, WorkerPool
 from rllm_core.routing import routed
 from rllm_core.testing.fakeworker import FakeWorker, fake_logprob
-from rllm_core.types import SampleRequest, SamplingParams
+from rllm_core.types import SampleRequest, SampleResult, SamplingParams
 from rllm_sampler_vllm.pool import HttpWorkerPool, parse_retry_after
 
 PROMPT = [101, 7, 8, 9, 10]
@@ -385,3 +386,58 @@ def test_fake_worker_is_usable_as_a_context_manager():
             await pool.aclose()
 
     run(main())
+
+
+class _FailsMidStream(FakeWorker):
+    """Streams one token, then the ``{"error": ...}`` event and ``[DONE]`` vLLM sends when a
+    stream fails after it started."""
+
+    async def _stream(self, ids, body, send):
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        token = ids[0]
+        choice = {
+            "index": 0,
+            "text": "",
+            "logprobs": {
+                "token_logprobs": [fake_logprob(token, 0)],
+                "tokens": [f"token_id:{token}"],
+            },
+            "finish_reason": None,
+            "token_ids": [token],
+        }
+        error = {"message": "boom", "type": "InternalServerError", "param": None, "code": 500}
+        for event in ({"id": "cmpl-fake", "choices": [choice]}, {"error": error}):
+            data = b"data: " + json.dumps(event).encode() + b"\n\n"
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+
+def test_an_error_event_mid_stream_is_an_upstream_error_carrying_its_message():
+    request = SampleRequest(prompt_token_ids=list(PROMPT), params=PARAMS)
+
+    async def main(url):
+        pool = HttpWorkerPool([url], health_interval_s=0)
+        pieces = []
+        try:
+            with pytest.raises(UpstreamError) as caught:
+                async for item in pool.sample_stream(request):
+                    assert not isinstance(item, SampleResult)
+                    pieces.append(item)
+        finally:
+            await pool.aclose()
+        return pieces, str(caught.value)
+
+    with _FailsMidStream(reply=lambda prompt, max_tokens, stops: [5, 6, 2]) as worker:
+        pieces, message = run(main(worker.url))
+    assert pieces == [([5], [fake_logprob(5, 0)])]
+    assert message == f"worker {worker.url} reported an error mid-stream: boom"
+    assert len(worker.requests) == 1, "a stream that handed out tokens is not sent again"
+    neutral = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+    neutral |= {"presence_penalty": 0.0, "frequency_penalty": 0.0, "stream": True}
+    assert neutral.items() <= worker.requests[0].items()
