@@ -22,7 +22,7 @@ It is a :class:`~rllm_core.testing.fakeworker.FakeWorker` (same completions, sam
   /update_weight_version`` ``{"new_version"}``, ``GET /weight_info`` (``"default"`` until set)
   and ``POST /reset_prefix_cache`` (``{"success": true}``), all under ``dev_mode``.
 
-``core/tests/test_fakevllm_vs_real.py`` plays one exchange against this fake and a real vLLM
+``tests/test_vllm_real_exchange.py`` plays one exchange against this fake and a real vLLM
 server and holds their statuses and body shapes equal.
 
 A completion's ``model`` is the served name (or absent) or a loaded adapter; anything else is

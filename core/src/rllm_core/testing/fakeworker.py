@@ -288,7 +288,7 @@ class FakeWorker:
             choice["prompt_token_ids"] = list(body.prompt)
             choice["token_ids"] = list(ids)
         # The fields vLLM 0.32 answers with, so that the fake's answers have the real shape
-        # (core/tests/test_fakevllm_vs_real.py holds it to that).
+        # (tests/test_vllm_real_exchange.py holds it to that).
         return _encode(
             {
                 "id": "cmpl-fake",

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -167,6 +168,46 @@ class RealVllmServer:
         # Its engine and worker processes share the group; make sure none outlives it.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+
+    def post(self, path: str, body: dict | None = None) -> tuple[int, object]:
+        """``POST path`` with a JSON body; the status and the decoded answer."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method="POST")
+        request.add_header("content-type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as error:
+            status, raw = error.code, error.read()
+        try:
+            return status, json.loads(raw) if raw.strip() else None
+        except ValueError:
+            return status, raw.decode("utf-8", "replace")
+
+    def get(self, path: str) -> object:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return json.loads(response.read())
+
+    def adapters(self) -> list[str]:
+        """The adapters the server holds now (``GET /v1/models``)."""
+        cards = self.get("/v1/models")["data"]  # type: ignore[index]
+        return [card["id"] for card in cards if card.get("parent")]
+
+    def reset(self) -> None:
+        """Put the server back as it started: every adapter unloaded, the startup weights
+        reloaded, the prefix cache empty, the weight version ``"default"`` again."""
+        for name in self.adapters():
+            self.post("/v1/unload_lora_adapter", {"lora_name": name})
+        if self.get("/weight_info") != {"weight_version": "default"}:  # type: ignore[comparison-overlap]
+            reload = {"method": "reload_weights", "kwargs": {"weights_path": self.model}}
+            for path, body in (
+                ("/collective_rpc", reload),
+                ("/reset_prefix_cache", None),
+                ("/update_weight_version", {"new_version": "default"}),
+            ):
+                status, answer = self.post(path, body)
+                if status != 200:
+                    raise RuntimeError(f"resetting the vLLM server: POST {path}: {answer}")
 
     def restart(self) -> None:
         """Stop the server and start it again on the same port: it forgets every adapter and

