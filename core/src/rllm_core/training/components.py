@@ -2,7 +2,8 @@
 
 :func:`prepare_plan` loads and resolves a plan for a run, filling the keys a run can fill
 itself: a trace store's (or sample buffer's, object store's) ``path`` goes inside the run
-folder, a logger's required ``path`` is ``<run folder>/logs/<name>`` (``<name>-<index>`` when two
+folder, a sampler's ``weights_dir`` (where the trainer writes the weights its servers load)
+is ``<run folder>/weights``, a logger's required ``path`` is ``<run folder>/logs/<name>`` (``<name>-<index>`` when two
 ``[[loggers]]`` entries share a name), a renderer's ``tokenizer`` is the trainer's model
 folder, and the trainer's ``logprob_temperature`` is ``[sampling].temperature``
 (recomputed logprobs must match the sampler's; a different value written in the plan is
@@ -168,6 +169,13 @@ def prepare_plan(
             continue
         if "path" in _config_fields(manager, section, ref.name):
             updates[section] = _ref(ref, path=str(run_dir / section.replace("_store", "s")))
+    sampler = plan.sampler
+    if (
+        sampler is not None
+        and "weights_dir" not in sampler.options
+        and "weights_dir" in _config_fields(manager, "sampler", sampler.name)
+    ):
+        updates["sampler"] = _ref(sampler, weights_dir=str(run_dir / "weights"))
     loggers = _logger_paths(manager, plan.loggers, run_dir)
     if loggers != plan.loggers:
         updates["loggers"] = loggers

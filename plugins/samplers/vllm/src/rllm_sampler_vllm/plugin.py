@@ -28,8 +28,9 @@ class VllmServeSettings(BaseModel):
 
     model: str = Field(
         min_length=1,
-        description="the base model vLLM loads (a Hugging Face id or a folder): the model the"
-        " trainer starts from",
+        description="the base model vLLM loads (a model rllm-core knows, a folder or a Hugging"
+        " Face id): the model the trainer starts from; a known or cached model is passed as its"
+        " local folder",
     )
     host: str = Field(default="127.0.0.1", description="address the servers listen on")
     ports: list[int] = Field(
@@ -148,8 +149,8 @@ class VllmSamplerConfig(RetrySettings):
     weights_dir: str | None = Field(
         default=None,
         description="folder on storage this process and every server read: the trainer writes"
-        " weight version N to <weights_dir>/v<N> for the servers to load; required in a"
-        " training run",
+        " weight version N to <weights_dir>/v<N> for the servers to load; unset in a run:"
+        " <run folder>/weights (servers on other machines need a shared file system)",
     )
     adapter_prefix: str = Field(
         default="policy",

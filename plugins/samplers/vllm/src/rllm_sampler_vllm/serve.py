@@ -74,12 +74,13 @@ def serve_commands(
     if host in ("0.0.0.0", "::"):
         url_host = "127.0.0.1"
     launches = []
+    model = local_model(serve.model)
     for index, port in enumerate(serve.ports):
         where = ["--host", host, "--port", str(port)]
         if python is not None:
-            argv = vllm_server_argv(python, serve.model, *where)
+            argv = vllm_server_argv(python, model, *where)
         else:
-            argv = [serve.executable, "serve", serve.model, *where]
+            argv = [serve.executable, "serve", model, *where]
         argv += ["--served-model-name", name, "--logprobs-mode", "processed_logprobs"]
         # The model's generation_config.json must not change the sampling distribution.
         argv += ["--generation-config", "vllm"]
@@ -97,6 +98,19 @@ def serve_commands(
             env["CUDA_VISIBLE_DEVICES"] = serve.gpus[index]
         launches.append(Launch(argv=argv, env=env, url=f"http://{url_host}:{port}", port=port))
     return launches
+
+
+def local_model(model: str) -> str:
+    """The local folder of ``model`` when rllm-core can resolve it without downloading (a
+    catalog name such as ``smollm2-135m-instruct``, a folder, a cached Hub id), else ``model``
+    as written for vLLM to fetch."""
+    from rllm_core.errors import ModelError
+    from rllm_core.models import resolve_model
+
+    try:
+        return str(resolve_model(model))
+    except (ModelError, OSError, ValueError):
+        return model
 
 
 def _cuda_devices() -> int:
