@@ -2,17 +2,16 @@
 
 :func:`prepare_plan` loads and resolves a plan for a run, filling the keys a run can fill
 itself: a trace store's (or sample buffer's, object store's) ``path`` goes inside the run
-folder, a sampler's ``weights_dir`` (where the trainer writes the weights its servers load)
-is ``<run folder>/weights``, a logger's required ``path`` is ``<run folder>/logs/<name>`` (``<name>-<index>`` when two
-``[[loggers]]`` entries share a name), a renderer's ``tokenizer`` is the trainer's model
-folder, and the trainer's ``logprob_temperature`` is ``[sampling].temperature``
-(recomputed logprobs must match the sampler's; a different value written in the plan is
-replaced, with a note in ``ResolvedPlan.notes``), and its ``deterministic`` is
-``[run].deterministic`` (replaced the same way). The trainer's ``model`` is resolved while
-preparing, so an uncached model fails before anything is built. :func:`build_components`
-builds the components (``training=False`` for sampling only: no loss or advantage needed);
-:meth:`Components.aclose` closes them.
-"""
+folder, a sampler's ``weights_dir`` (where the trainer writes the weights its servers load) is
+``<run folder>/weights``, a logger's required ``path`` is ``<run folder>/logs/<name>``
+(``<name>-<index>`` when two ``[[loggers]]`` entries share a name), a renderer's ``tokenizer``
+is the trainer's model folder, and the trainer's ``logprob_temperature`` is
+``[sampling].temperature`` (recomputed logprobs must match the sampler's; a different value
+written in the plan is replaced, with a note in ``ResolvedPlan.notes``), and its
+``deterministic`` is ``[run].deterministic`` (replaced the same way). The trainer's ``model`` is
+resolved while preparing, so an uncached model fails before anything is built.
+:func:`build_components` builds the components (``training=False`` for sampling only: no loss or
+advantage needed); :meth:`Components.aclose` closes them."""
 
 from __future__ import annotations
 
