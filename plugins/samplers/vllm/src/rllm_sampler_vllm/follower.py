@@ -453,13 +453,22 @@ class VllmSampler(HttpWorkerPool):
 
     async def served_version(self, worker: _Worker) -> str | None:
         """The weight version a server says it serves (``GET /weight_info``, which this sampler
-        sets after each full-weight reload); ``None`` when it does not say."""
+        sets after each full-weight reload); ``None`` when it does not say. One attempt: it is
+        part of a health probe."""
         try:
-            body = await self._call(worker, "/weight_info", None, method="GET")
-        except _CallFailed:
+            response = await self._client.request(
+                "GET",
+                worker.origin,
+                "/weight_info",
+                headers=self._headers,
+                timeout_s=max(self.health_interval_s, 1.0),
+            )
+        except (HttpConnectError, HttpProtocolError, TimeoutError):
+            return None
+        if response.status != 200:
             return None
         try:
-            version = json.loads(body).get("weight_version")
+            version = json.loads(response.body).get("weight_version")
         except (ValueError, AttributeError):
             return None
         return str(version) if version is not None else None
