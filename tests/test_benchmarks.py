@@ -267,3 +267,26 @@ def test_sft_benchmark_transcripts_answer_every_train_task_as_the_reward_wants(
         assert task["question"] not in held_out
     assert sft.write_transcripts(path, 10) == 10
     assert len(path.read_text().splitlines()) == 10
+
+
+def test_vllm_cpu_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
+    script = str(BENCHMARKS / "vllm_cpu.py")
+    result = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--steps", "--modes", "--dry-run", "--output-dir"):
+        assert option in result.stdout
+    result = subprocess.run(
+        [sys.executable, script, "--dry-run", "--steps", "3", "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    commands = [line for line in result.stdout.splitlines() if "rllm-core run" in line]
+    assert len(commands) == 4  # lora and full, each with the torch and the vLLM sampler
+    assert all("run.steps=3" in line for line in commands)
+    assert sum("sampler.name=" in line for line in commands) == 2
+    assert sum("trainer.lora=" in line for line in commands) == 2
+    assert list(tmp_path.iterdir()) == []
