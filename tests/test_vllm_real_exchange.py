@@ -54,10 +54,11 @@ def test_the_fake_answers_the_exchange_as_the_real_server_does(
     real_vllm_server.reset()
     assert [a.step for a in faked] == [a.step for a in real]
     differences = [
-        f"{r.step}: real {r.status} {r.shape!r}\n  fake {f.status} {f.shape!r}"
+        f"{r.step}: real {r.status} {r.shape!r} {r.said}\n  fake {f.status} {f.shape!r} {f.said}"
         for r, f in zip(real, faked, strict=True)
-        if (r.status, r.shape) != (f.status, f.shape)
+        if (r.status, r.shape, r.said) != (f.status, f.shape, f.said)
     ]
     assert not differences, "\n".join(differences)
     # The exchange exercised what it is meant to: successes and each kind of refusal.
     assert {a.status for a in real} == {200, 400, 404, 500}
+    assert [a.said for a in real if a.said is not None] == [True]

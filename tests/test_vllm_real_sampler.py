@@ -152,6 +152,32 @@ def test_the_base_model_samples_token_ids_with_the_trainers_logprobs(
     assert k3 <= K3_LIMIT, (k3, worst)
 
 
+def test_seeded_prompts_beyond_one_steps_token_budget_are_served(server, tmp_path):
+    """Twelve seeded 400-token prompts at once exceed the 2048 tokens vLLM's CPU build
+    schedules per step; with chunked prefill (its default) it splits them and its engine dies
+    ("CPU Generator does not use offset"), so servers run without it, as the sampler starts
+    them."""
+    requests = [
+        SampleRequest(
+            prompt_token_ids=[1] + [(index * 37 + at) % 40000 + 10 for at in range(400)],
+            params=SamplingParams(max_tokens=2, temperature=1.0, seed=index),
+            request_id=f"long{index}",
+        )
+        for index in range(12)
+    ]
+
+    async def main():
+        sampler = sampler_for(server, tmp_path)
+        try:
+            return await asyncio.gather(*(sampler.sample(r) for r in requests))
+        finally:
+            await sampler.aclose()
+
+    results = asyncio.run(main())
+    assert [len(r.completion_token_ids) for r in results] == [2] * 12
+    assert server.alive() and server.healthy()
+
+
 def test_lora_after_an_optimizer_step_serves_the_trainers_adapter_and_keeps_only_the_newest(
     server, smollm2_model_dir, prompts, tmp_path
 ):
@@ -182,23 +208,7 @@ def test_lora_after_an_optimizer_step_serves_the_trainers_adapter_and_keeps_only
     assert moved > 1e-2
 
 
-def full_step_and_sync(server, backend, prompts, tmp_path) -> list[SampleResult]:
-    async def main():
-        sampler = sampler_for(server, tmp_path)
-        try:
-            base = await sample_all(sampler, prompts)
-            one_step(backend, prompts, base)
-            exported = backend.export_weights(sampler.export_path(1))
-            assert exported.kind == "full"
-            await sampler.update_weights(exported)
-            return await sample_all(sampler, prompts)
-        finally:
-            await sampler.aclose()
-
-    return asyncio.run(main())
-
-
-def test_full_weights_after_an_optimizer_step_are_served_and_come_back_after_a_restart(
+def test_full_weights_after_an_optimizer_step_are_served_exactly_and_come_back_after_a_restart(
     server, smollm2_model_dir, prompts, tmp_path
 ):
     backend = trainer(smollm2_model_dir, lora=False)
@@ -232,24 +242,11 @@ def test_full_weights_after_an_optimizer_step_are_served_and_come_back_after_a_r
     for before, after in zip(stepped, restored, strict=True):
         assert after.completion_token_ids == before.completion_token_ids
         assert after.logprobs == pytest.approx(before.logprobs, abs=1e-4)
-    # The server serves the trained weights: its logprobs are far closer to the trainer's
-    # than to the base model's.
-    to_trainer, _ = k3_against(backend, prompts, stepped)
+    # The server serves exactly the trained weights, tied output embedding included, before
+    # and after the restart.
+    for results in (stepped, restored):
+        k3, worst = k3_against(backend, prompts, results)
+        assert k3 <= K3_LIMIT, (k3, worst)
+    # and the startup weights are not that close to them.
     to_base, _ = k3_against(trainer(smollm2_model_dir, lora=True), prompts, stepped)
-    assert to_trainer < to_base / 10, (to_trainer, to_base)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="vLLM 0.32's CPU build: reload_weights updates every layer but the output projection"
-    " of a model with tied embeddings (SmolLM2), whose packed oneDNN copy keeps the startup"
-    " weights; untied layers are served exactly (max logprob difference 1e-5)",
-)
-def test_full_weights_are_served_exactly_after_an_optimizer_step(
-    server, smollm2_model_dir, prompts, tmp_path
-):
-    backend = trainer(smollm2_model_dir, lora=False)
-    results = full_step_and_sync(server, backend, prompts, tmp_path)
-    k3, worst = k3_against(backend, prompts, results)
-    assert k3 <= K3_LIMIT, (k3, worst)
+    assert to_base > 1e3 * K3_LIMIT, to_base

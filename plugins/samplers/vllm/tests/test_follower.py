@@ -22,6 +22,8 @@ from rllm_sampler_vllm.follower import VllmSampler
 PROMPT = [101, 7, 8, 9]
 PARAMS = SamplingParams(max_tokens=8, stop_token_ids=(2,))
 FAST = RetrySettings(retries=3, retry_backoff_s=0.01, retry_backoff_max_s=0.05)
+# What the sampler's worker extension adds to a server (nothing to refresh on a fake).
+EXTENSION = {"rllm_refresh_tied_weights": lambda: []}
 
 
 @pytest.fixture
@@ -277,7 +279,12 @@ def test_a_server_that_was_down_is_restored_when_it_comes_back(servers, tmp_path
 
 
 def test_full_weights_reload_every_server_and_reset_the_prefix_cache(servers, tmp_path):
+    refreshed_after: list[str | None] = []
     fakes = servers(2, runtime_lora=False)
+    for fake in fakes:
+        fake.worker_methods["rllm_refresh_tied_weights"] = lambda fake=fake: (
+            refreshed_after.append(fake.weights_path) or ["lm_head"]
+        )
 
     async def main():
         sampler = sampler_for(fakes, tmp_path)
@@ -295,8 +302,9 @@ def test_full_weights_reload_every_server_and_reset_the_prefix_cache(servers, tm
     for fake in fakes:
         assert fake.weights_path == str(tmp_path / "v2")
         assert (fake.reloads, fake.prefix_cache_resets, fake.served_on_stale_cache) == (2, 2, 0)
-        assert [p for p, _ in fake.calls][:5] == [
+        assert [p for p, _ in fake.calls][:6] == [
             "/pause",
+            "/collective_rpc",
             "/collective_rpc",
             "/reset_prefix_cache",
             "/update_weight_version",
@@ -306,10 +314,66 @@ def test_full_weights_reload_every_server_and_reset_the_prefix_cache(servers, tm
             "method": "reload_weights",
             "kwargs": {"weights_path": str(tmp_path / "v1")},
         }
+        # The tied layers are processed again after each reload, on the weights it loaded.
+        assert [m for m, _ in rpc_methods(fake)] == [
+            "reload_weights",
+            "rllm_refresh_tied_weights",
+        ] * 2
         assert (fake.pauses, fake.paused, fake.version_tag) == (2, False, "2")
         assert {s.model for s in fake.completions} == {"base"}
     served = sorted(s.version for fake in fakes for s in fake.completions)
     assert served == [1] * 4 + [2] * 4
+    assert sorted(refreshed_after) == sorted([str(tmp_path / "v1"), str(tmp_path / "v2")] * 2)
+
+
+def test_a_server_without_the_worker_extension_is_reloaded_and_named_once(
+    servers, tmp_path, caplog
+):
+    (fake,) = servers(1, runtime_lora=False)
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            for version in (1, 2):
+                await sampler.update_weights(export(tmp_path, version, kind="full"))
+            return await sample(sampler)
+        finally:
+            await sampler.aclose()
+
+    with caplog.at_level("WARNING", logger="rllm_sampler_vllm.follower"):
+        result = asyncio.run(main())
+    assert result.weight_version == 2
+    assert fake.weights_path == str(tmp_path / "v2")
+    # Asked once, not retried (the worker raised), not asked again at the next reload.
+    assert [m for m, _ in rpc_methods(fake)] == [
+        "reload_weights",
+        "rllm_refresh_tied_weights",
+        "reload_weights",
+    ]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert fake.url in warnings[0]
+    assert "--worker-extension-cls rllm_vllm_worker.WorkerExtension" in warnings[0]
+    assert "PYTHONPATH=" in warnings[0] and "vllm_worker" in warnings[0]
+
+
+def test_a_refresh_the_worker_fails_fails_the_update_and_resumes_the_server(servers, tmp_path):
+    (fake,) = servers(1, runtime_lora=False)
+    fake.worker_methods["rllm_refresh_tied_weights"] = lambda: 1 / 0
+
+    async def main():
+        sampler = sampler_for([fake], tmp_path)
+        try:
+            await sampler.update_weights(export(tmp_path, 1, kind="full"))
+        finally:
+            await sampler.aclose()
+
+    with pytest.raises(UpstreamError) as caught:
+        asyncio.run(main())
+    message = str(caught.value)
+    assert fake.url in message and "division by zero" in message
+    assert [m for m, _ in rpc_methods(fake)] == ["reload_weights", "rllm_refresh_tied_weights"]
+    assert (fake.paused, fake.version_tag) == (False, "default")
 
 
 def test_a_full_update_waits_for_requests_in_flight(servers, tmp_path):
@@ -383,7 +447,7 @@ def rpc_methods(fake: FakeVllmServer) -> list[tuple[str, dict]]:
 
 
 def test_older_vllm_reloads_full_weights_through_update_config(servers, tmp_path):
-    (fake,) = servers(1, runtime_lora=False, legacy_reload=True)
+    (fake,) = servers(1, runtime_lora=False, legacy_reload=True, worker_methods=EXTENSION)
 
     async def main():
         sampler = sampler_for([fake], tmp_path)
@@ -402,6 +466,7 @@ def test_older_vllm_reloads_full_weights_through_update_config(servers, tmp_path
         "/collective_rpc",
         "/collective_rpc",
         "/collective_rpc",
+        "/collective_rpc",
         "/reset_prefix_cache",
         "/update_weight_version",
         "/resume",
@@ -411,6 +476,7 @@ def test_older_vllm_reloads_full_weights_through_update_config(servers, tmp_path
         ("reload_weights", {"weights_path": folder}),
         ("update_config", {}),
         ("reload_weights", {}),
+        ("rllm_refresh_tied_weights", {}),
     ]
     assert fake.calls[2][1]["args"] == [{"model_config": {"model": folder}}]
     assert fake.completions == [Served(model="base", path=folder, version=1)]
@@ -426,7 +492,7 @@ class _NoPause(FakeVllmServer):
 
 
 def test_a_server_without_pause_is_reloaded_without_pausing(tmp_path):
-    fake = _NoPause(runtime_lora=False)
+    fake = _NoPause(runtime_lora=False, worker_methods=EXTENSION)
     fake.start()
 
     async def main():
@@ -445,6 +511,7 @@ def test_a_server_without_pause_is_reloaded_without_pausing(tmp_path):
     assert fake.weights_path == str(tmp_path / "v2")
     assert (fake.pauses, fake.paused, fake.version_tag) == (0, False, "2")
     assert [p for p, _ in fake.calls] == [
+        "/collective_rpc",
         "/collective_rpc",
         "/reset_prefix_cache",
         "/update_weight_version",

