@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 from typing import Any
@@ -132,6 +133,10 @@ def test_create_sends_the_params_and_prepares_the_workdir(
     assert workdir.is_dir()
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="the fake runs commands as local processes: switching users needs root",
+)
 def test_spec_env_is_exported_even_through_a_user_switch(
     fake_client: FakeDaytona, tmp_path
 ) -> None:

@@ -14,13 +14,15 @@ from rllm_sandbox_backend_daytona.backend import DaytonaBackend
 from rllm_sandbox_backend_daytona.plugin import DaytonaSandboxConfig
 
 LIMIT = 1 << 20
+# The fake runs commands as local processes: switching to `nobody` needs root.
+_SECOND_USER = "nobody" if os.geteuid() == 0 else None
 
 
 class TestDaytonaOverFakeDirectExec(SandboxConformance):
     """Every command is one ``process.exec`` call (the threshold is above every timeout)."""
 
     output_limit_bytes = LIMIT
-    exec_user = "nobody"
+    exec_user = _SECOND_USER
 
     @pytest.fixture
     def sandbox_backend(self, fake_client: FakeDaytona) -> DaytonaBackend:
@@ -43,7 +45,7 @@ class TestDaytonaOverFakeSessions(SandboxConformance):
     """Every command with a timeout above 0.5 s is a polled session command."""
 
     output_limit_bytes = LIMIT
-    exec_user = "nobody"
+    exec_user = _SECOND_USER
 
     @pytest.fixture
     def sandbox_backend(self, fake_client: FakeDaytona) -> DaytonaBackend:

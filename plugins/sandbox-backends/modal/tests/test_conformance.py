@@ -30,7 +30,8 @@ class TestModalOverFake(SandboxConformance):
     @pytest.fixture
     def sandbox_spec(self, tmp_path):
         if not _CAN_SWITCH_USER:
-            return SandboxSpec(workdir=str(tmp_path / "workdir"))
+            yield SandboxSpec(workdir=str(tmp_path / "workdir"))
+            return
         # pytest's tmp_path is private to root; `nobody` must be able to enter the workdir.
         parent = tempfile.mkdtemp(prefix="rllm-modal-conf-")
         os.chmod(parent, 0o755)
