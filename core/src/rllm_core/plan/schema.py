@@ -153,6 +153,22 @@ class AlgorithmSection(_Section):
     drop_zero_variance_groups: bool = Field(
         False, description="Leave out groups whose rewards are all equal (they carry no signal)."
     )
+    filter_groups: Literal["none", "zero-variance"] = Field(
+        "none",
+        description=(
+            "Dynamic sampling: `zero-variance` leaves out groups whose rewards are all equal and"
+            " rolls out more tasks until the step has `batch_size` groups whose rewards differ"
+            " (or `max_sample_batches` rounds ran); counted in `groups/*` metrics."
+        ),
+    )
+    max_sample_batches: int = Field(
+        3,
+        ge=1,
+        description=(
+            "With `filter_groups`: the most rollout rounds one step takes (its first batch"
+            " included); a step that runs out trains on the informative groups it has."
+        ),
+    )
     max_policy_age: int = Field(
         0,
         ge=0,
@@ -188,6 +204,12 @@ class AlgorithmSection(_Section):
     def _norm_length_needed(self) -> AlgorithmSection:
         if self.aggregation == "seq-mean-token-sum-norm" and self.norm_length is None:
             raise ValueError("aggregation 'seq-mean-token-sum-norm' needs norm_length")
+        if self.filter_groups == "zero-variance" and self.group_size < 2:
+            raise ValueError(
+                "filter_groups 'zero-variance' needs group_size >= 2: a group of one has no"
+                " variance, so every group would be filtered; raise group_size or set"
+                " filter_groups = 'none'"
+            )
         return self
 
 

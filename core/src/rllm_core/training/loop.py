@@ -81,8 +81,9 @@ from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import SampleBuffer
 from rllm_core.ports.training import BusyClock, LossRouting
-from rllm_core.rollout import RolloutRunner, TooManyFailedRollouts, check_failures
+from rllm_core.rollout import RolloutBatch, RolloutRunner, TooManyFailedRollouts, check_failures
 from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
+from rllm_core.rollout.dynamic import sample_informative
 from rllm_core.rollout.sessions import SessionKey
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -96,7 +97,7 @@ from rllm_core.training.shared import SharedRun
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.training.update import build_objective, update_policy
-from rllm_core.types import Datum, RunInfo, RunStatus, Sample
+from rllm_core.types import Datum, RunInfo, RunStatus, Sample, Task
 
 __all__ = ["ResumeError", "RunResult", "TrainingLoop"]
 
@@ -323,6 +324,7 @@ class TrainingLoop:
                     "failure",
                     {"step": state.step + 1, "reason": str(failure), "failure": failure.to_dict()},
                 )
+            self._groups_line(summary)
             self._write_summary(summary)
         except BaseException as exc:
             self._crashed(exc, state, started)
@@ -368,9 +370,8 @@ class TrainingLoop:
                 sync=False,
             )
         )
-        builder = DatumBuilder(
-            self.c.advantage, drop_zero_variance_groups=algorithm.drop_zero_variance_groups
-        )
+        drop = algorithm.drop_zero_variance_groups or algorithm.filter_groups != "none"
+        builder = DatumBuilder(self.c.advantage, drop_zero_variance_groups=drop)
         return self._rollouts.runner, builder
 
     def _run_info(self) -> RunInfo:
@@ -428,9 +429,19 @@ class TrainingLoop:
         step_start = time.monotonic()
         self._phase = "rollout"
         busy_before = self._sampler_busy()
-        self._rollout_task = asyncio.ensure_future(runner.run(batch_tasks, step=step))
+        self._rollout_task = asyncio.ensure_future(
+            sample_informative(
+                functools.partial(runner.run, step=step),
+                batch_tasks,
+                lambda k: [self.tasks[i] for i in data.take(k)],
+                batch_size=algorithm.batch_size,
+                filter_groups=algorithm.filter_groups,
+                max_sample_batches=algorithm.max_sample_batches,
+                check=functools.partial(self._check_failures, step),
+            )
+        )
         try:
-            batch = await self._rollout_task
+            sampled = await self._rollout_task
         except asyncio.CancelledError:
             if not self._stop:
                 raise
@@ -443,12 +454,7 @@ class TrainingLoop:
         sampler_busy_s = (
             busy_after - busy_before if busy_before is not None and busy_after is not None else None
         )
-        check_failures(
-            batch,
-            max_fraction=self.plan.rollout.max_failed_fraction,
-            context=f"step {step}",
-            tasks=batch_tasks,
-        )
+        batch = sampled.batch
         built = builder.build(batch.groups)
         datums = built.datums
         train, train_s = await self._train(
@@ -456,7 +462,7 @@ class TrainingLoop:
             why_none=f"step {step}: no datum to train on ({built.report.episodes} scored"
             f" episodes, {built.report.dropped_groups} zero-variance groups dropped)",
         )
-        episodes = [e for group in batch.groups for e in group]
+        episodes = sampled.episodes
         line = step_metrics(
             step=step,
             episodes=episodes,
@@ -471,12 +477,21 @@ class TrainingLoop:
             weight_version=self.c.trainer.weight_version,
             sampler_busy_s=sampler_busy_s,
         )
+        line |= sampled.metrics()
         self._record(line, [episode_record(step, e) for e in episodes], datums)
         state.step = step
         state.data = data
         state.rngs = capture_rngs()
         self._show(line)
         return True
+
+    def _check_failures(self, step: int, batch: RolloutBatch, tasks: list[Task]) -> None:
+        check_failures(
+            batch,
+            max_fraction=self.plan.rollout.max_failed_fraction,
+            context=f"step {step}",
+            tasks=tasks,
+        )
 
     async def _train(
         self, datums: Sequence[Datum], *, why_none: str
@@ -554,6 +569,8 @@ class TrainingLoop:
             queue=self._queue,
             on_ticket=self._on_ticket,
             on_start=self.display.step_started,
+            filter_groups=algorithm.filter_groups,
+            max_sample_batches=algorithm.max_sample_batches,
         )
         self._producer_task = asyncio.ensure_future(self._producer.run())
         self._step_ended = time.monotonic()
@@ -720,10 +737,21 @@ class TrainingLoop:
             )
         if line["resets"]:
             self.display.warn(f"step {step}: {line['resets']:.0f} cumulative-session resets")
-        if line["zero_variance_groups"]:
+
+    def _groups_line(self, summary: Mapping[str, Any]) -> None:
+        """One line at the end of the run on the groups that carried no signal (the per-step
+        counts are the ``zero_variance_groups`` and ``groups/*`` metrics)."""
+        flat, groups = summary["zero_variance_groups"], summary["groups"]
+        if self.plan.algorithm.filter_groups != "none":
+            sampled, filtered = summary["groups_sampled"], summary["groups_filtered"]
+            self.display.info(
+                f"dynamic sampling: {sampled:.0f} groups rolled out, {filtered:.0f} with equal"
+                " rewards left out (groups/* in metrics.jsonl)"
+            )
+        elif flat:
             self.display.warn(
-                f"step {step}: {line['zero_variance_groups']:.0f} of {line['groups']:.0f} groups"
-                " had equal rewards (no learning signal)"
+                f"{flat:.0f} of {groups:.0f} groups had equal rewards (no learning signal);"
+                ' [algorithm].filter_groups = "zero-variance" rolls out more tasks in their place'
             )
 
 

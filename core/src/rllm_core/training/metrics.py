@@ -8,6 +8,10 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
   their last retry, and retries taken.
 - ``datums``, ``groups``, ``zero_variance_groups``, ``dropped_groups``, ``steps_per_datum``,
   ``incomplete_chains`` and ``advantage/*`` from the datum builder's report.
+- ``groups/sampled``, ``groups/filtered``, ``groups/surplus``, ``groups/short`` and
+  ``groups/sample_batches``: what dynamic sampling (``[algorithm].filter_groups``,
+  :mod:`rllm_core.rollout.dynamic`) rolled out, left out and lacked, and in how many rounds
+  (without it: one round, every group sampled and kept).
 - ``resets``: lineages beyond the first per episode (each reset of a cumulative session starts
   a new lineage, so a new trajectory); ``resets/history_truncated``,
   ``resets/history_summarized`` and ``resets/history_edited``: model calls whose messages
@@ -250,6 +254,10 @@ def episode_version(episode: Episode) -> int:
 def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str, Any]:
     """Totals and first/last-``window`` reward means over a run's metrics lines.
 
+    ``groups`` and ``zero_variance_groups`` are the datum builder's counts summed;
+    ``groups_sampled`` and ``groups_filtered`` the dynamic sampling's (0 for lines without
+    them).
+
     ``sampler_utilization`` is the sampler's busy seconds over the rollout seconds of the steps
     that report them (``None`` when none does)."""
 
@@ -269,6 +277,10 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str
         "infra_failures": math.fsum(float(r["infra_failures"]) for r in rows),
         "tokens_sampled": math.fsum(float(r["tokens/sampled"]) for r in rows),
         "tokens_trained": math.fsum(float(r["tokens/trained"]) for r in rows),
+        "groups": math.fsum(float(r.get("groups", 0.0)) for r in rows),
+        "zero_variance_groups": math.fsum(float(r.get("zero_variance_groups", 0.0)) for r in rows),
+        "groups_sampled": math.fsum(float(r.get("groups/sampled", 0.0)) for r in rows),
+        "groups_filtered": math.fsum(float(r.get("groups/filtered", 0.0)) for r in rows),
         "rollout_s": math.fsum(float(r["time/rollout_s"]) for r in rows),
         "train_s": math.fsum(float(r["time/train_s"]) for r in rows),
         "sampler_utilization": busy_s / clocked_rollout_s if clocked_rollout_s > 0 else None,

@@ -5,7 +5,11 @@ takes the next ``batch_size`` tasks of the data order, runs their groups through
 runner under the session label ``step = r``, builds its datums, appends them to the sample
 buffer in one call and queues a :class:`Ticket` saying where they are. Batches roll out side
 by side as far as the bound allows, and are appended and queued in step order. Step ``r``
-trains on batch ``r``: tickets are consumed one per step, in order.
+trains on batch ``r``: tickets are consumed one per step, in order. With
+``[algorithm].filter_groups`` a batch rolls out more tasks until it has ``batch_size``
+informative groups (:mod:`rollout.dynamic <rllm_core.rollout.dynamic>`); those extra tasks are
+taken from the data order when needed, so batches that overlap interleave their takes, and a run
+resumed from batch ``r`` may see a few tasks again or skip them.
 
 The age bound: each step publishes ``mini_batches * epochs`` weight versions, so with
 ``max_policy_age = N`` the trainer can take samples up to ``lead = N // (mini_batches *
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -33,7 +38,8 @@ import msgspec
 
 from rllm_core.algorithms import DatumBuilder
 from rllm_core.ports import SampleBuffer
-from rllm_core.rollout import RolloutRunner, check_failures
+from rllm_core.rollout import RolloutBatch, RolloutRunner, check_failures
+from rllm_core.rollout.dynamic import sample_informative
 from rllm_core.training.metrics import episode_record, rollout_metrics
 from rllm_core.training.state import DataOrder
 from rllm_core.types import Sample, Task
@@ -190,6 +196,8 @@ class RolloutProducer:
         queue: TicketQueue,
         on_ticket: Callable[[Ticket], None],
         on_start: Callable[[int, int], None] = lambda step, rollouts: None,
+        filter_groups: str = "none",
+        max_sample_batches: int = 1,
     ) -> None:
         self.runner = runner
         self.builder = builder
@@ -204,6 +212,8 @@ class RolloutProducer:
         self.queue = queue
         self.on_ticket = on_ticket
         self.on_start = on_start
+        self.filter_groups = filter_groups
+        self.max_sample_batches = max_sample_batches
         self.waited_s = 0.0
         """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
         self._failed = False
@@ -288,15 +298,24 @@ class RolloutProducer:
         self, step: int, batch_tasks: list[Task], data: dict[str, Any]
     ) -> tuple[Ticket, list[Sample]]:
         self.on_start(step, len(batch_tasks) * self.runner.settings.group_size)
-        batch = await self.runner.run(batch_tasks, step=step)
-        check_failures(
-            batch,
-            max_fraction=self.max_failed_fraction,
-            context=f"step {step}",
-            tasks=batch_tasks,
+
+        def check(batch: RolloutBatch, tasks: list[Task]) -> None:
+            check_failures(
+                batch, max_fraction=self.max_failed_fraction, context=f"step {step}", tasks=tasks
+            )
+
+        sampled = await sample_informative(
+            functools.partial(self.runner.run, step=step),
+            batch_tasks,
+            lambda k: [self.tasks[i] for i in self.data.take(k)],
+            batch_size=self.batch_size,
+            filter_groups=self.filter_groups,
+            max_sample_batches=self.max_sample_batches,
+            check=check,
         )
+        batch = sampled.batch
         built = self.builder.build(batch.groups)
-        episodes = [e for group in batch.groups for e in group]
+        episodes = sampled.episodes
         ticket = Ticket(
             step=step,
             first=-1,
@@ -309,7 +328,8 @@ class RolloutProducer:
                 retries=batch.retries,
                 report=built.report.metrics(),
                 rollout_s=batch.wall_s,
-            ),
+            )
+            | sampled.metrics(),
             episodes=[episode_record(step, e) for e in episodes],
         )
         return ticket, group_versions(built.samples)
