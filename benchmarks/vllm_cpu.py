@@ -40,9 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,12 +49,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from _runs import QUICKSTART, ROOT, quickstart_command, run_quickstart
 from _tables import right_aligned
 
-ROOT = Path(__file__).resolve().parents[1]
-PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
 TASKS = ROOT / "examples" / "tasks" / "arithmetic.jsonl"
-RLLM = ROOT / ".venv" / "bin" / "rllm-core"
 SYSTEM_PROMPT = "Answer with the number only."
 SERVED_MODEL = "base"
 LORA_RANK = 16
@@ -70,61 +66,18 @@ def run_command(
     out: Path, label: str, steps: int, mode: str, full_lr: float, url: str | None
 ) -> list[str]:
     """The ``rllm-core run`` command of one run; ``url`` set: with the vLLM sampler."""
-    command = [str(RLLM), "run", str(PLAN), "--plain"]
-    command += ["--set", f"run.output_dir={out / label / 'runs'}", "--set", f"run.steps={steps}"]
+    settings = []
     if mode == "full":
-        command += ["--set", "trainer.lora={rank=0}", "--set", f"trainer.learning_rate={full_lr}"]
+        settings += ["trainer.lora={rank=0}", f"trainer.learning_rate={full_lr}"]
     if url is not None:
         weights = out / label / "weights"
-        for key, value in (
-            ("name", '"vllm"'),
-            ("urls", f'["{url}"]'),
-            ("model", f'"{SERVED_MODEL}"'),
-            ("weights_dir", f'"{weights}"'),
-        ):
-            command += ["--set", f"sampler.{key}={value}"]
-    return command
-
-
-def figures_of(run_dir: Path, wall_s: float) -> dict[str, Any]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    rewards = [float(r["reward/mean"]) for r in rows]
-    rollout = [float(r["time/rollout_s"]) for r in rows]
-    tokens = [float(r["tokens/sampled"]) for r in rows]
-    steady_s = sum(rollout[1:])
-    return {
-        "run_dir": str(run_dir),
-        "steps": len(rows),
-        "wall_s": wall_s,
-        "first5_reward": sum(rewards[:5]) / len(rewards[:5]),
-        "last5_reward": sum(rewards[-5:]) / len(rewards[-5:]),
-        "rewards": rewards,
-        "rollout_s_per_step": sum(rollout) / len(rollout),
-        "rollout_s_by_step": rollout,
-        "tokens_sampled": sum(tokens),
-        "sampled_tokens_per_s": sum(tokens) / sum(rollout) if sum(rollout) else None,
-        "steady_sampled_tokens_per_s": sum(tokens[1:]) / steady_s if steady_s else None,
-    }
-
-
-def train(command: list[str], runs: Path) -> dict[str, Any]:
-    started = time.monotonic()
-    result = subprocess.run(
-        command,
-        cwd=ROOT,
-        env=dict(os.environ, COLUMNS="200"),
-        capture_output=True,
-        text=True,
-    )
-    wall_s = time.monotonic() - started
-    if result.returncode != 0:
-        raise SystemExit(
-            f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-4000:]}"
-        )
-    found = sorted(runs.glob("quickstart-*"))
-    if len(found) != 1:
-        raise SystemExit(f"expected one run folder under {runs}, found {found}")
-    return figures_of(found[0], wall_s)
+        settings += [
+            'sampler.name="vllm"',
+            f'sampler.urls=["{url}"]',
+            f'sampler.model="{SERVED_MODEL}"',
+            f'sampler.weights_dir="{weights}"',
+        ]
+    return quickstart_command(out / label / "runs", steps, *settings)
 
 
 def prompts(model_dir: Path, count: int) -> list[list[int]]:
@@ -196,13 +149,13 @@ def mode_figures(mode: str, out: Path, steps: int, full_lr: float, rounds: int) 
     model_dir = smollm2_model_dir()
     torch_label, vllm_label = f"{mode}-torch", f"{mode}-vllm"
     figures: dict[str, Any] = {
-        "torch": train(
+        "torch": run_quickstart(
             run_command(out, torch_label, steps, mode, full_lr, None),
             out / torch_label / "runs",
         )
     }
     with start_real_vllm(model_dir, **server_settings(mode)) as server:
-        figures["vllm"] = train(
+        figures["vllm"] = run_quickstart(
             run_command(out, vllm_label, steps, mode, full_lr, server.url),
             out / vllm_label / "runs",
         )
@@ -328,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return 0
     figures: dict[str, Any] = {
-        "plan": str(PLAN.relative_to(ROOT)),
+        "plan": str(QUICKSTART.relative_to(ROOT)),
         "steps": args.steps,
         "full_lr": args.full_lr,
         "direct_rounds": args.direct_rounds,

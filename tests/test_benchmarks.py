@@ -290,3 +290,27 @@ def test_vllm_cpu_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Pa
     assert sum("sampler.name=" in line for line in commands) == 2
     assert sum("trainer.lora=" in line for line in commands) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_filter_groups_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
+    script = str(BENCHMARKS / "filter_groups.py")
+    result = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--steps", "--max-sample-batches", "--dry-run", "--output-dir"):
+        assert option in result.stdout
+    result = subprocess.run(
+        [sys.executable, script, "--dry-run", "--steps", "3", "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    commands = result.stdout.splitlines()
+    assert len(commands) == 2
+    assert all("run.steps=3" in line and "rllm-core run" in line for line in commands)
+    assert 'algorithm.filter_groups="none"' in commands[0]
+    assert 'algorithm.filter_groups="zero-variance"' in commands[1]
+    assert "algorithm.max_sample_batches=3" in commands[1]
+    assert list(tmp_path.iterdir()) == []
