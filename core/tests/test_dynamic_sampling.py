@@ -196,7 +196,7 @@ def test_a_check_that_raises_ends_the_step():
 
 
 def test_plan_check_refuses_filtering_groups_of_one():
-    with pytest.raises(PlanError, match="filter_groups.*group_size >= 2"):
+    with pytest.raises(PlanError, match=r"filter_groups.*group_size >= 2"):
         parse_plan(
             {"algorithm": {"group_size": 1, "filter_groups": "zero-variance"}}, path=PLAN_PATH
         )

@@ -8,10 +8,11 @@ rewards differ) it rolls out more tasks, taken from the run's data order, up to
 ``max_sample_batches`` rounds in all. Each extra round asks for the missing groups divided by the
 share of informative groups seen so far in this step (all of ``batch_size`` when none was),
 never more than ``batch_size``; a task the step already rolled out (the data order wrapped into
-its next epoch) is skipped, and a round left with none ends the sampling. The first ``batch_size`` informative groups, in sampling order,
-are trained; the zero-variance groups are left out (``groups/filtered``) and informative ones
-beyond ``batch_size`` too (``groups/surplus``). A step whose rounds run out trains on the
-informative groups it has (``groups/short`` is how many it lacked).
+its next epoch) is skipped, and a round left with none ends the sampling. The first
+``batch_size`` informative groups, in sampling order, are trained; the zero-variance groups
+are left out (``groups/filtered``) and informative ones beyond ``batch_size`` too
+(``groups/surplus``). A step whose rounds run out trains on the informative groups it has
+(``groups/short`` is how many it lacked).
 
 :func:`sample_informative` is used by both pipelines (``sync`` in the training loop, ``async``
 in the rollout producer); ``filter_groups = "none"`` is one round, every group kept.
