@@ -17,7 +17,7 @@ from rllm_core.ports import PolicyFollower, Sampler, WorkerPool
 from rllm_core.routing import routed
 from rllm_core.testing.fakevllm import FakeVllmServer, Served
 from rllm_core.types import ExportedWeights, SampleRequest, SamplingParams
-from rllm_sampler_vllm.follower import VllmSampler
+from rllm_sampler_vllm.follower import VllmSampler, _Unreachable
 
 PROMPT = [101, 7, 8, 9]
 PARAMS = SamplingParams(max_tokens=8, stop_token_ids=(2,))
@@ -274,6 +274,49 @@ def test_a_server_that_was_down_is_restored_when_it_comes_back(servers, tmp_path
     assert down == [True, False]
     assert restores == 1
     assert fakes[1].loaded() == ["policy-v2"]
+    assert {r.weight_version for r in results} == {2}
+    assert fakes[1].completions and all(s.model == "policy-v2" for s in fakes[1].completions)
+
+
+def test_a_restore_that_overlaps_an_update_gives_the_worker_the_newer_version(servers, tmp_path):
+    fakes = servers(2)
+    release = asyncio.Event()
+
+    async def main():
+        sampler = sampler_for(fakes, tmp_path, health_interval_s=0)
+        load = sampler._load
+        restoring_v1 = asyncio.Event()
+
+        async def gated(worker, name, path):
+            if worker.url == fakes[1].url and not release.is_set():
+                if name == "policy-v1":
+                    restoring_v1.set()
+                    await release.wait()
+                elif name == "policy-v2":
+                    raise _Unreachable(f"{worker.url} is down")
+            return await load(worker, name, path)
+
+        try:
+            await sampler.update_weights(export(tmp_path, 1))
+            fakes[1].restart(down_s=0.0, refuse=False)
+            sampler._mark_down(sampler._workers[1], "it restarted")
+            sampler._load = gated
+            # The health check's restore reads version 1; version 2 lands (missing the worker,
+            # still down) before the restore ends.
+            checking = asyncio.ensure_future(sampler.check_health())
+            await restoring_v1.wait()
+            await sampler.update_weights(export(tmp_path, 2))
+            release.set()
+            await checking
+            restored = fakes[1].loaded()
+            results = [await sample(sampler, f"k{i}") for i in range(6)]
+            return restored, results, sampler.restores()
+        finally:
+            await sampler.aclose()
+
+    restored, results, restores = asyncio.run(main())
+    assert restored == ["policy-v1", "policy-v2"]
+    assert restores == 1
     assert {r.weight_version for r in results} == {2}
     assert fakes[1].completions and all(s.model == "policy-v2" for s in fakes[1].completions)
 

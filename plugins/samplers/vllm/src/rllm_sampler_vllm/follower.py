@@ -249,14 +249,17 @@ class VllmSampler(HttpWorkerPool):
         return self._current is not None
 
     async def restore(self, url: str) -> None:
-        current = self._current
-        if current is None:
-            return
+        """Give ``url`` the current weights. An update that lands while this runs may have
+        missed the worker (it was down), so the restore repeats until it gave the version that
+        is current when it ends."""
         worker = next(w for w in self._workers if w.url == url)
-        if current.kind == "lora":
-            await self._load(worker, self.adapter_name(current.version), current.path)
-        else:
-            await self._reload(worker, current)
+        given: ExportedWeights | None = None
+        while (current := self._current) is not None and current is not given:
+            if current.kind == "lora":
+                await self._load(worker, self.adapter_name(current.version), current.path)
+            else:
+                await self._reload(worker, current)
+            given = current
 
     async def _probe(self, worker: _Worker) -> str | None:
         """The pool's health probe; with full weights also ``GET /weight_info``, which tells a
