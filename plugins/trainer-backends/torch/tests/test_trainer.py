@@ -109,6 +109,22 @@ def test_micro_batches_are_trimmed_to_their_longest_row():
     assert parts[2].action_mask[0].tolist() == [float(m) for m in datums[4].action_mask]
 
 
+def test_a_token_budget_ends_micro_batches_early_and_sends_a_longer_row_alone():
+    batch = collate(make_datums(lengths=(3, 2, 6, 4, 5, 2)), vocab_size=VOCAB, max_length=None)
+    parts = list(batch.micro_batches(4, max_tokens=5))
+    assert [tuple(part.token_ids.shape) for part in parts] == [
+        (1, 3),
+        (1, 2),
+        (1, 6),
+        (1, 4),
+        (1, 5),
+        (1, 2),
+    ]
+    parts = list(batch.micro_batches(4, max_tokens=12))
+    assert [tuple(part.token_ids.shape) for part in parts] == [(2, 3), (2, 6), (2, 5)]
+    assert sum(part.size for part in parts) == batch.size
+
+
 @pytest.mark.parametrize(
     ("datum", "message"),
     [
@@ -304,17 +320,22 @@ def test_model_trains_in_train_mode_and_rests_in_eval_mode(tiny_model_dir):
 def test_gradient_does_not_depend_on_the_micro_batch_size(tiny_model_dir, aggregation, with_echo):
     datums = make_datums(lengths=(7, 4, 9, 5, 6, 3))
     aux = [(Echo(EchoConfig()), 0.3)] if with_echo else []
+    splits = {
+        "one": dict(micro_batch_size=1),
+        "two": dict(micro_batch_size=2),
+        "all": dict(micro_batch_size=6),
+        "token budget": dict(micro_batch_size=6, micro_batch_tokens=16),
+    }
     results = {}
-    for size in (1, 2, 6):
-        trainer = backend(tiny_model_dir, micro_batch_size=size)
+    for name, split in splits.items():
+        trainer = backend(tiny_model_dir, **split)
         metrics = trainer.forward_backward(
             datums, Objective.of(REINFORCE, aux, aggregation=aggregation)
         )
-        results[size] = (grads(trainer), metrics)
-    reference, reference_metrics = results[6]
+        results[name] = (grads(trainer), metrics)
+    reference, reference_metrics = results.pop("all")
     assert len(reference) == len(backend(tiny_model_dir).trainable_parameters)
-    for size in (1, 2):
-        got, metrics = results[size]
+    for got, metrics in results.values():
         for name, grad in reference.items():
             torch.testing.assert_close(got[name], grad, atol=1e-6, rtol=1e-5, msg=name)
         assert metrics["loss"] == pytest.approx(reference_metrics["loss"], abs=1e-6)

@@ -8,7 +8,7 @@ import inspect
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -186,12 +186,13 @@ class TorchBackend:
     def forward_backward(self, datums: Sequence[Datum], objective: Objective) -> dict[str, float]:
         """Add the gradient of ``objective`` over ``datums`` to the parameters.
 
-        The datums are right-padded, split into micro-batches of ``micro_batch_size`` and run
-        in train mode; the objective's normalizers count every datum of this call (see
-        :class:`~rllm_core.algorithms.objective.Objective`). Returns the objective's metrics
-        plus the counts ``tokens`` and ``sequences``. Invalid datums raise ``ValueError``
-        before anything runs; a failure during the forward or backward pass clears every
-        accumulated gradient, those of earlier calls included, and re-raises.
+        The datums are right-padded, split into micro-batches of ``micro_batch_size`` (and at
+        most ``micro_batch_tokens``) and run in train mode; the objective's normalizers count
+        every datum of this call (see :class:`~rllm_core.algorithms.objective.Objective`).
+        Returns the objective's metrics plus the counts ``tokens`` and ``sequences``. Invalid
+        datums raise ``ValueError`` before anything runs; a failure during the forward or
+        backward pass clears every accumulated gradient, those of earlier calls included, and
+        re-raises.
         """
         self._check_open()
         return self._run("forward_backward", list(datums), objective)
@@ -212,7 +213,7 @@ class TorchBackend:
         with self.gate.exclusive():
             self.model.train()
             try:
-                for micro in batch.micro_batches(self.config.micro_batch_size):
+                for micro in self._micro_batches(batch):
                     self._micro_step(micro, step)
             except BaseException:
                 self.optimizer.zero_grad(set_to_none=True)
@@ -221,6 +222,9 @@ class TorchBackend:
             finally:
                 self.model.eval()
             self._pending = True
+
+    def _micro_batches(self, batch: Collated) -> Iterator[Collated]:
+        return batch.micro_batches(self.config.micro_batch_size, self.config.micro_batch_tokens)
 
     def _micro_step(self, micro: Collated, step: ObjectiveStep) -> None:
         logprobs = self._micro_logprobs(micro, self.model)
@@ -254,7 +258,7 @@ class TorchBackend:
         wrappers average them, so each loss is scaled by the world size to sum them. A loss
         that fails on one rank becomes a zero-loss pass there, so no rank waits forever; the
         failure is then raised on every rank, with the gradients cleared."""
-        micros = list(batch.micro_batches(self.config.micro_batch_size))
+        micros = list(self._micro_batches(batch))
         mine = [micros[index] for index in share(len(micros), group.world_size, group.rank)]
         rounds = -(-len(micros) // group.world_size)
         filler = next(batch.micro_batches(1))
@@ -302,7 +306,7 @@ class TorchBackend:
 
     def _compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
         batch = collate(datums, vocab_size=self._vocab_size, max_length=self._context_length)
-        micros = list(batch.micro_batches(self.config.micro_batch_size))
+        micros = list(self._micro_batches(batch))
         rounds = len(micros)
         group = self._group
         if group is not None:

@@ -42,12 +42,23 @@ class Collated:
     def size(self) -> int:
         return int(self.token_ids.shape[0])
 
-    def micro_batches(self, size: int) -> Iterator[Collated]:
-        """Consecutive slices of ``size`` rows (the last may be shorter), each trimmed to its own
-        longest row so a short micro-batch does not pay for a long one's padding."""
-        for start in range(0, self.size, size):
-            rows = slice(start, start + size)
-            width = int(self.lengths[rows].max())
+    def micro_batches(self, size: int, max_tokens: int | None = None) -> Iterator[Collated]:
+        """Consecutive slices of at most ``size`` rows, each trimmed to its own longest row so a
+        short micro-batch does not pay for a long one's padding. With ``max_tokens``, a slice
+        also ends before the row that would take its rows times its width past that many
+        tokens (a row longer than ``max_tokens`` is a slice of its own): the memory of a
+        forward pass grows with those tokens, so long sequences go fewer at a time."""
+        lengths = self.lengths.tolist()
+        start = 0
+        while start < self.size:
+            end, width = start + 1, lengths[start]
+            while end < min(self.size, start + size):
+                wider = max(width, lengths[end])
+                if max_tokens is not None and wider * (end - start + 1) > max_tokens:
+                    break
+                end, width = end + 1, wider
+            rows = slice(start, end)
+            start = end
             yield Collated(
                 token_ids=self.token_ids[rows, :width],
                 rollout_logprobs=self.rollout_logprobs[rows, :width],

@@ -151,6 +151,16 @@ class TorchBackendConfig(_Config, AdamWSettings):
             " this size; the gradient does not depend on it, only speed and memory do."
         ),
     )
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Most tokens (sequences times the longest one's length) in one forward pass: a"
+            " micro-batch ends early rather than pass this, and a longer sequence goes alone."
+            " Long multi-turn episodes need it, as a forward pass's memory grows with its"
+            " tokens; the gradient does not depend on it."
+        ),
+    )
     gradient_checkpointing: bool = Field(
         False,
         description=(
