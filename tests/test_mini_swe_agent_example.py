@@ -6,14 +6,22 @@ random Llama over SmolLM2's tokenizer trains, and the rollouts sample from a fak
 rollouts, one solves the shipped ``hello-file`` task in a real bubblewrap sandbox and submits,
 the other submits at once; so the group has rewards 1 and 0, and both episodes train as one
 datum each.
+
+Stopped by Ctrl-C while that step trains (made long with many epochs), the run ends within
+30 s, and within 5 s of a second Ctrl-C.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +115,73 @@ def test_one_step_of_the_example_trains_a_solved_and_an_unsolved_episode(model_d
     datums = read_jsonl(run_dir / "datums.jsonl")
     assert sorted(d["episode_id"] for d in datums) == sorted(e["episode_id"] for e in episodes)
     assert len(server.completions) == 3
+
+
+def start_stoppable(model_dir: Path, server: FakeVllmServer, cwd: Path) -> subprocess.Popen[str]:
+    """The example as above with a step whose training takes minutes: 2000 epochs, each an
+    optimizer step and a weight sync."""
+    args = overrides(
+        "run.steps=1",
+        "run.save_every=0",
+        "algorithm.batch_size=1",
+        "algorithm.group_size=2",
+        "algorithm.epochs=2000",
+        "sampling.max_tokens=64",
+        f'trainer.model="{model_dir}"',
+        'sampler.name="vllm"',
+        f'sampler.urls=["{server.url}"]',
+        f'sampler.weights_dir="{cwd / "weights"}"',
+        f'tasks.path="{TASK}"',
+    )
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rllm_core.cli", "run", str(PLAN), "--plain", *args],
+        cwd=cwd,
+        env=dict(os.environ, COLUMNS="200"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_training(server: FakeVllmServer, run: subprocess.Popen[str]) -> None:
+    """Until the rollouts' three completions were served and training has begun (the fake
+    server was given the policy of a first optimizer step)."""
+    deadline = time.monotonic() + 180
+    while len(server.completions) < 3 or not any(n.endswith("-v1") for n in server.loaded()):
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the step's training did not begin within 180 s"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
+def test_ctrl_c_while_the_agent_step_trains_stops_the_run_with_its_summary(
+    model_dir, tmp_path, signals
+):
+    testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
+    testing.require_bubblewrap("run this plan")
+    with FakeVllmServer(reply=agent_replies(model_dir)) as server:
+        run = start_stoppable(model_dir, server, tmp_path)
+        try:
+            wait_for_training(server, run)
+            run.send_signal(signal.SIGINT)
+            if signals == 2:
+                time.sleep(0.2)
+                run.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            out, err = run.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            run.kill()
+    assert run.returncode == 130, err[-3000:]
+    assert took <= (5.0 if signals == 2 else 30.0), (took, err[-3000:])
+    run_dir = tmp_path / out.splitlines()[0].removeprefix("run folder: ")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["last_step"]) == ("interrupted", 0)
+    # The step was not recorded, and the weights its epochs moved were not saved.
+    assert not (run_dir / "metrics.jsonl").is_file() or not read_jsonl(run_dir / "metrics.jsonl")
+    assert not (run_dir / "checkpoints").is_dir() or not any((run_dir / "checkpoints").iterdir())
+    if signals == 1:
+        assert "step 1: training interrupted; the step is not recorded" in out
+    else:
+        assert "second signal: exiting within 5 s" in out

@@ -38,6 +38,7 @@ __all__ = [
     "TaskFormatError",
     "TaskProblem",
     "TaskSetupError",
+    "TrainingInterrupted",
     "UnknownComponentError",
     "UpstreamError",
     "UpstreamRejectedError",
@@ -370,6 +371,14 @@ class StaleIncarnationError(CutError):
         super().__init__(message)
         self.incarnation = incarnation
         self.current = current
+
+
+# ---------------------------------------------------------------- training
+
+
+class TrainingInterrupted(RllmError):
+    """A trainer call stopped early because :meth:`~rllm_core.ports.Interruptible.interrupt`
+    asked it to; the call left no pending gradient behind."""
 
 
 # ---------------------------------------------------------------- trainer scheduler

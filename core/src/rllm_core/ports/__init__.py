@@ -27,6 +27,7 @@ from rllm_core.ports.scheduling import (
 from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
 from rllm_core.ports.training import (
     BusyClock,
+    Interruptible,
     LogprobScorer,
     LossRouting,
     NumericsReport,
@@ -47,6 +48,7 @@ __all__ = [
     "Aggregate",
     "BusyClock",
     "Harness",
+    "Interruptible",
     "Logger",
     "LogprobScorer",
     "Loss",

@@ -250,6 +250,30 @@ class WeightReleaser(Protocol):
 
 
 @runtime_checkable
+class Interruptible(Protocol):
+    """What a trainer backend may also offer: a long call stopped early, so that a run told to
+    stop does not first finish minutes of training.
+
+    Contract:
+
+    - ``interrupt()`` may be called from any thread and returns at once. A ``forward_backward``
+      or ``compute_logprobs`` running on another thread then stops at its next safe point
+      (between two forward passes, so within one micro-batch's time) and raises
+      :class:`~rllm_core.errors.TrainingInterrupted`; one that starts while the request is
+      pending raises it before any forward pass. Either way the request is used up.
+    - An interrupted ``forward_backward`` leaves no pending gradient (those of earlier calls
+      are cleared too, as after a failed call); weights, optimizer state and
+      ``weight_version`` are as before the call. ``optim_step`` and the other calls are not
+      interrupted, and a request made while none of the two calls runs waits for the next.
+    - ``rllm-core run`` calls it on SIGINT / SIGTERM while a step trains; the step is then
+      not recorded and, when the step had already moved the weights (``mini_batches`` or
+      ``epochs`` above 1), no checkpoint is written for it.
+    """
+
+    def interrupt(self) -> None: ...
+
+
+@runtime_checkable
 class NumericsReport(Protocol):
     """What a component may also offer: the conditions its numbers depend on.
 

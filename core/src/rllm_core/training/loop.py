@@ -67,20 +67,23 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import os
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rllm_core.algorithms import DatumBuilder
 from rllm_core.algorithms.objective import Objective
+from rllm_core.errors import TrainingInterrupted
 from rllm_core.kit.native_losses import LossRoute, NativeLossError
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import SampleBuffer
-from rllm_core.ports.training import BusyClock, LossRouting
+from rllm_core.ports.training import BusyClock, Interruptible, LossRouting
 from rllm_core.rollout import RolloutBatch, RolloutRunner, TooManyFailedRollouts, check_failures
 from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
 from rllm_core.rollout.dynamic import sample_informative
@@ -99,7 +102,10 @@ from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore
 from rllm_core.training.update import build_objective, update_policy
 from rllm_core.types import Datum, RunInfo, RunStatus, Sample, Task
 
-__all__ = ["ResumeError", "RunResult", "TrainingLoop"]
+__all__ = ["FORCE_EXIT_S", "ResumeError", "RunResult", "TrainingLoop"]
+
+FORCE_EXIT_S = 5.0
+"""Seconds between a second SIGINT / SIGTERM and the end of the process, cleanup or not."""
 
 
 class ResumeError(Exception):
@@ -153,6 +159,10 @@ class TrainingLoop:
         self._phase = "idle"
         self._rollout_task: asyncio.Task[Any] | None = None
         self._stop = False
+        self._torn_step: int | None = None
+        self._force_timer: threading.Timer | None = None
+        self._signals: StopSignals | None = None
+        self._ending: tuple[LoopState, float] | None = None
         self._trainer_executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._rollouts: RolloutContext | None = None
         self._asynchronous = resolved.plan.run.pipeline == "async"
@@ -247,22 +257,58 @@ class TrainingLoop:
 
     # ------------------------------------------------------------------ signals
 
+    interrupts_training: ClassVar[bool] = True
+    """Whether a signal stops a step's training midway (:class:`Interruptible` trainers);
+    a role whose steps must end whole says no."""
+
     def _on_stop(self) -> None:
         self._stop = True
-        self.display.warn("stopping: finishing the current step's cleanup")
+        self.display.warn("stopping: cancelling the step in flight, then cleaning up")
         if self._phase == "rollout" and self._rollout_task is not None:
             self._rollout_task.cancel()
+        if self._phase == "train":
+            self._interrupt_training()
         if self._producer_task is not None:
             self._producer_task.cancel()
         if self._wait_task is not None:
             self._wait_task.cancel()
 
     def _on_force(self) -> None:
-        self.display.warn("second signal: stopping as soon as the cleanup allows")
+        """A second signal: what the first asked for, then the process ends within
+        ``FORCE_EXIT_S`` however far the cleanup got, with ``summary.json`` written."""
+        self.display.warn(f"second signal: exiting within {FORCE_EXIT_S:.0f} s")
+        self._stop = True
         if self._rollout_task is not None:
             self._rollout_task.cancel()
         if self._producer_task is not None:
             self._producer_task.cancel()
+        self._interrupt_training()
+        if self._force_timer is None:
+            self._force_timer = threading.Timer(FORCE_EXIT_S, self._force_exit)
+            self._force_timer.daemon = True
+            self._force_timer.start()
+
+    def _interrupt_training(self) -> None:
+        trainer = self.c.trainer
+        if self.interrupts_training and isinstance(trainer, Interruptible):
+            trainer.interrupt()
+
+    def _force_exit(self) -> None:
+        """The watchdog a second signal starts: the summary of what finished, then exit."""
+        code = self._signals.exit_code if self._signals is not None else 130
+        if self._ending is not None:
+            state, started = self._ending
+            with contextlib.suppress(Exception):
+                summary = self._summary("interrupted", state, started)
+                summary["reason"] = f"exited {FORCE_EXIT_S:.0f} s after a second signal"
+                write_json(self.folder.summary, summary)
+        print(
+            f"rllm-core: exited {FORCE_EXIT_S:.0f} s after a second signal; the cleanup had"
+            " not finished",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(code)
 
     # ------------------------------------------------------------------ run
 
@@ -280,15 +326,19 @@ class TrainingLoop:
         status, exit_code = "finished", 0
         failure: TooManyFailedRollouts | None = None
         started = time.monotonic()
+        self._ending = (state, started)
         self.observers.run_start(self._run_info())
         try:
-            try:
-                await self._route_loss()
-                policy = self._policy_sync()
-                if policy is not None:
-                    await policy()
-                with StopSignals(self._on_stop, self._on_force) as signals:
-                    if self._asynchronous:
+            # The handlers stay through the cleanup, so that a second signal there still
+            # ends the run with its summary.
+            with StopSignals(self._on_stop, self._on_force) as signals:
+                self._signals = signals
+                try:
+                    await self._route_loss()
+                    policy = self._policy_sync()
+                    if policy is not None:
+                        await policy()
+                    if self._asynchronous and not self._stop:
                         self._start_producer(state, runner, builder)
                     take_step = self._async_step if self._asynchronous else self._step
                     while state.step < self.plan.run.steps and not self._stop:
@@ -303,33 +353,52 @@ class TrainingLoop:
                         if every and state.step % every == 0:
                             self._checkpoint(state)
                             saved_step = state.step
-                    if signals.received is not None:
-                        status, exit_code = "interrupted", signals.exit_code
-                    elif failure is not None:
-                        status, exit_code = "failed", 1
-            finally:
-                await self._stop_producer()
-                await rollouts.aclose()
-                if self._trainer_executor is not None:
-                    self._trainer_executor.shutdown(wait=True)
-                    self._trainer_executor = None
-            if state.step > 0 and saved_step != state.step:
-                path = self._checkpoint(state)
-                self.display.info(f"checkpoint: {path}")
-            summary = self._summary(status, state, started)
-            if failure is not None:
-                summary["reason"] = str(failure)
-                summary["failure"] = failure.to_dict()
-                self.observers.event(
-                    "failure",
-                    {"step": state.step + 1, "reason": str(failure), "failure": failure.to_dict()},
-                )
-            self._groups_line(summary)
-            self._write_summary(summary)
+                finally:
+                    await self._stop_producer()
+                    await rollouts.aclose()
+                    if self._trainer_executor is not None:
+                        self._trainer_executor.shutdown(wait=True)
+                        self._trainer_executor = None
+                if signals.received is not None:
+                    status, exit_code = "interrupted", signals.exit_code
+                elif failure is not None:
+                    status, exit_code = "failed", 1
+                if state.step > 0 and saved_step != state.step:
+                    self._final_checkpoint(state)
+                summary = self._summary(status, state, started)
+                if failure is not None:
+                    summary["reason"] = str(failure)
+                    summary["failure"] = failure.to_dict()
+                    self.observers.event(
+                        "failure",
+                        {
+                            "step": state.step + 1,
+                            "reason": str(failure),
+                            "failure": failure.to_dict(),
+                        },
+                    )
+                self._groups_line(summary)
+                self._write_summary(summary)
         except BaseException as exc:
             self._crashed(exc, state, started)
             raise
+        finally:
+            if self._force_timer is not None:
+                self._force_timer.cancel()
         return self._ended(status, exit_code, state.step, summary, failure)
+
+    def _final_checkpoint(self, state: LoopState) -> None:
+        """The checkpoint of the last finished step, unless an interrupted step had moved the
+        weights past it already."""
+        if self._torn_step is not None:
+            self.display.warn(
+                f"step {self._torn_step} was interrupted after it had changed the weights: no"
+                f" checkpoint of step {state.step} written now; resume starts from the last"
+                " saved one"
+            )
+            return
+        path = self._checkpoint(state)
+        self.display.info(f"checkpoint: {path}")
 
     def _write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.folder.summary, summary)
@@ -457,11 +526,16 @@ class TrainingLoop:
         batch = sampled.batch
         built = builder.build(batch.groups)
         datums = built.datums
-        train, train_s = await self._train(
-            datums,
-            why_none=f"step {step}: no datum to train on ({built.report.episodes} scored"
-            f" episodes, {built.report.dropped_groups} zero-variance groups dropped)",
-        )
+        try:
+            train, train_s = await self._train(
+                datums,
+                step=step,
+                why_none=f"step {step}: no datum to train on ({built.report.episodes} scored"
+                f" episodes, {built.report.dropped_groups} zero-variance groups dropped)",
+            )
+        except TrainingInterrupted:
+            self.display.warn(f"step {step}: training interrupted; the step is not recorded")
+            return False
         episodes = sampled.episodes
         line = step_metrics(
             step=step,
@@ -494,25 +568,34 @@ class TrainingLoop:
         )
 
     async def _train(
-        self, datums: Sequence[Datum], *, why_none: str
+        self, datums: Sequence[Datum], *, step: int, why_none: str
     ) -> tuple[dict[str, float], float]:
-        """Update the policy on ``datums`` (the update's metrics and seconds); without datums,
-        warn ``why_none`` and leave the optimizer alone."""
+        """Update the policy on ``datums`` for ``step`` (the update's metrics and seconds);
+        without datums, warn ``why_none`` and leave the optimizer alone. Raises
+        :class:`TrainingInterrupted` when a signal stopped the update midway."""
         algorithm = self.plan.algorithm
         began = time.monotonic()
         if not datums:
             self.display.warn(f"{why_none}; the optimizer did not step")
             return {}, 0.0
         await self._route_loss()
-        train = await update_policy(
-            self.c.trainer,
-            datums,
-            self._objective(),
-            epochs=algorithm.epochs,
-            mini_batches=algorithm.mini_batches,
-            call=self._on_trainer_thread,
-            after_step=self._policy_sync(),
-        )
+        version = self.c.trainer.weight_version
+        try:
+            train = await update_policy(
+                self.c.trainer,
+                datums,
+                self._objective(),
+                epochs=algorithm.epochs,
+                mini_batches=algorithm.mini_batches,
+                call=self._on_trainer_thread,
+                after_step=self._policy_sync(),
+            )
+        except TrainingInterrupted:
+            if not self._stop:
+                raise
+            if self.c.trainer.weight_version != version:
+                self._torn_step = step
+            raise
         return train, time.monotonic() - began
 
     def _record(
@@ -619,11 +702,17 @@ class TrainingLoop:
         stale_groups = {s.group_id for s in samples} - {s.group_id for s in fresh}
         datums = [s.datum for s in fresh]
         ages = [version - s.weight_version for s in fresh]
-        train, train_s = await self._train(
-            datums,
-            why_none=f"step {step}: no datum to train on ({ticket.rollout['episodes']:.0f}"
-            f" scored episodes, {len(stale_groups)} groups older than max_policy_age dropped)",
-        )
+        try:
+            train, train_s = await self._train(
+                datums,
+                step=step,
+                why_none=f"step {step}: no datum to train on ({ticket.rollout['episodes']:.0f}"
+                f" scored episodes, {len(stale_groups)} groups older than max_policy_age"
+                " dropped)",
+            )
+        except TrainingInterrupted:
+            self.display.warn(f"step {step}: training interrupted; the step is not recorded")
+            return False
         if watermark > self.buffer.committed():
             await asyncio.to_thread(self.buffer.commit, watermark)
         now = time.monotonic()

@@ -178,6 +178,8 @@ class TrainerRole(TrainingLoop):
     Implements the scheduler's trainer lifecycle (``start``, ``train_round``, ``stop``).
     """
 
+    interrupts_training = False  # a round ends whole: its release and progress follow it
+
     def __init__(self, *, shared: SharedRun, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.shared = shared

@@ -11,8 +11,8 @@ import pytest
 import torch
 from msgspec.structs import replace
 from rllm_core.algorithms.objective import Objective
-from rllm_core.errors import ComponentError, ModelNotFoundError
-from rllm_core.ports import LossContext, LossOutput
+from rllm_core.errors import ComponentError, ModelNotFoundError, TrainingInterrupted
+from rllm_core.ports import Interruptible, LossContext, LossOutput
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 from rllm_loss_echo.loss import Echo
 from rllm_loss_echo.plugin import EchoConfig
@@ -455,6 +455,46 @@ def test_a_loss_that_is_not_a_scalar_is_rejected_and_leaves_no_gradient(tiny_mod
     assert grads(trainer) == {}
     with pytest.raises(RuntimeError, match="without gradients"):
         trainer.optim_step()
+
+
+def test_an_interrupt_stops_forward_backward_at_the_next_micro_batch_and_clears_it(
+    tiny_model_dir, monkeypatch
+):
+    trainer = backend(tiny_model_dir, micro_batch_size=1)
+    assert isinstance(trainer, Interruptible)
+    trainer.forward_backward(make_datums(seed=1), Objective.of(REINFORCE))  # earlier, pending
+    ran = []
+    micro_step = trainer._micro_step
+
+    def step_then_interrupt(micro, step):
+        ran.append(micro.size)
+        micro_step(micro, step)
+        trainer.interrupt()  # as a signal handler on another thread would, mid-call
+
+    monkeypatch.setattr(trainer, "_micro_step", step_then_interrupt)
+    with pytest.raises(TrainingInterrupted, match="forward_backward was interrupted"):
+        trainer.forward_backward(make_datums(), Objective.of(REINFORCE))
+    assert ran == [1]  # of 5 micro-batches
+    assert grads(trainer) == {}
+    with pytest.raises(RuntimeError, match="without gradients"):
+        trainer.optim_step()
+    assert trainer.weight_version == 0
+    monkeypatch.undo()
+    # The request was used up: the next call runs whole.
+    trainer.forward_backward(make_datums(), Objective.of(REINFORCE))
+    assert trainer.optim_step()["step"] == 1.0
+
+
+def test_an_interrupt_made_between_calls_stops_the_next_before_its_first_pass(tiny_model_dir):
+    trainer = backend(tiny_model_dir)
+    trainer.interrupt()
+    with pytest.raises(TrainingInterrupted, match="compute_logprobs was interrupted"):
+        trainer.compute_logprobs(make_datums())
+    trainer.interrupt()
+    with pytest.raises(TrainingInterrupted):
+        trainer.forward_backward(make_datums(), Objective.of(REINFORCE))
+    assert grads(trainer) == {}
+    assert len(trainer.compute_logprobs(make_datums())) == 5
 
 
 # ---------------------------------------------------------------- optimizer steps

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from rllm_core.algorithms.objective import LossInputs, Objective, ObjectiveStep
+from rllm_core.errors import TrainingInterrupted
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_torch.checkpoint import (
@@ -76,6 +77,10 @@ class TorchBackend:
     the gradients summed, so results equal one process's up to summation order. The model
     is replicated (``ddp``) or sharded with FSDP2 (``fsdp``); checkpoints are then sharded
     (:mod:`rllm_trainer_backend_torch.sharded`) and releases gathered on rank 0.
+
+    :meth:`interrupt` (:class:`~rllm_core.ports.Interruptible`) stops a ``forward_backward``
+    or ``compute_logprobs`` of one process between two micro-batches; a parallel run finishes
+    the call, as every rank must run the same passes.
     """
 
     def __init__(self, config: TorchBackendConfig) -> None:
@@ -124,6 +129,7 @@ class TorchBackend:
         self._context_length: int | None = getattr(model_config, "max_position_embeddings", None)
         self._steps = 0
         self._pending = False
+        self._interrupt = threading.Event()
         self._sampler: Any = None
         self._closed = False
 
@@ -214,6 +220,7 @@ class TorchBackend:
             self.model.train()
             try:
                 for micro in self._micro_batches(batch):
+                    self._check_interrupt("forward_backward")
                     self._micro_step(micro, step)
             except BaseException:
                 self.optimizer.zero_grad(set_to_none=True)
@@ -222,6 +229,19 @@ class TorchBackend:
             finally:
                 self.model.eval()
             self._pending = True
+
+    def interrupt(self) -> None:
+        """Stop the ``forward_backward`` or ``compute_logprobs`` running on another thread
+        before its next micro-batch (or the next such call, before its first), which raises
+        :class:`~rllm_core.errors.TrainingInterrupted` with every pending gradient cleared.
+        Ignored on a parallel run."""
+        if self._group is None:
+            self._interrupt.set()
+
+    def _check_interrupt(self, call: str) -> None:
+        if self._interrupt.is_set():
+            self._interrupt.clear()
+            raise TrainingInterrupted(f"{call} was interrupted before its next micro-batch")
 
     def _micro_batches(self, batch: Collated) -> Iterator[Collated]:
         return batch.micro_batches(self.config.micro_batch_size, self.config.micro_batch_tokens)
@@ -316,6 +336,8 @@ class TorchBackend:
         out: list[list[float]] = []
         with self.gate.exclusive(), torch.no_grad():
             for index in range(rounds):
+                if group is None:
+                    self._check_interrupt("compute_logprobs")
                 micro = micros[index] if index < len(micros) else next(batch.micro_batches(1))
                 logprobs = token_logprobs(
                     model,
