@@ -23,6 +23,12 @@ EXPECTED = {
         "examples/sft-then-rl/sft.toml's [sft].export writes it",
         "run `rllm-core sft examples/sft-then-rl/sft.toml` first",
     ],
+    "examples/agent-quickstart/sft.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/agent-quickstart/rl.toml": [
+        "[trainer].model: './runs/sft-model'",
+        "examples/agent-quickstart/sft.toml's [sft].export writes it",
+        "run `rllm-core sft examples/agent-quickstart/sft.toml` first",
+    ],
     "examples/tinker-modal/plan.toml": [
         "[renderer].tokenizer:",
         "rllm-core models pull Qwen/Qwen3-8B",
@@ -41,6 +47,7 @@ def test_every_example_plan_is_listed():
     plans = {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/*/plan.toml")}
     plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/sft-then-rl/*.toml")}
     plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/vllm-sampler/*.toml")}
+    plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/agent-quickstart/*.toml")}
     assert plans == set(EXPECTED)
 
 
