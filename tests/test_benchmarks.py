@@ -314,3 +314,30 @@ def test_filter_groups_benchmark_answers_help_and_dry_run_starts_nothing(tmp_pat
     assert 'algorithm.filter_groups="zero-variance"' in commands[1]
     assert "algorithm.max_sample_batches=3" in commands[1]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_agent_quickstart_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
+    script = str(BENCHMARKS / "agent_quickstart.py")
+    result = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--seeds", "--modes", "--attempts", "--dry-run", "--output-dir"):
+        assert option in result.stdout
+    result = subprocess.run(
+        [
+            sys.executable, script, "--dry-run", "--seeds", "0", "1", "--modes", "none",
+            "zero-variance", "--output-dir", str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    commands = result.stdout.splitlines()
+    assert [line.split()[1] for line in commands] == ["eval", "sft", "eval", *["run"] * 4]
+    assert 'trainer.model="smollm2-135m-instruct"' in commands[0]
+    assert all("--attempts 4" in line for line in commands if " eval " in line)
+    assert sum("run.seed=1" in line for line in commands) == 2
+    assert sum('algorithm.filter_groups="none"' in line for line in commands) == 2
+    assert list(tmp_path.iterdir()) == []
