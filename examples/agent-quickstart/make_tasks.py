@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 
 TRAIN = 48
 HELD_OUT = 32
-SFT = 96
+SFT = 32
 
 WORDS = ("alpha", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor", "iris", "juniper")
 NOTES = (
