@@ -184,6 +184,7 @@ class TorchBackend:
                 device=self.device,
                 max_batch_size=self.config.max_batch_size,
                 max_seq_len=self.config.max_seq_len or self._context_length,
+                prefix_cache_bytes=self.config.prefix_cache_mb * 2**20,
             )
         return self._sampler
 

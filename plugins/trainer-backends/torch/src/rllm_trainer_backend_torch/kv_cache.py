@@ -14,6 +14,10 @@ one of two things, chosen before each forward:
 - :meth:`begin_prefill`: a batch-1 prompt forward. Keys and values go into one slot and are
   returned unchanged, so the model attends over the prompt alone with its usual causal mask
   (the cache reports no past, so the model builds that mask itself).
+- :meth:`begin_extend`: a batch-1 forward of a prompt's remaining tokens after a start that
+  :meth:`load` copied into the slot. Keys and values go in after that start, and the slot's
+  positions up to the end of the new tokens are returned; the caller passes a 4-D causal mask
+  over them.
 - :meth:`begin_decode`: one new token for each of the first ``n`` slots at per-row positions.
   Each row's key and value are written at its position, and the first ``kv_len`` positions of
   all ``n`` slots are returned; the caller passes a 4-D mask hiding each row's positions past
@@ -104,6 +108,32 @@ class SlotKVCache(Cache):
         self.reserve(slot + 1, length)
         self._mode, self._slot = "prefill", slot
 
+    def begin_extend(self, slot: int, start: int, length: int) -> None:
+        """The next forward is ``length`` tokens at positions ``start..start+length-1`` of
+        ``slot``, whose first ``start`` positions are already stored."""
+        self.reserve(slot + 1, start + length)
+        self._mode, self._slot, self._kv_len = "extend", slot, start
+
+    def load(
+        self, slot: int, keys: list[torch.Tensor], values: list[torch.Tensor], length: int
+    ) -> None:
+        """Store the first ``length`` positions of per-layer ``(kv_heads, positions,
+        head_dim)`` tensors in ``slot``; call :meth:`reserve` for room first."""
+        if not self.keys:
+            for key, value in zip(keys, values, strict=True):
+                shape = (self._slots, key.shape[0], self._capacity)
+                self.keys.append(key.new_zeros((*shape, key.shape[2])))
+                self.values.append(value.new_zeros((*shape, value.shape[2])))
+        for buffer, stored in zip((*self.keys, *self.values), (*keys, *values), strict=True):
+            buffer[slot, :, :length] = stored[:, :length]
+
+    def snapshot(self, slot: int, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Copies of the first ``length`` positions of ``slot``, per layer."""
+        return (
+            [buffer[slot, :, :length].clone() for buffer in self.keys],
+            [buffer[slot, :, :length].clone() for buffer in self.values],
+        )
+
     def begin_decode(self, rows: int, positions: torch.Tensor, kv_len: int) -> None:
         """The next forward feeds one token to each of slots ``0..rows-1``.
 
@@ -140,6 +170,13 @@ class SlotKVCache(Cache):
             self.keys[layer_idx][self._slot, :, :length] = key_states[0]
             self.values[layer_idx][self._slot, :, :length] = value_states[0]
             return key_states, value_states
+        if self._mode == "extend":
+            slot, start = self._slot, self._kv_len
+            end = start + key_states.shape[2]
+            keys, values = self.keys[layer_idx], self.values[layer_idx]
+            keys[slot, :, start:end] = key_states[0]
+            values[slot, :, start:end] = value_states[0]
+            return keys[slot : slot + 1, :, :end], values[slot : slot + 1, :, :end]
         if self._mode == "decode":
             rows, kv_len = self._rows, self._kv_len
             index = self._row_index[:rows]
@@ -147,7 +184,9 @@ class SlotKVCache(Cache):
             keys[index, :, self._positions] = key_states[:, :, 0]
             values[index, :, self._positions] = value_states[:, :, 0]
             return keys[:rows, :, :kv_len], values[:rows, :, :kv_len]
-        raise RuntimeError("SlotKVCache.update() outside begin_prefill()/begin_decode()")
+        raise RuntimeError(
+            "SlotKVCache.update() outside begin_prefill()/begin_extend()/begin_decode()"
+        )
 
     def _allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         _, heads, _, key_dim = key_states.shape

@@ -179,6 +179,16 @@ class TorchBackendConfig(_Config, AdamWSettings):
     max_batch_size: int = Field(
         32, ge=1, description="Sampler: most sequences decoded together in one batch."
     )
+    prefix_cache_mb: int = Field(
+        512,
+        ge=0,
+        description=(
+            "Sampler: memory for the keys and values of finished sequences, so that a prompt"
+            " starting with one (the next turn of a multi-turn episode) runs only its new"
+            " tokens through the model. Dropped whenever the weights change; 0 turns reuse"
+            " off."
+        ),
+    )
     max_seq_len: int | None = Field(
         None,
         ge=2,

@@ -5,7 +5,8 @@ the next request starts another. Callers (any number of asyncio tasks, on any lo
 threads through :meth:`TorchSampler.sample_many`) enqueue requests and wait on futures the
 thread settles. Between decode steps the thread admits queued requests into free slots:
 each distinct prompt runs through the model alone (so its prompt states are exactly those of
-a lone forward pass, with logits for the last position only, whatever else arrived with it);
+a lone forward pass, with logits for the last position only, whatever else arrived with it;
+with prefix reuse on, only its part after a stored start runs);
 newcomers with the same prompt, like the rollouts of one group, share that forward and get
 copies of its cache. From then on each decodes in the shared batch, one token per row per
 step. A row that finishes frees its slot at once. A streamed request also hands each token to its
@@ -29,6 +30,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from rllm_core.types import SampleRequest, SampleResult
@@ -36,6 +38,7 @@ from rllm_core.types import SampleRequest, SampleResult
 from rllm_trainer_backend_torch.gate import WeightGate
 from rllm_trainer_backend_torch.kv_cache import SlotKVCache
 from rllm_trainer_backend_torch.loading import release_free_memory
+from rllm_trainer_backend_torch.prefix_cache import PrefixCache, PrefixHit
 from rllm_trainer_backend_torch.token_choice import choose_tokens
 
 __all__ = ["TorchSampler"]
@@ -118,6 +121,13 @@ class TorchSampler:
     the trainer keeps it in eval mode outside ``gate.exclusive()``. Memory for the KV cache
     grows on demand up to ``max_batch_size`` slots of ``max_seq_len`` positions and is kept
     for reuse. Call :meth:`close` to stop the decode thread.
+
+    Prefix reuse (``prefix_cache_bytes`` > 0): finished sequences keep their keys and values,
+    up to that many bytes (least recently used dropped first), and a prompt that begins with
+    one, like the next turn of a multi-turn episode, runs only its remaining tokens through
+    the model. Its prompt states then come from two forwards instead of one, so its logprobs
+    agree with a lone forward's to rounding, not bit for bit. Stored prefixes belong to one
+    weight version and are dropped when the trainer takes the weights.
     """
 
     def __init__(
@@ -128,6 +138,7 @@ class TorchSampler:
         device: torch.device | str = "cpu",
         max_batch_size: int = 32,
         max_seq_len: int | None = None,
+        prefix_cache_bytes: int = 0,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
@@ -149,6 +160,7 @@ class TorchSampler:
         self._max_batch = max_batch_size
         self._max_seq_len = int(max_seq_len)
         self._cache = SlotKVCache(max_batch_size, self._max_seq_len)
+        self._prefixes = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
         self._rows: list[_Row] = []
         self._seeds = random.Random()
         self._pending: deque[_Job] = deque()
@@ -265,6 +277,8 @@ class TorchSampler:
             self._cond.notify_all()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        if self._prefixes is not None:
+            self._prefixes.clear()
 
     # ----------------------------------------------------------------------------------------
     # Caller side
@@ -405,6 +419,9 @@ class TorchSampler:
                 continue
             version = self._gate.try_acquire_shared()
             if version is None:
+                if self._prefixes is not None:
+                    # The trainer is about to change the weights: stored prefixes go stale.
+                    self._prefixes.clear()
                 if claimed or self._rows:
                     break
                 try:
@@ -434,8 +451,10 @@ class TorchSampler:
             self._prefill(same)
 
     def _prefill(self, same: list[tuple[_Job, int]]) -> None:
-        """One lone forward over the prompt the jobs of ``same`` share."""
+        """One lone forward over the prompt the jobs of ``same`` share, or over its part
+        after the longest start the prefix cache holds for their weight version."""
         prompt = same[0][0].prompt
+        version = same[0][1]
         first = len(self._rows)
         rows = [
             _Row(job=job, version=version, random=random.Random(job.seed), length=len(prompt))
@@ -443,12 +462,8 @@ class TorchSampler:
         ]
         try:
             self._cache.reserve(first + len(same), max(len(prompt) + j.max_tokens for j, _ in same))
-            self._cache.begin_prefill(first, len(prompt))
-            ids = torch.tensor([prompt], dtype=torch.long, device=self._device)
-            positions = torch.arange(len(prompt), device=self._device)[None]
-            output = self._model(
-                input_ids=ids, position_ids=positions, cache=self._cache, logits_to_keep=1
-            )
+            hit = self._prefixes.lookup(prompt, version) if self._prefixes is not None else None
+            output = self._forward_prompt(first, prompt, hit)
             self._cache.end()
             for offset in range(1, len(same)):
                 self._cache.move(first, first + offset, len(prompt))
@@ -461,6 +476,30 @@ class TorchSampler:
             return
         self._rows.extend(rows)
         self._retire([first + i for i, row in enumerate(rows) if self._finished(row)])
+
+    def _forward_prompt(self, slot: int, prompt: list[int], hit: PrefixHit | None) -> Any:
+        if hit is None:
+            self._cache.begin_prefill(slot, len(prompt))
+            ids = torch.tensor([prompt], dtype=torch.long, device=self._device)
+            positions = torch.arange(len(prompt), device=self._device)[None]
+            return self._model(
+                input_ids=ids, position_ids=positions, cache=self._cache, logits_to_keep=1
+            )
+        start, rest = hit.length, len(prompt) - hit.length
+        self._cache.load(slot, hit.keys, hit.values, start)
+        self._cache.begin_extend(slot, start, rest)
+        ids = torch.tensor([prompt[start:]], dtype=torch.long, device=self._device)
+        positions = torch.arange(start, len(prompt), device=self._device)
+        visible = torch.arange(len(prompt), device=self._device)[None, :] <= positions[:, None]
+        mask = torch.zeros(visible.shape, dtype=self._dtype, device=self._device)
+        mask.masked_fill_(~visible, torch.finfo(self._dtype).min)
+        return self._model(
+            input_ids=ids,
+            position_ids=positions[None],
+            attention_mask=mask[None, None],
+            cache=self._cache,
+            logits_to_keep=1,
+        )
 
     def _step(self) -> None:
         """Feed every row its last token and choose the next one."""
@@ -525,6 +564,10 @@ class TorchSampler:
         rows = self._rows
         for index in sorted(indices, reverse=True):
             row = rows[index]
+            if self._prefixes is not None and not row.job.abandoned():
+                keys, values = self._cache.snapshot(index, row.length)
+                held = (row.job.prompt + row.tokens)[: row.length]
+                self._prefixes.put(held, row.version, keys, values)
             last = len(rows) - 1
             if index != last:
                 self._cache.move(last, index, rows[last].length)
