@@ -1,11 +1,13 @@
-"""Running ``rllm-core run`` of the quickstart as its own process and reading its run folder
-(imported by the benchmark scripts beside it)."""
+"""Running ``rllm-core`` commands as their own processes (the quickstart's runs, any stage with
+its peak memory) and reading their run folders (imported by the benchmark scripts beside it)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -73,3 +75,27 @@ def run_quickstart(command: list[str], runs: Path) -> dict[str, Any]:
     if len(found) != 1:
         raise SystemExit(f"expected one run folder under {runs}, found {found}")
     return figures_of(found[0], wall_s)
+
+
+def stage(command: list[str]) -> dict[str, Any]:
+    """Run ``command`` from the repository root; its JSON summary (stdout), wall seconds and
+    peak RSS in GB (its own or a waited-for child's, whichever was larger)."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=dict(os.environ, COLUMNS="200"), stdout=out, stderr=err
+        )
+        # os.wait4 rather than Popen.wait: it also gives the child's resource usage.
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        wall_s = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if process.returncode != 0:
+        raise SystemExit(f"{shlex.join(command)} exited {process.returncode}:\n{stderr[-4000:]}")
+    return {
+        "summary": json.loads(stdout) if stdout.strip() else {},
+        "wall_s": wall_s,
+        "peak_rss_gb": usage.ru_maxrss / 2**20,
+    }

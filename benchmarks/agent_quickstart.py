@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _runs import stage
 from _tables import right_aligned
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,30 +44,6 @@ BASE_MODEL = "smollm2-135m-instruct"
 GAIN_GOAL, GAIN_GOAL_EVERY_SEED = 0.20, 0.15
 WALL_GOAL_S = 25 * 60
 RSS_GOAL_GB = 4.0
-
-
-def stage(command: list[str]) -> dict[str, Any]:
-    """Run ``command`` from the repository root; its JSON summary (stdout), wall seconds and
-    peak RSS in GB (its own or a waited-for child's, whichever was larger)."""
-    started = time.monotonic()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(
-            command, cwd=ROOT, env=dict(os.environ, COLUMNS="200"), stdout=out, stderr=err
-        )
-        # os.wait4 rather than Popen.wait: it also gives the child's resource usage.
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        wall_s = time.monotonic() - started
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if process.returncode != 0:
-        raise SystemExit(f"{shlex.join(command)} exited {process.returncode}:\n{stderr[-4000:]}")
-    return {
-        "summary": json.loads(stdout) if stdout.strip() else {},
-        "wall_s": wall_s,
-        "peak_rss_gb": usage.ru_maxrss / 2**20,
-    }
 
 
 def evaluate(attempts: int, *settings: str, checkpoint: Path | None = None) -> list[str]:

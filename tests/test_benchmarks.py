@@ -341,3 +341,37 @@ def test_agent_quickstart_benchmark_answers_help_and_dry_run_starts_nothing(tmp_
     assert sum("run.seed=1" in line for line in commands) == 2
     assert sum('algorithm.filter_groups="none"' in line for line in commands) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_mini_swe_agent_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
+    script = str(BENCHMARKS / "mini_swe_agent.py")
+    result = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--steps", "--skip-before", "--dry-run", "--output-dir"):
+        assert option in result.stdout
+    result = subprocess.run(
+        [sys.executable, script, "--dry-run", "--steps", "3", "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    before, shipped = result.stdout.splitlines()
+    assert all("run.steps=3" in line and "rllm-core run" in line for line in (before, shipped))
+    assert before.startswith("before:") and "trainer.prefix_cache_mb=0" in before
+    assert shipped.startswith("shipped:") and "prefix_cache_mb" not in shipped
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_agent_train_memory_benchmark_answers_help() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "agent_train_memory.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--quick", "--episodes", "--prompt", "--turns", "--threads"):
+        assert option in result.stdout

@@ -23,6 +23,7 @@ class NegativeLogLikelihood:
     mean is over every action token of the call, however it is split into micro-batches)."""
 
     name = NLL_TERM
+    reads_observations = False
 
     def __call__(self, ctx: LossContext) -> LossOutput:
         return LossOutput(loss=ctx.aggregate(-ctx.logprobs, ctx.action_mask))

@@ -205,6 +205,12 @@ class Objective:
     def names(self) -> list[str]:
         return [t.name for t in self.terms]
 
+    @property
+    def reads_observations(self) -> bool:
+        """Whether some term may read logprobs outside the action mask (see the ``Loss``
+        port's ``reads_observations``); when not, a trainer may compute action positions only."""
+        return any(getattr(t.loss, "reads_observations", True) for t in self.terms)
+
     def begin(
         self,
         action_masks: Sequence[torch.Tensor],

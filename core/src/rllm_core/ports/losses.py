@@ -83,6 +83,10 @@ class Loss(Protocol):
     - It does not mutate the context, and holds no state between calls other than its config.
     - Auxiliary losses are scaled by their plan coefficient outside the loss; a coefficient of
       0 must reproduce the base loss exactly.
+    - Optional attribute ``reads_observations``: ``False`` promises that the loss's value and
+      gradient depend on ``ctx.logprobs`` at action-mask positions only. When no term of the
+      objective reads observations, a trainer may leave the logprobs elsewhere at 0 and skip
+      the output layer there (most of a multi-turn episode's tokens). Absent means ``True``.
 
     Example::
 

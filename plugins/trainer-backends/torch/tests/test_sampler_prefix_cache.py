@@ -187,3 +187,25 @@ def test_the_store_replaces_what_a_longer_entry_extends_and_forgets_old_versions
     assert len(cache) == 0
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixCache(max_bytes=-1)
+
+
+def test_the_backend_drops_stored_prefixes_before_a_training_pass(tmp_path, tiny_llama) -> None:
+    from rllm_core.algorithms.objective import Objective
+    from rllm_loss_ppo.plugin import ReinforceLossConfig
+    from rllm_loss_ppo.reinforce import Reinforce
+    from rllm_trainer_backend_torch.backend import TorchBackend
+    from rllm_trainer_backend_torch.plugin import TorchBackendConfig
+    from rllm_trainer_backend_torch.testing import random_datums
+
+    tiny_llama(3, vocab_size=VOCAB, max_position_embeddings=128).save_pretrained(tmp_path)
+    backend = TorchBackend(TorchBackendConfig(model=str(tmp_path), device="cpu", lora={"rank": 0}))
+    try:
+        sampler = backend.sampler()
+        sampler.sample_many([request(prompt_of(30), max_tokens=4, seed=1)])
+        assert len(sampler._prefixes) == 1
+        backend.forward_backward(
+            random_datums(0, (7, 5), vocab=VOCAB), Objective.of(Reinforce(ReinforceLossConfig()))
+        )
+        assert len(sampler._prefixes) == 0
+    finally:
+        backend.close()

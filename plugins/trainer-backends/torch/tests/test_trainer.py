@@ -240,6 +240,28 @@ def test_context_holds_the_micro_batch(tiny_model_dir):
     assert torch.all(ctx.logprobs.detach()[0, :9][~used] == 0)
 
 
+class ActionOnlyRecorder(Recorder):
+    reads_observations = False
+
+
+def test_an_objective_that_reads_no_observations_computes_action_positions_only(tiny_model_dir):
+    datums = make_datums()
+    results = []
+    for loss in (Recorder(), ActionOnlyRecorder()):
+        trainer = backend(tiny_model_dir, micro_batch_size=2)
+        trainer.forward_backward(datums, Objective.of(loss))
+        results.append((loss.contexts, grads(trainer)))
+    (both, both_grads), (actions, action_grads) = results
+    for full, part in zip(both, actions, strict=True):
+        action = full.action_mask != 0
+        torch.testing.assert_close(part.logprobs[action], full.logprobs[action], atol=1e-6, rtol=0)
+        only_observed = (full.observation_mask != 0).any(0) & ~action.any(0)
+        assert torch.all(part.logprobs.detach()[:, only_observed] == 0)
+        assert torch.any(full.logprobs.detach()[:, only_observed] != 0)
+    for name, grad in both_grads.items():
+        torch.testing.assert_close(action_grads[name], grad, atol=1e-6, rtol=1e-5)
+
+
 def test_recomputed_logprobs_are_the_ratio_denominator(tiny_model_dir):
     datums = make_datums()
     trainer = backend(tiny_model_dir, micro_batch_size=2, logprob_temperature=0.5)

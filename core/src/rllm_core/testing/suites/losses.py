@@ -343,6 +343,24 @@ class LossConformance:
             f"the {loss_role} loss puts no gradient on any trained token"
         )
 
+    def test_a_loss_that_reads_no_observations_ignores_their_logprobs(self, loss: Any) -> None:
+        if getattr(loss, "reads_observations", True):
+            pytest.skip("the loss may read observation logprobs (reads_observations is not False)")
+        ctx = make_loss_context()
+        out, grad = _run(loss, ctx)
+        outside = ctx.action_mask == 0
+        moved = torch.where(outside, ctx.logprobs.detach() - 3.0, ctx.logprobs.detach())
+        other = LossContext(
+            aggregate=ctx.aggregate,
+            **{name: getattr(ctx, name) for name in _TENSOR_FIELDS if name != "logprobs"},
+            logprobs=moved.requires_grad_(),
+        )
+        other_out, other_grad = _run(loss, other)
+        assert torch.allclose(other_out.loss, out.loss) and torch.allclose(other_grad, grad), (
+            "reads_observations = False, yet the loss changed when logprobs outside the action"
+            " mask did; a trainer leaves those at 0, so drop the attribute or stop reading them"
+        )
+
     @pytest.mark.parametrize("log_ratio", [50.0, -50.0])
     def test_finite_for_extreme_log_ratios(
         self, loss: Any, loss_role: str, log_ratio: float

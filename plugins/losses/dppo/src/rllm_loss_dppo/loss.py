@@ -33,6 +33,7 @@ class _DivergencePPO:
     """
 
     divergence: Divergence
+    reads_observations = False
 
     def __init__(self, config: DPPOTVConfig | DPPOKLConfig) -> None:
         self.config = config

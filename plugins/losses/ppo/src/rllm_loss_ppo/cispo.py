@@ -28,6 +28,8 @@ class CISPO:
     Attention" (arXiv 2506.13585).
     """
 
+    reads_observations = False
+
     def __init__(self, config: CISPOConfig) -> None:
         self.config = config
 

@@ -33,6 +33,8 @@ class GSPO:
     Reference: Zheng et al., "Group Sequence Policy Optimization" (arXiv 2507.18071).
     """
 
+    reads_observations = False
+
     def __init__(self, config: GSPOConfig) -> None:
         self.config = config
 

@@ -30,6 +30,8 @@ class PPOClip:
     Ye et al., dual-clip PPO (arXiv 1912.09729); Yu et al., DAPO (arXiv 2503.14476).
     """
 
+    reads_observations = False
+
     def __init__(self, config: PPOClipConfig) -> None:
         self.config = config
 

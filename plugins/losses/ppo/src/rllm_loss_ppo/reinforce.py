@@ -29,6 +29,8 @@ class Reinforce:
     (arXiv 1802.01561).
     """
 
+    reads_observations = False
+
     def __init__(self, config: ReinforceLossConfig) -> None:
         self.config = config
 

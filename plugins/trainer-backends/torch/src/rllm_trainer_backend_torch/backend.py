@@ -216,8 +216,18 @@ class TorchBackend:
         metrics["sequences"] = float(count_examples(datums))
         return metrics
 
-    def _local_forward_backward(self, batch: Collated, step: ObjectiveStep) -> None:
+    @contextlib.contextmanager
+    def _computing(self) -> Iterator[None]:
+        """Exclusive access for a pass over a batch, with the sampler's stored prefixes
+        dropped first: they are stale once the weights change, and their memory is better
+        spent on activations."""
         with self.gate.exclusive():
+            if self._sampler is not None:
+                self._sampler.drop_prefixes()
+            yield
+
+    def _local_forward_backward(self, batch: Collated, step: ObjectiveStep) -> None:
+        with self._computing():
             self.model.train()
             try:
                 for micro in self._micro_batches(batch):
@@ -248,15 +258,20 @@ class TorchBackend:
         return batch.micro_batches(self.config.micro_batch_size, self.config.micro_batch_tokens)
 
     def _micro_step(self, micro: Collated, step: ObjectiveStep) -> None:
-        logprobs = self._micro_logprobs(micro, self.model)
+        logprobs = self._micro_logprobs(micro, self.model, step.objective.reads_observations)
         step.evaluate(self._loss_inputs(micro, logprobs)).backward()
 
-    def _micro_logprobs(self, micro: Collated, model: torch.nn.Module) -> torch.Tensor:
+    def _micro_logprobs(
+        self, micro: Collated, model: torch.nn.Module, observations: bool
+    ) -> torch.Tensor:
+        needed = micro.action_mask != 0
+        if observations:
+            needed |= micro.observation_mask != 0
         return token_logprobs(
             model,
             micro.token_ids.to(self.device),
             temperature=self.config.logprob_temperature,
-            needed=((micro.action_mask != 0) | (micro.observation_mask != 0)).to(self.device),
+            needed=needed.to(self.device),
             position_ids=_on(micro.position_ids, self.device),
         )
 
@@ -284,14 +299,16 @@ class TorchBackend:
         rounds = -(-len(micros) // group.world_size)
         filler = next(batch.micro_batches(1))
         failure: BaseException | None = None
-        with self.gate.exclusive():
+        with self._computing():
             self._train_model.train()
             try:
                 for index in range(rounds):
                     real = index < len(mine)
                     micro = mine[index] if real else filler
                     with self._gradient_sync(index == rounds - 1):
-                        logprobs = self._micro_logprobs(micro, self._train_model)
+                        logprobs = self._micro_logprobs(
+                            micro, self._train_model, step.objective.reads_observations
+                        )
                         total = None
                         if real and failure is None:
                             try:
@@ -335,7 +352,7 @@ class TorchBackend:
             micros = [micros[index] for index in share(len(micros), group.world_size, group.rank)]
         model = self.model if self._strategy != "fsdp" else self._train_model
         out: list[list[float]] = []
-        with self.gate.exclusive(), torch.no_grad():
+        with self._computing(), torch.no_grad():
             for index in range(rounds):
                 if group is None:
                     self._check_interrupt("compute_logprobs")

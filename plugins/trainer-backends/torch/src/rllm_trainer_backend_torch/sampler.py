@@ -269,6 +269,12 @@ class TorchSampler:
         concurrent.futures.wait(futures)
         return [future.result() for future in futures]
 
+    def drop_prefixes(self) -> None:
+        """Forget every stored prefix (call it holding the gate's exclusive access, as the
+        trainer does before a pass over a batch: no sequence decodes then)."""
+        if self._prefixes is not None:
+            self._prefixes.clear()
+
     def close(self) -> None:
         """Stop the decode thread; queued and running requests fail. Idempotent."""
         with self._cond:
@@ -277,8 +283,7 @@ class TorchSampler:
             self._cond.notify_all()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        if self._prefixes is not None:
-            self._prefixes.clear()
+        self.drop_prefixes()
 
     # ----------------------------------------------------------------------------------------
     # Caller side

@@ -1,0 +1,141 @@
+"""The shipped mini-swe-agent example (``examples/mini-swe-agent/plan.toml``): seconds per step
+and peak memory, against what the example did before.
+
+Runs ``rllm-core run`` of the example for ``--steps`` steps (2 by default, no checkpoints) as
+its own process, twice back to back: as shipped, and with the settings it had before (16
+episodes of up to 6 calls per step, 4 at a time, one CPU thread, no prefix reuse; the
+``--before`` settings), unless ``--skip-before``. Reported per run: seconds per step (rollout
+and training), peak RSS of the process, episodes and sampled tokens per step, and how the
+episodes ended.
+
+Run from the repository root after ``scripts/setup.sh`` (needs bubblewrap)::
+
+    .venv/bin/python benchmarks/mini_swe_agent.py                  # a table
+    .venv/bin/python benchmarks/mini_swe_agent.py --json           # one JSON object
+    .venv/bin/python benchmarks/mini_swe_agent.py --skip-before    # the shipped plan only
+    .venv/bin/python benchmarks/mini_swe_agent.py --dry-run        # the commands only
+
+Goals (exit 1 when one is missed, shipped plan): a step within 3 minutes, peak RSS <= 4 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from _runs import RLLM, ROOT, stage
+from _tables import right_aligned
+
+PLAN = ROOT / "examples" / "mini-swe-agent" / "plan.toml"
+STEP_GOAL_S = 180.0
+RSS_GOAL_GB = 4.0
+BEFORE = (
+    "algorithm.batch_size=4",
+    "rollout.max_concurrency=4",
+    "harness.step_limit=6",
+    "trainer.cpu_threads=1",
+    "trainer.prefix_cache_mb=0",
+)
+
+
+def command(out: Path, steps: int, settings: tuple[str, ...]) -> list[str]:
+    made = [str(RLLM), "run", str(PLAN), "--json"]
+    for setting in (f"run.output_dir={out}", f"run.steps={steps}", "run.save_every=0", *settings):
+        made += ["--set", setting]
+    return made
+
+
+def figures(run_dir: Path, measured: dict[str, Any]) -> dict[str, Any]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    ends: Counter[str] = Counter()
+    for line in (run_dir / "episodes.jsonl").read_text().splitlines():
+        ends[json.loads(line).get("termination", "unknown")] += 1
+    count = len(rows)
+    return {
+        "run_dir": str(run_dir),
+        "steps": count,
+        "step_s": sum(float(r["time/step_s"]) for r in rows) / count,
+        "rollout_s": sum(float(r["time/rollout_s"]) for r in rows) / count,
+        "train_s": sum(float(r["time/train_s"]) for r in rows) / count,
+        "episodes_per_step": sum(float(r["episodes"]) for r in rows) / count,
+        "sampled_tokens_per_step": sum(float(r["tokens/sampled"]) for r in rows) / count,
+        "rewards": [float(r["reward/mean"]) for r in rows],
+        "terminations": dict(ends),
+        "wall_s": measured["wall_s"],
+        "peak_rss_gb": measured["peak_rss_gb"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--skip-before", action="store_true", help="run the shipped plan only")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        help="run folders go here (default: mini-swe-agent-bench in the temp folder)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = parser.parse_args(argv)
+    out = args.output_dir or Path(tempfile.gettempdir()) / "mini-swe-agent-bench"
+    variants = {"shipped": ()} if args.skip_before else {"before": BEFORE, "shipped": ()}
+    commands = {name: command(out / name, args.steps, s) for name, s in variants.items()}
+    if args.dry_run:
+        for name, made in commands.items():
+            print(f"{name}: {shlex.join(made)}")
+        return 0
+
+    results = {}
+    for name, made in commands.items():
+        if not args.json:
+            print(f"running: {shlex.join(made)}", file=sys.stderr)
+        out.mkdir(parents=True, exist_ok=True)
+        measured = stage(made)
+        results[name] = figures(Path(measured["summary"]["run_folder"]), measured)
+    shipped = results["shipped"]
+    goals = {
+        f"step <= {STEP_GOAL_S:.0f} s": shipped["step_s"] <= STEP_GOAL_S,
+        f"peak RSS <= {RSS_GOAL_GB} GB": shipped["peak_rss_gb"] <= RSS_GOAL_GB,
+    }
+    if args.json:
+        print(json.dumps({"runs": results, "goals": goals}))
+    else:
+        rows = [
+            [
+                name,
+                f"{r['step_s']:.0f}",
+                f"{r['rollout_s']:.0f}",
+                f"{r['train_s']:.0f}",
+                f"{r['peak_rss_gb']:.2f}",
+                f"{r['episodes_per_step']:.0f}",
+                f"{r['sampled_tokens_per_step']:.0f}",
+                " ".join(f"{k}:{v}" for k, v in sorted(r["terminations"].items())),
+            ]
+            for name, r in results.items()
+        ]
+        headers = [
+            "plan",
+            "step s",
+            "rollout s",
+            "train s",
+            "peak GB",
+            "episodes",
+            "sampled",
+            "ends",
+        ]
+        for line in right_aligned(headers, rows, left=1):
+            print(line)
+        for goal, met in goals.items():
+            print(f"goal {goal}: {'met' if met else 'MISSED'}")
+    return 0 if all(goals.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
