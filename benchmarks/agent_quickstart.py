@@ -4,8 +4,9 @@ Each stage runs as its own ``rllm-core`` process from the repository root, in th
 
 1. ``rllm-core eval rl.toml`` of the base model (SmolLM2-135M-Instruct) on the held-out tasks;
 2. ``rllm-core sft sft.toml`` (the SFT warm start), then ``eval`` of its export;
-3. per seed and per ``[algorithm].filter_groups`` mode: ``rllm-core run rl.toml`` from the
-   SFT export, then ``eval`` of its last checkpoint.
+3. per seed, ``rllm-core run rl.toml`` from the SFT export with the first ``--modes``
+   ``[algorithm].filter_groups`` mode (the recipe's), then ``eval`` of its last checkpoint; the
+   other modes run for the first seed only, back to back with it, to compare.
 
 Reported: held-out pass@1 (``--attempts`` per task, 4 by default) of every model; for each RL
 run its reward per step, wall seconds, rollout and train seconds per step, cumulative-session
@@ -15,12 +16,15 @@ minus before, against the SFT model it started from)::
 
     .venv/bin/python benchmarks/agent_quickstart.py                      # one seed, filtered
     .venv/bin/python benchmarks/agent_quickstart.py --seeds 0 1 2        # three seeds
-    .venv/bin/python benchmarks/agent_quickstart.py --modes none zero-variance
+    .venv/bin/python benchmarks/agent_quickstart.py --modes zero-variance none
+    .venv/bin/python benchmarks/agent_quickstart.py --plot docs/images/agent-quickstart.png
+    .venv/bin/python benchmarks/agent_quickstart.py --skip-base          # no base-model eval
     .venv/bin/python benchmarks/agent_quickstart.py --json               # one JSON object
     .venv/bin/python benchmarks/agent_quickstart.py --dry-run            # the commands only
 
-Goals (exit 1 when one is missed): every seed's RL gain >= 0.15 and the first seed's >= 0.20;
-0 resets; SFT plus one RL run and its evaluations within 25 minutes; peak RSS <= 4 GB.
+Goals (exit 1 when one is missed), over the recipe's runs: every seed's RL gain >= 0.15 and
+the first seed's >= 0.20; 0 resets; SFT plus one RL run and its evaluations within 25 minutes;
+peak RSS <= 4 GB.
 """
 
 from __future__ import annotations
@@ -73,8 +77,8 @@ def commands(out: Path, seeds: Sequence[int], modes: Sequence[str], attempts: in
             "--set",
             model,
         ]
-        for seed in seeds
-        for mode in modes
+        for seed, mode in [(seed, modes[0]) for seed in seeds]
+        + [(seeds[0], mode) for mode in modes[1:]]
     }
     return {
         "base": evaluate(attempts, f'trainer.model="{BASE_MODEL}"'),
@@ -108,8 +112,8 @@ def rl_figures(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def measure(out: Path, plan: dict, attempts: int) -> dict[str, Any]:
-    base = stage(plan["base"])
+def measure(out: Path, plan: dict, attempts: int, skip_base: bool) -> dict[str, Any]:
+    base = None if skip_base else stage(plan["base"])
     sft = stage(plan["sft"])
     sft_eval = stage(plan["sft_eval"])
     before = sft_eval["summary"]["pass@1"]
@@ -133,11 +137,14 @@ def measure(out: Path, plan: dict, attempts: int) -> dict[str, Any]:
             }
         )
     recipe_s = sft["wall_s"] + sft_eval["wall_s"] + runs[0]["wall_s"] + runs[0]["eval_wall_s"]
-    peaks = [s["peak_rss_gb"] for s in (base, sft, sft_eval) if s["peak_rss_gb"] is not None]
+    stages = [s for s in (base, sft, sft_eval) if s is not None]
+    peaks = [s["peak_rss_gb"] for s in stages if s["peak_rss_gb"] is not None]
     peaks += [r["peak_rss_gb"] for r in runs if r["peak_rss_gb"] is not None]
     return {
         "attempts": attempts,
-        "base": {"pass_at_1": base["summary"]["pass@1"], "wall_s": base["wall_s"]},
+        "base": None
+        if base is None
+        else {"pass_at_1": base["summary"]["pass@1"], "wall_s": base["wall_s"]},
         "sft": {"wall_s": sft["wall_s"], "peak_rss_gb": sft["peak_rss_gb"]},
         "sft_model": {"pass_at_1": before, "wall_s": sft_eval["wall_s"]},
         "runs": runs,
@@ -148,22 +155,52 @@ def measure(out: Path, plan: dict, attempts: int) -> dict[str, Any]:
 
 def verdict(figures: dict[str, Any]) -> dict[str, bool]:
     runs = figures["runs"]
+    recipe = [r for r in runs if r["filter_groups"] == runs[0]["filter_groups"]]
     peak = figures["peak_rss_gb"]
     return {
-        "gain_met": runs[0]["gain"] >= GAIN_GOAL
-        and all(r["gain"] >= GAIN_GOAL_EVERY_SEED for r in runs),
+        "gain_met": recipe[0]["gain"] >= GAIN_GOAL
+        and all(r["gain"] >= GAIN_GOAL_EVERY_SEED for r in recipe),
         "resets_met": all(r["resets"] == 0 for r in runs),
         "wall_met": figures["recipe_wall_s"] <= WALL_GOAL_S,
         "rss_met": peak is not None and peak <= RSS_GOAL_GB,
     }
 
 
+def plot(figures: dict[str, Any], path: Path) -> None:
+    """Reward per step of every RL run, and held-out pass@1 before and after each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (rewards, passes) = plt.subplots(1, 2, figsize=(10, 4), width_ratios=(3, 2))
+    before = figures["sft_model"]["pass_at_1"]
+    for index, r in enumerate(figures["runs"]):
+        label = f"seed {r['seed']}, filter_groups {r['filter_groups']}"
+        steps = range(1, len(r["rewards"]) + 1)
+        rewards.plot(steps, r["rewards"], marker="o", label=label)
+        passes.plot([0, 1], [before, r["pass_at_1"]], marker="o", color=f"C{index}", label=label)
+    rewards.set(xlabel="RL step", ylabel="mean reward of the step's episodes", ylim=(0, 1))
+    rewards.set_title("training reward")
+    rewards.legend(fontsize=8)
+    passes.set(xticks=[0, 1], xticklabels=["before RL", "after RL"], ylim=(0, 1))
+    passes.set(ylabel=f"held-out pass@1 ({figures['attempts']} attempts per task)")
+    passes.set_title("held-out tasks")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def table(figures: dict[str, Any]) -> str:
+    base = figures["base"]
     lines = [
         f"held-out pass@1 ({figures['attempts']} attempts per task): base"
-        f" {figures['base']['pass_at_1']:.3f}, after SFT {figures['sft_model']['pass_at_1']:.3f}",
+        f" {'not run' if base is None else format(base['pass_at_1'], '.3f')}, after SFT"
+        f" {figures['sft_model']['pass_at_1']:.3f}",
         f"SFT: {figures['sft']['wall_s']:.0f} s, evaluations"
-        f" {figures['base']['wall_s']:.0f} s (base) and {figures['sft_model']['wall_s']:.0f} s",
+        f" {'-' if base is None else format(base['wall_s'], '.0f')} s (base) and"
+        f" {figures['sft_model']['wall_s']:.0f} s",
         "",
     ]
     headers = [
@@ -222,12 +259,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--modes",
         nargs="+",
         default=["zero-variance"],
-        choices=["none", "zero-variance"],
-        help="[algorithm].filter_groups of the RL runs, each run per seed",
+        choices=["zero-variance", "none"],
+        help="[algorithm].filter_groups of the RL runs: the first for every seed, the others"
+        " for the first seed only",
     )
     parser.add_argument("--attempts", type=int, default=4, help="eval attempts per task")
     parser.add_argument("--output-dir", type=Path, default=None, help="where everything goes")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--skip-base", action="store_true", help="no eval of the base model")
+    parser.add_argument("--plot", type=Path, help="write the reward curves and pass@1 as a PNG")
     args = parser.parse_args(argv)
     if args.output_dir is not None:
         out = args.output_dir.resolve()
@@ -237,11 +277,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Path(tempfile.mkdtemp(prefix="rllm-agent-quickstart-"))
     plan = commands(out, args.seeds, args.modes, args.attempts)
     if args.dry_run:
-        for line in (plan["base"], plan["sft"], plan["sft_eval"], *plan["runs"].values()):
+        stages = [plan["sft"], plan["sft_eval"], *plan["runs"].values()]
+        for line in stages if args.skip_base else [plan["base"], *stages]:
             print(shlex.join(line))
         return 0
-    figures = measure(out, plan, args.attempts)
+    figures = measure(out, plan, args.attempts, args.skip_base)
     figures["verdict"] = verdict(figures)
+    if args.plot is not None:
+        plot(figures, args.plot)
     print(json.dumps(figures) if args.json else table(figures))
     return 0 if all(figures["verdict"].values()) else 1
 

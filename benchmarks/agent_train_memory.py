@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -125,6 +127,27 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def run_setting(index: int, name: str, forwarded: list[str]) -> dict[str, Any]:
+    """Setting ``index`` in a fresh process; a process the kernel kills for memory is reported
+    with the RSS it had reached."""
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(
+            [sys.executable, __file__, *forwarded, "--setting", str(index)],
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+        )
+        _, status, usage = os.wait4(process.pid, 0)
+        out.seek(0)
+        lines = out.read().strip().splitlines()
+    if os.waitstatus_to_exitcode(status) == 0 and lines:
+        return json.loads(lines[-1])
+    return {
+        "setting": name,
+        "failed": f"exit status {os.waitstatus_to_exitcode(status)} (-9: killed, out of memory)",
+        "peak_rss_gb": usage.ru_maxrss / 2**20,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -149,13 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     for index, (name, _, _) in enumerate(SETTINGS):
         if not args.json:
             print(f"running: {name}", file=sys.stderr)
-        out = subprocess.run(
-            [sys.executable, __file__, *forwarded, "--setting", str(index)],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        results.append(json.loads(out.strip().splitlines()[-1]))
+        results.append(run_setting(index, name, forwarded))
     tokens = args.prompt + args.turns * (args.action + args.observation)
     report = {
         "episodes": args.episodes,
@@ -163,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "settings": results,
         "goal_peak_rss_gb": RSS_GOAL_GB,
-        "goal_met": results[-1]["peak_rss_gb"] <= RSS_GOAL_GB,
+        "goal_met": "failed" not in results[-1] and results[-1]["peak_rss_gb"] <= RSS_GOAL_GB,
     }
     if args.json:
         print(json.dumps(report))
@@ -173,16 +190,14 @@ def main(argv: list[str] | None = None) -> int:
             f" turns of {args.action} action + {args.observation} observation), {args.threads}"
             " threads"
         )
-        rows = [
-            [
-                r["setting"],
-                f"{r['loaded_rss_gb']:.2f}",
-                f"{r['peak_rss_gb']:.2f}",
-                f"{r['step_extra_gb']:.2f}",
-                f"{r['step_s']:.1f}",
-            ]
-            for r in results
-        ]
+        rows = []
+        for r in results:
+            if "failed" in r:
+                row = [r["setting"], "", f"{r['peak_rss_gb']:.2f}", "", r["failed"]]
+            else:
+                row = [r["setting"], f"{r['loaded_rss_gb']:.2f}", f"{r['peak_rss_gb']:.2f}"]
+                row += [f"{r['step_extra_gb']:.2f}", f"{r['step_s']:.1f}"]
+            rows.append(row)
         headers = ["setting", "loaded GB", "peak GB", "step extra GB", "step s"]
         for line in right_aligned(headers, rows, left=1):
             print(line)

@@ -1,4 +1,4 @@
-"""token_logprobs with ``needed``: the output layer runs on the needed positions only."""
+"""token_logprobs with ``needed``: the output layer runs on each row's needed positions only."""
 
 from __future__ import annotations
 
@@ -44,8 +44,10 @@ def test_needed_positions_match_the_full_computation_in_value_and_gradient(model
 
     mask = NEEDED.bool()
     torch.testing.assert_close(part[mask], full[mask], atol=1e-5, rtol=0)
-    # Positions 0-2 are needed by no row and hold 0; column 3 is computed for both rows.
-    assert part[:, :3].abs().sum() == 0
+    # Only the positions a row needs are computed; the rest of the row holds 0 (column 3 is
+    # needed by row 0 alone).
+    assert torch.all(part[~mask] == 0)
+    assert part[0, 3] != 0 and part[1, 3] == 0
     for got, expected in zip(part_grads, full_grads, strict=True):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
@@ -57,3 +59,15 @@ def test_nothing_needed_or_every_position_takes_the_full_path(model):
         every = token_logprobs(model, IDS, needed=torch.ones_like(IDS))
     torch.testing.assert_close(none, full, atol=0, rtol=0)
     torch.testing.assert_close(every, full, atol=0, rtol=0)
+
+
+def test_the_output_layer_sees_only_the_needed_positions(model):
+    seen = []
+    head = model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda module, args, out: seen.append(tuple(out.shape)))
+    try:
+        with torch.no_grad():
+            token_logprobs(model, IDS, needed=NEEDED)
+    finally:
+        hook.remove()
+    assert seen == [(1, int(NEEDED.sum()), 300)]

@@ -24,11 +24,13 @@ def token_logprobs(
     real token never attends to the padding after it, and without a mask the model keeps its
     fastest attention path. Values at padded positions are meaningless; mask them.
 
-    ``needed`` (``[B, T]``, nonzero where a logprob is used, such as the union of the action
-    and observation masks) limits the output layer to the positions some row needs: the
-    model's ``logits_to_keep`` then gets their indices, so the ``[B, T, V]`` logits and their
-    gradient shrink to ``[B, T', V]`` (the prompt columns of a single-turn batch drop out),
-    which saves memory and the output layer's time. Other positions hold 0, with no gradient.
+    ``needed`` (``[B, T]``, nonzero where a logprob is used, such as the action mask) limits
+    the output layer to exactly those positions: a forward pre-hook on the model's output
+    embeddings hands it the hidden states of the ``N`` needed positions alone, so the
+    ``[B, T, V]`` logits and their gradient shrink to ``[N, V]`` (what follows the output layer
+    in a model's forward, such as soft-capping, is elementwise). That saves memory and the
+    output layer's time; the rows of a multi-turn batch need different positions, so this beats
+    keeping the columns any row needs. Other positions hold 0, with no gradient.
 
     ``position_ids`` (``[B, T]``, for rows that pack several sequences) restart at 0 where each
     packed sequence starts. The model gets them, and with no attention mask its mask builder
@@ -37,10 +39,11 @@ def token_logprobs(
     position whose id is 0 holds logprob 0, with no gradient, as position 0 does.
     """
     if needed is not None:
-        columns = (needed != 0).any(dim=0).nonzero().squeeze(1)
-        columns = columns[columns > 0]
-        if 0 < len(columns) < token_ids.shape[1] - 1:
-            predicted = _needed_logprobs(model, token_ids, columns, temperature, position_ids)
+        rows, columns = (needed[:, 1:] != 0).nonzero(as_tuple=True)
+        if 0 < len(rows) < needed.numel() - needed.shape[0]:
+            predicted = _needed_logprobs(
+                model, token_ids, rows, columns + 1, temperature, position_ids
+            )
             return _zero_starts(predicted, position_ids)
     logits = model(input_ids=token_ids, position_ids=position_ids, use_cache=False).logits.float()
     if temperature != 1.0:
@@ -62,23 +65,35 @@ def _zero_starts(logprobs: torch.Tensor, position_ids: torch.Tensor | None) -> t
 def _needed_logprobs(
     model: torch.nn.Module,
     token_ids: torch.Tensor,
+    rows: torch.Tensor,
     columns: torch.Tensor,
     temperature: float,
     position_ids: torch.Tensor | None,
 ) -> torch.Tensor:
-    # The logits at position t - 1 predict the token at t.
-    logits = model(
-        input_ids=token_ids,
-        position_ids=position_ids,
-        use_cache=False,
-        logits_to_keep=columns - 1,
-    ).logits
+    # The hidden state at position t - 1 predicts the token at t.
+    def gather(module: torch.nn.Module, args: tuple) -> tuple:
+        return (args[0][rows, columns - 1].unsqueeze(0), *args[1:])
+
+    hook = _output_layer(model).register_forward_pre_hook(gather)
+    try:
+        logits = model(
+            input_ids=token_ids, position_ids=position_ids, use_cache=False, logits_to_keep=0
+        ).logits[0]
+    finally:
+        hook.remove()
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
-    predicted = target_logprobs(logits, token_ids[:, columns])
+    predicted = target_logprobs(logits, token_ids[rows, columns])
     out = predicted.new_zeros(token_ids.shape)
-    return out.index_copy(1, columns, predicted)
+    return out.index_put((rows, columns), predicted)
+
+
+def _output_layer(model: torch.nn.Module) -> torch.nn.Module:
+    # A DistributedDataParallel wrapper holds the model as ``module``.
+    while not hasattr(model, "get_output_embeddings") and hasattr(model, "module"):
+        model = model.module
+    return model.get_output_embeddings()
 
 
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
