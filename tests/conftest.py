@@ -222,6 +222,22 @@ def tiny_smol_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_model_
 
 
 @pytest.fixture(scope="session")
+def tiny_smol_long_model_dir(
+    tmp_path_factory: pytest.TempPathFactory, tiny_smol_model_dir: Path
+) -> Path:
+    """The tiny SmolLM2-tokenizer Llama with room for an agent's multi-turn prompts (4096
+    positions): its rotary positions need no weights, so a longer context is a config change."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("tiny-smol-long") / "model"
+    shutil.copytree(tiny_smol_model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = 4096
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="session")
 def quickstart_two_steps(
     smollm2_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:

@@ -94,12 +94,12 @@ def test_every_solution_passes_and_doing_nothing_fails(tmp_path):
         assert "got the expected reward" in done.stdout
 
 
-def agent_replies(model_dir: Path) -> Any:
+def agent_replies(tiny_smol_long_model_dir: Path) -> Any:
     """The fake agent: look first; after the look, write the code it saw (every other episode
     writes a wrong one); after the write, DONE."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_smol_long_model_dir))
     writes = itertools.count()
     lock = threading.Lock()
 
@@ -120,24 +120,15 @@ def agent_replies(model_dir: Path) -> Any:
     return reply
 
 
-@pytest.fixture
-def model_dir(tiny_smol_model_dir: Path, tmp_path: Path) -> Path:
-    """The tiny SmolLM2-tokenizer Llama with room for the harness's prompts."""
-    folder = tmp_path / "tiny-smol-long"
-    shutil.copytree(tiny_smol_model_dir, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = 2048
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
-def test_two_steps_of_the_rl_plan_train_multi_turn_episodes_without_resets(model_dir, tmp_path):
+def test_two_steps_of_the_rl_plan_train_multi_turn_episodes_without_resets(
+    tiny_smol_long_model_dir, tmp_path
+):
     testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
     testing.require_bubblewrap("run this plan")
     tasks = tmp_path / "tasks"
     for name in ("find-code-train-000", "find-code-train-001"):
         shutil.copytree(TASKS / "train" / name, tasks / name)
-    with FakeVllmServer(reply=agent_replies(model_dir)) as server:
+    with FakeVllmServer(reply=agent_replies(tiny_smol_long_model_dir)) as server:
         result = run_cli(
             "run",
             str(HERE / "rl.toml"),
@@ -147,7 +138,7 @@ def test_two_steps_of_the_rl_plan_train_multi_turn_episodes_without_resets(model
                 "run.save_every=0",
                 "algorithm.batch_size=1",
                 "algorithm.group_size=2",
-                f'trainer.model="{model_dir}"',
+                f'trainer.model="{tiny_smol_long_model_dir}"',
                 'sampler.name="vllm"',
                 f'sampler.urls=["{server.url}"]',
                 f'sampler.weights_dir="{tmp_path / "weights"}"',

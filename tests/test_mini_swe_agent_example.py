@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,12 +40,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def agent_replies(model_dir: Path) -> Any:
+def agent_replies(tiny_smol_long_model_dir: Path) -> Any:
     """The fake model: a first turn alternates between solving (then submitting on the next
     turn) and submitting at once; later turns (the prompt holds an observation) submit."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_smol_long_model_dir))
     first_turns = itertools.count()
     lock = threading.Lock()
 
@@ -63,22 +62,12 @@ def agent_replies(model_dir: Path) -> Any:
     return reply
 
 
-@pytest.fixture
-def model_dir(tiny_smol_model_dir: Path, tmp_path: Path) -> Path:
-    """The tiny SmolLM2-tokenizer Llama with room for the agent's prompts: its rotary
-    positions need no weights, so a longer context is a config change."""
-    folder = tmp_path / "tiny-smol-long"
-    shutil.copytree(tiny_smol_model_dir, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = 4096
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
-def test_one_step_of_the_example_trains_a_solved_and_an_unsolved_episode(model_dir, tmp_path):
+def test_one_step_of_the_example_trains_a_solved_and_an_unsolved_episode(
+    tiny_smol_long_model_dir, tmp_path
+):
     testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
     testing.require_bubblewrap("run this plan")
-    with FakeVllmServer(reply=agent_replies(model_dir)) as server:
+    with FakeVllmServer(reply=agent_replies(tiny_smol_long_model_dir)) as server:
         result = run_cli(
             "run",
             str(PLAN),
@@ -90,7 +79,7 @@ def test_one_step_of_the_example_trains_a_solved_and_an_unsolved_episode(model_d
                 "algorithm.batch_size=1",
                 "algorithm.group_size=2",
                 "sampling.max_tokens=64",
-                f'trainer.model="{model_dir}"',
+                f'trainer.model="{tiny_smol_long_model_dir}"',
                 'sampler.name="vllm"',
                 f'sampler.urls=["{server.url}"]',
                 f'sampler.weights_dir="{tmp_path / "weights"}"',
@@ -117,7 +106,9 @@ def test_one_step_of_the_example_trains_a_solved_and_an_unsolved_episode(model_d
     assert len(server.completions) == 3
 
 
-def start_stoppable(model_dir: Path, server: FakeVllmServer, cwd: Path) -> subprocess.Popen[str]:
+def start_stoppable(
+    tiny_smol_long_model_dir: Path, server: FakeVllmServer, cwd: Path
+) -> subprocess.Popen[str]:
     """The example as above with a step whose training takes minutes: 2000 epochs, each an
     optimizer step and a weight sync."""
     args = overrides(
@@ -127,7 +118,7 @@ def start_stoppable(model_dir: Path, server: FakeVllmServer, cwd: Path) -> subpr
         "algorithm.group_size=2",
         "algorithm.epochs=2000",
         "sampling.max_tokens=64",
-        f'trainer.model="{model_dir}"',
+        f'trainer.model="{tiny_smol_long_model_dir}"',
         'sampler.name="vllm"',
         f'sampler.urls=["{server.url}"]',
         f'sampler.weights_dir="{cwd / "weights"}"',
@@ -156,12 +147,12 @@ def wait_for_training(server: FakeVllmServer, run: subprocess.Popen[str]) -> Non
 
 @pytest.mark.parametrize("signals", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
 def test_ctrl_c_while_the_agent_step_trains_stops_the_run_with_its_summary(
-    model_dir, tmp_path, signals
+    tiny_smol_long_model_dir, tmp_path, signals
 ):
     testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
     testing.require_bubblewrap("run this plan")
-    with FakeVllmServer(reply=agent_replies(model_dir)) as server:
-        run = start_stoppable(model_dir, server, tmp_path)
+    with FakeVllmServer(reply=agent_replies(tiny_smol_long_model_dir)) as server:
+        run = start_stoppable(tiny_smol_long_model_dir, server, tmp_path)
         try:
             wait_for_training(server, run)
             run.send_signal(signal.SIGINT)
