@@ -2,17 +2,16 @@
 and peak memory, against what the example did before.
 
 Runs ``rllm-core run`` of the example for ``--steps`` steps (2 by default, no checkpoints) as
-its own process, twice back to back: as shipped, and with the settings it had before (16
-episodes of up to 6 calls per step, 4 at a time, one CPU thread, no prefix reuse; the
-``--before`` settings), unless ``--skip-before``. Reported per run: seconds per step (rollout
-and training), peak RSS of the process, episodes and sampled tokens per step, and how the
-episodes ended.
+its own process; with ``--before``, first also for one step with the settings it had before
+(16 episodes of up to 6 calls a step, 4 at a time, one CPU thread, no prefix reuse: expect
+20 minutes or more). Reported per run: seconds per step (rollout and training), peak RSS of
+the process, episodes and sampled tokens per step, and how the episodes ended.
 
 Run from the repository root after ``scripts/setup.sh`` (needs bubblewrap)::
 
     .venv/bin/python benchmarks/mini_swe_agent.py                  # a table
     .venv/bin/python benchmarks/mini_swe_agent.py --json           # one JSON object
-    .venv/bin/python benchmarks/mini_swe_agent.py --skip-before    # the shipped plan only
+    .venv/bin/python benchmarks/mini_swe_agent.py --before         # and the old settings
     .venv/bin/python benchmarks/mini_swe_agent.py --dry-run        # the commands only
 
 Goals (exit 1 when one is missed, shipped plan): a step within 3 minutes, peak RSS <= 4 GB.
@@ -75,7 +74,9 @@ def figures(run_dir: Path, measured: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--skip-before", action="store_true", help="run the shipped plan only")
+    parser.add_argument(
+        "--before", action="store_true", help="also run one step with the old settings first"
+    )
     parser.add_argument(
         "--output-dir",
         type=Path,
@@ -85,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
     out = args.output_dir or Path(tempfile.gettempdir()) / "mini-swe-agent-bench"
-    variants = {"shipped": ()} if args.skip_before else {"before": BEFORE, "shipped": ()}
-    commands = {name: command(out / name, args.steps, s) for name, s in variants.items()}
+    commands = {"shipped": command(out / "shipped", args.steps, ())}
+    if args.before:
+        commands = {"before": command(out / "before", 1, BEFORE), **commands}
     if args.dry_run:
         for name, made in commands.items():
             print(f"{name}: {shlex.join(made)}")

@@ -351,17 +351,18 @@ def test_mini_swe_agent_benchmark_answers_help_and_dry_run_starts_nothing(tmp_pa
         [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    for option in ("--json", "--steps", "--skip-before", "--dry-run", "--output-dir"):
+    for option in ("--json", "--steps", "--before", "--dry-run", "--output-dir"):
         assert option in result.stdout
     result = subprocess.run(
-        [sys.executable, script, "--dry-run", "--steps", "3", "--output-dir", str(tmp_path)],
+        [sys.executable, script, "--dry-run", "--before", "--steps", "3", "--output-dir", tmp_path],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
     before, shipped = result.stdout.splitlines()
-    assert all("run.steps=3" in line and "rllm-core run" in line for line in (before, shipped))
+    assert "run.steps=1" in before and "run.steps=3" in shipped
+    assert all("rllm-core run" in line for line in (before, shipped))
     assert before.startswith("before:") and "trainer.prefix_cache_mb=0" in before
     assert shipped.startswith("shipped:") and "prefix_cache_mb" not in shipped
     assert list(tmp_path.iterdir()) == []
@@ -377,3 +378,23 @@ def test_agent_train_memory_benchmark_answers_help() -> None:
     assert result.returncode == 0, result.stderr
     for option in ("--json", "--quick", "--episodes", "--prompt", "--turns", "--threads"):
         assert option in result.stdout
+
+
+def test_prefix_reuse_benchmark_answers_help_and_dry_run_starts_nothing() -> None:
+    script = str(BENCHMARKS / "prefix_reuse.py")
+    result = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--model", "--limit", "--attempts", "--dry-run"):
+        assert option in result.stdout
+    result = subprocess.run(
+        [sys.executable, script, "--dry-run", "--limit", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    without, default = result.stdout.splitlines()
+    assert all("rllm-core eval" in line and "--limit 3" in line for line in (without, default))
+    assert "trainer.prefix_cache_mb=0" in without and "prefix_cache_mb" not in default
