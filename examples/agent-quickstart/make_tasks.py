@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 
 TRAIN = 48
 HELD_OUT = 32
-SFT = 62
+SFT = 80
 
 WORDS = ("alpha", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor", "iris", "juniper")
 NOTES = (
