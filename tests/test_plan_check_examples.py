@@ -1,8 +1,10 @@
 """Every example plan passes ``rllm-core plan check`` on a fresh machine: nothing pulled, no
-credential set. Each exits 0, and its warnings say what to do before running it."""
+credential set, nothing run yet. Each exits 0, and its warnings say what to do before running
+it."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -53,7 +55,10 @@ def test_every_example_plan_is_listed():
 
 @pytest.mark.parametrize("plan", sorted(EXPECTED))
 def test_an_example_plan_passes_with_nothing_cached(plan, tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
+    # A copy without the run folders a local run leaves (an SFT export among them).
+    fresh = tmp_path / "checkout"
+    shutil.copytree(ROOT / "examples", fresh / "examples", ignore=shutil.ignore_patterns("runs"))
+    monkeypatch.chdir(fresh)
     monkeypatch.setenv("RLLM_CORE_CACHE", str(tmp_path / "rllm-cache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setenv("HOME", str(tmp_path))

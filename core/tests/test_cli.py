@@ -257,6 +257,24 @@ def test_run_names_every_missing_component(fake_distributions, tmp_path):
     assert "[algorithm].loss:" not in result.stderr
 
 
+def test_plan_check_warns_of_what_a_run_needs_and_the_plan_lacks(fake_distributions, tmp_path):
+    fake_distributions.add(
+        "rllm-loss-alpha",
+        entry_points={"fake_alpha": "fake_alpha"},
+        modules={"fake_alpha": loss_plugin("alpha")},
+    )
+    plan = tmp_path / "plan.toml"
+    plan.write_text("[run]\nsteps = 3\n")
+    result = cli("plan", "check", str(plan), fakes=fake_distributions)
+    assert result.returncode == 0, result.stderr
+    assert "[algorithm].loss: a run needs a loss" in result.stderr
+    assert "`rllm-core run` refuses the plan" in result.stderr
+    assert cli("plan", "check", str(plan), "--strict", fakes=fake_distributions).returncode == 2
+    plan.write_text('[run]\nsteps = 3\n[algorithm]\nloss = "alpha"\n')
+    result = cli("plan", "check", str(plan), fakes=fake_distributions)
+    assert "[algorithm].loss" not in result.stderr and "[trainer]:" in result.stderr
+
+
 EVERYTHING = """
 from rllm_core import ComponentSpec, hookimpl
 

@@ -24,6 +24,7 @@ from rllm_core.cli.output import (
     print_json,
     print_table,
 )
+from rllm_core.cli.preflight import missing_components
 from rllm_core.errors import ModelError, PlanError, PlanIssue
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.findings import Findings, find_problems
@@ -69,6 +70,12 @@ def check(plan_path: Path, overrides: tuple[str, ...], as_json: bool, strict: bo
     except ModelError as exc:
         fail(f"{plan_path}: [trainer].model: {exc}", EXIT_USAGE)
     findings = find_problems(resolved)
+    if not resolved.plan.is_sft:
+        # An evaluation needs fewer components than a run: say what `run` would refuse.
+        gaps = missing_components(resolved, training=True)
+        for issue in gaps:
+            issue.message += "; `rllm-core run` refuses the plan (`rllm-core eval` works)"
+        findings = Findings(errors=findings.errors, warnings=(*findings.warnings, *gaps))
     if strict:
         findings = findings.strict()
     if findings.errors:
