@@ -15,7 +15,9 @@ Settings, each adding one change to the one before:
 2. ``+ checkpointing, 4096 tokens``: activations recomputed, at most 4096 tokens a pass;
 3. ``+ action positions only``: the output layer at action positions only (the policy loss
    reads no observation logprobs);
-4. ``+ 2048 tokens``: at most 2048 tokens a pass.
+4. ``+ 2048 tokens``: at most 2048 tokens a pass;
+5. ``no checkpointing, 1024 tokens``: activations kept again, at most 1024 tokens a pass
+   (faster, as nothing is recomputed).
 
 Run from the repository root after ``scripts/setup.sh``::
 
@@ -23,7 +25,8 @@ Run from the repository root after ``scripts/setup.sh``::
     .venv/bin/python benchmarks/agent_train_memory.py --json   # one JSON object
     .venv/bin/python benchmarks/agent_train_memory.py --quick  # 2 short episodes, a fast check
 
-Goal (exit 1 when missed): the last setting's peak RSS <= 4 GB.
+Goal (exit 1 when missed): the peak RSS of the 4th setting (the mini-swe-agent example's
+training settings) <= 4 GB.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 from _tables import right_aligned
 
 RSS_GOAL_GB = 4.0
+GOAL_SETTING = 3
 SETTINGS: list[tuple[str, dict[str, Any], bool]] = [
     ("as shipped before", {"micro_batch_size": 4}, True),
     (
@@ -57,6 +61,11 @@ SETTINGS: list[tuple[str, dict[str, Any], bool]] = [
     (
         "+ 2048 tokens",
         {"micro_batch_size": 4, "micro_batch_tokens": 2048, "gradient_checkpointing": True},
+        False,
+    ),
+    (
+        "no checkpointing, 1024 tokens",
+        {"micro_batch_size": 4, "micro_batch_tokens": 1024},
         False,
     ),
 ]
@@ -159,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="2 episodes of 2 short turns")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--only", type=int, nargs="+", help="run these settings (1-based) and no others"
+    )
     parser.add_argument("--setting", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
@@ -168,8 +180,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     results = []
-    forwarded = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json"]
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--only" in given:
+        start = given.index("--only")
+        end = start + 1
+        while end < len(given) and given[end].isdigit():
+            end += 1
+        del given[start:end]
+    forwarded = [a for a in given if a != "--json"]
     for index, (name, _, _) in enumerate(SETTINGS):
+        if args.only and index + 1 not in args.only:
+            results.append({"setting": name, "failed": "not run (--only)", "peak_rss_gb": 0.0})
+            continue
         if not args.json:
             print(f"running: {name}", file=sys.stderr)
         results.append(run_setting(index, name, forwarded))
@@ -180,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "settings": results,
         "goal_peak_rss_gb": RSS_GOAL_GB,
-        "goal_met": "failed" not in results[-1] and results[-1]["peak_rss_gb"] <= RSS_GOAL_GB,
+        "goal_met": "failed" not in results[GOAL_SETTING]
+        and results[GOAL_SETTING]["peak_rss_gb"] <= RSS_GOAL_GB,
     }
     if args.json:
         print(json.dumps(report))
@@ -201,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         headers = ["setting", "loaded GB", "peak GB", "step extra GB", "step s"]
         for line in right_aligned(headers, rows, left=1):
             print(line)
-        print(f"goal: last setting's peak RSS <= {RSS_GOAL_GB} GB: {report['goal_met']}")
+        name = SETTINGS[GOAL_SETTING][0]
+        print(f"goal: peak RSS of {name!r} <= {RSS_GOAL_GB} GB: {report['goal_met']}")
     return 0 if report["goal_met"] else 1
 
 
