@@ -257,24 +257,6 @@ def test_run_names_every_missing_component(fake_distributions, tmp_path):
     assert "[algorithm].loss:" not in result.stderr
 
 
-def test_plan_check_warns_of_what_a_run_needs_and_the_plan_lacks(fake_distributions, tmp_path):
-    fake_distributions.add(
-        "rllm-loss-alpha",
-        entry_points={"fake_alpha": "fake_alpha"},
-        modules={"fake_alpha": loss_plugin("alpha")},
-    )
-    plan = tmp_path / "plan.toml"
-    plan.write_text("[run]\nsteps = 3\n")
-    result = cli("plan", "check", str(plan), fakes=fake_distributions)
-    assert result.returncode == 0, result.stderr
-    assert "[algorithm].loss: a run needs a loss" in result.stderr
-    assert "`rllm-core run` refuses the plan" in result.stderr
-    assert cli("plan", "check", str(plan), "--strict", fakes=fake_distributions).returncode == 2
-    plan.write_text('[run]\nsteps = 3\n[algorithm]\nloss = "alpha"\n')
-    result = cli("plan", "check", str(plan), fakes=fake_distributions)
-    assert "[algorithm].loss" not in result.stderr and "[trainer]:" in result.stderr
-
-
 EVERYTHING = """
 from rllm_core import ComponentSpec, hookimpl
 
@@ -335,3 +317,28 @@ def test_run_builds_every_component(fake_distributions, tmp_path):
     )
     assert "OSError: disk on fire" in failed.stderr
     assert failed.stdout.count("closed Closable") == failed.stdout.count("built ")
+
+
+def test_plan_check_warns_when_an_evaluation_plan_lacks_what_a_run_needs(
+    fake_distributions, tmp_path
+):
+    fake_distributions.add(
+        "rllm-all-things", entry_points={"fake_all": "fake_all"}, modules={"fake_all": EVERYTHING}
+    )
+    plan = tmp_path / "plan.toml"
+    sampling = (
+        '[trainer]\nname = "tb"\n[renderer]\nname = "r"\n[harness]\nname = "h"\n'
+        '[tasks]\nname = "t"\n[trace_store]\nname = "ts"\n'
+    )
+    plan.write_text(sampling + '[algorithm]\nadvantage = "a"\n')
+    result = cli("plan", "check", str(plan), fakes=fake_distributions)
+    assert result.returncode == 0, result.stderr
+    assert "[algorithm].loss: a run needs a loss" in result.stderr
+    assert "`rllm-core run` refuses the plan (`rllm-core eval` works)" in result.stderr
+    assert cli("plan", "check", str(plan), "--strict", fakes=fake_distributions).returncode == 2
+    # With the loss it is a run plan; without the sampling components it is neither, and
+    # the run and eval commands name what is missing themselves.
+    plan.write_text(sampling + '[algorithm]\nloss = "l"\nadvantage = "a"\n')
+    assert "warning" not in cli("plan", "check", str(plan), fakes=fake_distributions).stderr
+    plan.write_text('[algorithm]\nadvantage = "a"\n')
+    assert "warning" not in cli("plan", "check", str(plan), fakes=fake_distributions).stderr

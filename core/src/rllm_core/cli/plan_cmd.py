@@ -70,8 +70,8 @@ def check(plan_path: Path, overrides: tuple[str, ...], as_json: bool, strict: bo
     except ModelError as exc:
         fail(f"{plan_path}: [trainer].model: {exc}", EXIT_USAGE)
     findings = find_problems(resolved)
-    if not resolved.plan.is_sft:
-        # An evaluation needs fewer components than a run: say what `run` would refuse.
+    if not resolved.plan.is_sft and not missing_components(resolved, training=False):
+        # A plan an evaluation can use but a run cannot: say what `run` would refuse.
         gaps = missing_components(resolved, training=True)
         for issue in gaps:
             issue.message += "; `rllm-core run` refuses the plan (`rllm-core eval` works)"
