@@ -42,7 +42,11 @@ def command(args: argparse.Namespace, cache_mb: int | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="./runs/sft-model", help="trainer.model of the eval")
+    parser.add_argument(
+        "--model",
+        default=str(PLAN.parent / "runs" / "sft-model"),
+        help="trainer.model of the eval (default: the agent quickstart's SFT export)",
+    )
     parser.add_argument("--limit", type=int, default=16, help="held-out tasks evaluated")
     parser.add_argument("--attempts", type=int, default=4, help="episodes per task")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
