@@ -398,3 +398,23 @@ def test_prefix_reuse_benchmark_answers_help_and_dry_run_starts_nothing() -> Non
     without, default = result.stdout.splitlines()
     assert all("rllm-core eval" in line and "--limit 3" in line for line in (without, default))
     assert "trainer.prefix_cache_mb=0" in without and "prefix_cache_mb" not in default
+
+
+def test_prefix_sharing_benchmark_answers_help_and_dry_run_trains_nothing() -> None:
+    script = str(BENCHMARKS / "prefix_sharing.py")
+    result = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--quick", "--groups", "--calls", "--dry-run"):
+        assert option in result.stdout
+    result = subprocess.run(
+        [sys.executable, script, "--dry-run"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    padded, shared, no_recompute = (
+        json.loads(line.split(": ", 1)[1]) for line in result.stdout.splitlines()
+    )
+    assert "share_prefixes" not in padded and padded["gradient_checkpointing"]
+    assert shared["share_prefixes"] and shared["gradient_checkpointing"]
+    assert no_recompute["share_prefixes"] and "gradient_checkpointing" not in no_recompute

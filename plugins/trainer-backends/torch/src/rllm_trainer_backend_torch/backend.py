@@ -38,7 +38,11 @@ from rllm_trainer_backend_torch.loading import (
     resolve_device,
     seed_everything,
 )
-from rllm_trainer_backend_torch.logprobs import token_logprobs
+from rllm_trainer_backend_torch.logprobs import (
+    check_maskable_attention,
+    shared_prefix_logprobs,
+    token_logprobs,
+)
 from rllm_trainer_backend_torch.numerics import numerics_report, use_deterministic_numerics
 from rllm_trainer_backend_torch.plugin import TorchBackendConfig
 from rllm_trainer_backend_torch.schedule import build_scheduler
@@ -98,6 +102,8 @@ class TorchBackend:
             self.device = resolve_device(config.device)
         use_deterministic_numerics(config.deterministic, self.device)
         self.model = load_policy(config, self.device)
+        if config.share_prefixes:
+            check_maskable_attention(self.model)
         # What forward passes run (the DDP wrapper) and what the sampler reads (a full copy
         # on rank 0 when FSDP shards the parameters); both the model itself in one process.
         self._train_model = self.model
@@ -255,7 +261,15 @@ class TorchBackend:
             raise TrainingInterrupted(f"{call} was interrupted before its next micro-batch")
 
     def _micro_batches(self, batch: Collated) -> Iterator[Collated]:
-        return batch.micro_batches(self.config.micro_batch_size, self.config.micro_batch_tokens)
+        return batch.micro_batches(
+            self.config.micro_batch_size,
+            self.config.micro_batch_tokens,
+            shared=self._shares_prefixes(batch),
+        )
+
+    def _shares_prefixes(self, batch: Collated) -> bool:
+        # Packed SFT examples restart their position ids inside a row; a tree cannot hold them.
+        return self.config.share_prefixes and batch.position_ids is None
 
     def _micro_step(self, micro: Collated, step: ObjectiveStep) -> None:
         logprobs = self._micro_logprobs(micro, self.model, step.objective.reads_observations)
@@ -267,6 +281,15 @@ class TorchBackend:
         needed = micro.action_mask != 0
         if observations:
             needed |= micro.observation_mask != 0
+        if self._shares_prefixes(micro):
+            return shared_prefix_logprobs(
+                model,
+                micro.token_ids,
+                micro.lengths,
+                device=self.device,
+                temperature=self.config.logprob_temperature,
+                needed=needed,
+            )
         return token_logprobs(
             model,
             micro.token_ids.to(self.device),
@@ -357,12 +380,21 @@ class TorchBackend:
                 if group is None:
                     self._check_interrupt("compute_logprobs")
                 micro = micros[index] if index < len(micros) else next(batch.micro_batches(1))
-                logprobs = token_logprobs(
-                    model,
-                    micro.token_ids.to(self.device),
-                    temperature=self.config.logprob_temperature,
-                    position_ids=_on(micro.position_ids, self.device),
-                ).cpu()
+                if self._shares_prefixes(micro):
+                    logprobs = shared_prefix_logprobs(
+                        model,
+                        micro.token_ids,
+                        micro.lengths,
+                        device=self.device,
+                        temperature=self.config.logprob_temperature,
+                    ).cpu()
+                else:
+                    logprobs = token_logprobs(
+                        model,
+                        micro.token_ids.to(self.device),
+                        temperature=self.config.logprob_temperature,
+                        position_ids=_on(micro.position_ids, self.device),
+                    ).cpu()
                 if index >= len(micros):
                     continue
                 for row, length in zip(logprobs, micro.lengths.tolist(), strict=True):

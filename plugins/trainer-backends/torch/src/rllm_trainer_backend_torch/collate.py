@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from rllm_core.types import Datum
 
+from rllm_trainer_backend_torch.prefix_tree import Trie
+
 __all__ = ["PACKED_LENGTHS", "Collated", "collate", "count_examples", "packed_lengths"]
 
 PACKED_LENGTHS = "packed_lengths"
@@ -42,22 +44,22 @@ class Collated:
     def size(self) -> int:
         return int(self.token_ids.shape[0])
 
-    def micro_batches(self, size: int, max_tokens: int | None = None) -> Iterator[Collated]:
+    def micro_batches(
+        self, size: int, max_tokens: int | None = None, *, shared: bool = False
+    ) -> Iterator[Collated]:
         """Consecutive slices of at most ``size`` rows, each trimmed to its own longest row so a
         short micro-batch does not pay for a long one's padding. With ``max_tokens``, a slice
-        also ends before the row that would take its rows times its width past that many
-        tokens (a row longer than ``max_tokens`` is a slice of its own): the memory of a
-        forward pass grows with those tokens, so long sequences go fewer at a time."""
+        also ends before the row that would take its tokens past that many (a row longer than
+        ``max_tokens`` is a slice of its own): the memory of a forward pass grows with its
+        tokens, so long sequences go fewer at a time. A slice's tokens are its rows times its
+        width, or with ``shared`` the distinct prefixes of its rows (the tokens of their
+        :class:`~rllm_trainer_backend_torch.prefix_tree.PrefixTree`)."""
         lengths = self.lengths.tolist()
         start = 0
         while start < self.size:
-            end, width = start + 1, lengths[start]
-            while end < min(self.size, start + size):
-                wider = max(width, lengths[end])
-                if max_tokens is not None and wider * (end - start + 1) > max_tokens:
-                    break
-                end, width = end + 1, wider
+            end = self._slice_end(start, size, max_tokens, shared, lengths)
             rows = slice(start, end)
+            width = max(lengths[rows])
             start = end
             yield Collated(
                 token_ids=self.token_ids[rows, :width],
@@ -71,6 +73,26 @@ class Collated:
                 else self.proximal_logprobs[rows, :width],
                 position_ids=None if self.position_ids is None else self.position_ids[rows, :width],
             )
+
+    def _slice_end(
+        self, start: int, size: int, max_tokens: int | None, shared: bool, lengths: list[int]
+    ) -> int:
+        trie = Trie()
+        if shared:
+            trie.insert(self.token_ids[start, : lengths[start]].tolist())
+        end, width = start + 1, lengths[start]
+        while end < min(self.size, start + size):
+            wider = max(width, lengths[end])
+            tokens = wider * (end - start + 1)
+            if shared:
+                row = self.token_ids[end, : lengths[end]].tolist()
+                tokens = len(trie) + len(row) - trie.matched(row)
+            if max_tokens is not None and tokens > max_tokens:
+                break
+            if shared:
+                trie.insert(row)
+            end, width = end + 1, wider
+        return end
 
 
 def collate(datums: Sequence[Datum], *, vocab_size: int, max_length: int | None) -> Collated:

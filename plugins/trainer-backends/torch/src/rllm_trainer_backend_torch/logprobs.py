@@ -6,7 +6,19 @@ from typing import Any
 
 import torch
 
-__all__ = ["target_logprobs", "token_logprobs"]
+from rllm_trainer_backend_torch.prefix_tree import PrefixTree
+
+__all__ = [
+    "MASKABLE_ATTENTION",
+    "check_maskable_attention",
+    "shared_prefix_logprobs",
+    "target_logprobs",
+    "token_logprobs",
+]
+
+MASKABLE_ATTENTION = ("sdpa", "eager")
+"""Attention implementations that apply an arbitrary 4D attention mask (flash attention and
+others assume a causal or padding mask and would ignore a tree's)."""
 
 
 def token_logprobs(
@@ -89,11 +101,78 @@ def _needed_logprobs(
     return out.index_put((rows, columns), predicted)
 
 
-def _output_layer(model: torch.nn.Module) -> torch.nn.Module:
+def shared_prefix_logprobs(
+    model: torch.nn.Module,
+    token_ids: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    device: torch.device | str = "cpu",
+    temperature: float = 1.0,
+    needed: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The same ``[B, T]`` logprobs as :func:`token_logprobs` (with ``needed``), computed in
+    one forward pass over the rows packed as a :class:`~rllm_trainer_backend_torch.prefix_tree.
+    PrefixTree`: a prefix several rows share runs once, its gradient the sum of theirs.
+
+    ``token_ids`` (right-padded) and ``lengths`` are CPU tensors; ``needed`` defaults to every
+    position of every row. The output layer runs once per distinct (prefix, next token) pair
+    among the needed positions. Raises ``ValueError`` for a model whose attention
+    implementation would not apply the tree's mask.
+    """
+    check_maskable_attention(model)
+    tree = PrefixTree.of(token_ids, lengths)
+    if needed is None:
+        needed = torch.arange(token_ids.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
+    rows, columns = (needed[:, 1:].cpu() != 0).nonzero(as_tuple=True)
+    columns = columns + 1
+    out = torch.zeros(token_ids.shape, dtype=torch.float32, device=device)
+    if len(rows) == 0:
+        return out
+    nodes, which = tree.index[rows, columns].unique(return_inverse=True)
+    parents = tree.parents[nodes].to(device)
+
+    def gather(module: torch.nn.Module, args: tuple) -> tuple:
+        return (args[0][0, parents].unsqueeze(0), *args[1:])
+
+    dtype = next(model.parameters()).dtype
+    hook = _output_layer(model).register_forward_pre_hook(gather)
+    try:
+        logits = model(
+            input_ids=tree.token_ids.to(device).unsqueeze(0),
+            position_ids=tree.position_ids.to(device).unsqueeze(0),
+            attention_mask=tree.attention_mask(dtype).to(device),
+            use_cache=False,
+            logits_to_keep=0,
+        ).logits[0]
+    finally:
+        hook.remove()
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    predicted = target_logprobs(logits, tree.token_ids[nodes].to(device))
+    return out.index_put((rows.to(device), columns.to(device)), predicted[which.to(device)])
+
+
+def check_maskable_attention(model: torch.nn.Module) -> None:
+    """Raise ``ValueError`` unless ``model`` applies a custom 4D attention mask."""
+    attention = getattr(getattr(_unwrapped(model), "config", None), "_attn_implementation", None)
+    if attention not in MASKABLE_ATTENTION:
+        raise ValueError(
+            f"the model's attention implementation is {attention!r}, which ignores the custom"
+            f" attention mask that [trainer].share_prefixes needs; load the model with one of"
+            f" {MASKABLE_ATTENTION} or set share_prefixes = false"
+        )
+
+
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     # A DistributedDataParallel wrapper holds the model as ``module``.
     while not hasattr(model, "get_output_embeddings") and hasattr(model, "module"):
         model = model.module
-    return model.get_output_embeddings()
+    return model
+
+
+def _output_layer(model: torch.nn.Module) -> torch.nn.Module:
+    return _unwrapped(model).get_output_embeddings()
 
 
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -161,6 +161,16 @@ class TorchBackendConfig(_Config, AdamWSettings):
             " tokens; the gradient does not depend on it."
         ),
     )
+    share_prefixes: bool = Field(
+        False,
+        description=(
+            "Run each prefix that several sequences of a forward pass share once, as a tree"
+            " (the prompt of a GRPO group, an agent's task messages before a rewound history):"
+            " the same logprobs and gradient as without it, fewer tokens through the model."
+            " micro_batch_tokens then counts each shared token once. Needs sdpa or eager"
+            " attention; not used for packed SFT examples."
+        ),
+    )
     gradient_checkpointing: bool = Field(
         False,
         description=(
