@@ -2,10 +2,12 @@
 and peak memory, against what the example did before.
 
 Runs ``rllm-core run`` of the example for ``--steps`` steps (2 by default, no checkpoints) as
-its own process; with ``--before``, first also for one step with the settings it had before
-(16 episodes of up to 6 calls a step, 4 at a time, one CPU thread, no prefix reuse: expect
-20 minutes or more). Reported per run: seconds per step (rollout and training), peak RSS of
-the process, episodes and sampled tokens per step, and how the episodes ended.
+its own process; with ``--before``, first also for one step of the plan with the settings it
+first shipped with (16 episodes of up to 6 calls a step, 4 at a time, one CPU thread, no
+prefix reuse, padded micro-batches of 4; written to ``before.toml`` in the output folder:
+expect 20 minutes or more). Reported per run: seconds per step (rollout and training), peak
+RSS of the process, episodes, sampled and trained tokens per step, and how the episodes
+ended.
 
 Run from the repository root after ``scripts/setup.sh`` (needs bubblewrap)::
 
@@ -24,28 +26,48 @@ import json
 import shlex
 import sys
 import tempfile
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 from _runs import RLLM, ROOT, stage
 from _tables import right_aligned
 
 PLAN = ROOT / "examples" / "mini-swe-agent" / "plan.toml"
 STEP_GOAL_S = 180.0
 RSS_GOAL_GB = 4.0
-BEFORE = (
-    "algorithm.batch_size=4",
-    "rollout.max_concurrency=4",
-    "harness.step_limit=6",
-    "trainer.cpu_threads=1",
-    "trainer.prefix_cache_mb=0",
-)
+# The example as it first shipped: 4 tasks a step, 6 calls an episode, 4 at a time, one CPU
+# thread, no prefix reuse, padded micro-batches of 4 without a token bound or recomputation.
+BEFORE_CHANGES = {
+    "algorithm": {"batch_size": 4},
+    "rollout": {"max_concurrency": 4},
+    "harness": {"step_limit": 6},
+}
+BEFORE_TRAINER_KEYS = ("name", "model", "device", "learning_rate", "lora", "max_batch_size")
+BEFORE_TRAINER = {"micro_batch_size": 4, "cpu_threads": 1, "prefix_cache_mb": 0}
 
 
-def command(out: Path, steps: int, settings: tuple[str, ...]) -> list[str]:
-    made = [str(RLLM), "run", str(PLAN), "--json"]
-    for setting in (f"run.output_dir={out}", f"run.steps={steps}", "run.save_every=0", *settings):
+def before_plan(out: Path) -> Path:
+    """Write the example's plan with its first settings to ``out``; returns its path."""
+    plan = tomllib.loads(PLAN.read_text())
+    for section, values in BEFORE_CHANGES.items():
+        plan[section].update(values)
+    plan["trainer"] = {
+        **{key: plan["trainer"][key] for key in BEFORE_TRAINER_KEYS},
+        **BEFORE_TRAINER,
+    }
+    plan["tasks"]["path"] = str((PLAN.parent / plan["tasks"]["path"]).resolve())
+    out.mkdir(parents=True, exist_ok=True)
+    written = out / "before.toml"
+    written.write_text(tomli_w.dumps(plan))
+    return written
+
+
+def command(plan: Path, out: Path, steps: int) -> list[str]:
+    made = [str(RLLM), "run", str(plan), "--json"]
+    for setting in (f"run.output_dir={out}", f"run.steps={steps}", "run.save_every=0"):
         made += ["--set", setting]
     return made
 
@@ -64,6 +86,7 @@ def figures(run_dir: Path, measured: dict[str, Any]) -> dict[str, Any]:
         "train_s": sum(float(r["time/train_s"]) for r in rows) / count,
         "episodes_per_step": sum(float(r["episodes"]) for r in rows) / count,
         "sampled_tokens_per_step": sum(float(r["tokens/sampled"]) for r in rows) / count,
+        "trained_tokens_per_step": sum(float(r["tokens/trained"]) for r in rows) / count,
         "rewards": [float(r["reward/mean"]) for r in rows],
         "terminations": dict(ends),
         "wall_s": measured["wall_s"],
@@ -86,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
     out = args.output_dir or Path(tempfile.gettempdir()) / "mini-swe-agent-bench"
-    commands = {"shipped": command(out / "shipped", args.steps, ())}
+    commands = {"shipped": command(PLAN, out / "shipped", args.steps)}
     if args.before:
-        commands = {"before": command(out / "before", 1, BEFORE), **commands}
+        commands = {"before": command(before_plan(out), out / "before", 1), **commands}
     if args.dry_run:
         for name, made in commands.items():
             print(f"{name}: {shlex.join(made)}")
@@ -118,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['peak_rss_gb']:.2f}",
                 f"{r['episodes_per_step']:.0f}",
                 f"{r['sampled_tokens_per_step']:.0f}",
+                f"{r['trained_tokens_per_step']:.0f}",
                 " ".join(f"{k}:{v}" for k, v in sorted(r["terminations"].items())),
             ]
             for name, r in results.items()
@@ -130,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             "peak GB",
             "episodes",
             "sampled",
+            "trained tokens",
             "ends",
         ]
         for line in right_aligned(headers, rows, left=1):

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -363,9 +364,13 @@ def test_mini_swe_agent_benchmark_answers_help_and_dry_run_starts_nothing(tmp_pa
     before, shipped = result.stdout.splitlines()
     assert "run.steps=1" in before and "run.steps=3" in shipped
     assert all("rllm-core run" in line for line in (before, shipped))
-    assert before.startswith("before:") and "trainer.prefix_cache_mb=0" in before
-    assert shipped.startswith("shipped:") and "prefix_cache_mb" not in shipped
-    assert list(tmp_path.iterdir()) == []
+    plan = tomllib.loads((tmp_path / "before.toml").read_text())
+    assert f"run {tmp_path / 'before.toml'} " in before
+    assert plan["trainer"]["prefix_cache_mb"] == 0 and plan["trainer"]["cpu_threads"] == 1
+    assert "share_prefixes" not in plan["trainer"] and "micro_batch_tokens" not in plan["trainer"]
+    assert plan["harness"]["step_limit"] == 6 and Path(plan["tasks"]["path"]).is_dir()
+    assert shipped.startswith("shipped:") and "examples/mini-swe-agent/plan.toml" in shipped
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["before.toml"]
 
 
 def test_agent_train_memory_benchmark_answers_help() -> None:

@@ -33,6 +33,7 @@ from rllm_trainer_backend_torch.distributed import (
 )
 from rllm_trainer_backend_torch.gate import WeightGate
 from rllm_trainer_backend_torch.loading import (
+    fix_mmap_threshold,
     load_policy,
     release_free_memory,
     resolve_device,
@@ -91,6 +92,8 @@ class TorchBackend:
         self.config = config
         if config.cpu_threads is not None:
             torch.set_num_threads(config.cpu_threads)
+        if config.malloc_mmap_threshold_kb is not None:
+            fix_mmap_threshold(config.malloc_mmap_threshold_kb)
         seed_everything(config.seed)
         self._group: Group | None = None
         self._strategy: str | None = None

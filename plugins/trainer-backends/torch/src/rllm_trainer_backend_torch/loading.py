@@ -14,7 +14,14 @@ from rllm_core.models import resolve_model
 
 from rllm_trainer_backend_torch.plugin import TorchBackendConfig
 
-__all__ = ["DTYPES", "load_policy", "release_free_memory", "resolve_device", "seed_everything"]
+__all__ = [
+    "DTYPES",
+    "fix_mmap_threshold",
+    "load_policy",
+    "release_free_memory",
+    "resolve_device",
+    "seed_everything",
+]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -133,15 +140,35 @@ def release_free_memory() -> None:
         trim(0)
 
 
-@functools.cache
+def fix_mmap_threshold(kib: int) -> None:
+    """Make glibc map every host allocation of at least ``kib`` KiB on its own pages, so it
+    goes back to the system when freed (``malloc_mmap_threshold_kb``).
+
+    Raises :class:`~rllm_core.errors.ComponentError` where the C library has no such setting.
+    """
+    mallopt = _libc_function("mallopt", (ctypes.c_int, ctypes.c_int))
+    if mallopt is None or mallopt(_M_MMAP_THRESHOLD, kib * 1024) != 1:
+        raise _config_error(
+            f"malloc_mmap_threshold_kb = {kib}: this C library does not take an mmap threshold"
+            " (only glibc on Linux does); remove the key from [trainer]"
+        )
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
 def _malloc_trim():
+    return _libc_function("malloc_trim", (ctypes.c_size_t,))
+
+
+@functools.cache
+def _libc_function(name: str, argtypes: tuple) -> ctypes._CFuncPtr | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):  # musl and other C libraries lack glibc's extensions
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    function.argtypes = list(argtypes)
+    function.restype = ctypes.c_int
+    return function
