@@ -16,7 +16,9 @@ Settings:
    example's settings before prefix sharing);
 2. ``shared prefixes``: the example's settings: ``share_prefixes``, 16 rows and at most 4096
    distinct tokens a pass, activations recomputed;
-3. ``shared, no recompute``: the same with activations kept.
+3. ``shared, no recompute``: the same with activations kept;
+4. ``shared, mmap 1 MiB``: setting 2 with ``malloc_mmap_threshold_kb = 1024``, as the example
+   ships (freed memory goes back to the system).
 
 Run from the repository root after ``scripts/setup.sh``::
 
@@ -60,6 +62,16 @@ SETTINGS: list[tuple[str, dict[str, Any]]] = [
     (
         "shared, no recompute",
         {"micro_batch_size": 16, "micro_batch_tokens": 4096, "share_prefixes": True},
+    ),
+    (
+        "shared, mmap 1 MiB",
+        {
+            "micro_batch_size": 16,
+            "micro_batch_tokens": 4096,
+            "gradient_checkpointing": True,
+            "share_prefixes": True,
+            "malloc_mmap_threshold_kb": 1024,
+        },
     ),
 ]
 

@@ -417,9 +417,10 @@ def test_prefix_sharing_benchmark_answers_help_and_dry_run_trains_nothing() -> N
         [sys.executable, script, "--dry-run"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    padded, shared, no_recompute = (
+    padded, shared, no_recompute, mmap = (
         json.loads(line.split(": ", 1)[1]) for line in result.stdout.splitlines()
     )
     assert "share_prefixes" not in padded and padded["gradient_checkpointing"]
     assert shared["share_prefixes"] and shared["gradient_checkpointing"]
     assert no_recompute["share_prefixes"] and "gradient_checkpointing" not in no_recompute
+    assert mmap == {**shared, "malloc_mmap_threshold_kb": 1024}
