@@ -156,6 +156,7 @@ class Terminus2Harness:
             "bridge_execs": episode.exec_count,
             "bridge_exec_s": round(episode.exec_seconds, 3),
             "harbor": driver.harbor_version,
+            "tmux_tmpdir": tmux_dir,
         }
         if timed_out:
             return HarnessOutcome(termination=Termination.TIMEOUT, metadata=extra)
