@@ -424,3 +424,43 @@ def test_prefix_sharing_benchmark_answers_help_and_dry_run_trains_nothing() -> N
     assert shared["share_prefixes"] and shared["gradient_checkpointing"]
     assert no_recompute["share_prefixes"] and "gradient_checkpointing" not in no_recompute
     assert mmap == {**shared, "malloc_mmap_threshold_kb": 1024}
+
+
+def test_terminus_2_benchmark_answers_help_dry_run_and_times_a_few_commands() -> None:
+    script = str(BENCHMARKS / "terminus_2.py")
+    result = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--json", "--count", "--command", "--skip-episode", "--dry-run"):
+        assert option in result.stdout
+    result = subprocess.run(
+        [sys.executable, script, "--dry-run", "--limit", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rllm-core eval" in result.stdout and "--limit 2" in result.stdout
+    from rllm_core.sidevenvs import side_venv_python
+    from rllm_harness_terminus_2.sideenv import HARBOR
+
+    if side_venv_python(HARBOR) is None:
+        reason = (
+            "harbor's side environment is not built (python -m rllm_harness_terminus_2.sideenv)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    result = subprocess.run(
+        [sys.executable, script, "--skip-episode", "--count", "3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    for figures in report["bridge"].values():
+        assert figures["direct"]["count"] == figures["bridge"]["count"] == 3
+        assert figures["bridge"]["median_ms"] > 0
+    assert "episode" not in report

@@ -107,9 +107,9 @@ def test_the_agent_types_a_command_then_confirms_completion(gateway, store, tmp_
 
 
 def test_after_the_episode_no_tmux_server_or_folder_is_left(gateway, tmp_path):
-    server, _ = gateway([json_reply("sleep 300"), json_reply(complete=True)] + [
-        json_reply(complete=True)
-    ])
+    server, _ = gateway(
+        [json_reply("sleep 300"), json_reply(complete=True), json_reply(complete=True)]
+    )
     outcome = play(build(), server, make_task(tmp_path / "w"))
     assert outcome.termination is Termination.DONE
     tmux_dir = outcome.metadata["tmux_tmpdir"]

@@ -179,7 +179,7 @@ class Driver:
                 op = message.get("op")
                 if op == "exec":
                     self._exec(message)
-                elif op == "done":
+                elif op in ("done", "probe_result"):
                     episode = self.episodes.get(message["episode"])
                     if episode is not None and not episode.done.done():
                         episode.done.set_result(message)
@@ -203,6 +203,14 @@ class Driver:
         """Register ``episode`` and ask the driver to start it with ``start``."""
         self.episodes[episode.episode_id] = episode
         self._send({"op": "start", "episode": episode.episode_id, **start})
+
+    def probe(self, episode: Episode, command: str, count: int) -> None:
+        """Register ``episode`` and ask the driver to time ``count`` round trips of
+        ``command`` through it; :attr:`Episode.done` receives the ``probe_result``."""
+        self.episodes[episode.episode_id] = episode
+        self._send(
+            {"op": "probe", "episode": episode.episode_id, "command": command, "count": count}
+        )
 
     def cancel(self, episode_id: str) -> None:
         with contextlib.suppress(DriverDied):

@@ -7,13 +7,15 @@ on its event loop; it talks to the harness over the unix socket ``SOCKET`` in JS
 
 harness to driver:
     ``{"op": "start", "episode": E, ...}`` (:class:`Start`), ``{"op": "cancel", "episode":
-    E}``, ``{"op": "exec_result", "id": N, ...}`` (the answer to an ``exec``).
+    E}``, ``{"op": "exec_result", "id": N, ...}`` (the answer to an ``exec``), ``{"op":
+    "probe", "episode": E, "command": C, "count": N}`` (time N round trips of ``C`` through
+    the environment object, no agent: what the bridge costs per command).
 driver to harness:
     ``{"op": "ready", "harbor": VERSION}`` once, after importing harbor; ``{"op": "exec",
     "episode": E, "id": N, "command": ..., "cwd": ..., "env": ..., "timeout": ...}`` for every
     command the agent runs in its environment; ``{"op": "done", "episode": E, "termination":
     ..., "turns": ..., "metadata": {...}}`` once per episode (``"termination": "cancelled"``
-    after a cancel).
+    after a cancel); ``{"op": "probe_result", "episode": E, "seconds": [...]}``.
 
 The agent is harbor's own class, unchanged in what it prompts and parses. The driver holds
 it to the episode through its instance: the model client's ``call`` is wrapped to count
@@ -396,6 +398,18 @@ async def run_episode(channel: Channel, start: Start) -> dict[str, Any]:
     return {"termination": termination, "turns": turns, "metadata": metadata}
 
 
+async def probe(channel: Channel, message: dict[str, Any]) -> None:
+    """Time ``count`` round trips of ``command`` through a :class:`BridgeEnvironment`."""
+    environment = BridgeEnvironment(channel, message["episode"])
+    seconds = []
+    for _ in range(int(message["count"])):
+        began = time.perf_counter()
+        await environment.exec(message["command"])
+        seconds.append(time.perf_counter() - began)
+    channel.send({"op": "probe_result", "episode": message["episode"], "seconds": seconds})
+    await channel.writer.drain()
+
+
 async def serve(socket_path: str) -> None:
     from importlib.metadata import version
 
@@ -435,6 +449,8 @@ async def serve(socket_path: str) -> None:
         elif op == "start":
             start = Start.of(message)
             episodes[start.episode] = asyncio.ensure_future(play(start))
+        elif op == "probe":
+            episodes[message["episode"]] = asyncio.ensure_future(probe(channel, message))
         elif op == "cancel":
             task = episodes.get(message["episode"])
             if task is not None:

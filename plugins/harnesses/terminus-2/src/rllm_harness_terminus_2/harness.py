@@ -198,6 +198,28 @@ class Terminus2Harness:
             "context_window": config.context_window,
         }
 
+    async def time_bridge(
+        self, sandbox: Sandbox, *, command: str = "true", count: int = 100, user: str | None = None
+    ) -> list[float]:
+        """Seconds of each of ``count`` runs of ``command`` issued by the driver's environment
+        object, through the bridge, in ``sandbox``: what one command of the agent costs,
+        to compare with ``sandbox.exec`` alone."""
+        driver = await self.driver()
+        episode = Episode(
+            episode_id=uuid.uuid4().hex[:16],
+            sandbox=sandbox,
+            user=user,
+            env={},
+            command_timeout_s=self.config.command_timeout_s,
+            done=asyncio.get_running_loop().create_future(),
+        )
+        try:
+            driver.probe(episode, command, count)
+            result = await episode.done
+        finally:
+            await driver.close_episode(episode.episode_id)
+        return [float(s) for s in result["seconds"]]
+
     async def _prepare(self, sandbox: Sandbox, user: str | None, tmux_dir: str) -> str | None:
         """Make the episode's tmux folder; ``None``, or why tmux cannot run there."""
         result = await sandbox.exec(
