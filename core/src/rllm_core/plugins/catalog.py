@@ -47,6 +47,7 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "shell": "rllm-harness-shell",
         "cli": "rllm-harness-cli",
         "mini-swe-agent": "rllm-harness-mini-swe-agent",
+        "terminus-2": "rllm-harness-terminus-2",
     },
     Kind.TASK_SOURCE: {
         "datasets": "rllm-task-source-datasets",
