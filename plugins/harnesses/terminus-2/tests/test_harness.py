@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from rllm_core.cache import CACHE_ENV
 from rllm_core.errors import UpstreamError
 from rllm_core.plugins import PluginManager
@@ -280,9 +281,20 @@ def test_a_driver_that_dies_is_a_sandbox_error_and_the_next_episode_starts_a_new
     assert again.termination is Termination.DONE and second_pid != first_pid
 
 
-def test_no_interpreter_new_enough_is_a_clear_error(gateway, tmp_path, monkeypatch):
+def test_a_plan_python_too_old_is_refused_with_the_key():
+    with pytest.raises(ValidationError, match=r"/usr/bin/python3\.11, is Python 3\.11"):
+        Terminus2Config(python="/usr/bin/python3.11")
+
+
+def test_no_interpreter_new_enough_is_a_clear_error_naming_what_was_tried(
+    gateway, tmp_path, monkeypatch
+):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "empty-cache"))
-    server, _ = gateway([json_reply("true")])
-    harness = build(python="/usr/bin/python3")
-    with pytest.raises(InterpreterNotFound, match=r"/usr/bin/python3.*3\.12"):
-        play(harness, server, make_task(tmp_path / "w"))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    server, sampler = gateway([json_reply("true")])
+    with pytest.raises(InterpreterNotFound) as raised:
+        play(build(), server, make_task(tmp_path / "w"))
+    message = str(raised.value)
+    assert "python3.12 (not on PATH)" in message and "pyenv's versions folder" in message
+    assert "pyenv install 3.12" in message and sampler.calls == 0

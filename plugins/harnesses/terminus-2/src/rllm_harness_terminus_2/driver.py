@@ -23,8 +23,9 @@ model calls (a cap, as the agent re-prompts a reply cut at ``max_tokens`` withou
 turn), send the session key with each request (never in the agent's kwargs, which its
 trajectory file records), retry only what the harness allows and end the episode on an error
 the agent would otherwise retry for minutes; its reply handling is wrapped to count parse
-errors in a row. An episode ends by raising :class:`EpisodeEnd`, a ``BaseException``, so
-that neither the agent's ``except Exception`` fallbacks nor its retry decorators catch it.
+errors in a row, and its summarization to note the model call it began after. An episode
+ends by raising :class:`EpisodeEnd`, a ``BaseException``, so that neither the agent's
+``except Exception`` fallbacks nor its retry decorators catch it.
 The driver exits when the socket closes.
 """
 
@@ -286,10 +287,7 @@ def hold(agent: Terminus2, start: Start, counters: Counters) -> None:
 
     async def handle_reply(chat: Any, prompt: str, *args: Any, **kwargs: Any) -> Any:
         pending = agent._pending_completion
-        summarized = agent._summarization_count
         result = await handle(chat, prompt, *args, **kwargs)
-        if agent._summarization_count != summarized:
-            counters.summarizations.append(counters.answered)
         feedback = result[2]
         if feedback and "ERROR:" in feedback:
             counters.format_errors += 1
@@ -303,6 +301,13 @@ def hold(agent: Terminus2, start: Start, counters: Counters) -> None:
         return result
 
     agent._handle_llm_interaction = handle_reply
+    summarize = agent._summarize
+
+    async def summarize_counted(*args: Any, **kwargs: Any) -> Any:
+        counters.summarizations.append(counters.answered)
+        return await summarize(*args, **kwargs)
+
+    agent._summarize = summarize_counted
 
 
 def build_agent(start: Start, logs_dir: Path) -> Terminus2:
@@ -389,7 +394,7 @@ async def run_episode(channel: Channel, start: Start) -> dict[str, Any]:
         "cut_replies": counters.cut_replies,
         "retries": counters.retries,
         "agent_turns": agent._n_episodes if agent is not None else 0,
-        "summarizations": len(counters.summarizations),
+        "summarizations": agent._summarization_count if agent is not None else 0,
         "summarized_at_call": counters.summarizations,
         "environment_commands": environment.commands,
         "commands": _commands(agent) if agent is not None else [],
@@ -439,8 +444,8 @@ async def serve(socket_path: str) -> None:
 
     channel.send({"op": "ready", "harbor": version("harbor"), "pid": os.getpid()})
     await writer.drain()
-    while line := await reader.readline():
-        message = json.loads(line)
+
+    def handle(message: dict[str, Any]) -> None:
         op = message.get("op")
         if op == "exec_result":
             future = channel.pending.get(message["id"])
@@ -450,11 +455,24 @@ async def serve(socket_path: str) -> None:
             start = Start.of(message)
             episodes[start.episode] = asyncio.ensure_future(play(start))
         elif op == "probe":
-            episodes[message["episode"]] = asyncio.ensure_future(probe(channel, message))
+            timing = asyncio.ensure_future(probe(channel, message))
+            episodes[message["episode"]] = timing
+            timing.add_done_callback(lambda _: episodes.pop(message["episode"], None))
         elif op == "cancel":
             task = episodes.get(message["episode"])
             if task is not None:
                 task.cancel()
+        else:
+            raise ValueError(f"unknown op {op!r}")
+
+    while line := await reader.readline():
+        try:
+            handle(json.loads(line))
+        except Exception:
+            # A message this driver cannot act on: say so in its log (the harness shows
+            # the log's tail) and keep serving the other episodes.
+            print(f"driver: could not handle {line[:200]!r}:", file=sys.stderr, flush=True)
+            traceback.print_exc()
     for task in list(episodes.values()):
         task.cancel()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, hookimpl, lazy
 
 __all__ = ["Terminus2Config"]
@@ -117,6 +117,21 @@ class Terminus2Config(BaseModel):
         gt=0,
         description="seconds the side interpreter may take to import harbor and connect",
     )
+
+    @field_validator("python")
+    @classmethod
+    def _new_enough(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from rllm_core.errors import AssetError
+
+        from rllm_harness_terminus_2.sideenv import MIN_PYTHON, find_python
+
+        try:
+            find_python(MIN_PYTHON, value, what="the Terminus-2 side environment")
+        except AssetError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @property
     def model_calls(self) -> int:
