@@ -17,6 +17,7 @@ EXPECTED = {
     "examples/quickstart/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/shell-agent/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/mini-swe-agent/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/terminus-2/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/vllm-sampler/plan.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/vllm-sampler/plan-full.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/sft-then-rl/sft.toml": ["rllm-core models pull smollm2-135m-instruct"],
