@@ -71,12 +71,19 @@ def test_an_explicit_interpreter_too_old_is_refused_naming_it_and_the_fix(tmp_pa
     assert "point it at a python3.12 (or newer) executable" in message
 
 
-def test_an_explicit_interpreter_that_fails_is_refused_with_its_last_error_line(tmp_path):
-    python = _script(tmp_path / "py", 'echo "starting" >&2\necho "broken interpreter" >&2\nexit 1')
+def test_an_explicit_interpreter_that_fails_is_refused_with_its_first_error_line(tmp_path):
+    # What a pyenv shim prints when the version it names is not the active one.
+    python = _script(
+        tmp_path / "py",
+        'echo "pyenv: python3.12: command not found" >&2\n'
+        'echo "Python versions to be found at the same time." >&2\nexit 127',
+    )
     with pytest.raises(InterpreterNotFound) as caught:
         find_python(WANTED, str(python), what=WHAT)
     message = str(caught.value)
-    assert f"the interpreter given, {python}, failed: broken interpreter" in message
+    assert (
+        f"the interpreter given, {python}, failed: pyenv: python3.12: command not found" in message
+    )
     assert "point it at a python3.12 (or newer) executable" in message
 
 

@@ -61,7 +61,8 @@ VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 class SideVenv:
     """What one side environment holds: ``requirements`` installed with pip, then ``remove``
     uninstalled; ``python`` is the interpreter that creates it (``None``: this one, or, with
-    ``min_python``, the one :func:`find_python` finds)."""
+    ``min_python``, the one :func:`find_python` finds); ``build_command`` is what a user
+    runs to build it alone (default: ``python -m rllm_core.sidevenvs <name>``)."""
 
     name: str
     version: str
@@ -69,6 +70,12 @@ class SideVenv:
     remove: tuple[str, ...] = ()
     python: str | None = None
     min_python: tuple[int, int] | None = None
+    build_command: str | None = None
+
+    @property
+    def builds_alone(self) -> str:
+        """The command that builds it alone, for messages."""
+        return self.build_command or f"python -m rllm_core.sidevenvs {self.name}"
 
     @property
     def folder_name(self) -> str:
@@ -99,8 +106,9 @@ def _version_of(python: str, env: dict[str, str] | None = None) -> tuple[int, in
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"could not run: {exc}"
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        return f"failed: {last}"
+        # The first line says why (a pyenv shim: "pyenv: python3.12: command not found").
+        first = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[0]
+        return f"failed: {first}"
     major, minor = done.stdout.split()
     return int(major), int(minor)
 
@@ -249,7 +257,7 @@ def _build(venv: SideVenv, staging: Path, log: object, log_path: Path) -> None:
             raise AssetError(
                 f"side environment {venv.folder_name}: could not {what} (exit {code}); pip's"
                 f" output is in {log_path}. Check that the package index is reachable and"
-                f" rerun; `python -m rllm_core.sidevenvs {venv.name}` builds it alone"
+                f" rerun; `{venv.builds_alone}` builds it alone"
             )
     stamp = {"name": venv.name, "version": venv.version, "requirements": list(venv.requirements)}
     (staging / STAMP).write_text(json.dumps(stamp) + "\n")

@@ -64,17 +64,20 @@ async def play_in(
 
 
 def play(harness: Terminus2Harness, server: Any, task: Task, **options: Any) -> HarnessOutcome:
-    async def body() -> HarnessOutcome:
-        try:
-            return await play_in(harness, server, task, **options)
-        finally:
-            await harness.close()
-
-    return asyncio.run(body())
+    # The harness is not closed: the process's driver serves the next test too.
+    return asyncio.run(play_in(harness, server, task, **options))
 
 
-def tmux_servers(tmux_dir: str) -> list[int]:
-    """The live tmux processes started with ``TMUX_TMPDIR=tmux_dir``."""
+def tmux_servers(tmux_dir: str, settle_s: float = 1.0) -> list[int]:
+    """The tmux servers started with ``TMUX_TMPDIR=tmux_dir`` still alive ``settle_s`` after
+    the call (a killed server takes a moment to exit)."""
+    deadline = time.monotonic() + settle_s
+    while (found := _tmux_servers(tmux_dir)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+def _tmux_servers(tmux_dir: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -126,18 +129,16 @@ def test_concurrent_episodes_share_one_driver_but_not_a_tmux_server(gateway, tmp
     tasks = [make_task(tmp_path / f"w{i}") for i in range(3)]
 
     async def body() -> list[HarnessOutcome]:
-        try:
-            return await asyncio.gather(
-                *(play_in(harness, server, t, session=f"s{i}") for i, t in enumerate(tasks))
-            )
-        finally:
-            await harness.close()
+        return await asyncio.gather(
+            *(play_in(harness, server, t, session=f"s{i}") for i, t in enumerate(tasks))
+        )
 
     outcomes = asyncio.run(body())
     assert [o.termination for o in outcomes] == [Termination.DONE] * 3
     for i in range(3):
         assert (tmp_path / f"w{i}" / "mine.txt").read_text() == f"s{i}\n"
     assert len({o.metadata["tmux_tmpdir"] for o in outcomes}) == 3
+    assert len({o.metadata["driver_pid"] for o in outcomes}) == 1
 
 
 def test_the_agent_shell_sees_the_plan_env_but_never_the_session_key(gateway, tmp_path):
@@ -210,16 +211,24 @@ def test_the_time_budget_ends_with_timeout(gateway, tmp_path):
 class _Recording:
     """A sandbox that records the user each command asked for and runs it as the caller."""
 
-    def __init__(self, sandbox: Any, users: list[str | None], path: str | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: Any,
+        users: list[str | None],
+        path: str | None = None,
+        commands: list[str] | None = None,
+    ) -> None:
         self.sandbox = sandbox
         self.users = users
         self.path = path
+        self.commands = [] if commands is None else commands
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sandbox, name)
 
     async def exec(self, command: str, timeout: float, user: str | None = None, **kw: Any):
         self.users.append(user)
+        self.commands.append(command)
         if self.path is not None:
             kw["env"] = {**(kw.get("env") or {}), "PATH": self.path}
         return await self.sandbox.exec(command, timeout, None, **kw)
@@ -242,15 +251,20 @@ def test_a_sandbox_without_tmux_fails_fast_before_the_agent_starts(gateway, tmp_
         (bare / program).symlink_to(f"/bin/{program}")
     server, sampler = gateway([json_reply("true")])
     users: list[str | None] = []
+    commands: list[str] = []
     began = time.monotonic()
-    harness = build()
     outcome = play(
-        harness, server, make_task(tmp_path / "w"), wrap=lambda s: _Recording(s, users, str(bare))
+        build(),
+        server,
+        make_task(tmp_path / "w"),
+        wrap=lambda s: _Recording(s, users, str(bare), commands),
     )
     assert time.monotonic() - began < 5
     assert outcome.termination is Termination.SANDBOX_ERROR
     assert "tmux is not installed" in outcome.metadata["error"]
-    assert sampler.calls == 0 and harness._driver is None
+    assert sampler.calls == 0 and "driver_pid" not in outcome.metadata
+    made = commands[0].split()[2]
+    assert made.startswith("/tmp/rllm-tmux-") and not Path(made).exists()
 
 
 def test_a_driver_that_dies_is_a_sandbox_error_and_the_next_episode_starts_a_new_one(

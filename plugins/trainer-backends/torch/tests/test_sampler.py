@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
+from rllm_core.errors import UpstreamRejectedError
 from rllm_core.ports.training import Sampler
 from rllm_core.types import SampleRequest, SampleResult, SamplingParams
 from rllm_trainer_backend_torch.gate import WeightGate
@@ -218,8 +219,11 @@ def test_max_tokens_is_clipped_to_the_context(make_sampler) -> None:
 
 def test_a_prompt_that_fills_the_context_is_refused(make_sampler) -> None:
     small = make_sampler(max_seq_len=16)
-    with pytest.raises(ValueError, match=r"prompt has 16 tokens but the context holds 16"):
+    with pytest.raises(
+        UpstreamRejectedError, match=r"prompt has 16 tokens but the context holds 16"
+    ) as refused:
         small.sample_many([request(prompt_of(16), max_tokens=1)])
+    assert refused.value.status == 400
 
 
 # --------------------------------------------------------------------------------------------

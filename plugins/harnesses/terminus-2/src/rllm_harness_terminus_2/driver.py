@@ -59,8 +59,9 @@ from harbor.models.agent.context import AgentContext
 STREAM_LIMIT = 64 * 1024 * 1024
 """Longest JSON line either side reads (a command's output travels in one)."""
 
-_CONTEXT_MARKERS = ("prompt_too_long", "context_length_exceeded")
-"""Error codes that say the prompt does not fit: the gateway's own and OpenAI's."""
+_CONTEXT_MARKERS = ("prompt_too_long", "upstream_rejected", "context_length_exceeded")
+"""Error codes that say the prompt does not fit: the gateway's own (its limit, and a model
+server's refusal it passes on) and OpenAI's."""
 
 _RETRY_BASE_S = 0.5
 

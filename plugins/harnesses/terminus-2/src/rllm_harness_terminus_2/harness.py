@@ -14,7 +14,7 @@ from rllm_core.errors import SandboxError
 from rllm_core.ports import Sandbox
 from rllm_core.types import HarnessOutcome, LLMEndpoint, Task, Termination
 
-from rllm_harness_terminus_2.bridge import Driver, DriverDied, Episode
+from rllm_harness_terminus_2.bridge import Driver, DriverDied, Episode, forget, shared
 from rllm_harness_terminus_2.plugin import Terminus2Config
 
 __all__ = ["TERMINATIONS", "Terminus2Harness"]
@@ -36,16 +36,24 @@ _GRACE_S = 10.0
 """How long past the episode's budget the harness waits for the driver's own timeout."""
 _CANCEL_WAIT_S = 2.0
 _CLEANUP_TIMEOUT_S = 10.0
+_CLEAN = (
+    "tmux kill-server 2>/dev/null;"
+    # The server removes its socket as it exits; the client returns before that.
+    ' socket="$TMUX_TMPDIR/tmux-$(id -u)/default"; i=0;'
+    ' while [ -S "$socket" ] && [ $i -lt 50 ]; do sleep 0.05; i=$((i + 1)); done;'
+    " rm -rf {folder}"
+)
 
 
 class Terminus2Harness:
     """Runs one task with harbor's ``Terminus2`` agent, unchanged, in a driver process of the
     side environment (:mod:`rllm_harness_terminus_2.sideenv`).
 
-    One driver serves every episode of the harness at once (importing harbor costs seconds
-    of CPU and 200 MB, so not one process per episode); it starts with the first episode
-    and ends with :meth:`close`, when an episode is cancelled with no other running, or on
-    another event loop. Its model client is pointed at ``llm.base_url`` as
+    One driver per interpreter serves every episode of the process at once
+    (:func:`~rllm_harness_terminus_2.bridge.shared`: importing harbor costs seconds of CPU
+    and 200 MB, so not one process per episode); it starts with the first episode and ends
+    with :meth:`close` or when an episode is cancelled, each only when no other episode runs
+    on it, else at the process's exit. Its model client is pointed at ``llm.base_url`` as
     ``openai/<llm.model>`` with ``llm.api_key``; its environment forwards every command
     to ``sandbox`` (:mod:`rllm_harness_terminus_2.bridge`).
 
@@ -72,8 +80,6 @@ class Terminus2Harness:
     def __init__(self, config: Terminus2Config | None = None) -> None:
         self.config = config or Terminus2Config()
         self._driver: Driver | None = None
-        self._starting = asyncio.Lock()
-        self._lock_loop: asyncio.AbstractEventLoop | None = None
 
     def time_budget(self, task: Task) -> float:
         """Seconds the episode may take: the task's agent timeout, capped by
@@ -82,23 +88,14 @@ class Terminus2Harness:
         return task.agent_timeout_s if cap is None else min(task.agent_timeout_s, cap)
 
     async def driver(self) -> Driver:
-        """The running driver, started (and the side environment built) when needed."""
-        loop = asyncio.get_running_loop()
-        if self._lock_loop is not loop:
-            self._starting = asyncio.Lock()
-            self._lock_loop = loop
-        async with self._starting:
-            current = self._driver
-            if current is not None and current.usable_here():
-                return current
-            if current is not None:
-                current.kill()
-                self._driver = None
-            from rllm_harness_terminus_2.sideenv import side_python
+        """The process's driver, started (and the side environment built) when needed."""
+        from rllm_harness_terminus_2.sideenv import side_python
 
-            python = await asyncio.to_thread(side_python, self.config.python)
-            self._driver = await Driver.start(python, timeout_s=self.config.driver_start_timeout_s)
-            return self._driver
+        python = await asyncio.to_thread(side_python, self.config.python)
+        self._driver = await asyncio.to_thread(
+            shared, python, timeout_s=self.config.driver_start_timeout_s
+        )
+        return self._driver
 
     async def run(self, task: Task, llm: LLMEndpoint, sandbox: Sandbox | None) -> HarnessOutcome:
         if sandbox is None:
@@ -117,6 +114,7 @@ class Terminus2Harness:
         except SandboxError as exc:
             return _failed(str(exc), type(exc).__name__)
         if missing is not None:
+            await self._clean(sandbox, user, env, tmux_dir)
             return _failed(missing, "TmuxMissing")
         try:
             driver = await self.driver()
@@ -130,6 +128,7 @@ class Terminus2Harness:
             user=user,
             env=env,
             command_timeout_s=self.config.command_timeout_s,
+            loop=loop,
             done=loop.create_future(),
         )
         cancelled = False
@@ -156,6 +155,7 @@ class Terminus2Harness:
             "bridge_execs": episode.exec_count,
             "bridge_exec_s": round(episode.exec_seconds, 3),
             "harbor": driver.harbor_version,
+            "driver_pid": driver.process.pid,
             "tmux_tmpdir": tmux_dir,
         }
         if timed_out:
@@ -211,6 +211,7 @@ class Terminus2Harness:
             user=user,
             env={},
             command_timeout_s=self.config.command_timeout_s,
+            loop=asyncio.get_running_loop(),
             done=asyncio.get_running_loop().create_future(),
         )
         try:
@@ -222,13 +223,19 @@ class Terminus2Harness:
 
     async def _prepare(self, sandbox: Sandbox, user: str | None, tmux_dir: str) -> str | None:
         """Make the episode's tmux folder; ``None``, or why tmux cannot run there."""
+        folder = shlex.quote(tmux_dir)
         result = await sandbox.exec(
-            f"mkdir -p {shlex.quote(tmux_dir)} && command -v tmux",
+            f"mkdir -p {folder} || exit 2; command -v tmux || exit 3",
             timeout=_CLEANUP_TIMEOUT_S,
             user=user,
         )
         if result.exit_code == 0:
             return None
+        if result.exit_code == 2:
+            return (
+                f"could not create the episode's tmux folder {tmux_dir} in the sandbox:"
+                f" {result.stderr.strip()}"
+            )
         return (
             "tmux is not installed in the sandbox, and Terminus-2 types its commands into a"
             " tmux session: install it in the task's image (Debian: apt-get install tmux);"
@@ -257,42 +264,25 @@ class Terminus2Harness:
             episode.done.exception()  # retrieved, so an unawaited failure is not logged
         await driver.close_episode(episode.episode_id)
         await self._clean(sandbox, user, env, tmux_dir)
-        if cancelled and not driver.episodes and driver is self._driver:
-            self._driver = None
-            await driver.stop(grace_s=0.5)
+        if cancelled:
+            await asyncio.to_thread(forget, driver)
 
     async def _clean(
         self, sandbox: Sandbox, user: str | None, env: dict[str, str], tmux_dir: str
     ) -> None:
         with contextlib.suppress(SandboxError, OSError):
             await sandbox.exec(
-                f"tmux kill-server 2>/dev/null; rm -rf {shlex.quote(tmux_dir)}",
+                _CLEAN.format(folder=shlex.quote(tmux_dir)),
                 timeout=_CLEANUP_TIMEOUT_S,
                 user=user,
                 env=env,
             )
 
     async def close(self) -> None:
-        """End the driver process."""
+        """Stop the driver unless another episode still runs on it."""
         driver, self._driver = self._driver, None
-        if driver is None:
-            return
-        try:
-            usable = driver.usable_here()
-        except RuntimeError:
-            usable = False
-        if usable:
-            await driver.stop()
-        else:
-            driver.kill()
-
-    def terminate(self) -> None:
-        """End the driver process now; safe from any thread or event loop."""
-        driver, self._driver = getattr(self, "_driver", None), None
         if driver is not None:
-            driver.kill()
-
-    __del__ = terminate
+            await asyncio.to_thread(forget, driver)
 
 
 def _failed(error: str, error_type: str) -> HarnessOutcome:

@@ -24,6 +24,7 @@ HARBOR = SideVenv(
     version=HARBOR_VERSION,
     requirements=(f"harbor=={HARBOR_VERSION}",),
     min_python=MIN_PYTHON,
+    build_command="python -m rllm_harness_terminus_2.sideenv",
 )
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from rllm_core.errors import UpstreamRejectedError
 from rllm_core.types import SampleRequest, SampleResult
 
 from rllm_trainer_backend_torch.gate import WeightGate
@@ -94,7 +95,9 @@ class TorchSampler:
       gateway) passes the renderer's stop ids.
     - Context: prompt plus completion fit in ``max_seq_len`` (default: the model's
       ``max_position_embeddings``). ``max_tokens`` beyond that is clipped, and the completion
-      then ends with ``"length"``; a prompt that leaves no room raises ``ValueError``.
+      then ends with ``"length"``; a prompt that leaves no room raises
+      :class:`~rllm_core.errors.UpstreamRejectedError` (status 400), as a model server
+      refuses it, so that the gateway answers ``upstream_rejected``.
     - Seeds: each row draws one uniform number per sampled token from its own
       ``random.Random`` seeded with the request's ``seed`` (a random one when absent), so its
       draws never depend on other requests. Repeating a seeded request with the same batch
@@ -314,10 +317,13 @@ class TorchSampler:
             raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
         room = self._max_seq_len - len(prompt)
         if room < 1:
-            raise ValueError(
+            # What a model server answers with 400: the gateway passes it on as
+            # upstream_rejected, which clients and harnesses read as a context overflow.
+            message = (
                 f"the prompt has {len(prompt)} tokens but the context holds {self._max_seq_len}"
                 " (prompt and completion together); shorten the prompt"
             )
+            raise UpstreamRejectedError(message, status=400, detail=message)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(64)
         return _Job(
             prompt=prompt,
