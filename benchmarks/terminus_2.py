@@ -8,7 +8,7 @@
    ``time_bridge``). Both in the local backend without isolation (plain subprocesses) and,
    where bubblewrap works, isolated.
 2. A real episode (skipped with ``--skip-episode``): ``rllm-core eval
-   examples/terminus-2/plan.toml --limit 1`` with SmolLM2-135M-Instruct through the gateway
+   examples/terminus-2/plan.toml --split train --limit 1`` with SmolLM2-135M-Instruct through the gateway
    (the torch sampler), one shipped shell task in a bubblewrap sandbox: the termination it
    recorded, its reward and wall time. A figure, not a gate: the base model rarely writes
    Terminus-2's JSON.
@@ -42,7 +42,9 @@ PLAN = ROOT / "examples" / "terminus-2" / "plan.toml"
 
 
 def episode_command(limit: int) -> list[str]:
-    return [str(RLLM), "eval", str(PLAN), "--json", "--limit", str(limit), "--attempts", "1"]
+    # The example trains on every shipped shell task and holds none out: evaluate a train one.
+    made = [str(RLLM), "eval", str(PLAN), "--json", "--split", "train"]
+    return [*made, "--limit", str(limit), "--attempts", "1"]
 
 
 def summarize(seconds: list[float]) -> dict[str, float]:
