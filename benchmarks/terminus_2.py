@@ -8,10 +8,10 @@
    ``time_bridge``). Both in the local backend without isolation (plain subprocesses) and,
    where bubblewrap works, isolated.
 2. A real episode (skipped with ``--skip-episode``): ``rllm-core eval
-   examples/terminus-2/plan.toml --split train --limit 1`` with SmolLM2-135M-Instruct through the gateway
-   (the torch sampler), one shipped shell task in a bubblewrap sandbox: the termination it
-   recorded, its reward and wall time. A figure, not a gate: the base model rarely writes
-   Terminus-2's JSON.
+   examples/terminus-2/plan.toml --split train --limit 1`` with SmolLM2-135M-Instruct
+   through the gateway (the torch sampler), one shipped shell task in a bubblewrap sandbox:
+   the termination it recorded, its reward and wall time. A figure, not a gate: the base
+   model rarely writes Terminus-2's JSON.
 
 Run from the repository root after ``scripts/setup.sh``::
 
