@@ -25,12 +25,12 @@ torch = pytest.importorskip("torch")
 from reference.run_fakes import TOY  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rllm_core.algorithms.groups import DatumReport  # noqa: E402
+from rllm_core.cli.run_display import PlainDisplay  # noqa: E402
 from rllm_core.plan.load import parse_plan  # noqa: E402
 from rllm_core.plan.resolve import resolve_plan  # noqa: E402
 from rllm_core.plugins import PluginManager  # noqa: E402
 from rllm_core.training.components import Components  # noqa: E402
 from rllm_core.training.cuts import latest_cut  # noqa: E402
-from rllm_core.training.display import PlainDisplay  # noqa: E402
 from rllm_core.training.folder import RunFolder  # noqa: E402
 from rllm_core.training.metrics import episode_record, rollout_metrics  # noqa: E402
 from rllm_core.training.pipeline import Ticket  # noqa: E402

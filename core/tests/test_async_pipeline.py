@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from reference.run_fakes import TOY, FakeTrainer
 from reference_stores import JsonlSampleBuffer
 from rich.console import Console
+from rllm_core.cli.run_display import QuietDisplay
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
 from rllm_core.plugins import PluginManager
@@ -35,7 +36,6 @@ from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.training.checkpoints import latest_checkpoint
 from rllm_core.training.components import Components
-from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.types import Grade, HarnessOutcome, SampleRequest, SampleResult, Task

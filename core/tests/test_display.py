@@ -13,11 +13,11 @@ from io import StringIO
 import pytest
 from rich.console import Console
 from rllm_core.algorithms import DatumReport
+from rllm_core.cli import run_display
 from rllm_core.evaluation import display as eval_display
 from rllm_core.evaluation.scoring import summarize as eval_summarize
 from rllm_core.evaluation.scoring import task_results
 from rllm_core.rollout import InfraFailure, RolloutBatch, RolloutEvent
-from rllm_core.training import display as run_display
 from rllm_core.training.metrics import step_metrics, summarize
 from rllm_core.types import Datum, Episode, Step, Task, Termination, Trajectory
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rllm_core.kit.trainer_config import ParallelSettings
 from rllm_core.plugins import get_plugin_manager
+from rllm_core.ports import ParallelSettings
 from rllm_core.training.components import prepare_plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from reference.run_fakes import TOY, FakeTrainer
 from rich.console import Console
+from rllm_core.cli.run_display import PlainDisplay
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import PlanError, parse_plan
 from rllm_core.plugins import PluginManager
@@ -19,7 +20,6 @@ from rllm_core.rollout import RolloutBatch
 from rllm_core.rollout.dynamic import informative, sample_informative
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.training.components import Components
-from rllm_core.training.display import PlainDisplay
 from rllm_core.training.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination

@@ -161,7 +161,7 @@ FAKE_TRAINERS = """
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from rllm_core import ComponentSpec, hookimpl
-from rllm_core.kit.trainer_config import ParallelSettings
+from rllm_core.ports import ParallelSettings
 
 
 class Config(BaseModel):

@@ -20,18 +20,18 @@ from typing import Any
 import pytest
 from reference.run_fakes import TOY, CrashingSource, FakeTrainer
 from rich.console import Console
-from rllm_core.kit.native_losses import LOSS_PATH_FILE, LossRoute, NativeLossError
+from rllm_core.algorithms.native_losses import LOSS_PATH_FILE, LossRoute, NativeLossError
+from rllm_core.cli.run_display import QuietDisplay
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.ports import LossRouting
+from rllm_core.rollout.policy_sync import PolicySync
 from rllm_core.storage.memory_objects import MemoryObjectStore
 from rllm_core.training.components import Components
-from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.training.pipeline import Ticket
-from rllm_core.training.policy_sync import PolicySync
 from rllm_core.training.roles import TrainerRole
 from rllm_core.training.shared import SharedRun
 from rllm_core.training.state import DataOrder

@@ -19,8 +19,7 @@ from rllm_core.algorithms.aggregation import (  # noqa: E402
     StepAggregate,
     step_normalizers,
 )
-from rllm_core.algorithms.objective import Objective, RolloutCorrection, Term  # noqa: E402
-from rllm_core.kit.native_losses import (  # noqa: E402
+from rllm_core.algorithms.native_losses import (  # noqa: E402
     LOSS_PATH_FILE,
     NATIVE_KERNELS,
     LossRoute,
@@ -32,6 +31,7 @@ from rllm_core.kit.native_losses import (  # noqa: E402
     route,
     route_objective,
 )
+from rllm_core.algorithms.objective import Objective, RolloutCorrection, Term  # noqa: E402
 
 ALL = NATIVE_KERNELS
 NORM = 7.0

@@ -34,8 +34,8 @@ from rllm_core.rollout import (
     infra_outcome,
     rollout_session_id,
 )
+from rllm_core.rollout.seeding import SeededGateway, session_seed
 from rllm_core.testing.samplers import ScriptedSampler, scripted_logprob
-from rllm_core.training.sessions import SeededGateway, session_seed
 from rllm_core.types import (
     ExecResult,
     Grade,

@@ -16,6 +16,7 @@ import pytest
 from reference.run_fakes import SAMPLING_KINDS, TOY, CrashingSource, FakeTrainer, spec_components
 from rich.console import Console
 from rllm_core.cache import CACHE_ENV
+from rllm_core.cli.run_display import QuietDisplay
 from rllm_core.errors import ModelNotCachedError, PlanError
 from rllm_core.evaluation import Evaluation
 from rllm_core.plan import ResolvedPlan
@@ -28,15 +29,14 @@ from rllm_core.rollout import (
     TooManyFailedRollouts,
     check_failures,
 )
+from rllm_core.rollout.gateway_address import GatewayBindError, check_gateway_address
 from rllm_core.training.components import (
     BuildError,
     Components,
     build_components,
     prepare_plan,
 )
-from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder
-from rllm_core.training.gateway_address import GatewayBindError, check_gateway_address
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.types import Episode, Task, Termination
 

@@ -16,6 +16,7 @@ from reference.hook_recorder import Recorder
 from reference.run_fakes import SAMPLING_KINDS, TOY, CrashingSource, FakeTrainer, spec_components
 from rich.console import Console
 from rllm_core import ComponentSpec, hookimpl
+from rllm_core.cli.run_display import QuietDisplay
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
 from rllm_core.plan.resolve import resolve_plan
@@ -23,7 +24,6 @@ from rllm_core.plugins import PluginManager
 from rllm_core.plugins.specs import Kind
 from rllm_core.rollout import TooManyFailedRollouts
 from rllm_core.training.components import Components, build_components, prepare_plan
-from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.types import RunStatus

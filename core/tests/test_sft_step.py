@@ -215,10 +215,10 @@ def run_loop(tmp_path, backend, **sft):
     import io
 
     from rich.console import Console
+    from rllm_core.cli.sft_display import SftDisplay
     from rllm_core.plan import ResolvedPlan
     from rllm_core.plan.schema import Plan
     from rllm_core.training.folder import RunFolder
-    from rllm_core.training.sft.display import SftDisplay
     from rllm_core.training.sft.loop import SftLoop
 
     plan = Plan.model_validate({"run": {"save_every": 2}, "sft": {"data": "x", **sft}})

@@ -10,13 +10,13 @@ import shutil
 from reference.metrics_lines import empty_step_metrics
 from reference.run_fakes import TOY, CrashingSource, FakeTrainer
 from rich.console import Console
+from rllm_core.cli.run_display import QuietDisplay
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout import SessionKey
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from rllm_core.training.components import Components
-from rllm_core.training.display import QuietDisplay
 from rllm_core.training.folder import RunFolder, folder_name
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.training.metrics import reward_stats, summarize

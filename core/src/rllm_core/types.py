@@ -22,6 +22,10 @@ from typing import Any, Literal
 import msgspec
 
 __all__ = [
+    "HISTORY_EDITED",
+    "HISTORY_REASONS",
+    "HISTORY_SUMMARIZED",
+    "HISTORY_TRUNCATED",
     "BacklogStats",
     "Cut",
     "CutTrigger",
@@ -265,6 +269,14 @@ class Trace(msgspec.Struct, kw_only=True, frozen=True):
 # --------------------------------------------------------------------------------------------
 # Rollouts
 # --------------------------------------------------------------------------------------------
+
+
+HISTORY_TRUNCATED = "history_truncated"
+HISTORY_SUMMARIZED = "history_summarized"
+HISTORY_EDITED = "history_edited"
+HISTORY_REASONS = (HISTORY_TRUNCATED, HISTORY_SUMMARIZED, HISTORY_EDITED)
+"""How a request may rewrite the recorded conversation of a lineage (the gateway records which,
+:mod:`rllm_core.gateway.history`; training starts a new datum there)."""
 
 
 class Termination(enum.StrEnum):

@@ -27,8 +27,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rllm_core.gateway.history import HISTORY_REASONS
-from rllm_core.types import Datum, Step, Trace, Trajectory
+from rllm_core.types import HISTORY_REASONS, Datum, Step, Trace, Trajectory
 
 __all__ = [
     "HISTORY_BREAKS_KEY",

@@ -97,10 +97,9 @@ def export_command(checkpoint: Path, out: Path, merge: bool, as_json: bool) -> N
 def _build_trainer(resolved_file: Path, run_dir: Path) -> Any:
     """The run's trainer backend, built in this process from its resolved ``[trainer]``."""
     from rllm_core.errors import RllmError
-    from rllm_core.kit.trainer_config import ParallelSettings
     from rllm_core.plugins.manager import get_plugin_manager
     from rllm_core.plugins.specs import Kind
-    from rllm_core.ports import WeightExporter
+    from rllm_core.ports import ParallelSettings, WeightExporter
 
     resolved = json.loads(resolved_file.read_text(encoding="utf-8"))
     entry = next((c for c in resolved.get("components", []) if c.get("where") == "[trainer]"), None)

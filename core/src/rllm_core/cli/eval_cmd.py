@@ -147,7 +147,7 @@ def _evaluate(
     anything that stops it earlier. ``quiet``: no progress lines and no summary line."""
     from rllm_core.evaluation import Evaluation
     from rllm_core.evaluation.display import make_display
-    from rllm_core.training.gateway_address import GatewayBindError
+    from rllm_core.rollout.gateway_address import GatewayBindError
 
     if state_dir is not None:
         try:

@@ -87,7 +87,7 @@ def resolve_or_exit(
 def check_gateway(resolved: ResolvedPlan) -> None:
     """Exit 2 when the gateway cannot bind the plan's ``[gateway]`` address (a port in use);
     the model is not loaded yet, so this fails in a second, not after a minute."""
-    from rllm_core.training.gateway_address import GatewayBindError, check_gateway_address
+    from rllm_core.rollout.gateway_address import GatewayBindError, check_gateway_address
 
     gateway = resolved.plan.gateway
     try:

@@ -196,10 +196,10 @@ def _run(
     launch_args: list[str],
     as_json: bool = False,
 ) -> None:
+    from rllm_core.cli.run_display import make_display
+    from rllm_core.rollout.gateway_address import GatewayBindError
     from rllm_core.training.components import BuildError, build_components
-    from rllm_core.training.display import make_display
     from rllm_core.training.folder import RunFolder
-    from rllm_core.training.gateway_address import GatewayBindError
     from rllm_core.training.loop import ResumeError
     from rllm_core.training.runlog import RunLog
 
@@ -380,7 +380,7 @@ def _run_args(
 
 def _parallel(resolved: Any) -> Any:
     """The trainer's ``parallel`` settings, or None when its backend has none."""
-    from rllm_core.kit.trainer_config import ParallelSettings
+    from rllm_core.ports import ParallelSettings
 
     trainer = resolved.get("[trainer]")
     parallel = getattr(trainer.config, "parallel", None) if trainer is not None else None

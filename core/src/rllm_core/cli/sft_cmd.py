@@ -44,12 +44,12 @@ def sft(
 
     Trains on the assistant tokens of chat examples (or of a run's episodes) with the plan's
     [trainer] and [renderer], writing a run folder as `rllm-core run` does."""
+    from rllm_core.cli.sft_display import SftDisplay
     from rllm_core.training.components import BuildError
     from rllm_core.training.folder import RunFolder
     from rllm_core.training.loop import ResumeError
     from rllm_core.training.runlog import RunLog
     from rllm_core.training.sft.data import DataError
-    from rllm_core.training.sft.display import SftDisplay
     from rllm_core.training.sft.loop import SftLoop
     from rllm_core.training.sft.prepare import fills_total_steps, load_sft_data
 

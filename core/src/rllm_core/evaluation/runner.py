@@ -104,7 +104,7 @@ class Evaluation:
 
     async def run(self) -> EvalResult:
         """Run every attempt and score them. Raises
-        :class:`~rllm_core.training.gateway_address.GatewayBindError` when the gateway cannot
+        :class:`~rllm_core.rollout.gateway_address.GatewayBindError` when the gateway cannot
         bind the plan's ``[gateway]`` address."""
         began = time.monotonic()
         async with open_rollouts(

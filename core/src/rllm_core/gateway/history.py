@@ -33,6 +33,13 @@ from typing import Any
 
 import msgspec
 
+from rllm_core.types import (
+    HISTORY_EDITED,
+    HISTORY_REASONS,
+    HISTORY_SUMMARIZED,
+    HISTORY_TRUNCATED,
+)
+
 __all__ = [
     "HISTORY_EDITED",
     "HISTORY_REASONS",
@@ -43,10 +50,6 @@ __all__ = [
     "history_break",
 ]
 
-HISTORY_TRUNCATED = "history_truncated"
-HISTORY_SUMMARIZED = "history_summarized"
-HISTORY_EDITED = "history_edited"
-HISTORY_REASONS = (HISTORY_TRUNCATED, HISTORY_SUMMARIZED, HISTORY_EDITED)
 
 _PREFIX = "history_"
 _COUNTS = ("at", "kept", "dropped", "inserted")

@@ -10,9 +10,10 @@
   jittered exponential backoff, and pacing).
 - Managed trainer backends: :mod:`.managed` (service calls retried and counted, the transient
   status test, their settings), :mod:`.trainer_config` (the AdamW keys every trainer
-  backend takes), :mod:`.native_losses` (the services' fused loss kernels and the choice
-  between them and the custom-loss path) and :mod:`.token_hygiene` (datums a service would
-  reject, dropped before the step).
+  backend takes) and :mod:`.token_hygiene` (datums a service would reject, dropped before the
+  step). The services' fused loss kernels, and the choice between them and the custom-loss
+  path, are the core's (:mod:`rllm_core.algorithms.native_losses`): a backend's port returns
+  the route.
 - Sandbox backends: :mod:`.sandboxes` (closing on ``async with`` exit, the SDK-error map, the
   retry wrapper that says how many attempts were made) and :mod:`.remote_exec` (the shell
   protocol that runs one command in a remote sandbox).
@@ -22,5 +23,6 @@
 - Sandboxes and task sources: :mod:`.dockerfile` (reading a Dockerfile so that a sandbox booting
   its base image can replay it) and :mod:`.sizes` (size strings such as ``"4G"`` in MiB).
 
-The core's own modules never import this package; plugins do.
+The core's own modules never import this package (``tests/test_core_floors.py`` holds them
+to it); plugins do.
 """

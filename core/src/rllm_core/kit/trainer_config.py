@@ -11,11 +11,11 @@ key again with the same type, which carries the bounds and the description::
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, Field
 
-__all__ = ["AdamBetas", "AdamEps", "AdamWSettings", "LearningRate", "ParallelSettings"]
+__all__ = ["AdamBetas", "AdamEps", "AdamWSettings", "LearningRate"]
 
 
 def _betas_in_range(betas: tuple[float, float]) -> tuple[float, float]:
@@ -67,41 +67,3 @@ class AdamWSettings(BaseModel):
             "weight_decay": self.weight_decay,
             "grad_clip_norm": self.max_grad_norm,
         }
-
-
-class ParallelSettings(BaseModel):
-    """The ``parallel`` table of a trainer backend that trains in several processes
-    (:class:`~rllm_core.ports.ParallelTrainer`). ``rllm-core run`` reads ``world_size`` from it:
-    above 1, and when not already started by ``torchrun``, it starts ``world_size`` processes
-    on this machine through ``torch.distributed.run``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    world_size: int = Field(
-        1,
-        ge=1,
-        description=(
-            "Processes that train together (data parallel), one per device. Under torchrun it"
-            " must equal the WORLD_SIZE torchrun sets; otherwise `rllm-core run` starts them on"
-            " this machine."
-        ),
-    )
-    strategy: Literal["auto", "ddp", "fsdp"] = Field(
-        "auto",
-        description=(
-            "How the ranks share the model: `ddp` replicates it (DistributedDataParallel),"
-            " `fsdp` shards parameters, gradients and optimizer state (FSDP2 `fully_shard`);"
-            " `auto` picks ddp for LoRA and fsdp for full training."
-        ),
-    )
-    backend: Literal["auto", "gloo", "nccl"] = Field(
-        "auto",
-        description="torch.distributed backend: `auto` is nccl on CUDA and gloo on the CPU.",
-    )
-    timeout_s: float = Field(
-        1800.0,
-        gt=0,
-        description=(
-            "Seconds a rank waits for the others at one collective call before the run fails."
-        ),
-    )

@@ -192,8 +192,8 @@ class _Resolver:
         """``[trainer].loss_path = "native"`` on a backend with server-side loss kernels (trait
         ``native_losses``) needs an objective one of them computes: the policy loss alone, no
         rollout correction, the sampler's logprobs as the ratio's denominator
-        (:func:`~rllm_core.kit.native_losses.route`)."""
-        from rllm_core.kit.native_losses import NativeLossError, route
+        (:func:`~rllm_core.algorithms.native_losses.route`)."""
+        from rllm_core.algorithms.native_losses import NativeLossError, route
 
         trainer = self.components.get("[trainer]")
         loss = self.components.get("[algorithm].loss")
@@ -242,7 +242,7 @@ class _Resolver:
     def native_losses(self, available: Sequence[str]) -> list[str]:
         """The installed policy losses whose default config runs as one of ``available``, as
         ``"name ('kernel')"``."""
-        from rllm_core.kit.native_losses import native_form
+        from rllm_core.algorithms.native_losses import native_form
 
         out = []
         for record in self.manager.components(Kind.LOSS):
@@ -467,8 +467,8 @@ class _Resolver:
 
 def _parallel(spec: ComponentSpec) -> bool:
     """Whether a trainer backend trains in several processes: its config's ``parallel`` key
-    is the kit's :class:`~rllm_core.kit.trainer_config.ParallelSettings` table."""
-    from rllm_core.kit.trainer_config import ParallelSettings
+    is the port's :class:`~rllm_core.ports.ParallelSettings` table."""
+    from rllm_core.ports import ParallelSettings
 
     field = spec.config.model_fields.get("parallel") if spec.config is not None else None
     return field is not None and field.annotation is ParallelSettings

@@ -217,7 +217,7 @@ def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     service spells it), so nothing is resolved or loaded on this machine: the plan names the
     renderer's ``tokenizer`` itself. The trait ``native_losses`` (default empty) lists the
     server-side loss kernels the backend can train with in one fused pass instead of its
-    custom-loss path (see :mod:`rllm_core.kit.native_losses`); such a backend implements
+    custom-loss path (see :mod:`rllm_core.algorithms.native_losses`); such a backend implements
     :class:`~rllm_core.ports.LossRouting`, its config has the key ``loss_path``, and ``plan
     check`` refuses ``loss_path = "native"`` for a plan whose
     objective has no such kernel, with the reason.

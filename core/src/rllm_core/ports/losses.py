@@ -136,14 +136,14 @@ class AdvantageEstimator(Protocol):
 
 NATIVE_KERNELS: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
 """The server-side loss kernels of the managed training services (Tinker, Fireworks) a loss
-may name, as their SDKs spell them (formulas in :mod:`rllm_core.kit.native_losses`)."""
+may name, as their SDKs spell them (formulas in :mod:`rllm_core.algorithms.native_losses`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class NativeLoss:
     """A loss as a managed service's server-side kernel: what a loss config's optional
     ``native_loss()`` method returns when the loss has one (a ``str`` saying why not when it
-    has none; see :mod:`rllm_core.kit.native_losses`). ``kernel`` is one of
+    has none; see :mod:`rllm_core.algorithms.native_losses`). ``kernel`` is one of
     :data:`NATIVE_KERNELS`; the clipped kernels also take the bounds of the ratio
     (``ratio_low`` <= 1 <= ``ratio_high``; ``ratio_low`` may be 0 for no lower bound)."""
 

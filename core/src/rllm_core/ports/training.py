@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from rllm_core.types import Datum, ExportedWeights, SampleRequest, SampleResult, WorkerStatus
 
 if TYPE_CHECKING:
+    from rllm_core.algorithms.native_losses import LossRoute
     from rllm_core.algorithms.objective import Objective
-    from rllm_core.kit.native_losses import LossRoute
 
 __all__ = [
     "BusyClock",
     "LogprobScorer",
     "LossRouting",
     "NumericsReport",
+    "ParallelSettings",
     "ParallelTrainer",
     "PolicyFollower",
     "Sampler",
@@ -197,16 +200,16 @@ class LossRouting(Protocol):
 
     Contract:
 
-    - ``loss_route(objective)`` returns the :class:`~rllm_core.kit.native_losses.LossRoute`
+    - ``loss_route(objective)`` returns the :class:`~rllm_core.algorithms.native_losses.LossRoute`
       the backend trains ``objective`` on: ``"native"`` (one fused pass in the service's
       kernel) or ``"custom"`` (the loss evaluated on this machine), with the reason (see
-      :func:`~rllm_core.kit.native_losses.route_objective`). It calls no service and changes
+      :func:`~rllm_core.algorithms.native_losses.route_objective`). It calls no service and changes
       nothing; the same objective always gets the same route.
     - Every later ``forward_backward(datums, objective)`` trains on that route; either route
       returns the same metric names and the same gradient up to floating-point summation order.
     - When the backend's ``loss_path = "native"`` asks for a route the objective cannot take,
-      it raises :class:`~rllm_core.kit.native_losses.NativeLossError` saying why; the run then
-      fails naming ``[trainer].loss_path`` (``plan check`` refuses such a plan before).
+      it raises :class:`~rllm_core.algorithms.native_losses.NativeLossError` saying why; the
+      run then fails naming ``[trainer].loss_path`` (``plan check`` refuses such a plan before).
     - ``rllm-core run`` calls it once at the start of a training run, on the trainer thread,
       before the first ``forward_backward``; it prints :meth:`LossRoute.line` to stderr,
       writes ``loss_path.json`` into the run folder (:meth:`LossRoute.write`) and adds the
@@ -318,6 +321,45 @@ class ParallelTrainer(Protocol):
     def world_size(self) -> int: ...
 
     def follow(self) -> None: ...
+
+
+class ParallelSettings(BaseModel):
+    """The ``parallel`` table of a trainer backend that trains in several processes
+    (:class:`ParallelTrainer`): a backend's config declares it as ``parallel:
+    ParallelSettings``, and ``rllm-core run`` reads ``world_size`` from it:
+    above 1, and when not already started by ``torchrun``, it starts ``world_size`` processes
+    on this machine through ``torch.distributed.run``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    world_size: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Processes that train together (data parallel), one per device. Under torchrun it"
+            " must equal the WORLD_SIZE torchrun sets; otherwise `rllm-core run` starts them on"
+            " this machine."
+        ),
+    )
+    strategy: Literal["auto", "ddp", "fsdp"] = Field(
+        "auto",
+        description=(
+            "How the ranks share the model: `ddp` replicates it (DistributedDataParallel),"
+            " `fsdp` shards parameters, gradients and optimizer state (FSDP2 `fully_shard`);"
+            " `auto` picks ddp for LoRA and fsdp for full training."
+        ),
+    )
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto",
+        description="torch.distributed backend: `auto` is nccl on CUDA and gloo on the CPU.",
+    )
+    timeout_s: float = Field(
+        1800.0,
+        gt=0,
+        description=(
+            "Seconds a rank waits for the others at one collective call before the run fails."
+        ),
+    )
 
 
 @runtime_checkable

@@ -11,15 +11,15 @@ the running loop, on the one sampler of the context and ``components.renderer``,
 ``components.trace_store``, in the plan's ``[gateway].token_mode``, on ``[gateway].host`` and
 ``[gateway].port``. The sampler is the plan's ``[sampler]`` (``components.sampler``) when it
 has one, kept on the trainer's policy by a
-:class:`~rllm_core.training.policy_sync.PolicySync` (``RolloutContext.policy``) that has synced
+:class:`~rllm_core.rollout.policy_sync.PolicySync` (``RolloutContext.policy``) that has synced
 once before the block starts (unless the caller syncs itself; a training run syncs again after
 every optimizer step);
 otherwise ``components.trainer.sampler()``. It then builds a
 :class:`~rllm_core.rollout.RolloutRunner` on ``components.tasks``, ``components.harness`` and
 ``components.sandbox`` whose sessions are seeded from ``[run].seed``
-(:class:`~rllm_core.training.sessions.SeededGateway`). The gateway stops when the block exits,
+(:class:`~rllm_core.rollout.seeding.SeededGateway`). The gateway stops when the block exits,
 however it exits. A gateway that cannot bind raises
-:class:`~rllm_core.training.gateway_address.GatewayBindError` naming ``plan_path``.
+:class:`~rllm_core.rollout.gateway_address.GatewayBindError` naming ``plan_path``.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 from rllm_core.gateway.server import Gateway
 from rllm_core.plan.schema import Plan
 from rllm_core.ports import Sampler
+from rllm_core.rollout.gateway_address import gateway_bind_error
+from rllm_core.rollout.policy_sync import PolicySync
 from rllm_core.rollout.records import RolloutEvent
 from rllm_core.rollout.runner import RolloutRunner
+from rllm_core.rollout.seeding import SeededGateway
 from rllm_core.rollout.settings import RolloutSettings
-from rllm_core.training.gateway_address import gateway_bind_error
-from rllm_core.training.policy_sync import PolicySync
-from rllm_core.training.sessions import SeededGateway
 from rllm_core.types import SamplingParams
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ class SessionGateway(Protocol):
       parameters, token accumulator) and keeps its traces; an unknown id is ignored.
 
     :class:`~rllm_core.gateway.server.Gateway` satisfies it, as does the seeded view of
-    :class:`~rllm_core.training.sessions.SeededGateway`.
+    :class:`~rllm_core.rollout.seeding.SeededGateway`.
 
     Example::
 

@@ -363,9 +363,9 @@ def build_components(
 
 def _check_sampler(resolved: ResolvedPlan, built: dict[str, Any]) -> None:
     """A ``[sampler]`` must follow the policy and the trainer must export it
-    (:func:`~rllm_core.training.policy_sync.check_policy_follower`); :class:`BuildError`
+    (:func:`~rllm_core.rollout.policy_sync.check_policy_follower`); :class:`BuildError`
     otherwise."""
-    from rllm_core.training.policy_sync import SamplerMismatch, check_policy_follower
+    from rllm_core.rollout.policy_sync import SamplerMismatch, check_policy_follower
 
     sampler, trainer = resolved.get("[sampler]"), resolved.get("[trainer]")
     if sampler is None or trainer is None:

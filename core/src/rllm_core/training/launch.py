@@ -207,7 +207,7 @@ def in_one_process(resolved: Any) -> Any:
     it is."""
     from dataclasses import replace
 
-    from rllm_core.kit.trainer_config import ParallelSettings
+    from rllm_core.ports import ParallelSettings
 
     trainer = resolved.get("[trainer]")
     parallel = getattr(trainer.config, "parallel", None) if trainer is not None else None

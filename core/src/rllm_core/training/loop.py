@@ -35,8 +35,8 @@ A run that cannot start (:class:`ResumeError`, a gateway bind error) closes its 
 fires no hook.
 
 The gateway binds ``[gateway].host`` and ``[gateway].port``; when it cannot,
-:class:`~rllm_core.training.gateway_address.GatewayBindError` says which key to change
-(:func:`~rllm_core.training.gateway_address.check_gateway_address` runs the same test before
+:class:`~rllm_core.rollout.gateway_address.GatewayBindError` says which key to change
+(:func:`~rllm_core.rollout.gateway_address.check_gateway_address` runs the same test before
 anything is built).
 
 On SIGINT/SIGTERM the rollout phase in flight is cancelled (the runner cleans up within its
@@ -44,7 +44,7 @@ On SIGINT/SIGTERM the rollout phase in flight is cancelled (the runner cleans up
 completed step is checkpointed and :attr:`RunResult.exit_code` is 130 or 143.
 
 With a ``[sampler]`` section the rollouts sample from its model servers, kept on the policy
-(:mod:`rllm_core.training.policy_sync`): the trainer's weights are exported to them before the
+(:mod:`rllm_core.rollout.policy_sync`): the trainer's weights are exported to them before the
 first rollout (a fresh or a resumed run, once the run has started) and after every optimizer
 step, on the trainer thread, and the next rollout starts only once the servers serve them. A
 sync that fails (the sampler gave up on a server) ends the run ``failed`` with the sampler's
@@ -77,9 +77,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rllm_core.algorithms import DatumBuilder
+from rllm_core.algorithms.native_losses import LossRoute, NativeLossError
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import TrainingInterrupted
-from rllm_core.kit.native_losses import LossRoute, NativeLossError
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import SampleBuffer

@@ -9,7 +9,7 @@ The two roles share nothing but the plan's ``[object_store]`` (:mod:`rllm_core.t
   backlog cap of ``lead + 1`` batches. Whenever the trainer reports a new weight version it
   loads the newest release (checking its digest) before letting the next batch start, and
   samples are tagged with the version that produced them. With a ``[sampler]`` (model servers)
-  it exports each release it loads to them (:mod:`rllm_core.training.policy_sync`) before the
+  it exports each release it loads to them (:mod:`rllm_core.rollout.policy_sync`) before the
   next batch starts. It ends once ``[run].steps`` batches are in the buffer.
 - **trainer** (:class:`TrainerRole`): runs trainer incarnations under the scheduler
   (:mod:`rllm_core.training.scheduler`, ``[scheduler]``). An incarnation restores the newest

@@ -17,8 +17,8 @@ from fake_fireworks import NATIVE_INPUTS, Done, FakeService, logprob_of
 from fireworks.training.sdk import types as fw
 from fireworks.training.sdk.types.loss_fn_type import LossFnType
 from rllm_core.algorithms.aggregation import AGGREGATION_MODES
+from rllm_core.algorithms.native_losses import NativeLossError
 from rllm_core.algorithms.objective import Objective, RolloutCorrection
-from rllm_core.kit.native_losses import NativeLossError
 from rllm_core.ports import LossContext, LossOutput
 from rllm_core.types import Datum
 from rllm_loss_ppo.cispo import CISPO

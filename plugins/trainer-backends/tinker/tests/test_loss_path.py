@@ -8,8 +8,8 @@ from typing import Literal
 import pytest
 import tinker
 from reference.service_faults import DATUMS as ONE_DATUM
+from rllm_core.algorithms.native_losses import NativeLossError
 from rllm_core.algorithms.objective import Objective, RolloutCorrection
-from rllm_core.kit.native_losses import NativeLossError
 from rllm_core.ports import LossOutput
 from rllm_core.types import Datum
 from rllm_loss_ppo.cispo import CISPO

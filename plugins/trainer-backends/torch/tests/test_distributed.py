@@ -290,7 +290,7 @@ def test_a_parallel_backend_outside_torchrun_says_how_to_launch(tiny_model_dir, 
 
 def test_fsdp_with_lora_is_refused():
     from rllm_core.errors import ComponentError
-    from rllm_core.kit.trainer_config import ParallelSettings
+    from rllm_core.ports import ParallelSettings
     from rllm_trainer_backend_torch.distributed import resolve_strategy, share
 
     with pytest.raises(ComponentError, match=r"strategy = 'fsdp' .* use strategy = 'ddp'"):

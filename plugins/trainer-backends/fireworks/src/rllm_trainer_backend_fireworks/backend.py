@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fireworks.training.sdk import types as fw
+from rllm_core.algorithms.native_losses import LossRoute, route_objective
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError, PlanIssue
 from rllm_core.kit.managed import ServiceCalls
-from rllm_core.kit.native_losses import LossRoute, route_objective
 from rllm_core.kit.token_hygiene import screen
 from rllm_core.types import Datum
 
@@ -53,9 +53,9 @@ class FireworksBackend:
     a trainer job and a hot-load deployment on Fireworks.
 
     ``loss_route(objective)`` chooses where the objective runs (``[trainer].loss_path``, see
-    :func:`~rllm_core.kit.native_losses.route_objective`): in one of the trainer's own kernels
-    (``importance_sampling``, ``ppo``, ``cispo``; one fused pass, the aggregation folded into
-    the advantages, see :mod:`rllm_trainer_backend_fireworks.native`) when the policy loss has
+    :func:`~rllm_core.algorithms.native_losses.route_objective`): in one of the trainer's own
+    kernels (``importance_sampling``, ``ppo``, ``cispo``; one fused pass, the aggregation folded
+    into the advantages, see :mod:`rllm_trainer_backend_fireworks.native`) when the policy loss has
     one and no auxiliary loss or rollout correction needs the current logprobs here; otherwise
     client-side on the logprobs the trainer returns (``forward_backward_custom``, two passes).
     Either way a loss that reduces through ``ctx.aggregate`` is normalized over the whole call,
@@ -156,7 +156,7 @@ class FireworksBackend:
     def loss_route(self, objective: Objective) -> LossRoute:
         """The path ``objective`` trains on (see the class docstring); the same for every call
         with the same objective. Calls no service. Raises
-        :class:`~rllm_core.kit.native_losses.NativeLossError` when ``loss_path = "native"``
+        :class:`~rllm_core.algorithms.native_losses.NativeLossError` when ``loss_path = "native"``
         and the objective has no Fireworks kernel."""
         if self._route is None or self._route[0] is not objective:
             route = route_objective(

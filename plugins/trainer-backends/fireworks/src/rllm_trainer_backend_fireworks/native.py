@@ -2,7 +2,7 @@
 pass instead of the custom-loss path's two.
 
 Fireworks runs ``importance_sampling``, ``ppo`` and ``cispo`` server-side on the wire contract
-of :mod:`rllm_core.kit.native_losses`: each datum carries ``target_tokens``, the sampler's
+of :mod:`rllm_core.algorithms.native_losses`: each datum carries ``target_tokens``, the sampler's
 ``logprobs`` and per-token ``advantages``, and the kernel sums its per-token loss over every
 token of the request. :func:`native_datums` folds the plan's aggregation into the advantages,
 so that sum is the objective the loss computes client-side, with the same gradient;
@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from fireworks.training.sdk import types as fw
 from fireworks.training.sdk.types.loss_fn_type import LossFnType
+from rllm_core.algorithms.native_losses import NATIVE_KERNELS, aggregation_weights
 from rllm_core.algorithms.objective import Objective
-from rllm_core.kit.native_losses import NATIVE_KERNELS, aggregation_weights
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_fireworks.losses import StepLoss

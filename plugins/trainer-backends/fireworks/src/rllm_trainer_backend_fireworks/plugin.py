@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field
 from rllm_core import ComponentSpec, Credential, hookimpl, lazy
+from rllm_core.algorithms.native_losses import NativeLossSettings
 from rllm_core.kit.managed import ManagedServiceSettings
-from rllm_core.kit.native_losses import NativeLossSettings
 from rllm_core.kit.token_hygiene import TokenHygieneSettings
 from rllm_core.kit.trainer_config import AdamWSettings, LearningRate
 
@@ -25,8 +25,8 @@ class FireworksBackendConfig(
     """Options of the ``fireworks`` trainer backend (plan section ``[trainer]``).
 
     ``loss_path`` chooses between the trainer's own loss kernels and the custom-loss path (see
-    :class:`~rllm_core.kit.native_losses.NativeLossSettings`); ``vocab_size`` lets datums with
-    token ids outside the model's vocabulary be dropped before a step instead of failing it
+    :class:`~rllm_core.algorithms.native_losses.NativeLossSettings`); ``vocab_size`` lets datums
+    with token ids outside the model's vocabulary be dropped before a step instead of failing it
     (see :class:`~rllm_core.kit.token_hygiene.TokenHygieneSettings`). ``retries``,
     ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls to Fireworks
     that fail transiently (training steps, sampling, checkpoints).

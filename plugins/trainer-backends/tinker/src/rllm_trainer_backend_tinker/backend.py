@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import tinker
+from rllm_core.algorithms.native_losses import LossRoute, route_objective
 from rllm_core.algorithms.objective import Objective
 from rllm_core.kit.managed import ServiceCalls
-from rllm_core.kit.native_losses import LossRoute, route_objective
 from rllm_core.kit.token_hygiene import screen
 from rllm_core.types import Datum
 
@@ -37,8 +37,8 @@ class TinkerBackend:
     take the sampler's logprobs as proximal, see the spec's ``proximal_modes``).
 
     How it trains: :meth:`loss_route` picks, once per objective, the native or the custom
-    path (``[trainer].loss_path``, see :mod:`rllm_core.kit.native_losses`). On the native path
-    ``forward_backward`` calls Tinker's ``forward_backward(data, kernel, loss_fn_config)``: one
+    path (``[trainer].loss_path``, see :mod:`rllm_core.algorithms.native_losses`). On the native
+    path ``forward_backward`` calls Tinker's ``forward_backward(data, kernel, loss_fn_config)``: one
     fused pass of Tinker's ``importance_sampling``, ``ppo`` or ``cispo`` kernel, with the
     plan's aggregation folded into the advantages sent (see
     :mod:`rllm_trainer_backend_tinker.native`). On the custom path it calls
@@ -139,7 +139,7 @@ class TinkerBackend:
     def loss_route(self, objective: Objective) -> LossRoute:
         """Where ``objective`` trains on Tinker (native kernel or custom loss) and why; chosen
         once per objective from ``[trainer].loss_path`` and the kernels the installed SDK
-        lists. Raises :class:`~rllm_core.kit.native_losses.NativeLossError` when
+        lists. Raises :class:`~rllm_core.algorithms.native_losses.NativeLossError` when
         ``loss_path = "native"`` and the objective has no kernel."""
         cached = self._routes.get(id(objective))
         if cached is not None and cached[0] is objective:

@@ -2,8 +2,9 @@
 objective's metrics from what the kernel returns.
 
 Tinker's ``forward_backward(data, loss_fn, loss_fn_config)`` runs ``importance_sampling``,
-``ppo`` or ``cispo`` server-side in one pass (formulas in :mod:`rllm_core.kit.native_losses`).
-Each datum carries ``target_tokens`` (the sequence shifted by one, as on the custom path),
+``ppo`` or ``cispo`` server-side in one pass (formulas in
+:mod:`rllm_core.algorithms.native_losses`). Each datum carries ``target_tokens`` (the sequence
+shifted by one, as on the custom path),
 ``logprobs`` (the sampler's, of those targets) and ``advantages``: an action token's advantage
 times the weight the plan's aggregation gives it over the whole call, 0 on every other token.
 The kernel's sum over all tokens is then the plan's aggregated objective, with its gradient.
@@ -21,8 +22,8 @@ from typing import Any
 
 import tinker
 import torch
+from rllm_core.algorithms.native_losses import NATIVE_KERNELS, aggregation_weights
 from rllm_core.algorithms.objective import Objective
-from rllm_core.kit.native_losses import NATIVE_KERNELS, aggregation_weights
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_tinker.batch import Batch
@@ -32,7 +33,7 @@ __all__ = ["native_datums", "native_metrics", "sdk_kernels"]
 
 
 def sdk_kernels() -> tuple[str, ...]:
-    """The kernels of :data:`~rllm_core.kit.native_losses.NATIVE_KERNELS` that the installed
+    """The kernels of :data:`~rllm_core.algorithms.native_losses.NATIVE_KERNELS` that the installed
     Tinker SDK lists in ``tinker.types.LossFnType``."""
     listed = set(typing.get_args(tinker.types.LossFnType))
     return tuple(kernel for kernel in NATIVE_KERNELS if kernel in listed)

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from pydantic import ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, Credential, hookimpl, lazy
+from rllm_core.algorithms.native_losses import NativeLossSettings
 from rllm_core.kit.managed import ManagedServiceSettings
-from rllm_core.kit.native_losses import NativeLossSettings
 from rllm_core.kit.token_hygiene import TokenHygieneSettings
 from rllm_core.kit.trainer_config import AdamBetas, AdamEps, AdamWSettings
 
@@ -25,7 +25,7 @@ class TinkerBackendConfig(
     """Options of the ``tinker`` trainer backend (plan section ``[trainer]``).
 
     ``loss_path`` chooses between Tinker's own loss kernels and the client-side loss (see
-    :mod:`rllm_core.kit.native_losses`); ``vocab_size`` bounds the token ids a datum may hold
+    :mod:`rllm_core.algorithms.native_losses`); ``vocab_size`` bounds the token ids a datum may hold
     before it is dropped from a step (see :mod:`rllm_core.kit.token_hygiene`).
 
     ``retries``, ``retry_backoff_s`` and ``retry_backoff_max_s`` bound the retries of calls

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rllm_core.errors import ComponentError, RllmError
-from rllm_core.kit.trainer_config import ParallelSettings
+from rllm_core.ports import ParallelSettings
 
 __all__ = ["Group", "RankFailure", "resolve_strategy", "share", "start_group", "wrap_model"]
 

@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
-from rllm_core.kit.trainer_config import AdamWSettings, LearningRate, ParallelSettings
+from rllm_core.kit.trainer_config import AdamWSettings, LearningRate
+from rllm_core.ports import ParallelSettings
 
 __all__ = ["DEFAULT_TARGET_MODULES", "LoraSettings", "TorchBackendConfig", "rllm_trainer_backends"]
 

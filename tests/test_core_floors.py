@@ -1,0 +1,161 @@
+"""The core's floors (``docs/layout.md``): a module imports its own floor and the floors below
+it, never one above; no floor imports the kit (``rllm_core.kit``, code plugins share) or the
+test kit (``rllm_core.testing``). Imports under ``if TYPE_CHECKING:`` are references for the
+type checker, not dependencies, and are left out; imports inside functions count.
+
+Every top-level module and package of ``rllm_core`` must be placed on a floor below, so a new
+one is placed on purpose.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parent.parent / "core" / "src" / "rllm_core"
+
+FLOORS: dict[str, int] = {
+    # 1: records, errors, storage, the model catalog and cache, constants
+    "types": 1,
+    "errors": 1,
+    "storage": 1,
+    "models": 1,
+    "cache": 1,
+    "sidevenvs": 1,
+    "chat_dicts": 1,
+    "logging_values": 1,
+    "routing": 1,
+    "docs_site": 1,
+    # 2: the contracts
+    "ports": 2,
+    # 3: the plan, the plugin manager, the algorithms; the package's own facade
+    "plan": 3,
+    "plugins": 3,
+    "algorithms": 3,
+    "numerics": 3,
+    "__init__": 3,
+    # 4: rollouts and the gateway
+    "rollout": 4,
+    "gateway": 4,
+    # 5: what runs a plan
+    "training": 5,
+    "evaluation": 5,
+    "inspection": 5,
+    # 6: the commands, and the documentation they generate
+    "cli": 6,
+    "reference": 6,
+    "__main__": 6,
+}
+OFF_LIMITS = {"kit": "the kit (code plugins share)", "testing": "the test kit"}
+
+
+def _top(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "rllm_core":
+        return None
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _module_of(path: Path) -> tuple[str, bool]:
+    relative = path.relative_to(CORE.parent).with_suffix("")
+    package = relative.name == "__init__"
+    parts = relative.parts[:-1] if package else relative.parts
+    return ".".join(parts), package
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line, module)`` for every import of ``path`` outside ``if TYPE_CHECKING:``;
+    ``from package import name`` names ``package.name`` when that is a module."""
+    module, package = _module_of(path)
+    yield from _imports_of(path.read_text(), module, package)
+
+
+def _imports_of(source: str, module: str, package: bool) -> Iterator[tuple[int, str]]:
+    def visit(node: ast.AST) -> Iterator[tuple[int, str]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                yield from (item for other in child.orelse for item in visit_one(other))
+                continue
+            yield from visit_one(child)
+
+    def visit_one(child: ast.AST) -> Iterator[tuple[int, str]]:
+        if isinstance(child, ast.Import):
+            for alias in child.names:
+                yield child.lineno, alias.name
+        elif isinstance(child, ast.ImportFrom):
+            base = child.module or ""
+            if child.level:
+                anchor = module.split(".")
+                anchor = anchor if package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (child.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in child.names:
+                named = f"{base}.{alias.name}"
+                submodule = CORE.parent / Path(*named.split("."))
+                is_module = submodule.with_suffix(".py").exists() or submodule.is_dir()
+                yield child.lineno, named if is_module else base
+        else:
+            yield from visit(child)
+
+    yield from visit(ast.parse(source))
+
+
+def _core_files() -> Iterator[Path]:
+    for path in sorted(CORE.rglob("*.py")):
+        top = _top(_module_of(path)[0])
+        if top not in OFF_LIMITS:
+            yield path
+
+
+def test_every_top_level_module_is_on_a_floor() -> None:
+    tops = {p.stem if p.is_file() else p.name for p in CORE.iterdir() if p.suffix == ".py"}
+    tops |= {p.name for p in CORE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    unplaced = sorted(tops - set(FLOORS) - set(OFF_LIMITS))
+    assert not unplaced, (
+        f"rllm_core modules on no floor: {unplaced}; place each in FLOORS here and in the"
+        " diagram of docs/layout.md"
+    )
+
+
+def test_no_module_imports_a_floor_above_its_own_or_the_kits() -> None:
+    wrong: list[str] = []
+    for path in _core_files():
+        module = _module_of(path)[0]
+        own = FLOORS[_top(module) or "__init__"]
+        for line, imported in _imports(path):
+            top = _top(imported)
+            if top is None:
+                continue
+            where = f"{path.relative_to(CORE.parent)}:{line} imports {imported}"
+            if top in OFF_LIMITS:
+                wrong.append(f"{where} ({OFF_LIMITS[top]})")
+            elif FLOORS.get(top, 0) > own:
+                wrong.append(f"{where} (floor {FLOORS[top]} above its own {own})")
+    assert not wrong, "imports that break the core's floors:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_an_upward_import_and_the_kit_but_not_a_type_only_one() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from rllm_core.training import loop\n"
+        "from ..kit.retry import RetrySettings\n"
+        "def later():\n"
+        "    import rllm_core.evaluation.runner\n"
+        "if TYPE_CHECKING:\n"
+        "    from rllm_core.cli import output\n"
+    )
+    names = [name for _, name in _imports_of(source, "rllm_core.rollout.probe", False)]
+    assert names == [
+        "typing",
+        "rllm_core.training.loop",
+        "rllm_core.kit.retry",
+        "rllm_core.evaluation.runner",
+    ]
