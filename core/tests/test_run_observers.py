@@ -320,10 +320,20 @@ class PathLoggers:
     @hookimpl
     def rllm_loggers(self):
         yield ComponentSpec(
-            kind="logger", name="needs-path", factory=lambda c: c, config=PathConfig, summary="x"
+            kind="logger",
+            name="needs-path",
+            factory=lambda c: c,
+            config=PathConfig,
+            summary="x",
+            traits={"run_keys": ("path",)},
         )
         yield ComponentSpec(
-            kind="logger", name="may-path", factory=lambda c: c, config=MaybePathConfig, summary="x"
+            kind="logger",
+            name="may-path",
+            factory=lambda c: c,
+            config=MaybePathConfig,
+            summary="x",
+            traits={"run_keys": ("path",)},
         )
 
 

@@ -29,6 +29,18 @@ A resumed run also sends loggers ``log_event("resume", {"step", "checkpoint"})``
 plugin and the hook) and the run goes on; with ``RLLM_CORE_STRICT_PLUGINS=1`` the error ends
 the run instead.
 
+Keys the run fills: a run writes some keys of a component's config itself (a store's
+``path`` inside the run folder, a sampler's ``weights_dir``, a renderer's ``tokenizer``, a
+trainer's ``seed``, ``deterministic``, ``logprob_temperature`` and ``total_steps``; the table
+is :data:`rllm_core.plugins.run_keys.RUN_KEYS`), but only those its spec lists in the trait
+``run_keys``, each a field of its config::
+
+    yield ComponentSpec(kind="trace_store", name="mine", factory=..., config=MineConfig,
+                        summary="...", traits={"run_keys": ("path",)})
+
+A key the plan sets is left as written, except ``deterministic`` and
+``logprob_temperature``, which follow ``[run]`` and ``[sampling]`` (with a note).
+
 A plugin's module must import only ``rllm_core`` and the standard library at import time:
 heavy dependencies load inside the factory, usually through :func:`~rllm_core.plugins.specs.lazy`.
 """
@@ -40,6 +52,7 @@ from typing import Any, TypeVar
 
 import pluggy
 
+from rllm_core.plugins.run_keys import RUN_KEYS, run_key_choices
 from rllm_core.plugins.specs import ComponentSpec, Kind, Trait
 from rllm_core.ports import (
     NATIVE_KERNELS,
@@ -75,13 +88,18 @@ def component_hookspec(
     The decorated function's name is the hook a plugin implements; each spec it yields must be
     a :class:`~rllm_core.plugins.specs.ComponentSpec` of ``kind``. ``port`` is the Protocol
     the built component implements (the reference for its behaviour) and ``traits`` the
-    kind's spec traits with their defaults. Declaring a kind is all the plugin manager,
-    ``rllm-core plugins`` and the hook reference need; a plan selects it once a plan section
-    names the kind (:func:`rllm_core.plan.schema.component_section`).
+    kind's spec traits with their defaults. A kind the run writes config keys of
+    (:data:`~rllm_core.plugins.run_keys.RUN_KEYS`) also gets the trait ``run_keys``: the keys
+    of that table a spec accepts from the run, each a field of its config. Declaring a kind is
+    all the plugin manager, ``rllm-core plugins`` and the hook reference need; a plan selects
+    it once a plan section names the kind (:func:`rllm_core.plan.schema.component_section`).
     """
 
     def declare(function: F) -> F:
-        Kind.declare(kind, hook_name=function.__name__, port=port, traits=traits)
+        declared = dict(traits or {})
+        if kind in RUN_KEYS:
+            declared["run_keys"] = Trait((), choices=run_key_choices(kind))
+        Kind.declare(kind, hook_name=function.__name__, port=port, traits=declared)
         return hookspec(function)
 
     return declare

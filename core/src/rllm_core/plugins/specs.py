@@ -327,6 +327,13 @@ class ComponentSpec:
             problem = declared.check(value)
             if problem:
                 raise ValueError(f"{kind.value}:{self.name}: trait {trait!r}: {problem}")
+        missing = [k for k in self.traits.get("run_keys", ()) if k not in self.config.model_fields]
+        if missing:
+            raise ValueError(
+                f"{kind.value}:{self.name}: trait 'run_keys' lists {missing}, which its config"
+                f" {self.config.__name__} has no field for; the run writes only keys the"
+                " config declares"
+            )
         object.__setattr__(self, "traits", MappingProxyType(dict(self.traits)))
         object.__setattr__(self, "credentials", tuple(self.credentials))
         for credential in self.credentials:

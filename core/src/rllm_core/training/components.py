@@ -1,7 +1,9 @@
 """From a plan file to a run's live components.
 
 :func:`prepare_plan` loads and resolves a plan for a run, filling the keys a run can fill
-itself: a trace store's (or sample buffer's, object store's) ``path`` goes inside the run
+itself, each only where the component's spec lists it in its ``run_keys`` trait
+(:mod:`rllm_core.plugins.run_keys`): a trace store's (or sample buffer's, object store's)
+``path`` goes inside the run
 folder, a sampler's ``weights_dir`` (where the trainer writes the weights its servers load) is
 ``<run folder>/weights``, a logger's required ``path`` is ``<run folder>/logs/<name>``
 (``<name>-<index>`` when two ``[[loggers]]`` entries share a name), a renderer's ``tokenizer``
@@ -73,11 +75,14 @@ def _ref(ref: ComponentRef, **extra: Any) -> ComponentRef:
     return ComponentRef.model_validate({"name": ref.name, **ref.options, **extra})
 
 
-def _config_fields(manager: PluginManager, section: str, name: str) -> dict[str, Any]:
-    try:
-        return dict(manager.get_record(COMPONENT_SECTIONS[section], name).spec.config.model_fields)
-    except Exception:
-        return {}
+def _run_keys(manager: PluginManager, kind: Kind, name: str) -> tuple[str, ...]:
+    """The keys the component ``kind:name`` accepts from the run (its spec's ``run_keys``
+    trait, :mod:`rllm_core.plugins.run_keys`)."""
+    return tuple(manager.get_record(kind, name).spec.trait("run_keys"))
+
+
+def _accepts(manager: PluginManager, section: str, name: str, key: str) -> bool:
+    return key in _run_keys(manager, COMPONENT_SECTIONS[section], name)
 
 
 def _fetch_hub_models(
@@ -166,13 +171,13 @@ def prepare_plan(
         ref = getattr(plan, section)
         if ref is None or "path" in ref.options:
             continue
-        if "path" in _config_fields(manager, section, ref.name):
+        if _accepts(manager, section, ref.name, "path"):
             updates[section] = _ref(ref, path=str(run_dir / section.replace("_store", "s")))
     sampler = plan.sampler
     if (
         sampler is not None
         and "weights_dir" not in sampler.options
-        and "weights_dir" in _config_fields(manager, "sampler", sampler.name)
+        and _accepts(manager, "sampler", sampler.name, "weights_dir")
     ):
         updates["sampler"] = _ref(sampler, weights_dir=str(run_dir / "weights"))
     loggers = _logger_paths(manager, plan.loggers, run_dir)
@@ -195,7 +200,7 @@ def prepare_plan(
         else None
     )
     if trainer is not None:
-        fields = _config_fields(manager, "trainer", trainer.name)
+        fields = _run_keys(manager, COMPONENT_SECTIONS["trainer"], trainer.name)
         if "logprob_temperature" in fields and plan.sampling.temperature > 0:
             updates["trainer"] = _ref(trainer, logprob_temperature=plan.sampling.temperature)
             written = trainer.options.get("logprob_temperature")
@@ -223,7 +228,7 @@ def prepare_plan(
         renderer is not None
         and trainer is not None
         and "tokenizer" not in renderer.options
-        and "tokenizer" in _config_fields(manager, "renderer", renderer.name)
+        and _accepts(manager, "renderer", renderer.name, "tokenizer")
         and model_folder is not None
     ):
         updates["renderer"] = _ref(renderer, tokenizer=model_folder)
@@ -241,20 +246,15 @@ def _logger_paths(
     names = [ref.name for ref in refs]
     out = []
     for index, ref in enumerate(refs):
-        field = _logger_fields(manager, ref.name).get("path")
-        if "path" in ref.options or field is None or not field.is_required():
+        spec = manager.get_record(Kind.LOGGER, ref.name).spec
+        accepted = "path" in spec.trait("run_keys")
+        required = accepted and spec.config.model_fields["path"].is_required()
+        if "path" in ref.options or not required:
             out.append(ref)
             continue
         file = ref.name if names.count(ref.name) == 1 else f"{ref.name}-{index}"
         out.append(_ref(ref, path=str(run_dir / LOGS_FOLDER / file)))
     return out
-
-
-def _logger_fields(manager: PluginManager, name: str) -> dict[str, Any]:
-    try:
-        return dict(manager.get_record(Kind.LOGGER, name).spec.config.model_fields)
-    except Exception:
-        return {}
 
 
 @dataclass

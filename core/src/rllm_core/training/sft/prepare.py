@@ -54,15 +54,13 @@ class SftData:
 
 
 def fills_total_steps(plan: Plan, manager: PluginManager | None = None) -> bool:
-    """Whether the trainer's config has ``total_steps`` and the plan leaves it unset."""
+    """Whether the trainer accepts ``total_steps`` from the run (its spec's ``run_keys``)
+    and the plan leaves it unset."""
     if plan.trainer is None or "total_steps" in plan.trainer.options:
         return False
     manager = manager or get_plugin_manager()
-    try:
-        config = manager.get_record(Kind.TRAINER_BACKEND, plan.trainer.name).spec.config
-    except Exception:
-        return False
-    return config is not None and "total_steps" in config.model_fields
+    spec = manager.get_record(Kind.TRAINER_BACKEND, plan.trainer.name).spec
+    return "total_steps" in spec.trait("run_keys")
 
 
 def provisional_total_steps(

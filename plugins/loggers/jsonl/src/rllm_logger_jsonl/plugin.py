@@ -30,6 +30,7 @@ def rllm_loggers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="logger",
         name="jsonl",
+        traits={"run_keys": ("path",)},
         factory=lazy("rllm_logger_jsonl.logger:JsonlLogger.from_config"),
         config=JsonlLoggerConfig,
         summary="one JSON object per metrics step or event, appended to a file",

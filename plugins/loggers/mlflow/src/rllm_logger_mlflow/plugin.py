@@ -44,6 +44,7 @@ def rllm_loggers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="logger",
         name="mlflow",
+        traits={"run_keys": ("path",)},
         factory=lazy("rllm_logger_mlflow.logger:MlflowLogger.from_config"),
         config=MlflowLoggerConfig,
         summary="an MLflow run (local SQLite store by default): metric history, events as tags",

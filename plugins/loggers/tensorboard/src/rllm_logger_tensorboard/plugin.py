@@ -31,6 +31,7 @@ def rllm_loggers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="logger",
         name="tensorboard",
+        traits={"run_keys": ("path",)},
         factory=lazy("rllm_logger_tensorboard.logger:TensorboardLogger.from_config"),
         config=TensorboardLoggerConfig,
         summary="TensorBoard event files: metrics as scalars, events as text",

@@ -50,6 +50,7 @@ def rllm_loggers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="logger",
         name="wandb",
+        traits={"run_keys": ("path",)},
         factory=lazy("rllm_logger_wandb.logger:WandbLogger.from_config"),
         config=WandbLoggerConfig,
         summary="a Weights & Biases run (offline by default): metrics history and events",

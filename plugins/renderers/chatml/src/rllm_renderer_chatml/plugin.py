@@ -78,6 +78,7 @@ def rllm_renderers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="renderer",
         name="chatml",
+        traits={"run_keys": ("tokenizer",)},
         factory=lazy("rllm_renderer_chatml.renderer:ChatMLRenderer.from_config"),
         config=ChatMLConfig,
         summary="ChatML templates of SmolLM2-Instruct and Qwen2.5-Instruct (tools, tool"
@@ -86,6 +87,7 @@ def rllm_renderers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="renderer",
         name="qwen3",
+        traits={"run_keys": ("tokenizer",)},
         factory=lazy("rllm_renderer_chatml.qwen3:Qwen3Renderer.from_config"),
         config=Qwen3Config,
         summary="Qwen3 thinking template: <think> reasoning parsed out, past reasoning dropped"

@@ -66,6 +66,7 @@ def rllm_renderers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="renderer",
         name="hf",
+        traits={"run_keys": ("tokenizer",)},
         factory=lazy("rllm_renderer_hf.renderer:HFRenderer.from_config"),
         config=HFConfig,
         summary="any tokenizer's chat template via transformers, with a bridge that checks the"

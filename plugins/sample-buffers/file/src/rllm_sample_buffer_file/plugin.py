@@ -36,6 +36,7 @@ def rllm_sample_buffers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="sample_buffer",
         name="file",
+        traits={"run_keys": ("path",)},
         factory=lazy("rllm_sample_buffer_file.buffer:FileSampleBuffer.from_config"),
         config=FileSampleBufferConfig,
         summary="append-only checksummed log in a directory; acknowledged samples survive kill -9",

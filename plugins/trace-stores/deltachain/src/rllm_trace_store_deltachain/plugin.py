@@ -54,6 +54,7 @@ def rllm_trace_stores() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="trace_store",
         name="deltachain",
+        traits={"run_keys": ("path",)},
         factory=lazy("rllm_trace_store_deltachain.store:DeltaChainTraceStore.from_config"),
         config=DeltaChainConfig,
         summary="append-only zstd-compressed segment files; a torn tail is cut on open",

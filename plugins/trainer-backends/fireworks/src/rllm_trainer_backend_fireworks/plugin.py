@@ -90,6 +90,7 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         config=FireworksBackendConfig,
         summary="Fireworks training API (remote LoRA/full, custom losses) + hot-loaded sampler",
         traits={
+            "run_keys": ("seed", "logprob_temperature"),
             "publishes_weights": True,
             "hosted_model": True,
             "native_losses": ("importance_sampling", "ppo", "cispo"),

@@ -104,6 +104,7 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         config=TinkerBackendConfig,
         summary="LoRA training and sampling on Tinker's hosted models, with rllm-core's losses",
         traits={
+            "run_keys": ("seed", "logprob_temperature"),
             "publishes_weights": True,
             "hosted_model": True,
             "native_losses": ("importance_sampling", "ppo", "cispo"),

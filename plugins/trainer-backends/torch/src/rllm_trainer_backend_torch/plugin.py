@@ -255,6 +255,7 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
         config=TorchBackendConfig,
         summary="local transformers model: LoRA or full training and a batched KV-cache sampler",
         traits={
+            "run_keys": ("seed", "deterministic", "logprob_temperature", "total_steps"),
             "proximal_modes": ("rollout", "recompute"),
             "publishes_weights": True,
             "exports_weights": True,
