@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from rllm_core.gateway.httpclient import HttpClient, Origin
 from rllm_core.types import SampleRequest, SamplingParams
+from rllm_sampler_vllm.httpclient import HttpClient, Origin
 from rllm_sampler_vllm.pool import completion_body
 
 GOALS = {"plain": 0.8, "cumulative": 1.2}

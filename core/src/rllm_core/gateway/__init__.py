@@ -8,8 +8,6 @@
 - :mod:`~rllm_core.gateway.serving`: uvicorn in a thread or on the caller's loop.
 - :mod:`~rllm_core.gateway.engine` and :mod:`~rllm_core.gateway.accumulator`: chat requests to
   token ids and traces, cumulative token mode.
-- :mod:`~rllm_core.gateway.httpclient`: a small HTTP/1.1 client for samplers that reach model
-  servers over the network (the ``sampler:vllm`` plugin uses it).
 
 Nothing is imported here, so importing one module does not load the server stack.
 """

@@ -20,8 +20,6 @@
 - Question/answer task sources (``jsonl``, ``datasets``): :mod:`.qa_tasks` (their keys, the
   rows checked into tasks, splits and grading) and :mod:`.answers` (the ``exact``, ``numeric``
   and ``boxed`` rewards).
-- Sandboxes and task sources: :mod:`.dockerfile` (reading a Dockerfile so that a sandbox booting
-  its base image can replay it) and :mod:`.sizes` (size strings such as ``"4G"`` in MiB).
 
 The core's own modules never import this package (``tests/test_core_floors.py`` holds them
 to it); plugins do.

@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rllm_core.errors import ComponentError, UpstreamError, UpstreamUnavailableError
-from rllm_core.gateway.httpclient import HttpConnectError, HttpProtocolError
 from rllm_core.kit.retry import retry_async
 from rllm_core.types import ExportedWeights, SampleRequest, SampleResult
 
+from rllm_sampler_vllm.httpclient import HttpConnectError, HttpProtocolError
 from rllm_sampler_vllm.pool import HttpWorkerPool, _error_detail, _Worker
 from rllm_sampler_vllm.serve import (
     REFRESH_TIED_WEIGHTS,

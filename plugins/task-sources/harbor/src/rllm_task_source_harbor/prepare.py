@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from rllm_core.errors import SandboxCommandTimeout, SandboxError, TaskSetupError
-from rllm_core.kit.dockerfile import CopyStep
 from rllm_core.ports.sandboxes import Sandbox
 from rllm_core.types import Task
 
 from rllm_task_source_harbor.context import copy_context_files
+from rllm_task_source_harbor.dockerfile import CopyStep
 from rllm_task_source_harbor.healthcheck import run_healthcheck
 from rllm_task_source_harbor.output import output_tail
 from rllm_task_source_harbor.task_toml import DEFAULT_BUILD_TIMEOUT_S

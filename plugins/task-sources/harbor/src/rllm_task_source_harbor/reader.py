@@ -18,10 +18,10 @@ from typing import Any
 
 import msgspec
 from rllm_core.errors import TaskFormatError, TaskProblem
-from rllm_core.kit.dockerfile import CopyStep, DockerfileReplay, RunStep, parse_dockerfile
 from rllm_core.ports.agents import DatasetCheck, TaskCheck
 from rllm_core.types import NetworkPolicy, SandboxSpec, Task
 
+from rllm_task_source_harbor.dockerfile import CopyStep, DockerfileReplay, RunStep, parse_dockerfile
 from rllm_task_source_harbor.task_toml import (
     HealthcheckSection,
     VerifierSection,

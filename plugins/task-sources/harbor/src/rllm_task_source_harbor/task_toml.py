@@ -25,7 +25,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-from rllm_core.kit.sizes import parse_size_mb
+
+from rllm_task_source_harbor.sizes import parse_size_mb
 
 __all__ = [
     "DEFAULT_AGENT_TIMEOUT_S",

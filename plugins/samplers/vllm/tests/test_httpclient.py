@@ -8,7 +8,7 @@ import socket
 from collections.abc import Awaitable, Callable
 
 import pytest
-from rllm_core.gateway.httpclient import (
+from rllm_sampler_vllm.httpclient import (
     HttpClient,
     HttpConnectError,
     HttpProtocolError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rllm_core.kit.dockerfile import (
+from rllm_task_source_harbor.dockerfile import (
     DEFAULT_PATH,
     CopyPlan,
     CopyStep,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rllm_core.kit.sizes import parse_size_mb
+from rllm_task_source_harbor.sizes import parse_size_mb
 
 
 @pytest.mark.parametrize(
