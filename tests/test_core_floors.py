@@ -1,7 +1,8 @@
 """The core's floors (``docs/layout.md``): a module imports its own floor and the floors below
 it, never one above; no floor imports the kit (``rllm_core.kit``, code plugins share) or the
-test kit (``rllm_core.testing``). Imports under ``if TYPE_CHECKING:`` are references for the
-type checker, not dependencies, and are left out; imports inside functions count.
+test kit (``rllm_core.testing``); and no modules import each other in a circle. Imports under
+``if TYPE_CHECKING:`` are references for the type checker, not dependencies, and are left out;
+imports inside functions count.
 
 Every top-level module and package of ``rllm_core`` must be placed on a floor below, so a new
 one is placed on purpose.
@@ -140,6 +141,56 @@ def test_no_module_imports_a_floor_above_its_own_or_the_kits() -> None:
             elif FLOORS.get(top, 0) > own:
                 wrong.append(f"{where} (floor {FLOORS[top]} above its own {own})")
     assert not wrong, "imports that break the core's floors:\n" + "\n".join(wrong)
+
+
+def _graph() -> dict[str, set[str]]:
+    """Each core module (outside the kits) and the core modules it imports."""
+    paths = {_module_of(path)[0]: path for path in _core_files()}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        found = set()
+        for _, imported in _imports(path):
+            parts = imported.split(".")
+            while parts and ".".join(parts) not in paths:
+                parts.pop()
+            if parts and ".".join(parts) != module:
+                found.add(".".join(parts))
+        graph[module] = found
+    return graph
+
+
+def _a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (its modules in order, the first repeated), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if state.get(imported) == 1:
+                return [*path[path.index(imported) :], imported]
+            if imported not in state and (cycle := visit(imported)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    cycle = _a_cycle(_graph())
+    assert cycle is None, "an import circle in the core: " + " -> ".join(cycle or [])
+
+
+def test_the_circle_check_finds_one() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _a_cycle(graph) == ["a", "b", "c", "a"]
+    assert _a_cycle({"a": {"b"}, "b": set()}) is None
 
 
 def test_the_check_sees_an_upward_import_and_the_kit_but_not_a_type_only_one() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from rllm_core.inspection.errors import InspectionError
 from rllm_core.training.folder import RunFolder
-from rllm_core.training.metrics import summarize
+from rllm_core.training.metrics import sft_summary, summarize
 
 __all__ = [
     "RUNNING_OR_CRASHED",
@@ -254,8 +254,6 @@ def _sft_report(
 ) -> dict[str, Any]:
     """``nll_first`` / ``nll_last`` (means of the first and last steps' train NLL),
     ``eval_nll`` (the last scored), ``examples`` and ``eval_examples`` (from summary.json)."""
-    from rllm_core.training.sft.loop import sft_summary
-
     totals = sft_summary(rows, window=SUMMARY_WINDOW)
     return {
         "window": min(SUMMARY_WINDOW, len(rows)),

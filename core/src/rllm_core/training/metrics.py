@@ -61,6 +61,7 @@ __all__ = [
     "memory_metrics",
     "reward_stats",
     "rollout_metrics",
+    "sft_summary",
     "step_metrics",
     "summarize",
     "train_metrics",
@@ -284,4 +285,19 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str
         "rollout_s": math.fsum(float(r["time/rollout_s"]) for r in rows),
         "train_s": math.fsum(float(r["time/train_s"]) for r in rows),
         "sampler_utilization": busy_s / clocked_rollout_s if clocked_rollout_s > 0 else None,
+    }
+
+
+def sft_summary(rows: Sequence[dict[str, Any]], *, window: int = 5) -> dict[str, Any]:
+    """First and last NLL (means over ``window`` steps), the last eval NLL and tokens
+    trained, from an SFT run's metrics lines."""
+    nll = [float(r["train/nll"]) for r in rows if "train/nll" in r]
+    evals = [float(r["eval/nll"]) for r in rows if "eval/nll" in r]
+    return {
+        "steps": len(rows),
+        "nll_first": sum(nll[:window]) / len(nll[:window]) if nll else None,
+        "nll_last": sum(nll[-window:]) / len(nll[-window:]) if nll else None,
+        "eval_nll": evals[-1] if evals else None,
+        "eval_nll_first": evals[0] if evals else None,
+        "tokens_trained": sum(float(r.get("train/tokens", 0.0)) for r in rows),
     }

@@ -27,7 +27,7 @@ from rllm_core.ports import LogprobScorer, WeightExporter
 from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from rllm_core.training.folder import RunFolder, write_json
 from rllm_core.training.loop import ResumeError, RunResult
-from rllm_core.training.metrics import memory_metrics
+from rllm_core.training.metrics import memory_metrics, sft_summary
 from rllm_core.training.observers import RunObservers
 from rllm_core.training.sft.batches import batch_datums, epoch_batches, steps_per_epoch
 from rllm_core.training.sft.data import TokenExample
@@ -37,22 +37,7 @@ from rllm_core.training.signals import EXIT_CODES
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.types import RunInfo, RunStatus
 
-__all__ = ["SftLoop", "sft_summary"]
-
-
-def sft_summary(rows: Sequence[dict[str, Any]], *, window: int = 5) -> dict[str, Any]:
-    """First and last NLL (means over ``window`` steps), the last eval NLL and tokens
-    trained, from an SFT run's metrics lines."""
-    nll = [float(r["train/nll"]) for r in rows if "train/nll" in r]
-    evals = [float(r["eval/nll"]) for r in rows if "eval/nll" in r]
-    return {
-        "steps": len(rows),
-        "nll_first": sum(nll[:window]) / len(nll[:window]) if nll else None,
-        "nll_last": sum(nll[-window:]) / len(nll[-window:]) if nll else None,
-        "eval_nll": evals[-1] if evals else None,
-        "eval_nll_first": evals[0] if evals else None,
-        "tokens_trained": sum(float(r.get("train/tokens", 0.0)) for r in rows),
-    }
+__all__ = ["SftLoop"]
 
 
 class SftLoop:
