@@ -20,6 +20,9 @@ class _Common(HarnessConformance):
     max_turns = 3
     parser = "json"
     deadline_s = 60.0
+    # A cancel waits for the driver's acknowledgement, then kills the episode's tmux server
+    # and, with no other episode running, the driver: seconds, more on a loaded machine.
+    cancel_deadline_s = 10.0
 
     @pytest.fixture
     def harness(self, side_python: Path) -> Terminus2Harness:

@@ -162,7 +162,7 @@ def test_replies_cut_at_max_tokens_end_at_the_cap_on_model_calls(gateway, toy, t
     assert (outcome.termination, outcome.turns) == (Termination.MAX_TURNS, 5)
     assert outcome.metadata["limit"] == "model_calls"
     assert outcome.metadata["cut_replies"] == 5 and sampler.calls == 5
-    assert time.monotonic() - began < 30
+    assert time.monotonic() - began < 45
 
 
 def test_unparsable_replies_in_a_row_end_with_format_error(gateway, tmp_path):
@@ -187,7 +187,7 @@ def test_the_gateways_prompt_too_long_ends_with_context_length_at_once(gateway, 
     outcome = play(build(max_retries=2), server, make_task(tmp_path / "w"))
     assert (outcome.termination, outcome.turns) == (Termination.CONTEXT_LENGTH, 0)
     assert sampler.calls == 0 and outcome.metadata["retries"] == 0
-    assert time.monotonic() - began < 15
+    assert time.monotonic() - began < 30
 
 
 def test_a_failing_model_server_is_retried_then_ends_with_model_error(gateway, tmp_path):
@@ -202,7 +202,7 @@ def test_the_time_budget_ends_with_timeout(gateway, tmp_path):
     server, _ = gateway([json_reply("sleep 30", duration=30)])
     began = time.monotonic()
     outcome = play(build(timeout_cap_s=2.0), server, make_task(tmp_path / "w"))
-    assert time.monotonic() - began < 15
+    assert time.monotonic() - began < 25
     assert outcome.termination is Termination.TIMEOUT
     assert outcome.metadata["time_budget_s"] == 2.0
     assert tmux_servers(outcome.metadata["tmux_tmpdir"]) == []
@@ -259,7 +259,7 @@ def test_a_sandbox_without_tmux_fails_fast_before_the_agent_starts(gateway, tmp_
         make_task(tmp_path / "w"),
         wrap=lambda s: _Recording(s, users, str(bare), commands),
     )
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 10
     assert outcome.termination is Termination.SANDBOX_ERROR
     assert "tmux is not installed" in outcome.metadata["error"]
     assert sampler.calls == 0 and "driver_pid" not in outcome.metadata
