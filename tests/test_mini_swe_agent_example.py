@@ -145,6 +145,24 @@ def wait_for_training(server: FakeVllmServer, run: subprocess.Popen[str]) -> Non
         time.sleep(0.2)
 
 
+def drain(run: subprocess.Popen[str]) -> tuple[list[str], list[str], threading.Event]:
+    """Read the run's stdout and stderr into lists as it writes them; the event is set when
+    it says it is stopping."""
+    out: list[str] = []
+    err: list[str] = []
+    stopping = threading.Event()
+
+    def read(stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
+            if "stopping: " in line:
+                stopping.set()
+
+    for stream, into in ((run.stdout, out), (run.stderr, err)):
+        threading.Thread(target=read, args=(stream, into), daemon=True).start()
+    return out, err, stopping
+
+
 @pytest.mark.parametrize("signals", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
 def test_ctrl_c_while_the_agent_step_trains_stops_the_run_with_its_summary(
     tiny_smol_long_model_dir, tmp_path, signals
@@ -155,15 +173,20 @@ def test_ctrl_c_while_the_agent_step_trains_stops_the_run_with_its_summary(
         run = start_stoppable(tiny_smol_long_model_dir, server, tmp_path)
         try:
             wait_for_training(server, run)
+            out_lines, err_lines, stopping = drain(run)
             run.send_signal(signal.SIGINT)
             if signals == 2:
-                time.sleep(0.2)
+                # The second signal while the first one's cleanup runs, as a user presses
+                # Ctrl-C again: right after the run says it is stopping (a fixed pause could
+                # outlast a quick cleanup).
+                assert stopping.wait(30), "the run never said it was stopping"
                 run.send_signal(signal.SIGINT)
             sent = time.monotonic()
-            out, err = run.communicate(timeout=60)
+            run.wait(timeout=60)
             took = time.monotonic() - sent
         finally:
             run.kill()
+    out, err = "".join(out_lines), "".join(err_lines)
     assert run.returncode == 130, err[-3000:]
     assert took <= (5.0 if signals == 2 else 30.0), (took, err[-3000:])
     run_dir = tmp_path / out.splitlines()[0].removeprefix("run folder: ")
