@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import threading
 from collections import Counter
 from pathlib import Path
@@ -58,8 +57,9 @@ def side_environment() -> Path:
     the local sandbox can run the agent's tmux session."""
     testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
     testing.require_bubblewrap("run this plan")
-    if shutil.which("tmux") is None:
-        pytest.skip("needs tmux on the host (the local sandbox runs the agent's tmux session)")
+    from rllm_core.testing.system import require_program
+
+    require_program("tmux", "tmux", "run Terminus-2's terminal in the local sandbox")
     sideenv = pytest.importorskip("rllm_harness_terminus_2.sideenv")
     from rllm_core.errors import AssetError
 
