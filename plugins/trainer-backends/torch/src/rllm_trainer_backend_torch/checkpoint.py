@@ -21,18 +21,34 @@ with the format, the identity and the weight version in the file's own metadata.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from rllm_core.errors import RllmError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+
+from rllm_trainer_backend_torch.checkpoint_files import (
+    ADAPTER_DIR,
+    FORMAT,
+    SHARDED,
+    STATE,
+    TRAINER,
+    WEIGHTS,
+    CheckpointError,
+    check_format,
+    check_identity,
+    describe,
+    digest,
+    read_state_file,
+    rng_state,
+    set_rng_state,
+    write_state_file,
+)
+from rllm_trainer_backend_torch.sharded import read_full, to_indexed
 
 __all__ = [
     "ADAPTER_DIR",
@@ -44,36 +60,6 @@ __all__ = [
     "write_state",
     "write_weights",
 ]
-
-FORMAT = 1
-WEIGHTS = "weights.safetensors"
-TRAINER = "trainer.pt"
-STATE = "state.json"
-ADAPTER_DIR = "adapter"
-
-
-class CheckpointError(RllmError, ValueError):
-    """A checkpoint folder is missing, incomplete, or belongs to another model or shape."""
-
-
-def describe(identity: Mapping[str, Any]) -> str:
-    """One line naming what an identity describes, for error messages."""
-    training = identity.get("training")
-    if training == "lora":
-        lora = identity.get("lora") or {}
-        shape = (
-            f"LoRA rank {lora.get('rank')}, alpha {lora.get('alpha')}, on"
-            f" {','.join(lora.get('target_modules', []))}"
-        )
-    else:
-        shape = "full-parameter training"
-    return f"model {identity.get('model')!r} ({shape}, {identity.get('dtype')})"
-
-
-def digest(identity: Mapping[str, Any]) -> str:
-    """A short, stable hash of an identity."""
-    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def write_state(
@@ -96,7 +82,7 @@ def write_state(
         {
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
-            "rng": _rng_state(),
+            "rng": rng_state(),
         },
         target / TRAINER,
     )
@@ -111,14 +97,6 @@ def write_state(
     )
 
 
-def write_state_file(folder: Path, state: Mapping[str, Any]) -> None:
-    """Write ``state.json`` into ``folder`` whole (a temporary file renamed over it): the
-    last file of a checkpoint, whose presence makes the folder one."""
-    temporary = folder / (STATE + ".tmp")
-    temporary.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    temporary.replace(folder / STATE)
-
-
 def read_state(
     folder: str | os.PathLike[str],
     *,
@@ -131,34 +109,16 @@ def read_state(
     and return its counters. Raises :class:`CheckpointError` when the folder is not a
     checkpoint or its identity differs from ``identity``."""
     source = Path(folder)
-    state_file = source / STATE
-    if not state_file.is_file():
-        raise CheckpointError(
-            f"{source} is not a trainer checkpoint (no {STATE}); give the folder that"
-            " save_state wrote"
-        )
-    state = json.loads(state_file.read_text(encoding="utf-8"))
-    if state.get("layout") == "sharded":
+    state = read_state_file(source)
+    check_format(source, state)
+    check_identity(source, state.get("identity", {}), identity)
+    if state.get("layout") == SHARDED:
         # A sharded checkpoint (several processes wrote it) read whole into this process.
-        from rllm_trainer_backend_torch.sharded import SHARDED_FORMAT, read_full, to_indexed
-
-        if state.get("format") != SHARDED_FORMAT:
-            raise CheckpointError(
-                f"{source} holds sharded checkpoint format {state.get('format')!r}; this"
-                f" version of rllm-trainer-backend-torch reads format {SHARDED_FORMAT}"
-            )
-        _check_identity(source, state.get("identity", {}), identity)
         state, weights, named = read_full(source)
         _check_tensors(source, weights, parameters)
         trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
         trainer["optimizer"] = to_indexed(named, list(parameters))
     else:
-        if state.get("format") != FORMAT:
-            raise CheckpointError(
-                f"{source} holds checkpoint format {state.get('format')!r}; this version of"
-                f" rllm-trainer-backend-torch reads format {FORMAT} (and sharded checkpoints)"
-            )
-        _check_identity(source, state.get("identity", {}), identity)
         weights = _load_weights(source, parameters)
         trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
     with torch.no_grad():
@@ -166,7 +126,7 @@ def read_state(
             param.copy_(weights[name])
     optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
-    _set_rng_state(trainer["rng"])
+    set_rng_state(trainer["rng"])
     return {key: int(value) for key, value in state["counters"].items()}
 
 
@@ -214,23 +174,11 @@ def read_weights(
             f"{file} is not a weights file of format {FORMAT} (its metadata: format"
             f" {metadata.get('format')!r}); save it with this version's save_weights"
         )
-    _check_identity(source, json.loads(metadata["identity"]), identity)
+    check_identity(source, json.loads(metadata["identity"]), identity)
     weights = _load_weights(source, parameters)
     with torch.no_grad():
         for name, param in parameters.items():
             param.copy_(weights[name])
-
-
-def _check_identity(source: Path, saved: Mapping[str, Any], identity: Mapping[str, Any]) -> None:
-    if dict(saved) != dict(identity):
-        differing = sorted(
-            key for key in {*saved, *identity} if saved.get(key) != identity.get(key)
-        )
-        raise CheckpointError(
-            f"{source} was saved for {describe(saved)}, but this backend trains"
-            f" {describe(identity)} (differing: {', '.join(differing)}); build the backend with"
-            " the checkpoint's settings or start from scratch"
-        )
 
 
 def _load_weights(
@@ -252,18 +200,3 @@ def _check_tensors(
             f" the {len(parameters)} parameters this backend trains; the file is damaged or"
             " from another model"
         )
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

@@ -28,13 +28,20 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from rllm_trainer_backend_torch.checkpoint import (
+from rllm_trainer_backend_torch.checkpoint_files import (
     FORMAT,
+    SHARDED,
+    SHARDED_FORMAT,
     STATE,
     TRAINER,
     WEIGHTS,
     CheckpointError,
+    check_format,
+    check_identity,
     digest,
+    read_state_file,
+    rng_state,
+    set_rng_state,
     write_state_file,
 )
 
@@ -48,9 +55,6 @@ __all__ = [
     "to_named",
     "write_sharded",
 ]
-
-SHARDED_FORMAT = 2
-SHARDED = "sharded"
 
 
 def is_sharded(folder: str | os.PathLike[str]) -> bool:
@@ -83,8 +87,6 @@ def write_sharded(
         get_state_dict,
     )
 
-    from rllm_trainer_backend_torch.checkpoint import _rng_state
-
     target = Path(folder)
     if rank == 0:
         target.mkdir(parents=True, exist_ok=True)
@@ -104,7 +106,7 @@ def write_sharded(
         torch.save(
             {
                 "scheduler": scheduler.state_dict(),
-                "rng": _rng_state(),
+                "rng": rng_state(),
                 "param_groups": optimizer.state_dict()["param_groups"],
                 "parameter_names": [
                     name for name, param in model.named_parameters() if param.requires_grad
@@ -267,34 +269,17 @@ def read_into_group(
         set_state_dict,
     )
 
-    from rllm_trainer_backend_torch.checkpoint import _check_identity, _set_rng_state
-
     source = Path(folder)
-    state_file = source / STATE
-    if not state_file.is_file():
-        raise CheckpointError(
-            f"{source} is not a trainer checkpoint (no {STATE}); give the folder that"
-            " save_state wrote"
-        )
-    state = json.loads(state_file.read_text(encoding="utf-8"))
-    _check_identity(source, state.get("identity", {}), identity)
+    state = read_state_file(source)
+    check_identity(source, state.get("identity", {}), identity)
+    check_format(source, state)
     trainer = torch.load(source / TRAINER, map_location="cpu", weights_only=True)
     if state.get("layout") == SHARDED:
-        if state.get("format") != SHARDED_FORMAT:
-            raise CheckpointError(
-                f"{source} holds sharded checkpoint format {state.get('format')!r}; this"
-                f" version of rllm-trainer-backend-torch reads format {SHARDED_FORMAT}"
-            )
         stepped = state.get("optimizer", True)
         load_sharded_into(source, model=model, optimizer=optimizer, stepped=stepped)
         if not stepped:
             _set_hyperparameters(optimizer, trainer["param_groups"])
     else:
-        if state.get("format") != FORMAT:
-            raise CheckpointError(
-                f"{source} holds checkpoint format {state.get('format')!r}; this version of"
-                f" rllm-trainer-backend-torch reads format {FORMAT} (and sharded checkpoints)"
-            )
         weights = load_file(str(source / WEIGHTS))
         if sorted(weights) != sorted(names):
             raise CheckpointError(
@@ -316,7 +301,7 @@ def read_into_group(
             optimizer.state.clear()
             _set_hyperparameters(optimizer, trainer["optimizer"]["param_groups"])
     scheduler.load_state_dict(trainer["scheduler"])
-    _set_rng_state(trainer["rng"])
+    set_rng_state(trainer["rng"])
     return {key: int(value) for key, value in state["counters"].items()}
 
 
