@@ -9,11 +9,12 @@
 - Anything that calls a remote service: :mod:`.retry` (the retry keys, bounded retries with
   jittered exponential backoff, and pacing).
 - Managed trainer backends: :mod:`.managed` (service calls retried and counted, the transient
-  status test, their settings), :mod:`.trainer_config` (the AdamW keys every trainer
-  backend takes) and :mod:`.token_hygiene` (datums a service would reject, dropped before the
-  step). The services' fused loss kernels, and the choice between them and the custom-loss
-  path, are the core's (:mod:`rllm_core.algorithms.native_losses`): a backend's port returns
-  the route.
+  status test, their settings, the config keys and component spec every such backend shares,
+  supervised steps and scoring on the service's ``cross_entropy`` loss),
+  :mod:`.trainer_config` (the AdamW keys every trainer backend takes) and
+  :mod:`.token_hygiene` (datums a service would reject, dropped before the step). The
+  services' fused loss kernels, and the choice between them and the custom-loss path, are the
+  core's (:mod:`rllm_core.algorithms.native_losses`): a backend's port returns the route.
 - Sandbox backends: :mod:`.sandboxes` (closing on ``async with`` exit, the SDK-error map, the
   retry wrapper that says how many attempts were made) and :mod:`.remote_exec` (the shell
   protocol that runs one command in a remote sandbox).

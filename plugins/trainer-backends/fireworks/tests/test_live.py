@@ -15,6 +15,7 @@ import time
 import pytest
 from reference.service_faults import Reinforce
 from rllm_core.algorithms.objective import Objective
+from rllm_core.testing.managed import check_one_supervised_step
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 from rllm_loss_ppo.plugin import PPOClipConfig
 from rllm_loss_ppo.ppo_clip import PPOClip
@@ -108,20 +109,6 @@ def test_one_supervised_step() -> None:
     backend = FireworksBackend(FireworksBackendConfig(model=MODEL, lora_rank=8))
     try:
         prompt, answer = [9707, 11, 1879], [358, 1079, 6247, 13]
-        tokens = prompt + answer
-        datum = Datum(
-            token_ids=tokens,
-            logprobs=[0.0] * len(tokens),
-            advantages=[0.0] * len(tokens),
-            action_mask=[False] * len(prompt) + [True] * len(answer),
-            observation_mask=[False] * len(tokens),
-        )
-        metrics = backend.forward_backward_supervised([datum, datum])
-        assert metrics["tokens"] == 2 * len(answer) and metrics["sequences"] == 2
-        assert 0.0 < metrics["nll"] < 50.0
-        # The trainer's own sum of the weighted losses is the same mean: the weights normalize it.
-        assert metrics["fireworks/loss:sum"] == pytest.approx(metrics["nll"], rel=1e-3)
-        backend.optim_step()
-        assert backend.weight_version == 1
+        check_one_supervised_step(backend, prompt, answer, "fireworks")
     finally:
         backend.close()

@@ -12,6 +12,8 @@ from fireworks.training.sdk._core import InternalServerError
 from reference.service_faults import failing, status_error
 from rllm_core.algorithms.objective import Objective
 from rllm_core.ports import LogprobScorer, LossContext, LossOutput, SupervisedTrainer
+from rllm_core.testing.managed import BAD_SUPERVISED_DATUMS, check_supervised_request
+from rllm_core.testing.managed import supervised_datum as datum
 from rllm_core.types import Datum
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
@@ -20,17 +22,6 @@ CONFIG = FireworksBackendConfig(
     model="accounts/fireworks/models/qwen3-8b", lora_rank=8, retry_backoff_s=0.0
 )
 F, T = False, True
-
-
-def datum(tokens: list[int], trained: list[bool], tool: list[bool] | None = None) -> Datum:
-    n = len(tokens)
-    return Datum(
-        token_ids=tokens,
-        logprobs=[0.0] * n,
-        advantages=[0.0] * n,
-        action_mask=trained,
-        observation_mask=tool or [False] * n,
-    )
 
 
 # system + user prompt (10, 11), assistant (12, 13), tool result (20, 21), assistant (14, 2)
@@ -72,17 +63,7 @@ def test_the_request_is_cross_entropy_with_shifted_targets_and_mean_weights(
     ((loss_fn, sent),) = service.training.cross_entropy
     assert loss_fn == "cross_entropy"
     assert service.training.sent_inputs == []
-    total = 0.0
-    for d, sdk_datum in zip(DATUMS, sent, strict=True):
-        assert sdk_datum.model_input.to_ints() == d.token_ids[:-1]
-        assert sdk_datum.loss_fn_inputs["target_tokens"].tolist() == d.token_ids[1:]
-        weights = sdk_datum.loss_fn_inputs["weights"].tolist()
-        for weight, trained in zip(weights, d.action_mask[1:], strict=True):
-            assert weight == (pytest.approx(1 / 6) if trained else 0.0)
-        total += math.fsum(weights)
-    assert total == pytest.approx(1.0, abs=1e-6)
-    conversation_weights = sent[0].loss_fn_inputs["weights"].tolist()
-    assert [conversation_weights[j - 1] for j in (1, 4, 5)] == [0.0, 0.0, 0.0]
+    check_supervised_request(DATUMS, sent)
 
 
 def test_nll_is_the_mean_over_trained_tokens_of_the_logprobs(backend: FireworksBackend) -> None:
@@ -127,15 +108,7 @@ def test_calls_are_each_normalized_over_their_own_datums_and_step(
     assert service.training.steps == 1
 
 
-@pytest.mark.parametrize(
-    ("datums", "message"),
-    [
-        ([], "got no datums"),
-        ([datum([1, 2, 3], [F, F, F])], "none of the 1 datums has a trained token"),
-        ([datum([1, 2], [T, T])], "datum 0 marks its first token as trained"),
-        ([datum([5], [F])], "at least 2 tokens"),
-    ],
-)
+@pytest.mark.parametrize(("datums", "message"), BAD_SUPERVISED_DATUMS)
 def test_bad_datums_are_refused_before_anything_is_sent(
     backend: FireworksBackend, service: FakeService, datums: list[Datum], message: str
 ) -> None:

@@ -17,6 +17,7 @@ import time
 import pytest
 from reference.service_faults import Reinforce
 from rllm_core.algorithms.objective import Objective
+from rllm_core.testing.managed import check_one_supervised_step
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 from rllm_loss_ppo.plugin import PPOClipConfig
 from rllm_loss_ppo.ppo_clip import PPOClip
@@ -74,21 +75,7 @@ def test_one_supervised_step():
     backend = TinkerBackend(TinkerBackendConfig(model=BASE_MODEL, lora_rank=8))
     try:
         prompt, answer = [1, 450, 4996, 17354, 1701], [263, 4996, 17354, 1701, 29889]
-        tokens = prompt + answer
-        datum = Datum(
-            token_ids=tokens,
-            logprobs=[0.0] * len(tokens),
-            advantages=[0.0] * len(tokens),
-            action_mask=[False] * len(prompt) + [True] * len(answer),
-            observation_mask=[False] * len(tokens),
-        )
-        metrics = backend.forward_backward_supervised([datum, datum])
-        assert metrics["tokens"] == 2 * len(answer) and metrics["sequences"] == 2
-        assert 0.0 < metrics["nll"] < 50.0
-        # Tinker's own sum of the weighted losses is the same mean: the weights normalize it.
-        assert metrics["tinker/loss:sum"] == pytest.approx(metrics["nll"], rel=1e-3)
-        backend.optim_step()
-        assert backend.weight_version == 1
+        check_one_supervised_step(backend, prompt, answer, "tinker")
     finally:
         backend.close()
 

@@ -11,23 +11,14 @@ import torch
 from reference.service_faults import failing, status_error
 from rllm_core.algorithms.objective import Objective
 from rllm_core.ports import LogprobScorer, LossOutput, SupervisedTrainer
+from rllm_core.testing.managed import BAD_SUPERVISED_DATUMS, check_supervised_request
+from rllm_core.testing.managed import supervised_datum as datum
 from rllm_core.types import Datum
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
 from rllm_trainer_backend_tinker_tests_fake import FakeService, bigram_logprobs, chain_table
 
 F, T = False, True
-
-
-def datum(tokens: list[int], trained: list[bool], tool: list[bool] | None = None) -> Datum:
-    n = len(tokens)
-    return Datum(
-        token_ids=tokens,
-        logprobs=[0.0] * n,
-        advantages=[0.0] * n,
-        action_mask=trained,
-        observation_mask=tool or [False] * n,
-    )
 
 
 # system + user prompt (0, 1), assistant (2, 3), tool result (5, 6), assistant (7, 0); some
@@ -82,20 +73,8 @@ def test_the_request_is_cross_entropy_with_shifted_targets_and_mean_weights(serv
     backend.forward_backward_supervised(DATUMS)
     ((loss_fn, sent),) = service.training.requests
     assert loss_fn == "cross_entropy"
-    total = 0.0
-    for d, tinker_datum in zip(DATUMS, sent, strict=True):
-        assert tinker_datum.model_input.to_ints() == d.token_ids[:-1]
-        inputs = tinker_datum.loss_fn_inputs
-        assert inputs["target_tokens"].tolist() == d.token_ids[1:]
-        weights = inputs["weights"].tolist()
-        assert inputs["weights"].dtype == "float32"
-        for weight, trained in zip(weights, d.action_mask[1:], strict=True):
-            assert weight == (pytest.approx(1 / 6) if trained else 0.0)
-        total += math.fsum(weights)
-    assert total == pytest.approx(1.0, abs=1e-6)
-    # Prompt, user and tool tokens of the conversation carry no weight.
-    conversation_weights = sent[0].loss_fn_inputs["weights"].tolist()
-    assert [conversation_weights[j - 1] for j in (1, 4, 5)] == [0.0, 0.0, 0.0]
+    check_supervised_request(DATUMS, sent)
+    assert all(t.loss_fn_inputs["weights"].dtype == "float32" for t in sent)
 
 
 def test_nll_is_the_mean_over_trained_tokens_of_the_logprobs(service, backend):
@@ -155,15 +134,7 @@ def test_saving_between_the_call_and_optim_step_is_refused(backend, tmp_path):
         backend.save_state(str(tmp_path))
 
 
-@pytest.mark.parametrize(
-    ("datums", "message"),
-    [
-        ([], "got no datums"),
-        ([datum([1, 2, 3], [F, F, F])], "none of the 1 datums has a trained token"),
-        ([datum([1, 2], [T, T])], "datum 0 marks its first token as an action"),
-        ([SHORT, datum([5], [F])], "datum 1 has 1 token"),
-    ],
-)
+@pytest.mark.parametrize(("datums", "message"), BAD_SUPERVISED_DATUMS)
 def test_bad_datums_are_refused_before_anything_is_sent(service, backend, datums, message):
     with pytest.raises(ValueError, match=message):
         backend.forward_backward_supervised(datums)

@@ -14,7 +14,7 @@ from fireworks.training.sdk import types as fw
 from rllm_core.algorithms.native_losses import LossRoute, route_objective
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError, PlanIssue
-from rllm_core.kit.managed import ServiceCalls
+from rllm_core.kit.managed import ServiceCalls, service_metrics, supervised
 from rllm_core.kit.token_hygiene import screen
 from rllm_core.types import Datum
 
@@ -27,12 +27,6 @@ from rllm_trainer_backend_fireworks.native import (
 )
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 from rllm_trainer_backend_fireworks.sampler import FireworksSampler
-from rllm_trainer_backend_fireworks.supervised import (
-    build_supervised_batch,
-    scored_logprobs,
-    scoring_datums,
-    supervised_nll,
-)
 from rllm_trainer_backend_fireworks.transient import is_transient
 
 __all__ = ["STATE_FILE", "FireworksBackend"]
@@ -218,9 +212,7 @@ class FireworksBackend:
             )
             metrics = dict(step_loss.metrics)
         self._pending = "train"
-        for key, value in (output.metrics or {}).items():
-            if key not in metrics and isinstance(value, int | float):
-                metrics[f"fireworks/{key}"] = float(value)
+        metrics.update(service_metrics(output.metrics, "fireworks", besides=metrics))
         metrics["fireworks/native"] = 1.0 if route.path == "native" else 0.0
         metrics["fireworks/retries"] = float(len(retries))
         return metrics | hygiene
@@ -229,31 +221,19 @@ class FireworksBackend:
         """Add the gradient of the mean negative log-likelihood of ``datums``' trained tokens
         (``action_mask``) on the trainer's built-in ``cross_entropy`` loss: one forward and
         backward pass, no logprobs sent back and forth (see
-        :mod:`rllm_trainer_backend_fireworks.supervised` for the weights that make the
-        trainer's sum that mean).
+        :mod:`rllm_core.kit.managed.supervised` for the weights that make the trainer's sum
+        that mean; ``optim_step`` sends no ``grad_accumulation_normalization``, so the trainer
+        adds none).
 
         Invalid datums raise ``ValueError`` before anything is sent. Returns ``nll`` (the mean,
         from the logprobs the trainer returns), ``tokens`` (trained tokens), ``sequences`` and
         the trainer's own figures prefixed ``fireworks/``.
         """
         self._check_open()
-        batch = build_supervised_batch(datums)
-        retries: list[int] = []
-        output = self.calls.call(
-            lambda: self._training.forward_backward(batch.sdk_datums, "cross_entropy"),
-            "forward_backward_supervised",
-            retries,
+        metrics = supervised.forward_backward_supervised(
+            self.calls, self._training, datums, to_sdk_datum, "fireworks"
         )
         self._pending = "train"
-        metrics = {
-            "nll": supervised_nll(output.loss_fn_outputs, batch),
-            "tokens": float(batch.trained_tokens),
-            "sequences": float(len(batch.masks)),
-        }
-        for key, value in (output.metrics or {}).items():
-            if isinstance(value, int | float):
-                metrics[f"fireworks/{key}"] = float(value)
-        metrics["fireworks/retries"] = float(len(retries))
         return metrics
 
     def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
@@ -262,13 +242,7 @@ class FireworksBackend:
         gradient, nothing of the training run changes. ``rllm-core sft`` scores its eval split
         with it."""
         self._check_open()
-        if not datums:
-            return []
-        sent = scoring_datums(datums)
-        output = self.calls.call(
-            lambda: self._training.forward(sent, "cross_entropy"), "computing logprobs"
-        )
-        return scored_logprobs(output.loss_fn_outputs, datums)
+        return supervised.compute_logprobs(self.calls, self._training, datums, to_sdk_datum)
 
     def optim_step(self) -> dict[str, float]:
         """Apply the accumulated gradients with Adam, then publish the new weights to the
@@ -299,8 +273,7 @@ class FireworksBackend:
             "step": float(self._steps),
             "fireworks/skipped_step": 0.0,
         }
-        for key, value in (response.metrics or {}).items():
-            metrics[f"fireworks/{key}"] = float(value)
+        metrics.update(service_metrics(response.metrics, "fireworks"))
         metrics["fireworks/retries"] = float(len(retries))
         metrics["fireworks/sampler_retries"] = float(self.calls.take_sampler_retries())
         return metrics

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 from rllm_core import ComponentSpec, Credential, hookimpl, lazy
-from rllm_core.algorithms.native_losses import NativeLossSettings
-from rllm_core.kit.managed import ManagedServiceSettings
-from rllm_core.kit.token_hygiene import TokenHygieneSettings
-from rllm_core.kit.trainer_config import AdamWSettings, LearningRate
+from rllm_core.kit.managed.config import ManagedTrainerSettings, managed_trainer_spec
+from rllm_core.kit.trainer_config import LearningRate
 
 __all__ = ["FireworksBackendConfig", "rllm_trainer_backends"]
 
 
-class FireworksBackendConfig(
-    ManagedServiceSettings, AdamWSettings, NativeLossSettings, TokenHygieneSettings
-):
+class FireworksBackendConfig(ManagedTrainerSettings):
     """Options of the ``fireworks`` trainer backend (plan section ``[trainer]``).
 
     ``loss_path`` chooses between the trainer's own loss kernels and the custom-loss path (see
@@ -33,8 +29,6 @@ class FireworksBackendConfig(
     ``base_model``, the old name of ``model``, is accepted until the next release with a
     warning (see :class:`~rllm_core.kit.managed.ManagedServiceSettings`).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = Field(
         min_length=1,
@@ -83,19 +77,12 @@ class FireworksBackendConfig(
 
 @hookimpl
 def rllm_trainer_backends() -> Iterator[ComponentSpec]:
-    yield ComponentSpec(
-        kind="trainer_backend",
+    yield managed_trainer_spec(
         name="fireworks",
         factory=lazy("rllm_trainer_backend_fireworks.backend:FireworksBackend"),
         config=FireworksBackendConfig,
         summary="Fireworks training API (remote LoRA/full, custom losses) + hot-loaded sampler",
-        traits={
-            "run_keys": ("seed", "logprob_temperature"),
-            "publishes_weights": True,
-            "hosted_model": True,
-            "native_losses": ("importance_sampling", "ppo", "cispo"),
-        },
-        credentials=(
-            Credential(what="Fireworks API key", env=("FIREWORKS_API_KEY",), env_key="api_key_env"),
+        credential=Credential(
+            what="Fireworks API key", env=("FIREWORKS_API_KEY",), env_key="api_key_env"
         ),
     )

@@ -9,17 +9,11 @@ from typing import Any
 import tinker
 from rllm_core.algorithms.native_losses import LossRoute, route_objective
 from rllm_core.algorithms.objective import Objective
-from rllm_core.kit.managed import ServiceCalls
+from rllm_core.kit.managed import ServiceCalls, service_metrics, supervised
 from rllm_core.kit.token_hygiene import screen
 from rllm_core.types import Datum
 
-from rllm_trainer_backend_tinker.batch import (
-    build_batch,
-    build_supervised_batch,
-    scored_logprobs,
-    scoring_datums,
-    supervised_nll,
-)
+from rllm_trainer_backend_tinker.batch import build_batch, tinker_datum
 from rllm_trainer_backend_tinker.checkpoint import read_state, write_state
 from rllm_trainer_backend_tinker.loss import CustomLoss
 from rllm_trainer_backend_tinker.native import native_datums, native_metrics, sdk_kernels
@@ -191,9 +185,7 @@ class TinkerBackend:
             )
             metrics = dict(custom.metrics)
         self._pending = True
-        for key, value in (output.metrics or {}).items():
-            if key not in metrics and isinstance(value, int | float):
-                metrics[f"tinker/{key}"] = float(value)
+        metrics.update(service_metrics(output.metrics, "tinker", besides=metrics))
         metrics["tinker/native"] = 1.0 if route.path == "native" else 0.0
         metrics["tinker/retries"] = float(len(retries))
         metrics.update(hygiene)
@@ -203,8 +195,8 @@ class TinkerBackend:
         """Add the gradient of the mean negative log-likelihood of ``datums``' trained tokens
         (``action_mask``), on Tinker's own ``cross_entropy`` loss: one forward and backward
         pass, no logprobs sent back and forth (see
-        :func:`~rllm_trainer_backend_tinker.batch.build_supervised_batch` for the weights
-        that make Tinker's sum that mean).
+        :mod:`rllm_core.kit.managed.supervised` for the weights that make Tinker's sum that
+        mean).
 
         Invalid datums raise ``ValueError`` before anything is sent. Returns ``nll`` (the mean,
         from the logprobs Tinker returns), ``tokens`` (trained tokens), ``sequences``, and
@@ -212,23 +204,10 @@ class TinkerBackend:
         the weighted losses, the same mean in float32).
         """
         self._check_open()
-        batch = build_supervised_batch(datums)
-        retries: list[int] = []
-        output = self.calls.call(
-            lambda: self._training.forward_backward(batch.tinker_datums, "cross_entropy"),
-            "forward_backward_supervised",
-            retries,
+        metrics = supervised.forward_backward_supervised(
+            self.calls, self._training, datums, tinker_datum, "tinker"
         )
         self._pending = True
-        metrics = {
-            "nll": supervised_nll(output.loss_fn_outputs, batch),
-            "tokens": float(batch.trained_tokens),
-            "sequences": float(len(batch.masks)),
-        }
-        for key, value in (output.metrics or {}).items():
-            if isinstance(value, int | float):
-                metrics[f"tinker/{key}"] = float(value)
-        metrics["tinker/retries"] = float(len(retries))
         return metrics
 
     def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
@@ -237,13 +216,7 @@ class TinkerBackend:
         nothing of the training run changes. ``rllm-core sft`` scores its eval split with it.
         """
         self._check_open()
-        if not datums:
-            return []
-        sent = scoring_datums(datums)
-        output = self.calls.call(
-            lambda: self._training.forward(sent, "cross_entropy"), "computing logprobs"
-        )
-        return scored_logprobs(output.loss_fn_outputs, datums)
+        return supervised.compute_logprobs(self.calls, self._training, datums, tinker_datum)
 
     def optim_step(self) -> dict[str, float]:
         """Step Tinker's AdamW, publish the new weights to the sampler and return
@@ -283,8 +256,7 @@ class TinkerBackend:
             "step": float(self._steps),
             "tinker/skipped_step": 0.0,
         }
-        for key, value in (response.metrics or {}).items():
-            metrics[f"tinker/{key}"] = float(value)
+        metrics.update(service_metrics(response.metrics, "tinker"))
         metrics["tinker/retries"] = float(len(retries))
         metrics["tinker/sampler_retries"] = float(self.calls.take_sampler_retries())
         return metrics

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from rllm_core import ComponentSpec, Credential, hookimpl, lazy
-from rllm_core.algorithms.native_losses import NativeLossSettings
-from rllm_core.kit.managed import ManagedServiceSettings
-from rllm_core.kit.token_hygiene import TokenHygieneSettings
-from rllm_core.kit.trainer_config import AdamBetas, AdamEps, AdamWSettings
+from rllm_core.kit.managed.config import ManagedTrainerSettings, managed_trainer_spec
+from rllm_core.kit.trainer_config import AdamBetas, AdamEps
 
 __all__ = ["TinkerBackendConfig", "rllm_trainer_backends"]
 
 
-class TinkerBackendConfig(
-    ManagedServiceSettings, AdamWSettings, NativeLossSettings, TokenHygieneSettings
-):
+class TinkerBackendConfig(ManagedTrainerSettings):
     """Options of the ``tinker`` trainer backend (plan section ``[trainer]``).
 
     ``loss_path`` chooses between Tinker's own loss kernels and the client-side loss (see
@@ -35,8 +31,6 @@ class TinkerBackendConfig(
     credentials) itself. ``base_model``, the old name of ``model``, is accepted until the next
     release with a warning (see :class:`~rllm_core.kit.managed.ManagedServiceSettings`).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = Field(
         "Qwen/Qwen3-8B",
@@ -97,25 +91,16 @@ class TinkerBackendConfig(
 
 @hookimpl
 def rllm_trainer_backends() -> Iterator[ComponentSpec]:
-    yield ComponentSpec(
-        kind="trainer_backend",
+    yield managed_trainer_spec(
         name="tinker",
         factory=lazy("rllm_trainer_backend_tinker.backend:TinkerBackend"),
         config=TinkerBackendConfig,
         summary="LoRA training and sampling on Tinker's hosted models, with rllm-core's losses",
-        traits={
-            "run_keys": ("seed", "logprob_temperature"),
-            "publishes_weights": True,
-            "hosted_model": True,
-            "native_losses": ("importance_sampling", "ppo", "cispo"),
-        },
-        credentials=(
-            Credential(
-                what="Tinker API key",
-                env=("TINKER_API_KEY",),
-                also_env=(("TINKER_CREDENTIAL_CMD",),),
-                files=("~/.tinker/credentials.json",),
-                login="tinker auth login",
-            ),
+        credential=Credential(
+            what="Tinker API key",
+            env=("TINKER_API_KEY",),
+            also_env=(("TINKER_CREDENTIAL_CMD",),),
+            files=("~/.tinker/credentials.json",),
+            login="tinker auth login",
         ),
     )

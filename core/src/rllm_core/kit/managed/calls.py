@@ -17,14 +17,20 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from pydantic import Field, model_validator
 
 from rllm_core.kit.retry import RetrySettings, retry_async, retry_sync
 
-__all__ = ["ManagedServiceSettings", "ServiceCalls", "retry_after_s", "retryable_status"]
+__all__ = [
+    "ManagedServiceSettings",
+    "ServiceCalls",
+    "retry_after_s",
+    "retryable_status",
+    "service_metrics",
+]
 
 T = TypeVar("T")
 
@@ -91,6 +97,18 @@ def retry_after_s(error: BaseException) -> float | None:
         return max(0.0, float(headers.get("retry-after", "")))
     except (TypeError, ValueError):
         return None
+
+
+def service_metrics(
+    figures: Mapping[str, Any] | None, prefix: str, *, besides: Collection[str] = ()
+) -> dict[str, float]:
+    """The numeric ``figures`` a service answered with, each named ``<prefix>/<name>``, leaving
+    out the names in ``besides`` (those the backend reports itself)."""
+    return {
+        f"{prefix}/{key}": float(value)
+        for key, value in (figures or {}).items()
+        if key not in besides and isinstance(value, int | float)
+    }
 
 
 class ServiceCalls:
