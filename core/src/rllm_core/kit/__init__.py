@@ -4,8 +4,9 @@
   and :mod:`.completions` (reading sampled tokens back: the stop token, the think block, the
   parsed response and the assistant message it stands for).
 - Harnesses: :mod:`.chat` (one chat call to an episode's endpoint with its failures typed;
-  needs ``openai``, which ``rllm-core[chat]`` installs) and :mod:`.templates` (prompt and
-  command templates checked against the placeholders a key allows).
+  needs ``openai``, which ``rllm-core[chat]`` installs), :mod:`.templates` (prompt and
+  command templates checked against the placeholders a key allows) and :mod:`.harness_keys`
+  (the config keys of a chat request and of an episode's time cap).
 - Anything that calls a remote service: :mod:`.retry` (the retry keys, bounded retries with
   jittered exponential backoff, and pacing).
 - Managed trainer backends: :mod:`.managed` (service calls retried and counted, the transient

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.kit.harness_keys import TimeoutCap
 from rllm_core.kit.templates import template_fields
 
 __all__ = ["DEFAULT_ENV", "PLACEHOLDERS", "CliConfig"]
@@ -76,9 +77,8 @@ class CliConfig(BaseModel):
         description="environment variables for install and invocation, added to (or"
         " replacing) the defaults; values are templates",
     )
-    timeout_cap_s: float | None = Field(
+    timeout_cap_s: TimeoutCap = Field(
         default=None,
-        gt=0,
         description="cap on the invocation's time budget, which is the task's agent timeout;"
         " unset uses the task's timeout as it is",
     )

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.kit.harness_keys import MaxRetries, MaxTokens, RequestTimeout, TimeoutCap
 
 __all__ = ["MiniSweAgentConfig", "ModelClass"]
 
@@ -52,12 +53,7 @@ class MiniSweAgentConfig(BaseModel):
         description="the agent's cost_limit in dollars (0 disables it); the gateway reports no"
         " price, so calls cost 0 unless litellm knows the model; unset keeps the config file's",
     )
-    timeout_cap_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="cap on the episode's time budget, which is the task's agent timeout;"
-        " unset uses the task's timeout as it is",
-    )
+    timeout_cap_s: TimeoutCap = None
     command_timeout_s: int | None = Field(
         default=None,
         gt=0,
@@ -75,19 +71,9 @@ class MiniSweAgentConfig(BaseModel):
         description="environment variables for every command, over the config file's"
         " environment.env",
     )
-    max_tokens: int | None = Field(
-        default=None,
-        gt=0,
-        description="completion length sent with each request; unset leaves it to the gateway",
-    )
-    request_timeout_s: float = Field(
-        default=600.0, gt=0, description="HTTP timeout of one chat request, in seconds"
-    )
-    max_retries: int = Field(
-        default=2,
-        ge=0,
-        description="retries of a failed request (connection errors, 429, 5xx) by the client",
-    )
+    max_tokens: MaxTokens = None
+    request_timeout_s: RequestTimeout = 600.0
+    max_retries: MaxRetries = 2
 
 
 @hookimpl

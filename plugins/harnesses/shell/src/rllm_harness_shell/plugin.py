@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.kit.harness_keys import MaxRetries, MaxTokens, RequestTimeout, TimeoutCap
 from rllm_core.kit.templates import template_fields
 
 __all__ = [
@@ -68,12 +69,7 @@ class ShellConfig(BaseModel):
     max_turns: int = Field(
         default=30, gt=0, description="model calls per episode before it ends with max_turns"
     )
-    timeout_cap_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="cap on the episode's time budget, which is the task's agent timeout;"
-        " unset uses the task's timeout as it is",
-    )
+    timeout_cap_s: TimeoutCap = None
     command_timeout_s: float = Field(
         default=60.0, gt=0, description="how long one command may run before it is killed"
     )
@@ -123,19 +119,9 @@ class ShellConfig(BaseModel):
     empty_output: str = Field(
         default="(no output)", description="shown as {output} when a command printed nothing"
     )
-    max_tokens: int | None = Field(
-        default=None,
-        gt=0,
-        description="completion length sent with each request; unset leaves it to the gateway",
-    )
-    request_timeout_s: float = Field(
-        default=600.0, gt=0, description="HTTP timeout of one chat request, in seconds"
-    )
-    max_retries: int = Field(
-        default=2,
-        ge=0,
-        description="retries of a failed request (connection errors, 429, 5xx) by the client",
-    )
+    max_tokens: MaxTokens = None
+    request_timeout_s: RequestTimeout = 600.0
+    max_retries: MaxRetries = 2
 
     @field_validator("done_marker")
     @classmethod

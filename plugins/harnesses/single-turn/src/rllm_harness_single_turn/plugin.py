@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.kit.harness_keys import MaxRetries, MaxTokens, RequestTimeout
 from rllm_core.kit.templates import template_fields
 
 __all__ = ["USER_TEMPLATE_FIELDS", "SingleTurnConfig"]
@@ -30,19 +31,14 @@ class SingleTurnConfig(BaseModel):
         default="{instruction}",
         description="the user message; placeholders {instruction} and {task_id}",
     )
-    max_tokens: int | None = Field(
+    max_tokens: MaxTokens = Field(
         default=None,
-        gt=0,
         description="completion length sent with the request; unset leaves it to the gateway",
     )
-    request_timeout_s: float = Field(
-        default=600.0, gt=0, description="HTTP timeout of the chat request, in seconds"
+    request_timeout_s: RequestTimeout = Field(
+        default=600.0, description="HTTP timeout of the chat request, in seconds"
     )
-    max_retries: int = Field(
-        default=2,
-        ge=0,
-        description="retries of a failed request (connection errors, 429, 5xx) by the client",
-    )
+    max_retries: MaxRetries = 2
 
     @field_validator("user_template")
     @classmethod

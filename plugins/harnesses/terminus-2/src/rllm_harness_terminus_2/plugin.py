@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.kit.harness_keys import MaxRetries, MaxTokens, RequestTimeout, TimeoutCap
 
 __all__ = ["Terminus2Config"]
 
@@ -56,11 +57,7 @@ class Terminus2Config(BaseModel):
         description="sampling temperature the agent sends; unset sends none (the gateway's"
         " [sampling] applies)",
     )
-    max_tokens: int | None = Field(
-        default=None,
-        gt=0,
-        description="completion length sent with each request; unset leaves it to the gateway",
-    )
+    max_tokens: MaxTokens = None
     enable_summarize: bool = Field(
         default=True,
         description="let the agent summarize its history when the context fills up"
@@ -85,12 +82,7 @@ class Terminus2Config(BaseModel):
         description="replies in a row the agent's parser rejects before the episode ends"
         " with format_error (0: never; the agent itself never stops for them)",
     )
-    timeout_cap_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="cap on the episode's time budget, which is the task's agent timeout;"
-        " unset uses the task's timeout as it is",
-    )
+    timeout_cap_s: TimeoutCap = None
     command_timeout_s: float = Field(
         default=60.0,
         gt=0,
@@ -103,12 +95,9 @@ class Terminus2Config(BaseModel):
         default_factory=dict,
         description="environment variables of the agent's shell (Terminus-2's extra_env)",
     )
-    request_timeout_s: float = Field(
-        default=600.0, gt=0, description="HTTP timeout of one chat request, in seconds"
-    )
-    max_retries: int = Field(
+    request_timeout_s: RequestTimeout = 600.0
+    max_retries: MaxRetries = Field(
         default=2,
-        ge=0,
         description="retries of a failed request (connection errors, 429, 5xx), after which"
         " the episode ends with model_error",
     )
