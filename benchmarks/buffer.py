@@ -4,7 +4,7 @@ Buffers:
 
 - ``file``: rllm-sample-buffer-file, with ``fsync`` on (the default: one ``fdatasync`` per
   append) and off;
-- ``object/file``: :class:`~rllm_core.storage.object_buffer.ObjectStoreSampleBuffer` over
+- ``object/file``: :class:`~rllm_sample_buffer_object_store.buffer.ObjectStoreSampleBuffer` over
   rllm-object-store-file in a local directory (each append: two create-only puts, each a
   written, fsynced, linked file and an fsynced directory);
 - ``object/s3``: the same over rllm-object-store-s3 against a moto server on this machine,
@@ -65,10 +65,10 @@ from typing import Any
 
 import msgspec
 from _tables import right_aligned
-from rllm_core.storage.object_buffer import ObjectStoreSampleBuffer
 from rllm_core.types import Datum, Sample
 from rllm_object_store_file.objects import FileObjectStore
 from rllm_sample_buffer_file.buffer import LOG_NAME, FileSampleBuffer
+from rllm_sample_buffer_object_store.buffer import ObjectStoreSampleBuffer
 
 TOKENS = 1024
 BATCH = 64

@@ -70,7 +70,7 @@ class Batches:
 
     def __init__(self, store: FileObjectStore) -> None:
         self.shared = SharedRun(store, NAME)
-        self.buffer = self.shared.buffer(writer="sampler-test")
+        self.buffer = shared_buffer(store, writer="sampler-test")
         self.data = DataOrder(size=len(Tasks().tasks()), seed=SEED)
 
     def produce(self, step: int) -> None:
@@ -197,6 +197,7 @@ def trainer_role(root: Path, model: Path, lora: dict[str, Any]) -> tuple[Trainer
         advantage=build("[algorithm].advantage"),
         object_store=build("[object_store]"),
     )
+    components.sample_buffer = shared_buffer(components.object_store, writer="trainer")
     out = io.StringIO()
     role = TrainerRole(
         shared=SharedRun(components.object_store, NAME),
@@ -208,6 +209,12 @@ def trainer_role(root: Path, model: Path, lora: dict[str, Any]) -> tuple[Trainer
         plugins=PLUGINS,
     )
     return role, out
+
+
+def shared_buffer(store: Any, writer: str | None = None) -> Any:
+    """The run's sample buffer in ``store``, where a run with an [object_store] keeps it."""
+    config = {"store": store, "prefix": f"runs/{NAME}/buffer", "writer": writer}
+    return PLUGINS.get("sample_buffer", "object-store").build(config)
 
 
 def journal(store: FileObjectStore) -> list[dict[str, Any]]:
@@ -309,7 +316,7 @@ def test_a_scheduled_cut_restored_by_a_new_incarnation_ends_bitwise_equal(
     assert final is not None
     assert (final.name, final.trigger, final.weight_version) == ("0000000004-000002", "final", 4)
     assert written[final.name].buffer_watermark == STEPS * batch_samples - 1
-    assert SharedRun(store, NAME).buffer().committed() == STEPS * batch_samples - 1
+    assert shared_buffer(store).committed() == STEPS * batch_samples - 1
     releases = [
         k.split("/")[-2]
         for k in store.list(f"runs/{NAME}/releases/")

@@ -317,7 +317,13 @@ def test_the_trainer_role_goes_on_when_a_step_leaves_the_version(tmp_path):
             path=PLAN_PATH,
             plan=plan(run={"pipeline": "async"}, algorithm={"max_policy_age": 1}),
         ),
-        components=components(trainer, object_store=store),
+        components=components(
+            trainer,
+            object_store=store,
+            sample_buffer=PLUGINS.get("sample_buffer", "object-store").build(
+                {"store": store, "prefix": "runs/r/buffer"}
+            ),
+        ),
         folder=RunFolder.create(tmp_path / "runs", "r"),
         display=QuietDisplay(Console(file=io.StringIO()), 2),
     )

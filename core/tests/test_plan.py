@@ -293,8 +293,23 @@ def test_an_object_store_holds_the_buffer_so_a_second_buffer_is_refused(
             }
         )
     (only,) = info.value.issues
-    assert only.location == "[sample_buffer]"
+    assert only.location == "[sample_buffer].name"
     assert "the sample buffer lives in it" in str(only)
+    assert 'it defaults to "object-store"' in str(only)
+
+
+def test_the_object_store_buffer_without_an_object_store_is_refused(plan_builder, trainers):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve(
+            {
+                "run": {"pipeline": "async"},
+                "algorithm": {"max_policy_age": 1},
+                "trainer": "publishing",
+                "sample_buffer": {"name": "object-store"},
+            }
+        )
+    messages = [str(i) for i in info.value.issues if i.location == "[sample_buffer].name"]
+    assert any("keeps its samples in the plan's object store" in m for m in messages), messages
 
 
 def test_scheduler_keys_need_an_object_store(plan_builder, stores, trainers):

@@ -21,7 +21,16 @@ from rllm_core.plan.schema import ComponentRef, Plan, component_sections, waitin
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import ComponentSpec, Kind
 
-__all__ = ["ResolvedComponent", "ResolvedPlan", "resolve_plan", "resolve_plan_file"]
+__all__ = [
+    "SHARED_BUFFER",
+    "ResolvedComponent",
+    "ResolvedPlan",
+    "resolve_plan",
+    "resolve_plan_file",
+]
+
+SHARED_BUFFER = "object-store"
+"""The sample buffer of a run with an ``[object_store]``, unless ``[sample_buffer]`` names it."""
 
 AUX_COEF_KEY = "coef"
 _ROLE = {"policy": "a policy", "auxiliary": "an auxiliary"}
@@ -332,14 +341,26 @@ class _Resolver:
                     f"set [scheduler].q_on_groups between {least} and {most}, or raise"
                     " [algorithm].max_policy_age",
                 )
-        if plan.object_store is not None and plan.sample_buffer is not None:
+        buffer = plan.sample_buffer
+        if plan.object_store is not None and buffer is not None and buffer.name != SHARED_BUFFER:
             self.issue(
                 "sample_buffer",
-                None,
-                None,
+                "name",
+                buffer.name,
                 "with an [object_store] the sample buffer lives in it, so that a sampler and a"
                 " trainer in other processes or on other machines share it",
-                "remove [sample_buffer], or [object_store] to train in one process",
+                f'remove [sample_buffer] (it defaults to "{SHARED_BUFFER}"), or [object_store]'
+                " to train in one process",
+            )
+        if plan.object_store is None and buffer is not None and buffer.name == SHARED_BUFFER:
+            self.issue(
+                "sample_buffer",
+                "name",
+                buffer.name,
+                f"sample_buffer:{SHARED_BUFFER} keeps its samples in the plan's object store,"
+                " and the plan has none",
+                'add an [object_store] section (name = "file" or "s3"), or choose another'
+                " sample buffer",
             )
         trainer = self.components.get("[trainer]")
         if trainer is not None and not trainer.spec.trait("publishes_weights"):

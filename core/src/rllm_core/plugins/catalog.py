@@ -60,6 +60,7 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
     },
     Kind.SAMPLE_BUFFER: {
         "file": "rllm-sample-buffer-file",
+        "object-store": "rllm-sample-buffer-object-store",
     },
     Kind.OBJECT_STORE: {
         "file": "rllm-object-store-file",

@@ -21,7 +21,11 @@ _STORE_PATH = "a folder of the run folder named after the section, when the plan
 RUN_KEYS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         "trace_store": {"path": _STORE_PATH},
-        "sample_buffer": {"path": _STORE_PATH},
+        "sample_buffer": {
+            "path": _STORE_PATH,
+            "store": "the plan's built [object_store], for a buffer that lives in it",
+            "prefix": "runs/<[run].name>/buffer with an [object_store], when the plan sets none",
+        },
         "object_store": {"path": _STORE_PATH},
         "logger": {
             "path": "logs/<name> in the run folder, when the plan sets none and the field is"

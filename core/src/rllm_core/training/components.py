@@ -25,7 +25,7 @@ from typing import Any
 
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import load_plan
-from rllm_core.plan.resolve import resolve_plan
+from rllm_core.plan.resolve import SHARED_BUFFER, resolve_plan
 from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import Kind
@@ -180,6 +180,9 @@ def prepare_plan(
         and _accepts(manager, "sampler", sampler.name, "weights_dir")
     ):
         updates["sampler"] = _ref(sampler, weights_dir=str(run_dir / "weights"))
+    shared = _shared_buffer(manager, plan)
+    if shared is not None:
+        updates["sample_buffer"] = shared
     loggers = _logger_paths(manager, plan.loggers, run_dir)
     if loggers != plan.loggers:
         updates["loggers"] = loggers
@@ -238,6 +241,27 @@ def prepare_plan(
     return replace(resolved, notes=(*resolved.notes, *notes)) if notes else resolved
 
 
+def _shared_buffer(manager: PluginManager, plan: Any) -> ComponentRef | None:
+    """With an ``[object_store]`` the async pipeline's sample buffer lives in it, under
+    ``runs/<[run].name>/buffer``, where a sampler and a trainer meet: ``[sample_buffer]``
+    defaults to ``object-store``, and its ``prefix`` is filled when its spec accepts one."""
+    if plan.object_store is None or plan.run.pipeline != "async":
+        return None
+    ref = plan.sample_buffer or ComponentRef.model_validate({"name": SHARED_BUFFER})
+    if "prefix" in ref.options or not _accepts_known(manager, "sample_buffer", ref.name, "prefix"):
+        return ref if plan.sample_buffer is None else None
+    return _ref(ref, prefix=f"runs/{plan.run.name}/buffer")
+
+
+def _accepts_known(manager: PluginManager, section: str, name: str, key: str) -> bool:
+    """:func:`_accepts` for a component that may not be installed (then False; resolving
+    the plan reports it)."""
+    try:
+        return _accepts(manager, section, name, key)
+    except Exception:
+        return False
+
+
 def _logger_paths(
     manager: PluginManager, refs: Sequence[ComponentRef], run_dir: Path
 ) -> list[ComponentRef]:
@@ -261,8 +285,8 @@ def _logger_paths(
 class Components:
     """The built components of a run. ``sandbox`` is None when the plan selects none;
     ``loss`` and ``advantage`` when it selects none and they were not required;
-    ``sample_buffer`` when it selects none (the async pipeline then queues in memory, or in
-    the ``object_store`` when the plan has one); ``sampler`` (a
+    ``sample_buffer`` when it selects none (the async pipeline then queues in memory; with an
+    ``[object_store]`` the run selects ``object-store``); ``sampler`` (a
     :class:`~rllm_core.ports.PolicyFollower`, checked at build) when it selects none, and the
     rollouts then sample from ``trainer.sampler()``.
     ``loggers`` are the ``[[loggers]]`` entries, each with a label naming it
@@ -317,9 +341,10 @@ def build_components(
     built: dict[str, Any] = {}
     order: list[Any] = []
     try:
-        for component in resolved:
+        # The object store first: a sample buffer may live in it.
+        for component in sorted(resolved, key=lambda c: c.where != "[object_store]"):
             try:
-                instance = component.build()
+                instance = _build(component, built)
             except Exception as exc:
                 raise BuildError(
                     f"{component.where}: building {component.kind.value}:{component.name}"
@@ -359,6 +384,16 @@ def build_components(
         built=order,
         placed=built,
     )
+
+
+def _build(component: Any, built: dict[str, Any]) -> Any:
+    """Build ``component``, handing a sample buffer that accepts the run key ``store`` the
+    built ``[object_store]``."""
+    store = built.get("[object_store]")
+    takes_store = "store" in component.spec.trait("run_keys")
+    if component.where == "[sample_buffer]" and store is not None and takes_store:
+        return component.spec.build(component.config.model_copy(update={"store": store}))
+    return component.build()
 
 
 def _check_sampler(resolved: ResolvedPlan, built: dict[str, Any]) -> None:

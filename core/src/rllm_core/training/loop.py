@@ -96,7 +96,6 @@ from rllm_core.training.metrics import episode_record, step_metrics, summarize, 
 from rllm_core.training.observers import RunObservers
 from rllm_core.training.pipeline import RolloutProducer, StepGate, Ticket, TicketQueue
 from rllm_core.training.plots import write_plots
-from rllm_core.training.shared import SharedRun
 from rllm_core.training.signals import StopSignals
 from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.training.update import build_objective, update_policy
@@ -176,10 +175,6 @@ class TrainingLoop:
         self.buffer: SampleBuffer
         if components.sample_buffer is not None:
             self.buffer = components.sample_buffer
-        elif components.object_store is not None:
-            self.buffer = SharedRun(components.object_store, self.plan.run.name).buffer(
-                writer="both"
-            )
         else:
             self.buffer = MemorySampleBuffer()
         self.observers = RunObservers(

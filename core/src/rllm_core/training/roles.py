@@ -35,7 +35,6 @@ import functools
 import signal
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +65,21 @@ KEEP = 3
 """Cuts and releases kept in the store besides the newest."""
 
 
+def _require_shared_buffer(components: Any) -> None:
+    if components.sample_buffer is None:
+        raise ValueError(
+            "a split run's roles meet in the sample buffer of its [object_store]; the run"
+            " built none (prepare the plan with rllm_core.training.components.prepare_plan)"
+        )
+
+
 class SamplerRole(TrainingLoop):
     """The sampler side of a split run; see the module docstring."""
 
     def __init__(self, *, shared: SharedRun, **kwargs: Any) -> None:
+        _require_shared_buffer(kwargs["components"])
         super().__init__(**kwargs)
         self.shared = shared
-        self.buffer = shared.buffer(writer=f"sampler-{uuid.uuid4().hex[:12]}")
         self._loaded_version = 0
         self._workdir = Path(tempfile.mkdtemp(prefix="releases-", dir=self.folder.path))
 
@@ -181,9 +188,9 @@ class TrainerRole(TrainingLoop):
     interrupts_training = False  # a round ends whole: its release and progress follow it
 
     def __init__(self, *, shared: SharedRun, **kwargs: Any) -> None:
+        _require_shared_buffer(kwargs["components"])
         super().__init__(**kwargs)
         self.shared = shared
-        self.buffer = shared.buffer(writer="trainer")
         self.state: LoopState | None = None
         self._incarnation = 0
         self._ticket: Ticket | None = None

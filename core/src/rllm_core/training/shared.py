@@ -4,8 +4,8 @@ Everything lives under ``runs/<[run].name>/`` of the store, so two processes sta
 same plan (``rllm-core run PLAN --role sampler`` and ``--role trainer``, on one machine over a
 ``file`` store or on several over ``s3``) find each other by the run's name:
 
-- ``buffer/``: the sample buffer
-  (:class:`~rllm_core.storage.object_buffer.ObjectStoreSampleBuffer`);
+- ``buffer/``: the sample buffer (``[sample_buffer]``, ``object-store`` unless the plan says
+  otherwise, with this prefix);
 - ``tickets/<step>``: one JSON object per rollout batch (a
   :class:`~rllm_core.training.pipeline.Ticket`: step, the sequences of its samples, its data
   order, its rollout metrics and episode records), written once its samples are in the buffer,
@@ -22,7 +22,6 @@ batch, a trainer restores its newest cut. Give a new run a new ``[run].name`` or
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from rllm_core.errors import ObjectNotFoundError
 from rllm_core.ports import ObjectStore
@@ -44,12 +43,6 @@ class SharedRun:
 
     def key(self, *parts: str) -> str:
         return "/".join((self.prefix, *parts))
-
-    def buffer(self, *, writer: str | None = None) -> Any:
-        """The run's sample buffer; ``writer`` names this process's shard of it."""
-        from rllm_core.storage.object_buffer import ObjectStoreSampleBuffer
-
-        return ObjectStoreSampleBuffer(self.store, self.key("buffer"), writer=writer)
 
     # ------------------------------------------------------------------ tickets
 

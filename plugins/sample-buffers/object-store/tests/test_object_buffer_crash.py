@@ -35,9 +35,9 @@ from typing import Any
 import msgspec
 import pytest
 from rllm_core.plugins.manager import PluginManager
-from rllm_core.storage.object_buffer import ObjectStoreSampleBuffer
 from rllm_core.testing.suites.storage import make_samples
 from rllm_core.types import Sample
+from rllm_sample_buffer_object_store.buffer import ObjectStoreSampleBuffer
 
 PREFIX = "runs/crash/buffer"
 WATCHDOG_S = 60.0

@@ -20,11 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from rllm_core.errors import ObjectNotFoundError, StorageError
 from rllm_core.plugins.manager import PluginManager
-from rllm_core.storage.object_buffer import (
-    PAYLOAD_MAGIC,
-    SKIPPED_MAGIC,
-    ObjectStoreSampleBuffer,
-)
 from rllm_core.testing.suites.storage import (
     SampleBufferConformance,
     buffer_programs,
@@ -32,6 +27,11 @@ from rllm_core.testing.suites.storage import (
 )
 from rllm_core.types import BacklogStats, Sample
 from rllm_object_store_file.objects import FileObjectStore
+from rllm_sample_buffer_object_store.buffer import (
+    PAYLOAD_MAGIC,
+    SKIPPED_MAGIC,
+    ObjectStoreSampleBuffer,
+)
 
 PREFIX = "runs/r1/buffer"
 
@@ -100,7 +100,7 @@ class Clock:
 # --------------------------------------------------------------------------------------------
 
 FACTORY_SOURCE = f"""
-from rllm_core.storage.object_buffer import ObjectStoreSampleBuffer
+from rllm_sample_buffer_object_store.buffer import ObjectStoreSampleBuffer
 from rllm_object_store_file.objects import FileObjectStore
 
 def open_store(location):
@@ -164,7 +164,7 @@ class TestOverS3OnMoto(SampleBufferConformance):
     def subprocess_factory_source(self, config):
         return f"""
 from rllm_core.plugins.manager import PluginManager
-from rllm_core.storage.object_buffer import ObjectStoreSampleBuffer
+from rllm_sample_buffer_object_store.buffer import ObjectStoreSampleBuffer
 
 def open_store(location):
     store = PluginManager().get("object_store", "s3").build({config!r})
@@ -460,7 +460,7 @@ def test_a_missing_payload_holds_back_later_positions_until_the_timeout(caplog):
     assert lost.reader.select(max_samples=99).samples == ()
     assert lost.reader.skipped_positions == 0
     lost.clock.now += 0.1
-    with caplog.at_level(logging.WARNING, logger="rllm_core.storage.object_buffer"):
+    with caplog.at_level(logging.WARNING, logger="rllm_sample_buffer_object_store.buffer"):
         batch = lost.reader.select(max_samples=99)
     assert list(batch.samples) == lost.c
     assert batch.watermark == 5

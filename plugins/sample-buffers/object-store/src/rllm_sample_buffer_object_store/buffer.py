@@ -74,12 +74,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-
 from rllm_core.errors import ObjectNotFoundError, StorageError
 from rllm_core.types import BacklogStats, Sample, SampleBatch
 
 if TYPE_CHECKING:
     from rllm_core.ports.storage import ObjectStore
+
+    from rllm_sample_buffer_object_store.plugin import ObjectStoreSampleBufferConfig
 
 __all__ = ["PAYLOAD_MAGIC", "SKIPPED_MAGIC", "ObjectStoreSampleBuffer"]
 
@@ -185,6 +186,23 @@ class ObjectStoreSampleBuffer:
         self._missing_since: dict[int, float] = {}
         self._skipped: set[int] = set()
         self._checked = False
+
+    @classmethod
+    def from_config(cls, config: ObjectStoreSampleBufferConfig) -> ObjectStoreSampleBuffer:
+        """Build from the validated plan config (the component factory); the store is the
+        run's ``[object_store]``."""
+        if config.store is None:
+            raise ValueError(
+                "sample_buffer:object-store keeps its samples in the plan's [object_store];"
+                ' add an [object_store] section (name = "file" or "s3")'
+            )
+        return cls(
+            config.store,
+            config.prefix,
+            writer=config.writer,
+            missing_payload_timeout_s=config.missing_payload_timeout_s,
+            compress=config.compress,
+        )
 
     # ---------------------------------------------------------------- keys
 
