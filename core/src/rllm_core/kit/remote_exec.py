@@ -25,7 +25,7 @@ remote shell):
 The caller enforces the timeout, then runs :func:`kill_script` (as a second command) to kill
 the process group; a kill that comes before the command started keeps it from starting.
 :func:`parse_report` reads the report back. A script longer than ``MAX_INLINE_SCRIPT`` does
-not fit in one exec argument (Linux refuses one over 128 KiB): the caller uploads it to
+not fit in one exec argument (Linux refuses one over 128 KiB): :func:`runnable` uploads it to
 :func:`script_path` and runs :func:`run_script_file` instead. The image needs ``sh``,
 ``base64``, ``head``, ``setsid`` and, to switch users, ``runuser``/``su`` or ``sudo``:
 coreutils and util-linux (or busybox) provide them.
@@ -37,7 +37,7 @@ import base64
 import binascii
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from rllm_core.errors import SandboxError
@@ -52,6 +52,7 @@ __all__ = [
     "launcher",
     "parse_report",
     "run_script_file",
+    "runnable",
     "script_path",
     "validate_env",
     "validate_user",
@@ -235,6 +236,25 @@ def run_script_file(path: str) -> str:
     the script's exit code."""
     quoted = shlex.quote(path)
     return f"sh {quoted}; r=$?; rm -f {quoted}; exit $r"
+
+
+async def runnable(
+    script: str,
+    call_id: str,
+    upload: Callable[[str, bytes], Awaitable[None]],
+    *,
+    inline: Callable[[str], str] = str,
+) -> str:
+    """The command that runs ``script`` (the wrapped script of call ``call_id``):
+    ``inline(script)`` when that fits in ``MAX_INLINE_SCRIPT`` characters, otherwise
+    :func:`run_script_file` on the copy that ``upload(path, data)`` writes to
+    :func:`script_path`."""
+    command = inline(script)
+    if len(command) <= MAX_INLINE_SCRIPT:
+        return command
+    path = script_path(call_id)
+    await upload(path, script.encode("utf-8"))
+    return run_script_file(path)
 
 
 def kill_script(call_id: str, *, root: str = EXEC_ROOT) -> str:

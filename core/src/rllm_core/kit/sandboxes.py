@@ -9,12 +9,15 @@
 - :func:`retry_transient`: :func:`rllm_core.kit.retry.retry_async` over calls that raise
   rllm-core sandbox errors, retrying ``SandboxTransientError`` and saying, when the retries
   run out, after how many attempts and what to do.
+- :func:`command_timed_out`: the error of a command killed at its timeout.
+- :func:`listing`: ``list_files``' answer from a service's directory entries.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import posixpath
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
@@ -29,8 +32,9 @@ from rllm_core.errors import (
     SandboxTransientError,
 )
 from rllm_core.kit.retry import Hint, RetrySettings, retry_async
+from rllm_core.types import FileInfo
 
-__all__ = ["ClosesOnExit", "ErrorMap", "retry_transient"]
+__all__ = ["ClosesOnExit", "ErrorMap", "command_timed_out", "listing", "retry_transient"]
 
 T = TypeVar("T")
 Exceptions = tuple[type[BaseException], ...]
@@ -136,3 +140,25 @@ async def retry_transient(
             f"{exc} (gave up after {settings.retries + 1} attempts; raise `retries` in the"
             " [sandbox] config or try again later)"
         ) from (exc.__cause__ or exc)
+
+
+def command_timed_out(command: str, timeout: float, where: str = "") -> SandboxCommandTimeout:
+    """The error of ``command``, run ``where`` (``"in modal sandbox sb-1"``; unset names no
+    place), whose process group was killed when it ran past ``timeout`` seconds."""
+    place = f" {where}" if where else ""
+    return SandboxCommandTimeout(
+        f"{command[:200]!r} ran past its {timeout:g} s timeout{place} and its process group"
+        " was killed; raise the timeout or make the command finish sooner",
+        command=command,
+        timeout_s=timeout,
+    )
+
+
+def listing(directory: str, entries: Iterable[tuple[str, int, bool]]) -> list[FileInfo]:
+    """``list_files``' answer for ``directory`` from its entries as ``(name, size, is_dir)``:
+    each under its path in the sandbox, sorted by path."""
+    infos = [
+        FileInfo(path=posixpath.join(directory, name), size=int(size), is_dir=bool(is_dir))
+        for name, size, is_dir in entries
+    ]
+    return sorted(infos, key=lambda info: info.path)

@@ -39,17 +39,15 @@ from rllm_core.errors import (
     SandboxTransientError,
 )
 from rllm_core.kit.remote_exec import (
-    MAX_INLINE_SCRIPT,
     kill_script,
     launcher,
     parse_report,
-    run_script_file,
-    script_path,
+    runnable,
     validate_user,
     wrap,
 )
 from rllm_core.kit.retry import Pacer
-from rllm_core.kit.sandboxes import ClosesOnExit, retry_transient
+from rllm_core.kit.sandboxes import ClosesOnExit, command_timed_out, listing, retry_transient
 from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_daytona.errors import Context, retry_after_s, translate
@@ -166,7 +164,7 @@ class DaytonaSandbox(ClosesOnExit):
             merge_output=True,
         )
         started = time.monotonic()
-        remote = await self._remote_command(wrapped.script, call_id)
+        remote = await runnable(wrapped.script, call_id, self.write_file, inline=launcher)
         if timeout > config.session_threshold_s:
             text = await self._run_in_session(remote, call_id, command, timeout, started)
         else:
@@ -178,14 +176,6 @@ class DaytonaSandbox(ClosesOnExit):
                 f" the image needs sh, base64, head and setsid. Output: {text[-500:]!r}"
             )
         return report.exec_result(time.monotonic() - started)
-
-    async def _remote_command(self, script: str, call_id: str) -> str:
-        remote = launcher(script)
-        if len(remote) <= MAX_INLINE_SCRIPT:
-            return remote
-        path = script_path(call_id)
-        await self.write_file(path, script.encode("utf-8"))
-        return run_script_file(path)
 
     async def _run_direct(self, remote: str, call_id: str, command: str, timeout: float) -> str:
         daemon_timeout = math.ceil(timeout) + _DAEMON_GRACE_S
@@ -257,13 +247,7 @@ class DaytonaSandbox(ClosesOnExit):
         return str(logs.stdout or "") + str(logs.stderr or "")
 
     def _timed_out(self, command: str, timeout: float) -> SandboxCommandTimeout:
-        return SandboxCommandTimeout(
-            f"{command[:200]!r} ran past its {timeout:g} s timeout in Daytona sandbox {self.id}"
-            " and its process group was killed; raise the timeout or make the command finish"
-            " sooner",
-            command=command,
-            timeout_s=timeout,
-        )
+        return command_timed_out(command, timeout, f"in Daytona sandbox {self.id}")
 
     async def _kill(self, call_id: str) -> None:
         """Kill the process group of a timed-out call; failures are logged, not raised."""
@@ -317,11 +301,7 @@ class DaytonaSandbox(ClosesOnExit):
         entries = await self._call(
             f"list_files({target!r})", "file", lambda: fs.list_files(target), retry=True
         )
-        infos = [
-            FileInfo(path=posixpath.join(target, e.name), size=int(e.size), is_dir=bool(e.is_dir))
-            for e in entries
-        ]
-        return sorted(infos, key=lambda info: info.path)
+        return listing(target, ((e.name, e.size, e.is_dir) for e in entries))
 
     # ---------------------------------------------------------------- lifecycle
 

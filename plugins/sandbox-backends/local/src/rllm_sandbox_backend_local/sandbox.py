@@ -21,12 +21,11 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from rllm_core.errors import (
-    SandboxCommandTimeout,
     SandboxError,
     SandboxFileNotFound,
     SandboxGone,
 )
-from rllm_core.kit.sandboxes import ClosesOnExit
+from rllm_core.kit.sandboxes import ClosesOnExit, command_timed_out
 from rllm_core.types import ExecResult, FileInfo
 
 from rllm_sandbox_backend_local.bwrap import exec_argv, stop_holder
@@ -267,12 +266,7 @@ class LocalSandbox(ClosesOnExit):
             transport.close()
             self._forget(pgid)
         if not finished:
-            raise SandboxCommandTimeout(
-                f"{command[:200]!r} ran past its {timeout:g} s timeout; its process group was"
-                " killed. Raise the timeout or make the command finish sooner",
-                command=command,
-                timeout_s=timeout,
-            )
+            raise command_timed_out(command, timeout)
         code = transport.get_returncode()
         if code is None:
             raise SandboxError(f"{command[:200]!r} ended without an exit status")

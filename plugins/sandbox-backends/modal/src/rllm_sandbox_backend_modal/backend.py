@@ -40,22 +40,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rllm_core.errors import (
-    SandboxCommandTimeout,
     SandboxCreateError,
     SandboxError,
     SandboxFileNotFound,
     SandboxGone,
 )
 from rllm_core.kit.remote_exec import (
-    MAX_INLINE_SCRIPT,
     kill_script,
     parse_report,
-    run_script_file,
-    script_path,
+    runnable,
     wrap,
 )
 from rllm_core.kit.retry import Pacer
-from rllm_core.kit.sandboxes import ClosesOnExit, retry_transient
+from rllm_core.kit.sandboxes import ClosesOnExit, command_timed_out, listing, retry_transient
 from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_modal.errors import translate
@@ -153,7 +150,7 @@ class ModalSandbox(ClosesOnExit):
             login_bash=True,
         )
         started = time.monotonic()
-        argv = await self._argv(wrapped.script, call_id)
+        argv = ("sh", "-c", await runnable(wrapped.script, call_id, self.write_file))
         # Modal's own deadline is a backstop one second past ours; when it fires first,
         # wait() returns -1 and the command is handled as timed out all the same.
         process = await self._sdk(
@@ -177,13 +174,7 @@ class ModalSandbox(ClosesOnExit):
                 raise translate(exc, f"{what} in modal sandbox {self.sandbox_id}") from exc
         if pending or waiter.result() == -1:
             await self._kill(call_id, what)
-            raise SandboxCommandTimeout(
-                f"{what} ran past its {timeout:g} s timeout in modal sandbox {self.sandbox_id}"
-                " and its process group was killed; raise the timeout or make the command"
-                " finish sooner",
-                command=command,
-                timeout_s=timeout,
-            )
+            raise command_timed_out(command, timeout, f"in modal sandbox {self.sandbox_id}")
         report = parse_report(out.result().decode("utf-8", errors="replace"), wrapped.marker)
         if report is None:
             raise SandboxError(
@@ -192,15 +183,6 @@ class ModalSandbox(ClosesOnExit):
                 f" Error output: {err.result()[-500:].decode(errors='replace')!r}"
             )
         return report.exec_result(time.monotonic() - started)
-
-    async def _argv(self, script: str, call_id: str) -> tuple[str, ...]:
-        """The exec arguments that run ``script``; one too long for a single argument is
-        uploaded and run from its file."""
-        if len(script) <= MAX_INLINE_SCRIPT:
-            return ("sh", "-c", script)
-        path = script_path(call_id)
-        await self.write_file(path, script.encode("utf-8"))
-        return ("sh", "-c", run_script_file(path))
 
     async def _kill(self, call_id: str, what: str) -> None:
         """Kill the process group of a timed-out command; a failure here is logged, since the
@@ -257,11 +239,7 @@ class ModalSandbox(ClosesOnExit):
             lambda: self.handle.filesystem.list_files.aio(target),
             retry=True,
         )
-        infos = [
-            FileInfo(path=posixpath.join(target, e.name), size=int(e.size), is_dir=e.is_dir())
-            for e in entries
-        ]
-        return sorted(infos, key=lambda info: info.path)
+        return listing(target, ((e.name, e.size, e.is_dir()) for e in entries))
 
     # ---------------------------------------------------------------- lifecycle
 
