@@ -38,6 +38,7 @@ from rllm_renderer_chatml.templates import (
     GENERATION_PROMPT,
     ChatTemplate,
     assistant_turn,
+    check_roles,
     plain_turn,
     tool_result,
     tools_system_block,
@@ -47,8 +48,6 @@ from rllm_renderer_chatml.tokenizer import Piece
 __all__ = ["EMPTY_THINK", "Qwen3Template", "is_query"]
 
 EMPTY_THINK = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n"
-
-_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
 def is_query(message: Message) -> bool:
@@ -130,13 +129,7 @@ class Qwen3Template(ChatTemplate):
     def pieces(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None, generation: bool
     ) -> list[Piece]:
-        if not messages:
-            raise ValueError("render needs at least one message; got an empty list")
-        for n, m in enumerate(messages):
-            if m.role not in _ROLES:
-                raise ValueError(
-                    f"message {n} has role {m.role!r}; use one of system, user, assistant, tool"
-                )
+        check_roles(messages)
         has_system = messages[0].role == "system"
         out: list[Piece] = []
         if tools:
@@ -149,12 +142,6 @@ class Qwen3Template(ChatTemplate):
         if generation:
             out.append(Piece(self.generation_prompt(), -1))
         return out
-
-    def continuation(
-        self, new_messages: Sequence[Message], tools: Sequence[ToolSpec] | None
-    ) -> list[Piece]:
-        after = [Message(role="assistant"), *new_messages]
-        return [Piece("\n", -1), *self._turns(after, 1), Piece(self.generation_prompt(), -1)]
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
         """Reasoning as :func:`~rllm_core.kit.completions.split_think` reads it; without a think

@@ -36,6 +36,7 @@ __all__ = [
     "Qwen25Template",
     "SmolLM2Template",
     "assistant_turn",
+    "check_roles",
     "detect_template",
     "plain_turn",
     "tool_result",
@@ -112,7 +113,9 @@ def tools_system_block(tools: Sequence[ToolSpec]) -> str:
     )
 
 
-def _check_roles(messages: Sequence[Message]) -> None:
+def check_roles(messages: Sequence[Message]) -> None:
+    """Raise ``ValueError`` for an empty conversation or a message of a role no ChatML
+    template renders."""
     if not messages:
         raise ValueError("render needs at least one message; got an empty list")
     for n, m in enumerate(messages):
@@ -127,8 +130,9 @@ class ChatTemplate:
 
     ``pieces`` renders a whole conversation; ``continuation`` renders, as pieces, what follows
     a closed assistant turn when ``new_messages`` (never assistant messages) are added: the
-    newline after ``<|im_end|>``, the new turns and the generation prompt. ``parse`` reads the text
-    of an assistant body back into content, reasoning and tool-call attempts.
+    newline after ``<|im_end|>``, the new turns and the generation prompt (by default from
+    ``_turns``, which a template then defines). ``parse`` reads the text of an assistant body
+    back into content, reasoning and tool-call attempts.
     """
 
     name: ClassVar[str]
@@ -146,9 +150,14 @@ class ChatTemplate:
     def continuation(
         self, new_messages: Sequence[Message], tools: Sequence[ToolSpec] | None
     ) -> list[Piece]:
-        raise NotImplementedError
+        after = [Message(role="assistant"), *new_messages]
+        return [Piece("\n", -1), *self._turns(after, 1), Piece(self.generation_prompt(), -1)]
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+        raise NotImplementedError
+
+    def _turns(self, messages: Sequence[Message], start: int) -> list[Piece]:
+        """The turns of ``messages[start:]``, each message's pieces owned by its index."""
         raise NotImplementedError
 
 
@@ -177,7 +186,7 @@ class SmolLM2Template(ChatTemplate):
     def pieces(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None, generation: bool
     ) -> list[Piece]:
-        _check_roles(messages)
+        check_roles(messages)
         self._refuse_tools(messages, tools)
         out: list[Piece] = []
         if messages[0].role != "system":
@@ -243,7 +252,7 @@ class Qwen25Template(ChatTemplate):
     def pieces(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None, generation: bool
     ) -> list[Piece]:
-        _check_roles(messages)
+        check_roles(messages)
         has_system = messages[0].role == "system"
         system = messages[0].content if has_system else self.default_system
         owner = 0 if has_system else -1
@@ -254,12 +263,6 @@ class Qwen25Template(ChatTemplate):
         if generation:
             out.append(Piece(GENERATION_PROMPT, -1))
         return out
-
-    def continuation(
-        self, new_messages: Sequence[Message], tools: Sequence[ToolSpec] | None
-    ) -> list[Piece]:
-        after = [Message(role="assistant"), *new_messages]
-        return [Piece("\n", -1), *self._turns(after, 1), Piece(GENERATION_PROMPT, -1)]
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
         content, calls = split_tool_calls(text)
