@@ -58,18 +58,14 @@ NOTES = (
 LEVELS = ("INFO", "WARN", "ERROR", "DEBUG")
 EVENTS = ("disk check", "user login", "cache refresh", "job queued", "job done", "config load")
 
+# A task's tests/ folder reaches the sandbox on its own, so each task holds its whole check,
+# kept to four lines.
 TEST_SH = """#!/bin/bash
 # Verifier: reward 1 when /app/answer.txt holds {answer} (blanks ignored), else 0.
-mkdir -p /logs/verifier
 actual=$(tr -d ' \\t\\r\\n' < /app/answer.txt 2>/dev/null)
-if [ "$actual" = "{answer}" ]; then
-    echo PASS
-    echo 1 > /logs/verifier/reward.txt
-else
-    echo "FAIL: /app/answer.txt holds '$actual', expected {answer}"
-    echo 0 > /logs/verifier/reward.txt
-fi
-exit 0
+if [ "$actual" = "{answer}" ]; then echo PASS; reward=1
+else echo "FAIL: /app/answer.txt holds '$actual', expected {answer}"; reward=0; fi
+mkdir -p /logs/verifier && echo $reward > /logs/verifier/reward.txt; exit 0
 """
 
 TASK_TOML = """version = "1.0"

@@ -1,12 +1,6 @@
 #!/bin/bash
 # Verifier: reward 1 when /app/answer.txt holds 7850 (blanks ignored), else 0.
-mkdir -p /logs/verifier
 actual=$(tr -d ' \t\r\n' < /app/answer.txt 2>/dev/null)
-if [ "$actual" = "7850" ]; then
-    echo PASS
-    echo 1 > /logs/verifier/reward.txt
-else
-    echo "FAIL: /app/answer.txt holds '$actual', expected 7850"
-    echo 0 > /logs/verifier/reward.txt
-fi
-exit 0
+if [ "$actual" = "7850" ]; then echo PASS; reward=1
+else echo "FAIL: /app/answer.txt holds '$actual', expected 7850"; reward=0; fi
+mkdir -p /logs/verifier && echo $reward > /logs/verifier/reward.txt; exit 0
