@@ -43,3 +43,20 @@ def network_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+@pytest.fixture
+def service() -> Any:
+    """A fresh :class:`fake_fireworks.FakeService`."""
+    from fake_fireworks import FakeService
+
+    return FakeService()
+
+
+@pytest.fixture
+def backend(service: Any) -> Any:
+    """A backend built with :data:`fake_fireworks.CONFIG` over ``service``."""
+    from fake_fireworks import CONFIG
+    from rllm_trainer_backend_fireworks.backend import FireworksBackend
+
+    return FireworksBackend(CONFIG, service=service)

@@ -35,6 +35,12 @@ import torch
 from fireworks.training.sdk import FiretitanSamplingClient
 from fireworks.training.sdk import types as fw
 from fireworks.training.sdk.sampling import DeploymentSampler, SampledCompletion
+from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
+
+CONFIG = FireworksBackendConfig(
+    model="accounts/fireworks/models/qwen3-8b", lora_rank=8, retry_backoff_s=0.0
+)
+"""The config of the backends the offline tests build over :class:`FakeService`."""
 
 NATIVE_INPUTS = {"target_tokens", "logprobs", "advantages"}
 """The inputs the trainer's policy kernels read from each datum."""

@@ -7,15 +7,12 @@ import json
 import math
 
 import pytest
-from fake_fireworks import FakeService, reply
+from fake_fireworks import CONFIG, FakeService, reply
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError
 from rllm_core.ports import LossContext, LossOutput, Sampler, TrainerBackend
 from rllm_core.types import Datum, SampleRequest, SamplingParams
 from rllm_trainer_backend_fireworks.backend import STATE_FILE, FireworksBackend
-from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
-
-CONFIG = FireworksBackendConfig(model="accounts/fireworks/models/qwen3-8b", lora_rank=8)
 
 
 class Reinforce:
@@ -57,16 +54,6 @@ def datums() -> list[Datum]:
             observation_mask=[False] * 3,
         ),
     ]
-
-
-@pytest.fixture
-def service() -> FakeService:
-    return FakeService()
-
-
-@pytest.fixture
-def backend(service: FakeService) -> FireworksBackend:
-    return FireworksBackend(CONFIG, service=service)
 
 
 def test_build_creates_a_lora_client_and_publishes_version_0(

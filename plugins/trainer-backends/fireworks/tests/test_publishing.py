@@ -9,15 +9,13 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from fake_fireworks import FakeService, FakeTraining, reply
+from fake_fireworks import CONFIG, FakeService, FakeTraining, reply
 from reference.service_faults import DATUMS, Reinforce
 from rllm_core.algorithms.objective import Objective
 from rllm_core.types import SampleRequest, SampleResult
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
 from rllm_trainer_backend_fireworks.gate import HotLoadGate
-from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 
-CONFIG = FireworksBackendConfig(model="accounts/fireworks/models/qwen3-8b", lora_rank=8)
 WAIT_S = 10.0
 """A bound on each wait below, so that a broken hand-over fails instead of hanging."""
 

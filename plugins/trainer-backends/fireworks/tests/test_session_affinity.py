@@ -8,16 +8,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fake_fireworks import FakeService, reply
+from fake_fireworks import CONFIG, FakeService, reply
 from fireworks.training.sdk import FiretitanSamplingClient
 from fireworks.training.sdk.sampling import SampledCompletion
 from reference.service_faults import DATUMS, Reinforce
 from rllm_core.algorithms.objective import Objective
 from rllm_core.types import SampleRequest, SampleResult, SamplingParams
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
-from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 
-CONFIG = FireworksBackendConfig(model="accounts/fireworks/models/qwen3-8b", retry_backoff_s=0.0)
 PARAMS = SamplingParams(max_tokens=7, temperature=1.0, top_p=0.9, stop_token_ids=(2,), seed=3)
 WAIT_S = 10.0
 
@@ -26,16 +24,6 @@ def sample(backend: FireworksBackend, **request: object) -> SampleResult:
     return asyncio.run(
         backend.sampler().sample(SampleRequest(prompt_token_ids=[1, 4], **request))  # type: ignore[arg-type]
     )
-
-
-@pytest.fixture
-def service() -> FakeService:
-    return FakeService()
-
-
-@pytest.fixture
-def backend(service: FakeService) -> FireworksBackend:
-    return FireworksBackend(CONFIG, service=service)
 
 
 def test_a_session_request_carries_the_session_as_prompt_cache_key(

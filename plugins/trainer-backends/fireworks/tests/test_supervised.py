@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from fake_fireworks import FakeService, logprob_of
+from fake_fireworks import CONFIG, FakeService, logprob_of
 from fireworks.training.sdk._core import InternalServerError
 from reference.service_faults import failing, status_error
 from rllm_core.algorithms.objective import Objective
@@ -16,11 +16,7 @@ from rllm_core.testing.managed import BAD_SUPERVISED_DATUMS, check_supervised_re
 from rllm_core.testing.managed import supervised_datum as datum
 from rllm_core.types import Datum
 from rllm_trainer_backend_fireworks.backend import FireworksBackend
-from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 
-CONFIG = FireworksBackendConfig(
-    model="accounts/fireworks/models/qwen3-8b", lora_rank=8, retry_backoff_s=0.0
-)
 F, T = False, True
 
 
@@ -40,16 +36,6 @@ class Nll:
 
     def __call__(self, ctx: LossContext) -> LossOutput:
         return LossOutput(loss=ctx.aggregate(-ctx.logprobs, ctx.action_mask))
-
-
-@pytest.fixture
-def service() -> FakeService:
-    return FakeService()
-
-
-@pytest.fixture
-def backend(service: FakeService) -> FireworksBackend:
-    return FireworksBackend(CONFIG, service=service)
 
 
 def test_the_backend_is_a_supervised_trainer(backend: FireworksBackend) -> None:

@@ -11,7 +11,6 @@ from reference.service_faults import DATUMS as ONE_DATUM
 from rllm_core.algorithms.native_losses import NativeLossError
 from rllm_core.algorithms.objective import Objective, RolloutCorrection
 from rllm_core.ports import LossOutput
-from rllm_core.types import Datum
 from rllm_loss_ppo.cispo import CISPO
 from rllm_loss_ppo.gspo import GSPO
 from rllm_loss_ppo.plugin import CISPOConfig, GSPOConfig, PPOClipConfig, ReinforceLossConfig
@@ -19,25 +18,8 @@ from rllm_loss_ppo.ppo_clip import PPOClip
 from rllm_loss_ppo.reinforce import Reinforce
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
+from rllm_trainer_backend_tinker_tests_fake import CHAIN_DATUMS as DATUMS
 from rllm_trainer_backend_tinker_tests_fake import FakeService
-
-DATUMS = [
-    Datum(
-        token_ids=[0, 1, 2, 5],
-        logprobs=[0.0, 0.0, -0.5, -0.7],
-        advantages=[0.0, 0.0, 1.0, 1.0],
-        action_mask=[False, False, True, True],
-        observation_mask=[False, False, False, False],
-    ),
-    # Token 6 is an observation.
-    Datum(
-        token_ids=[3, 4, 6, 7],
-        logprobs=[0.0, -0.1, 0.0, -0.2],
-        advantages=[0.0, -1.0, 0.0, -1.0],
-        action_mask=[False, True, False, True],
-        observation_mask=[False, False, True, False],
-    ),
-]
 
 
 class ObservationNll:

@@ -10,9 +10,9 @@ import tinker
 import torch
 from rllm_core.algorithms.objective import Objective
 from rllm_core.ports import LossOutput
-from rllm_core.types import Datum
 from rllm_trainer_backend_tinker.backend import TinkerBackend
 from rllm_trainer_backend_tinker.plugin import TinkerBackendConfig
+from rllm_trainer_backend_tinker_tests_fake import CHAIN_DATUMS as DATUMS
 from rllm_trainer_backend_tinker_tests_fake import FakeService, bigram_logprobs, chain_table
 
 L = math.log(math.exp(2.0) + 7.0)  # log-partition of a chain_table row
@@ -41,26 +41,6 @@ class Exploding:
 
     def __call__(self, ctx):
         raise AssertionError("a loss with coefficient 0 must not be computed")
-
-
-DATUMS = [
-    # 1|0 and 2|1 follow the chain, 5|2 does not.
-    Datum(
-        token_ids=[0, 1, 2, 5],
-        logprobs=[0.0, 0.0, -0.5, -0.7],
-        advantages=[0.0, 0.0, 1.0, 1.0],
-        action_mask=[False, False, True, True],
-        observation_mask=[False, False, False, False],
-    ),
-    # 4|3 and 7|6 follow the chain, 6|4 (an observation) does not.
-    Datum(
-        token_ids=[3, 4, 6, 7],
-        logprobs=[0.0, -0.1, 0.0, -0.2],
-        advantages=[0.0, -1.0, 0.0, -1.0],
-        action_mask=[False, True, False, True],
-        observation_mask=[False, False, True, False],
-    ),
-]
 
 
 def _expected_grad(obs_coef: float) -> torch.Tensor:

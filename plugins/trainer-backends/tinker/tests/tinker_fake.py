@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import tinker
 import torch
+from rllm_core.types import Datum
 
 VOCAB = 8
 
@@ -62,6 +63,28 @@ def chain_table(step: int = 1, peak: float = 2.0) -> torch.Tensor:
     for a in range(VOCAB):
         table[a, (a + step) % VOCAB] = peak
     return table
+
+
+CHAIN_DATUMS = [
+    # 1|0 and 2|1 follow the chain, 5|2 does not.
+    Datum(
+        token_ids=[0, 1, 2, 5],
+        logprobs=[0.0, 0.0, -0.5, -0.7],
+        advantages=[0.0, 0.0, 1.0, 1.0],
+        action_mask=[False, False, True, True],
+        observation_mask=[False, False, False, False],
+    ),
+    # 4|3 and 7|6 follow the chain, 6|4 (an observation) does not.
+    Datum(
+        token_ids=[3, 4, 6, 7],
+        logprobs=[0.0, -0.1, 0.0, -0.2],
+        advantages=[0.0, -1.0, 0.0, -1.0],
+        action_mask=[False, True, False, True],
+        observation_mask=[False, False, True, False],
+    ),
+]
+"""Two datums over the chain table (:func:`chain_table`), with actions, an observation and
+the sampler's logprobs."""
 
 
 def bigram_logprobs(table: torch.Tensor, inputs: list[int], targets: list[int]) -> torch.Tensor:
