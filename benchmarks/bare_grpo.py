@@ -64,7 +64,7 @@ def run(plan_path: Path, steps: int | None = None) -> dict[str, Any]:
     import torch
     from peft import LoraConfig, get_peft_model
     from rllm_core.models import resolve_model
-    from rllm_core.training.state import DataOrder
+    from rllm_core.run.state import DataOrder
     from rllm_task_source_jsonl.rewards import numeric_match
     from rllm_trainer_backend_torch.plugin import DEFAULT_TARGET_MODULES
     from transformers import AutoModelForCausalLM, AutoTokenizer

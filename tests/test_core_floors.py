@@ -39,14 +39,17 @@ FLOORS: dict[str, int] = {
     # 4: rollouts and the gateway
     "rollout": 4,
     "gateway": 4,
-    # 5: what runs a plan
-    "training": 5,
-    "evaluation": 5,
-    "inspection": 5,
-    # 6: the commands, and the documentation they generate
-    "cli": 6,
-    "reference": 6,
-    "__main__": 6,
+    # 5: what every run shares: components, run folder, state, checkpoints, the lifecycle
+    "run": 5,
+    # 6: what runs a plan: the RL pipeline, SFT, evaluation, inspection of run folders
+    "training": 6,
+    "sft": 6,
+    "evaluation": 6,
+    "inspection": 6,
+    # 7: the commands, and the documentation they generate
+    "cli": 7,
+    "reference": 7,
+    "__main__": 7,
 }
 OFF_LIMITS = {"kit": "the kit (code plugins share)", "testing": "the test kit"}
 

@@ -124,7 +124,7 @@ def test_a_run_downloads_a_hub_id_missing_from_the_cache_when_online(
     import sys
     import types
 
-    from rllm_core.training.components import prepare_plan
+    from rllm_core.run.components import prepare_plan
 
     calls = []
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import msgspec
 import pytest
 from reference.cli_process import run_cli
+from rllm_core.run.components import prepare_plan
+from rllm_core.run.folder import RunFolder
+from rllm_core.run.metrics import episode_record
 from rllm_core.testing.suites.storage import make_trace_chain
-from rllm_core.training.components import prepare_plan
-from rllm_core.training.folder import RunFolder
-from rllm_core.training.metrics import episode_record
 from rllm_core.types import Episode, Message, Step, TraceRecord, Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]

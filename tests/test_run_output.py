@@ -1,5 +1,5 @@
 """A run's terminal output is rllm-core's own: library progress bars and warnings go to the run
-folder's ``run.log`` instead (``rllm_core.training.runlog``, docs/running.md, The run folder).
+folder's ``run.log`` instead (``rllm_core.run.runlog``, docs/running.md, The run folder).
 
 The end-to-end test trains SmolLM2 for one step of 1 task x 2 rollouts, 4 new tokens: loading it
 with transformers draws a "Loading weights" progress bar, and wrapping it with peft warns (a
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from rllm_core.numerics import REPRODUCIBLE_ENVIRONMENT
-from rllm_core.training.runlog import RunLog
+from rllm_core.run.runlog import RunLog
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
@@ -81,7 +81,7 @@ def test_a_run_prints_no_library_progress_bar_or_warning(smollm2_model_dir, tmp_
 
 SCRIPT = """
 import logging, sys, warnings
-from rllm_core.training.runlog import RunLog
+from rllm_core.run.runlog import RunLog
 
 logging.basicConfig(level=logging.ERROR)  # as the command line sets it up
 root = logging.getLogger()

@@ -169,8 +169,8 @@ def exported_nll(folder: Path) -> float:
     import torch
     from rllm_core.plugins.manager import get_plugin_manager
     from rllm_core.plugins.specs import Kind
-    from rllm_core.training.sft.data import chat_example
-    from rllm_core.training.sft.tokens import tokenize
+    from rllm_core.sft.data import chat_example
+    from rllm_core.sft.tokens import tokenize
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     assert AutoTokenizer.from_pretrained(folder).chat_template
@@ -240,7 +240,7 @@ def test_an_interrupted_sft_run_resumes_to_the_uninterrupted_result(
 def write_rl_run(folder: Path, renderer) -> tuple[Path, list[list[int]]]:
     """A run folder as `rllm-core run` leaves it: three episodes (rewards 1, 0, 1), each one
     model call in the deltachain store. Returns the folder and the rewarded episodes' tokens."""
-    from rllm_core.training.folder import RunFolder
+    from rllm_core.run.folder import RunFolder
     from rllm_core.types import Message, TraceRecord
     from rllm_trace_store_deltachain.store import DeltaChainTraceStore
 
@@ -297,7 +297,7 @@ def write_rl_run(folder: Path, renderer) -> tuple[Path, list[list[int]]]:
 def test_from_run_trains_on_the_rewarded_episodes_tokens(tiny_smol_model_dir, tmp_path):
     from rllm_core.plugins.manager import get_plugin_manager
     from rllm_core.plugins.specs import Kind
-    from rllm_core.training.sft.data import read_run_episodes
+    from rllm_core.sft.data import read_run_episodes
 
     spec = get_plugin_manager().get_record(Kind.RENDERER, "chatml").spec
     renderer = spec.build(spec.validate_config({"tokenizer": str(tiny_smol_model_dir)}))

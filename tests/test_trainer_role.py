@@ -29,15 +29,15 @@ from rllm_core.cli.run_display import PlainDisplay  # noqa: E402
 from rllm_core.plan.load import parse_plan  # noqa: E402
 from rllm_core.plan.resolve import resolve_plan  # noqa: E402
 from rllm_core.plugins import PluginManager  # noqa: E402
-from rllm_core.training.components import Components  # noqa: E402
+from rllm_core.run.components import Components  # noqa: E402
+from rllm_core.run.folder import RunFolder  # noqa: E402
+from rllm_core.run.metrics import episode_record, rollout_metrics  # noqa: E402
+from rllm_core.run.state import DataOrder  # noqa: E402
 from rllm_core.training.cuts import latest_cut  # noqa: E402
-from rllm_core.training.folder import RunFolder  # noqa: E402
-from rllm_core.training.metrics import episode_record, rollout_metrics  # noqa: E402
 from rllm_core.training.pipeline import Ticket  # noqa: E402
 from rllm_core.training.roles import TrainerRole  # noqa: E402
 from rllm_core.training.scheduler import SchedulerJournal  # noqa: E402
 from rllm_core.training.shared import SharedRun  # noqa: E402
-from rllm_core.training.state import DataOrder  # noqa: E402
 from rllm_core.types import Cut, Datum, Episode, Sample, Task  # noqa: E402
 from rllm_object_store_file.objects import FileObjectStore  # noqa: E402
 from rllm_trainer_backend_torch.testing import assert_same_state  # noqa: E402

@@ -92,7 +92,7 @@ def run_command(overrides: Sequence[str]) -> list[str]:
 def check_plans(cases: dict[str, list[str]]) -> list[str]:
     """Each case's plan checked as ``rllm-core plan check`` does; the problems found."""
     from rllm_core.errors import ModelError, PlanError
-    from rllm_core.training.components import prepare_plan
+    from rllm_core.run.components import prepare_plan
 
     problems = []
     for name, overrides in cases.items():

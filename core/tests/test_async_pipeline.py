@@ -32,11 +32,11 @@ from rllm_core.plan.load import parse_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout.sessions import SessionKey
 from rllm_core.routing import routing_key
+from rllm_core.run.checkpoints import latest_checkpoint
+from rllm_core.run.components import Components
+from rllm_core.run.folder import RunFolder
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.testing.samplers import ScriptedSampler
-from rllm_core.training.checkpoints import latest_checkpoint
-from rllm_core.training.components import Components
-from rllm_core.training.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.types import Grade, HarnessOutcome, SampleRequest, SampleResult, Task
 

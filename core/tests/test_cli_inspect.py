@@ -14,8 +14,8 @@ from rllm_core.inspection import InspectionError
 from rllm_core.inspection.conversation import trace_store_path
 from rllm_core.inspection.episodes import find_episode, read_episodes, run_prefix
 from rllm_core.inspection.runs import list_runs, run_report
-from rllm_core.training.folder import RunFolder, write_json
-from rllm_core.training.metrics import episode_record, step_metrics, summarize
+from rllm_core.run.folder import RunFolder, write_json
+from rllm_core.run.metrics import episode_record, step_metrics, summarize
 from rllm_core.types import Episode, Step, Trajectory
 
 STEPS_PLANNED = 6

@@ -18,6 +18,7 @@ from rllm_core.errors import (
     StaleIncarnationError,
 )
 from rllm_core.ports import ObjectStore, WeightReleaser
+from rllm_core.run.state import DataOrder, LoopState, capture_rngs
 from rllm_core.training.cuts import (
     ReleaseRef,
     claim_incarnation,
@@ -28,7 +29,6 @@ from rllm_core.training.cuts import (
     restore_cut,
     write_cut,
 )
-from rllm_core.training.state import DataOrder, LoopState, capture_rngs
 
 PREFIX = "runs/r1"
 

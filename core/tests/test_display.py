@@ -18,7 +18,7 @@ from rllm_core.evaluation import display as eval_display
 from rllm_core.evaluation.scoring import summarize as eval_summarize
 from rllm_core.evaluation.scoring import task_results
 from rllm_core.rollout import InfraFailure, RolloutBatch, RolloutEvent
-from rllm_core.training.metrics import step_metrics, summarize
+from rllm_core.run.metrics import step_metrics, summarize
 from rllm_core.types import Datum, Episode, Step, Task, Termination, Trajectory
 
 ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rllm_core.plugins import get_plugin_manager
 from rllm_core.ports import ParallelSettings
-from rllm_core.training.components import prepare_plan
+from rllm_core.run.components import prepare_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "scaling.md"

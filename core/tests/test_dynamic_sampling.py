@@ -18,9 +18,9 @@ from rllm_core.plan.load import PlanError, parse_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout import RolloutBatch
 from rllm_core.rollout.dynamic import informative, sample_informative
+from rllm_core.run.components import Components
+from rllm_core.run.folder import RunFolder
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
-from rllm_core.training.components import Components
-from rllm_core.training.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination
 

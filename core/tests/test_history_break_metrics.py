@@ -8,7 +8,7 @@ from rllm_core.algorithms import (
     HISTORY_BREAKS_KEY,
     count_history_breaks,
 )
-from rllm_core.training.metrics import rollout_metrics
+from rllm_core.run.metrics import rollout_metrics
 from rllm_core.types import Episode, Trace, TraceRecord
 
 

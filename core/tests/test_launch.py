@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rllm_core.training.launch import (
+from rllm_core.run.launch import (
     LAUNCH_DIR_ENV,
     DistributedEnv,
     WorldSizeMismatch,
@@ -94,7 +94,7 @@ sys.exit(0 if rank0.wait() == 0 else 1)
 # Rank 0: reports its pid and exit code the way `rllm-core run` does under the launcher.
 FAKE_RANK0 = """
 import signal, sys, time
-from rllm_core.training.launch import report_rank0
+from rllm_core.run.launch import report_rank0
 def stop(signum, frame):
     sys.exit({signal.SIGINT: 130, signal.SIGTERM: 143}[signum])
 signal.signal(signal.SIGINT, stop)
@@ -108,7 +108,7 @@ with report_rank0():
 
 DRIVER = """
 import sys
-from rllm_core.training.launch import launch
+from rllm_core.run.launch import launch
 sys.exit(launch(2, ["run"], argv=[sys.executable, *sys.argv[1:]]))
 """
 
@@ -148,7 +148,7 @@ def test_a_signal_before_rank0_started_stops_the_launcher(tmp_path):
 
 
 def test_report_rank0_writes_nothing_without_the_launcher(tmp_path):
-    script = "from rllm_core.training.launch import report_rank0\nwith report_rank0(): pass"
+    script = "from rllm_core.run.launch import report_rank0\nwith report_rank0(): pass"
     env = {k: v for k, v in os.environ.items() if k != LAUNCH_DIR_ENV}
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, timeout=30)
     assert done.returncode == 0
@@ -361,8 +361,8 @@ def test_a_resume_may_change_the_world_size_and_nothing_else_of_parallel():
 def test_a_process_that_only_samples_builds_its_trainer_for_one_process(ranks, tmp_path):
     code = (
         "from pathlib import Path\n"
-        "from rllm_core.training.components import prepare_plan\n"
-        "from rllm_core.training.launch import in_one_process\n"
+        "from rllm_core.run.components import prepare_plan\n"
+        "from rllm_core.run.launch import in_one_process\n"
         "resolved = prepare_plan('plan.toml', (), run_dir=Path('run'))\n"
         "alone = in_one_process(resolved)\n"
         "print(resolved.get('[trainer]').config.parallel.world_size,"

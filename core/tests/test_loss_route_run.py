@@ -27,14 +27,14 @@ from rllm_core.plan.load import parse_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.ports import LossRouting
 from rllm_core.rollout.policy_sync import PolicySync
+from rllm_core.run.components import Components
+from rllm_core.run.folder import RunFolder
+from rllm_core.run.state import DataOrder
 from rllm_core.storage.memory_objects import MemoryObjectStore
-from rllm_core.training.components import Components
-from rllm_core.training.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.training.pipeline import Ticket
 from rllm_core.training.roles import TrainerRole
 from rllm_core.training.shared import SharedRun
-from rllm_core.training.state import DataOrder
 from rllm_core.training.update import merge_pass_metrics
 from rllm_core.types import ExportedWeights
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from reference.metrics_lines import empty_step_metrics
-from rllm_core.training.metrics import memory_metrics
+from rllm_core.run.metrics import memory_metrics
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

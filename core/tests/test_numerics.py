@@ -11,7 +11,7 @@ from rllm_core.numerics import (
     inherited_environment,
     prepare_environment,
 )
-from rllm_core.training.folder import RunFolder
+from rllm_core.run.folder import RunFolder
 
 
 class Reporting:

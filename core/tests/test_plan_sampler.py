@@ -12,7 +12,7 @@ from rllm_core import ComponentSpec, hookimpl
 from rllm_core.errors import PlanError, UpstreamError
 from rllm_core.ports import PolicyFollower
 from rllm_core.rollout.policy_sync import PolicySync
-from rllm_core.training.components import BuildError, build_components
+from rllm_core.run.components import BuildError, build_components
 from rllm_core.types import ExportedWeights, SampleRequest, SampleResult
 
 

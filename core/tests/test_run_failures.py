@@ -30,13 +30,13 @@ from rllm_core.rollout import (
     check_failures,
 )
 from rllm_core.rollout.gateway_address import GatewayBindError, check_gateway_address
-from rllm_core.training.components import (
+from rllm_core.run.components import (
     BuildError,
     Components,
     build_components,
     prepare_plan,
 )
-from rllm_core.training.folder import RunFolder
+from rllm_core.run.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.types import Episode, Task, Termination
 

@@ -23,8 +23,8 @@ from rllm_core.plan.resolve import resolve_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.plugins.specs import Kind
 from rllm_core.rollout import TooManyFailedRollouts
-from rllm_core.training.components import Components, build_components, prepare_plan
-from rllm_core.training.folder import RunFolder
+from rllm_core.run.components import Components, build_components, prepare_plan
+from rllm_core.run.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
 from rllm_core.types import RunStatus
 

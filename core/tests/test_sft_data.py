@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from reference.toy_renderer import ToyChatRenderer
-from rllm_core.training.sft.data import DataError, TokenExample, chat_example, load_examples
-from rllm_core.training.sft.tokens import supervised_datum, tokenize
+from rllm_core.sft.data import DataError, TokenExample, chat_example, load_examples
+from rllm_core.sft.tokens import supervised_datum, tokenize
 from rllm_core.types import Message
 
 FIELDS = {"messages_field": "messages", "tools_field": "tools"}

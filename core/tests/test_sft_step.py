@@ -4,6 +4,7 @@ dispatch to a backend's own supervised path, held-out NLL, and the batches of ea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -11,10 +12,10 @@ import pytest
 import torch
 from rllm_core.algorithms.nll import nll_objective
 from rllm_core.ports import SupervisedTrainer, TrainerBackend
-from rllm_core.training.sft.batches import batch_datums, epoch_batches, split_eval, steps_per_epoch
-from rllm_core.training.sft.data import TokenExample
-from rllm_core.training.sft.step import eval_nll, supervised_forward_backward
-from rllm_core.training.sft.tokens import supervised_datum
+from rllm_core.sft.batches import batch_datums, epoch_batches, split_eval, steps_per_epoch
+from rllm_core.sft.data import TokenExample
+from rllm_core.sft.step import eval_nll, supervised_forward_backward
+from rllm_core.sft.tokens import supervised_datum
 
 VOCAB = 7
 
@@ -218,8 +219,8 @@ def run_loop(tmp_path, backend, **sft):
     from rllm_core.cli.sft_display import SftDisplay
     from rllm_core.plan import ResolvedPlan
     from rllm_core.plan.schema import Plan
-    from rllm_core.training.folder import RunFolder
-    from rllm_core.training.sft.loop import SftLoop
+    from rllm_core.run.folder import RunFolder
+    from rllm_core.sft.loop import SftLoop
 
     plan = Plan.model_validate({"run": {"save_every": 2}, "sft": {"data": "x", **sft}})
     folder = RunFolder.create(tmp_path, "sft")
@@ -240,7 +241,7 @@ def run_loop(tmp_path, backend, **sft):
 def test_the_loop_writes_a_line_per_step_checkpoints_and_a_summary(tmp_path):
     backend = BigramBackend()
     loop, folder, out = run_loop(tmp_path, backend, epochs=3, batch_size=2, eval_every=4)
-    result = loop.run()
+    result = asyncio.run(loop.run())
     assert (result.status, result.exit_code, result.step) == ("finished", 0, 6)
     lines = folder.read_jsonl(folder.metrics)
     assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
@@ -255,12 +256,12 @@ def test_the_loop_writes_a_line_per_step_checkpoints_and_a_summary(tmp_path):
 
 
 def test_held_out_examples_need_a_backend_that_scores_them(tmp_path):
-    from rllm_core.training.loop import ResumeError
+    from rllm_core.run.lifecycle import ResumeError
 
     class Blind(BigramBackend):
         compute_logprobs = None  # type: ignore[assignment]
 
     loop, folder, _ = run_loop(tmp_path, Blind(), eval_fraction=0.5)
     with pytest.raises(ResumeError, match=r"\[sft\]\.eval_fraction: .*no LogprobScorer"):
-        loop.run()
+        asyncio.run(loop.run())
     assert not folder.metrics.exists()

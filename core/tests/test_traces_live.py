@@ -12,8 +12,8 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 from rllm_core.cli import main
+from rllm_core.run.folder import RunFolder
 from rllm_core.testing.suites.storage import expected_prompts, make_trace_chain
-from rllm_core.training.folder import RunFolder
 
 deltachain = pytest.importorskip("rllm_trace_store_deltachain.store")
 

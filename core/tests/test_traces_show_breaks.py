@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from reference.history_breaks import summarized_conversation
 from rllm_core.cli import main
-from rllm_core.training.folder import RunFolder
+from rllm_core.run.folder import RunFolder
 
 deltachain = pytest.importorskip("rllm_trace_store_deltachain.store")
 

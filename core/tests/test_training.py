@@ -15,12 +15,12 @@ from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout import SessionKey
-from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from rllm_core.training.components import Components
-from rllm_core.training.folder import RunFolder, folder_name
+from rllm_core.run.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from rllm_core.run.components import Components
+from rllm_core.run.folder import RunFolder, folder_name
+from rllm_core.run.metrics import reward_stats, summarize
+from rllm_core.run.state import DataOrder, LoopState, capture_rngs, restore_rngs
 from rllm_core.training.loop import TrainingLoop
-from rllm_core.training.metrics import reward_stats, summarize
-from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs
 
 
 def test_folder_name_is_safe_and_unique(tmp_path):

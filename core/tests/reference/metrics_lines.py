@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm_core.training.metrics import step_metrics
+from rllm_core.run.metrics import step_metrics
 
 
 def empty_step_metrics(*, step: int, rollout_s: float, **timings: Any) -> dict:

@@ -17,7 +17,7 @@ from rllm_core.cli.preflight import check_gateway, resolve_or_exit
 from rllm_core.cli.run_cmd import JSON_HELP, print_summary_json, stdout_to_stderr
 from rllm_core.docs_site import docs_page
 from rllm_core.errors import PlanError
-from rllm_core.training.launch import in_one_process
+from rllm_core.run.launch import in_one_process
 
 
 @click.command(name="eval", epilog=f"\b\nGuide: {docs_page('running')}")
@@ -70,8 +70,8 @@ def eval_(
     from rllm_core.evaluation import CheckpointNotFound, EvalFolder, checkpoint_state_dir
     from rllm_core.numerics import conditions, prepare_environment
     from rllm_core.plan.load import load_plan
-    from rllm_core.training.components import BuildError, build_components
-    from rllm_core.training.runlog import RunLog
+    from rllm_core.run.components import BuildError, build_components
+    from rllm_core.run.runlog import RunLog
 
     if temperature is not None:
         overrides = (*overrides, f"sampling.temperature={temperature!r}")

@@ -30,7 +30,7 @@ from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.findings import Findings, find_problems
 from rllm_core.plan.schema import ComponentRef, Plan
 from rllm_core.reference import toml_literal
-from rllm_core.training.components import prepare_plan
+from rllm_core.run.components import prepare_plan
 
 SET_HELP = "Override a plan key: section.key=value (value parsed as TOML). Repeatable."
 

@@ -33,7 +33,7 @@ SUGGESTED: dict[str, tuple[Kind, str]] = {
 def missing_components(resolved: ResolvedPlan, *, training: bool = True) -> list[PlanIssue]:
     """One issue per component a run (``training``) or an evaluation needs and the plan does
     not select."""
-    from rllm_core.training.components import SAMPLING_COMPONENTS, TRAINING_COMPONENTS
+    from rllm_core.run.components import SAMPLING_COMPONENTS, TRAINING_COMPONENTS
 
     needed = TRAINING_COMPONENTS if training else SAMPLING_COMPONENTS
     what = "a run" if training else "an evaluation"
@@ -62,9 +62,9 @@ def resolve_or_exit(
     plan_path: Path, overrides: tuple[str, ...], run_dir: Path, *, training: bool = True
 ) -> ResolvedPlan:
     """The plan prepared for a run in ``run_dir``
-    (:func:`~rllm_core.training.components.prepare_plan`), or exit 2 with every plan problem,
+    (:func:`~rllm_core.run.components.prepare_plan`), or exit 2 with every plan problem,
     an uncached model or the components the command needs and the plan lacks."""
-    from rllm_core.training.components import prepare_plan
+    from rllm_core.run.components import prepare_plan
 
     try:
         resolved = prepare_plan(plan_path, overrides, run_dir=run_dir, download=True)

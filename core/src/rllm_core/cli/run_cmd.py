@@ -74,7 +74,7 @@ def _comparable(data: dict, folder_name: str) -> dict:
     ``trainer.parallel.world_size`` (a checkpoint of several processes loads at any world size)
     may differ, and store and logger paths the run put in its folder may spell that folder
     differently (a relative path at the start, an absolute one to ``--resume``)."""
-    from rllm_core.training.components import LOGS_FOLDER, STORE_SECTIONS
+    from rllm_core.run.components import LOGS_FOLDER, STORE_SECTIONS
 
     plan = dict(data["plan"])
     plan["run"] = {k: v for k, v in plan.get("run", {}).items() if k != "steps"}
@@ -151,7 +151,7 @@ def run(
 
     With ``[trainer].parallel.world_size`` above 1 it starts that many processes through
     ``torchrun`` (or is one of them)."""
-    from rllm_core.training.launch import distributed_env, report_rank0
+    from rllm_core.run.launch import distributed_env, report_rank0
 
     try:
         group = distributed_env()
@@ -198,10 +198,10 @@ def _run(
 ) -> None:
     from rllm_core.cli.run_display import make_display
     from rllm_core.rollout.gateway_address import GatewayBindError
-    from rllm_core.training.components import BuildError, build_components
-    from rllm_core.training.folder import RunFolder
-    from rllm_core.training.loop import ResumeError
-    from rllm_core.training.runlog import RunLog
+    from rllm_core.run.components import BuildError, build_components
+    from rllm_core.run.folder import RunFolder
+    from rllm_core.run.lifecycle import ResumeError
+    from rllm_core.run.runlog import RunLog
 
     # With --json, stdout is kept for the summary object: everything else goes to stderr.
     console = Console(highlight=False, stderr=as_json)
@@ -349,6 +349,7 @@ def _make_loop(role: str, **kwargs: Any) -> Any:
     components = kwargs["components"]
     shared = SharedRun(components.object_store, kwargs["resolved"].plan.run.name)
     role_class = SamplerRole if role == "sampler" else TrainerRole
+    kwargs.pop("resume")  # refused above: a role continues from the object store
     return role_class(shared=shared, **kwargs)
 
 
@@ -393,7 +394,7 @@ def _place(resolved: Any, role: str, group: Any, launch_args: list[str] | None) 
     Under torchrun the world sizes must agree. Otherwise, with a world size above 1 and
     ``launch_args``, this process becomes the launcher of the ranks and exits with rank 0's
     code. A sampler role always runs alone: its trainer is built with a world size of 1."""
-    from rllm_core.training.launch import (
+    from rllm_core.run.launch import (
         WorldSizeMismatch,
         check_world_size,
         in_one_process,
@@ -436,7 +437,7 @@ def _follow(plan_path: Path, overrides: tuple[str, ...], group: Any) -> None:
     import inspect
     import signal
 
-    from rllm_core.training.components import BuildError
+    from rllm_core.run.components import BuildError
 
     resolved = resolve_or_exit(plan_path, overrides, Path("<run folder>"))
     _place(resolved, "both", group, None)

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rllm_core.rollout import RolloutEvent
-from rllm_core.training.metrics import reward_stats
+from rllm_core.run.metrics import reward_stats
 
 __all__ = ["LiveDisplay", "PlainDisplay", "QuietDisplay", "make_display", "step_line"]
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -45,13 +46,13 @@ def sft(
     Trains on the assistant tokens of chat examples (or of a run's episodes) with the plan's
     [trainer] and [renderer], writing a run folder as `rllm-core run` does."""
     from rllm_core.cli.sft_display import SftDisplay
-    from rllm_core.training.components import BuildError
-    from rllm_core.training.folder import RunFolder
-    from rllm_core.training.loop import ResumeError
-    from rllm_core.training.runlog import RunLog
-    from rllm_core.training.sft.data import DataError
-    from rllm_core.training.sft.loop import SftLoop
-    from rllm_core.training.sft.prepare import fills_total_steps, load_sft_data
+    from rllm_core.run.components import BuildError, fills_total_steps
+    from rllm_core.run.folder import RunFolder
+    from rllm_core.run.lifecycle import ResumeError
+    from rllm_core.run.runlog import RunLog
+    from rllm_core.sft.data import DataError
+    from rllm_core.sft.loop import SftLoop
+    from rllm_core.sft.prepare import load_sft_data
 
     # With --json, stdout is kept for the summary object: everything else goes to stderr.
     console = Console(highlight=False, stderr=as_json)
@@ -137,7 +138,7 @@ def sft(
                 resume=resume is not None,
             )
             try:
-                result = loop.run()
+                result = asyncio.run(loop.run())
             except ResumeError as exc:
                 fail(str(exc), EXIT_USAGE)
             except Exception as exc:
@@ -169,7 +170,7 @@ def _exists(path: Path) -> bool:
 
 def _resolve(plan_path: Path, overrides: tuple[str, ...], run_dir: Path) -> Any:
     """The plan prepared for an SFT run in ``run_dir``, or exit 2 naming every problem."""
-    from rllm_core.training.components import prepare_plan
+    from rllm_core.run.components import prepare_plan
 
     try:
         resolved = prepare_plan(plan_path, overrides, run_dir=run_dir, download=True)
@@ -194,7 +195,7 @@ def _resolve(plan_path: Path, overrides: tuple[str, ...], run_dir: Path) -> Any:
 
 
 def _build(resolved: Any, where: str, display: Any = None) -> Any:
-    from rllm_core.training.components import BuildError
+    from rllm_core.run.components import BuildError
 
     component = resolved.get(where)
     try:

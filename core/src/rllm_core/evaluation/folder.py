@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm_core.evaluation.scoring import TaskResult
-from rllm_core.training.folder import RunFolder, write_json
+from rllm_core.run.folder import RunFolder, write_json
 
 __all__ = ["EvalFolder"]
 

@@ -27,8 +27,8 @@ from rllm_core.rollout import (
     failure_report,
 )
 from rllm_core.rollout.context import open_rollouts, rollout_settings
-from rllm_core.training.checkpoints import TRAINER_DIR
-from rllm_core.training.components import Components
+from rllm_core.run.checkpoints import TRAINER_DIR
+from rllm_core.run.components import Components
 from rllm_core.types import Task
 
 __all__ = ["CheckpointNotFound", "EvalResult", "Evaluation", "checkpoint_state_dir"]

@@ -23,7 +23,7 @@ from rllm_core.inspection.errors import InspectionError
 from rllm_core.inspection.runs import component_of
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import ComponentSpec, Kind, LazyFactory
-from rllm_core.training.folder import RunFolder
+from rllm_core.run.folder import RunFolder
 from rllm_core.types import Trace
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The scored episodes of a run folder (``episodes.jsonl``): listing them and finding one by id.
 
-A record is what :func:`rllm_core.training.metrics.episode_record` wrote: ``episode_id``,
+A record is what :func:`rllm_core.run.metrics.episode_record` wrote: ``episode_id``,
 ``session_id``, ``task_id``, ``step``, ``reward``, ``termination``, ``signals``,
 ``completion_tokens`` and ``trajectories`` (each ``{lineage_id, trace_ids}``).
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rllm_core.inspection.errors import InspectionError
-from rllm_core.training.folder import RunFolder
+from rllm_core.run.folder import RunFolder
 
 __all__ = ["episode_row", "find_episode", "read_episodes", "run_prefix", "turn_count"]
 

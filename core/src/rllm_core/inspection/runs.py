@@ -1,7 +1,7 @@
 """What a run folder says about its run: status, progress, rewards, tokens, checkpoints,
 components and plots (``rllm-core runs show`` and ``runs list``).
 
-Everything is read from the files the run writes (see :mod:`rllm_core.training.folder`);
+Everything is read from the files the run writes (see :mod:`rllm_core.run.folder`);
 nothing is built and no plugin is loaded, so a folder can be inspected while its run is going
 and on a machine without the run's plugins.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rllm_core.inspection.errors import InspectionError
-from rllm_core.training.folder import RunFolder
-from rllm_core.training.metrics import sft_summary, summarize
+from rllm_core.run.folder import RunFolder
+from rllm_core.run.metrics import sft_summary, summarize
 
 __all__ = [
     "RUNNING_OR_CRASHED",

@@ -41,7 +41,7 @@ from rllm_core.rollout.settings import RolloutSettings
 from rllm_core.types import SamplingParams
 
 if TYPE_CHECKING:
-    from rllm_core.training.components import Components
+    from rllm_core.run.components import Components
 
 __all__ = ["RolloutContext", "open_rollouts", "rollout_settings"]
 

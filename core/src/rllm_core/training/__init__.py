@@ -1,22 +1,10 @@
-"""The training loop behind ``rllm-core run`` (``docs/running.md``).
+"""The RL pipeline behind ``rllm-core run`` (``docs/running.md``), on the run lifecycle of
+:mod:`rllm_core.run`.
 
-One job per module: :mod:`.components` (plan -> built components), :mod:`.loop` (the
-steps), :mod:`.folder` (the run folder), :mod:`.metrics` (metrics and episode records),
-:mod:`.state` (data order, random generators), :mod:`.checkpoints`, :mod:`.plots` and
-:mod:`.signals`. What a run shows is the CLI's (:mod:`rllm_core.cli.run_display`); session
-seeding, policy sync and the gateway's address check are the rollout side's
-(:mod:`rllm_core.rollout`).
+One job per module: :mod:`.loop` (one process: rollouts and training), :mod:`.pipeline` (the
+producer half: tasks -> rollouts -> datums -> sample buffer and ticket), :mod:`.update` (the
+trainer half's policy update), :mod:`.roles` (a split run's sampler and trainer processes),
+:mod:`.shared` (their meeting place in an object store), :mod:`.cuts` (checkpoint cuts and
+policy releases in an object store) and :mod:`.scheduler` (a trainer started and stopped on
+demand).
 """
-
-from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from rllm_core.training.folder import RunFolder
-from rllm_core.training.state import DataOrder, LoopState
-
-__all__ = [
-    "DataOrder",
-    "LoopState",
-    "RunFolder",
-    "latest_checkpoint",
-    "load_checkpoint",
-    "save_checkpoint",
-]

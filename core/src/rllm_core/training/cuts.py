@@ -46,7 +46,7 @@ from rllm_core.errors import (
     StaleIncarnationError,
 )
 from rllm_core.ports import ObjectStore, TrainerBackend, WeightReleaser
-from rllm_core.training.state import LoopState
+from rllm_core.run.state import LoopState
 from rllm_core.types import Cut, CutTrigger, StoredFile
 
 __all__ = [

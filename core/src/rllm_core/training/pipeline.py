@@ -40,8 +40,8 @@ from rllm_core.algorithms import DatumBuilder
 from rllm_core.ports import SampleBuffer
 from rllm_core.rollout import RolloutBatch, RolloutRunner, check_failures
 from rllm_core.rollout.dynamic import sample_informative
-from rllm_core.training.metrics import episode_record, rollout_metrics
-from rllm_core.training.state import DataOrder
+from rllm_core.run.metrics import episode_record, rollout_metrics
+from rllm_core.run.state import DataOrder
 from rllm_core.types import Sample, Task
 
 __all__ = ["RolloutProducer", "StepGate", "Ticket", "TicketQueue", "group_versions"]

@@ -39,6 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from rllm_core.errors import CutError, SchedulerGaveUp
+from rllm_core.plan import ResolvedPlan
+from rllm_core.plugins.manager import PluginManager, get_plugin_manager
+from rllm_core.ports import SampleBuffer
+from rllm_core.run.components import Components
+from rllm_core.run.folder import RunFolder
+from rllm_core.run.lifecycle import Lifecycle, RunResult
+from rllm_core.run.observers import RunObservers
+from rllm_core.run.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.training.cuts import (
     latest_cut,
     load_release,
@@ -46,42 +54,93 @@ from rllm_core.training.cuts import (
     restore_cut,
     write_cut,
 )
-from rllm_core.training.folder import write_json
-from rllm_core.training.loop import RunResult, TrainingLoop
 from rllm_core.training.pipeline import Ticket
+from rllm_core.training.producer_half import ProducerHalf
 from rllm_core.training.scheduler import Controller, SchedulerSettings
 from rllm_core.training.shared import SharedRun
-from rllm_core.training.signals import StopSignals
-from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
+from rllm_core.training.trainer_half import TrainerHalf
 
 __all__ = ["ROLES", "SamplerRole", "TrainerRole"]
 
 ROLES = ("both", "sampler", "trainer")
 
-_NO_STATE = LoopState(step=0, data=DataOrder(size=1, seed=0))
-"""What a trainer that never started reports."""
-
 KEEP = 3
 """Cuts and releases kept in the store besides the newest."""
 
 
-def _require_shared_buffer(components: Any) -> None:
-    if components.sample_buffer is None:
-        raise ValueError(
-            "a split run's roles meet in the sample buffer of its [object_store]; the run"
-            " built none (prepare the plan with rllm_core.training.components.prepare_plan)"
+class _Role:
+    """What both roles hold: the plan, the components, the run folder, the shared sample
+    buffer, the observers and the run lifecycle."""
+
+    def __init__(
+        self,
+        *,
+        shared: SharedRun,
+        resolved: ResolvedPlan,
+        components: Components,
+        folder: RunFolder,
+        display: Any,
+        record_datums: bool = False,
+        run_id: str | None = None,
+        plugins: PluginManager | None = None,
+    ) -> None:
+        if components.sample_buffer is None:
+            raise ValueError(
+                "a split run's roles meet in the sample buffer of its [object_store]; the run"
+                " built none (prepare the plan with rllm_core.run.components.prepare_plan)"
+            )
+        self.shared = shared
+        self.resolved = resolved
+        self.plan = resolved.plan
+        self.c = components
+        self.folder = folder
+        self.display = display
+        self.record_datums = record_datums
+        self.run_id = run_id or folder.path.name
+        self.buffer: SampleBuffer = components.sample_buffer
+        self.observers = RunObservers(
+            loggers=components.loggers,
+            plugins=plugins if plugins is not None else get_plugin_manager(),
+            warn=display.warn,
+        )
+        self._stop = False
+
+    def _lifecycle(self, summarize: Any) -> Lifecycle:
+        return Lifecycle(
+            plan=self.plan,
+            folder=self.folder,
+            display=self.display,
+            observers=self.observers,
+            run_id=self.run_id,
+            summarize=summarize,
         )
 
 
-class SamplerRole(TrainingLoop):
+class SamplerRole(_Role):
     """The sampler side of a split run; see the module docstring."""
 
-    def __init__(self, *, shared: SharedRun, **kwargs: Any) -> None:
-        _require_shared_buffer(kwargs["components"])
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.shared = shared
+        self.tasks: list[Any] = []
         self._loaded_version = 0
         self._workdir = Path(tempfile.mkdtemp(prefix="releases-", dir=self.folder.path))
+        self._trainer_thread = TrainerHalf(
+            resolved=self.resolved,
+            components=self.c,
+            folder=self.folder,
+            display=self.display,
+            observers=self.observers,
+            buffer=self.buffer,
+        )
+        self.producer = ProducerHalf(
+            resolved=self.resolved,
+            components=self.c,
+            display=self.display,
+            buffer=self.buffer,
+            run_id=self.run_id,
+            trainer_call=self._trainer_thread.on_trainer_thread,
+        )
+        self.lifecycle = self._lifecycle(self._summarize)
 
     def _initial_state(self) -> LoopState:
         self.tasks = list(self.c.tasks.tasks("train"))
@@ -97,8 +156,13 @@ class SamplerRole(TrainingLoop):
 
     def _on_ticket(self, ticket: Ticket) -> None:
         self.shared.put_ticket(ticket)
-        super()._on_ticket(ticket)
+        self.folder.append(self.folder.queue, ticket.to_dict())
         self.display.info(f"batch {ticket.step} queued: {ticket.groups} groups")
+
+    def _on_stop(self) -> None:
+        self._stop = True
+        self.display.warn("stopping: cancelling the step in flight, then cleaning up")
+        self.producer.cancel()
 
     async def _follow_trainer(self) -> int:
         """Load the newest release when the trainer moved on; returns its trained step."""
@@ -108,7 +172,7 @@ class SamplerRole(TrainingLoop):
                 load_release, self.shared.store, self.shared.prefix, self.c.trainer, self._workdir
             )
             self._loaded_version = loaded
-            policy = self._policy_sync()
+            policy = self.producer.policy_sync()
             if policy is not None:
                 await policy()
             self.display.info(f"loaded policy version {loaded} (trainer at step {step})")
@@ -117,16 +181,23 @@ class SamplerRole(TrainingLoop):
     async def _watch(self) -> None:
         while True:
             step = await self._follow_trainer()
-            assert self._gate is not None
-            self._gate.trained(step)
+            assert self.producer.gate is not None
+            self.producer.gate.trained(step)
             await asyncio.sleep(self.plan.scheduler.poll_s)
+
+    def _summarize(self, status: str, state: LoopState) -> dict[str, Any]:
+        return {
+            "role": "sampler",
+            "last_batch": self.shared.last_step(),
+            "weight_version": self._loaded_version,
+        }
 
     async def run(self) -> RunResult:
         rollouts = contextlib.AsyncExitStack()
         try:
             state = self._initial_state()
-            runner, builder = await self._start(rollouts)
-            policy = self._policy_sync()
+            runner, builder = await self.producer.open(rollouts)
+            policy = self.producer.policy_sync()
             if policy is not None:
                 await policy()
             trained = await self._follow_trainer()
@@ -134,72 +205,85 @@ class SamplerRole(TrainingLoop):
             await rollouts.aclose()
             self.observers.close_loggers()
             raise
-        started = time.monotonic()
-        status, exit_code = "finished", 0
+        life = self.lifecycle
+        life.begin(state)
         watcher: asyncio.Task[None] | None = None
         try:
-            with StopSignals(self._on_stop, self._on_force) as signals:
-                if state.step < self.plan.run.steps:
-                    self._start_producer(state, runner, builder, trained=trained)
-                    watcher = asyncio.ensure_future(self._watch())
-                    assert self._producer_task is not None
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.wait(
-                            {self._producer_task, watcher}, return_when=asyncio.FIRST_COMPLETED
+            with life.stop_signals(self._on_stop, self.producer.cancel):
+                try:
+                    if state.step < self.plan.run.steps:
+                        self.producer.start(
+                            state,
+                            self.tasks,
+                            runner,
+                            builder,
+                            trained=trained,
+                            on_ticket=self._on_ticket,
                         )
-                    if watcher.done() and not watcher.cancelled():
-                        # A release that cannot be loaded: the gate would never open again.
-                        raise watcher.exception() or RuntimeError("the release watcher ended")
-                if signals.received is not None:
-                    status, exit_code = "interrupted", signals.exit_code
+                        watcher = asyncio.ensure_future(self._watch())
+                        assert self.producer.task is not None
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.wait(
+                                {self.producer.task, watcher},
+                                return_when=asyncio.FIRST_COMPLETED,
+                            )
+                        if watcher.done() and not watcher.cancelled():
+                            # A release that cannot be loaded: the gate would never open again.
+                            raise watcher.exception() or RuntimeError("the release watcher ended")
+                finally:
+                    if watcher is not None:
+                        watcher.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await watcher
+                    await self.producer.stop()
+                    await rollouts.aclose()
+                    self._trainer_thread.shutdown()
+                    await asyncio.to_thread(self.buffer.close)
+                failure = self.producer.queue.failure()
+                if failure is not None:
+                    raise failure
+                status = "interrupted" if life.stop_code is not None else "finished"
+                summary = life.summary(status)
+                self.display.info(
+                    f"sampler {status}: batches up to {summary['last_batch']} produced"
+                )
+                result = life.finish(status, life.stop_code or 0, summary, show=False)
+        except BaseException as exc:
+            life.crashed(exc)
+            raise
         finally:
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
-            await self._stop_producer()
-            await rollouts.aclose()
-            await asyncio.to_thread(self.buffer.close)
-        failure = self._queue.failure()
-        if failure is not None:
-            raise failure
-        summary = {
-            "status": status,
-            "role": "sampler",
-            "run_dir": str(self.folder.path),
-            "wall_s": time.monotonic() - started,
-            "last_batch": self.shared.last_step(),
-            "weight_version": self._loaded_version,
-        }
-        write_json(self.folder.summary, summary)
-        self.display.info(f"sampler {status}: batches up to {summary['last_batch']} produced")
-        self.observers.close_loggers()
-        return RunResult(
-            status=status, exit_code=exit_code, step=summary["last_batch"], summary=summary
-        )
+            life.close()
+        result.step = summary["last_batch"]
+        return result
 
 
-class TrainerRole(TrainingLoop):
+class TrainerRole(_Role):
     """The trainer side of a split run, one incarnation at a time; see the module docstring.
 
     Implements the scheduler's trainer lifecycle (``start``, ``train_round``, ``stop``).
     """
 
-    interrupts_training = False  # a round ends whole: its release and progress follow it
-
-    def __init__(self, *, shared: SharedRun, **kwargs: Any) -> None:
-        _require_shared_buffer(kwargs["components"])
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.shared = shared
         self.state: LoopState | None = None
+        # A round ends whole: its release and progress follow it.
+        self.trainer = TrainerHalf(
+            resolved=self.resolved,
+            components=self.c,
+            folder=self.folder,
+            display=self.display,
+            observers=self.observers,
+            buffer=self.buffer,
+            record_datums=self.record_datums,
+            interrupts=False,
+        )
+        self.lifecycle = self._lifecycle(self._summarize)
         self._incarnation = 0
-        self._ticket: Ticket | None = None
         self._trainer_open = True
         self._workdir = Path(tempfile.mkdtemp(prefix="cuts-", dir=self.folder.path))
         self._cut_step = -1
         self._published: int | None = None
         self._running = False
-        self._signals: StopSignals | None = None
         self._controller: Controller | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -216,11 +300,11 @@ class TrainerRole(TrainingLoop):
             self.c.trainer = await asyncio.to_thread(component.build)
             self.c.built.append(self.c.trainer)  # closed with the other components
             self._trainer_open = True
-        self.tasks = list(self.c.tasks.tasks("train"))
+        tasks = list(self.c.tasks.tasks("train"))
         ref = await asyncio.to_thread(latest_cut, self.shared.store, self.shared.prefix)
         if ref is None:
             seed_rngs(self.plan.run.seed)
-            state = LoopState(step=0, data=DataOrder(size=len(self.tasks), seed=self.plan.run.seed))
+            state = LoopState(step=0, data=DataOrder(size=len(tasks), seed=self.plan.run.seed))
         else:
             state, ref = await asyncio.to_thread(
                 restore_cut, self.shared.store, self.shared.prefix, self.c.trainer, self._workdir
@@ -232,7 +316,8 @@ class TrainerRole(TrainingLoop):
         await asyncio.to_thread(self.buffer.restore, state.buffer_watermark)
         self.folder.truncate_after(state.step)
         self.state = state
-        self._step_ended = time.monotonic()
+        self.lifecycle.state = state
+        self.trainer.step_ended = time.monotonic()
         self._running = True
 
     async def train_round(self) -> bool:
@@ -244,9 +329,9 @@ class TrainerRole(TrainingLoop):
         ticket = await asyncio.to_thread(self.shared.ticket, state.step + 1)
         if ticket is None:
             return False
-        self._ticket = ticket
         self._running = False  # until the step is through: a failure ends the incarnation
-        await self._async_step(state, None, None)  # type: ignore[arg-type]
+        self.observers.step_start(state.step + 1)
+        await self.trainer.train_ticket(state, ticket, trainer_wait_s=0.0)
         version = self.c.trainer.weight_version
         if version != self._published:
             # A step that changed no weights (no datum, or every optimizer step skipped)
@@ -304,23 +389,21 @@ class TrainerRole(TrainingLoop):
         )
         self.display.info(f"cut {ref.name} ({trigger})")
 
-    # ------------------------------------------------------------------ the loop's hooks
-
-    async def _next_ticket(self) -> Ticket | None:
-        ticket, self._ticket = self._ticket, None
-        return ticket
+    # ------------------------------------------------------------------ run
 
     def _on_stop(self) -> None:
         self._stop = True
+        self.trainer.stopping = True
         self.display.warn("stopping: the trainer cuts after the step in flight")
-        received = self._signals.received if self._signals is not None else None
+        signals = self.lifecycle.signals
+        received = signals.received if signals is not None else None
         if self._controller is not None:
             self._controller.request_stop("preempt" if received == signal.SIGTERM else "manual")
 
-    # ------------------------------------------------------------------ run
+    def _summarize(self, status: str, state: LoopState) -> dict[str, Any]:
+        return self.trainer.summarize(status, state) | {"role": "trainer"}
 
     async def run(self) -> RunResult:
-        started = time.monotonic()
         settings = SchedulerSettings.from_plan(self.plan)
         self._controller = Controller(
             lifecycle=self,
@@ -331,33 +414,28 @@ class TrainerRole(TrainingLoop):
             data_ended=self._data_ended,
             on_decision=lambda decision: self.display.info(f"scheduler: {decision}"),
         )
-        self.observers.run_start(self._run_info())
+        life = self.lifecycle
+        life.begin(life.state)
         status, exit_code, failure = "finished", 0, None
         try:
-            with StopSignals(self._on_stop, self._on_force) as signals:
-                self._signals = signals
+            with life.stop_signals(self._on_stop):
                 await self._controller.run()
-                if signals.received is not None:
-                    status, exit_code = "interrupted", signals.exit_code
+                if life.stop_code is not None:
+                    status, exit_code = "interrupted", life.stop_code
         except SchedulerGaveUp as exc:
             failure = exc
             status, exit_code = "failed", exc.exit_code
         except BaseException as exc:
-            self._crashed(
-                exc, self.state or LoopState(step=0, data=DataOrder(size=1, seed=0)), started
-            )
+            life.crashed(exc)
             raise
         finally:
-            if self._trainer_executor is not None:
-                self._trainer_executor.shutdown(wait=True)
-                self._trainer_executor = None
+            self.trainer.shutdown()
             await asyncio.to_thread(self.buffer.close)
-        state = self.state or _NO_STATE
-        summary = self._summary(status, state, started) | {"role": "trainer"}
+            life.close()
+        summary = life.summary(status)
         if failure is not None:
             summary["reason"] = str(failure)
-        self._write_summary(summary)
-        return self._ended(status, exit_code, state.step, summary, failure)
+        return life.finish(status, exit_code, summary, failure)
 
     def _backlog(self) -> int:
         """Groups waiting after the running incarnation's step or, with none running, after

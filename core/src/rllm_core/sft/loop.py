@@ -1,21 +1,23 @@
 """The SFT run: ``epochs`` passes over the training examples, one optimizer step per batch.
 
 Step ``k`` (from 0) trains batch ``k % S`` of epoch ``k // S`` (``S`` steps per epoch, see
-:mod:`~rllm_core.training.sft.batches`), so the step counter alone says where a resumed run
+:mod:`~rllm_core.sft.batches`), so the step counter alone says where a resumed run
 goes on. Each step writes one ``metrics.jsonl`` line: ``step``, ``epoch`` (from 1),
 ``train/nll``, ``train/tokens`` (trained tokens), ``train/sequences``, the optimizer's
 metrics (``train/grad_norm``, ``train/learning_rate`` ...), ``tokens/trained`` (every token of
 the step's datums), ``tokens/trained_per_s``, ``time/step_s``, ``weight_version`` and memory;
 with an eval split, ``eval/nll``, ``eval/ppl`` and ``eval/tokens`` every ``eval_every`` steps
 and at the last step. Plots (``loss.png``: train and eval NLL), loggers, lifecycle hooks,
-checkpoints (``[run].save_every`` and the end), ``summary.json`` and signals behave as in
-``rllm-core run`` (:mod:`rllm_core.training.loop`). At the end, with ``[sft].export``, the
-model is written there as a standalone folder (``export_weights(path, merge=True)``).
+checkpoints (``[run].save_every`` and the end), ``summary.json`` and signals are the run
+lifecycle's (:mod:`rllm_core.run.lifecycle`), as in ``rllm-core run``. At the end, with
+``[sft].export``, the model is written there as a standalone folder
+(``export_weights(path, merge=True)``).
 """
 
 from __future__ import annotations
 
-import signal
+import asyncio
+import concurrent.futures
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,18 +26,16 @@ from typing import Any
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import LogprobScorer, WeightExporter
-from rllm_core.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from rllm_core.training.folder import RunFolder, write_json
-from rllm_core.training.loop import ResumeError, RunResult
-from rllm_core.training.metrics import memory_metrics, sft_summary
-from rllm_core.training.observers import RunObservers
-from rllm_core.training.sft.batches import batch_datums, epoch_batches, steps_per_epoch
-from rllm_core.training.sft.data import TokenExample
-from rllm_core.training.sft.plots import write_sft_plots
-from rllm_core.training.sft.step import eval_nll, supervised_forward_backward
-from rllm_core.training.signals import EXIT_CODES
-from rllm_core.training.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
-from rllm_core.types import RunInfo, RunStatus
+from rllm_core.run.checkpoints import save_checkpoint
+from rllm_core.run.folder import RunFolder
+from rllm_core.run.lifecycle import Lifecycle, ResumeError, RunResult, fresh_or_resumed
+from rllm_core.run.metrics import memory_metrics, sft_summary
+from rllm_core.run.observers import RunObservers
+from rllm_core.run.state import LoopState, capture_rngs
+from rllm_core.sft.batches import batch_datums, epoch_batches, steps_per_epoch
+from rllm_core.sft.data import TokenExample
+from rllm_core.sft.plots import write_sft_plots
+from rllm_core.sft.step import eval_nll, supervised_forward_backward
 
 __all__ = ["SftLoop"]
 
@@ -68,11 +68,20 @@ class SftLoop:
         self.per_epoch = steps_per_epoch(len(self.train), self.sft.batch_size)
         self.total_steps = self.per_epoch * self.sft.epochs
         self._batches: dict[int, list[list[int]]] = {}
-        self._received: int | None = None
+        self._stop = False
         self.observers = RunObservers(
             loggers=loggers,
             plugins=plugins if plugins is not None else get_plugin_manager(),
             warn=display.warn,
+        )
+        self.lifecycle = Lifecycle(
+            plan=self.plan,
+            folder=folder,
+            display=display,
+            observers=self.observers,
+            run_id=folder.path.name,
+            summarize=self._summary,
+            save=self._save,
         )
 
     def _initial_state(self) -> LoopState:
@@ -82,27 +91,17 @@ class SftLoop:
                 f"[sft].{key}: the trainer backend computes no logprobs (no LogprobScorer), so"
                 " held-out examples cannot be scored; remove the key"
             )
-        seed_rngs(self.plan.run.seed)
-        fresh = LoopState(step=0, data=DataOrder(size=len(self.train), seed=self.plan.run.seed))
-        if not self.resume:
-            return fresh
-        checkpoint = latest_checkpoint(self.folder.checkpoints)
-        if checkpoint is None:
-            raise ResumeError(
-                f"{self.folder.path} has no complete checkpoint to resume from; start a new run"
-                " (without --resume)"
-            )
-        state = load_checkpoint(checkpoint, self.trainer)
-        if state.data.size != len(self.train):
-            raise ResumeError(
-                f"the training data holds {len(self.train)} examples but the run was started"
-                f" with {state.data.size}; resume with the same [sft] data"
-            )
-        restore_rngs(state.rngs)
-        self.folder.truncate_after(state.step)
-        self.display.info(f"resumed from {checkpoint} (step {state.step})")
-        self.observers.event("resume", {"step": state.step, "checkpoint": str(checkpoint)})
-        return state
+        return fresh_or_resumed(
+            self.folder,
+            self.trainer,
+            size=len(self.train),
+            seed=self.plan.run.seed,
+            resume=self.resume,
+            what=f"the training data holds {len(self.train)} examples",
+            again="resume with the same [sft] data",
+            display=self.display,
+            observers=self.observers,
+        )
 
     def _batch(self, step: int) -> list[TokenExample]:
         """The examples of step ``step`` (from 0)."""
@@ -115,58 +114,40 @@ class SftLoop:
             }
         return [self.train[i] for i in self._batches[epoch][index]]
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        if self._received is None:
-            self._received = signum
-            self.display.warn("stopping after the current step")
+    def _on_stop(self) -> None:
+        self._stop = True
+        self.display.warn("stopping after the current step")
 
-    def run(self) -> RunResult:
+    async def run(self) -> RunResult:
         """Train the steps left; see the module docstring."""
         try:
             state = self._initial_state()
         except BaseException:
             self.observers.close_loggers()
             raise
-        started = time.monotonic()
-        self.observers.run_start(
-            RunInfo(
-                run_id=self.folder.path.name,
-                name=self.plan.run.name,
-                output_dir=str(self.folder.path),
-                plan=self.plan.model_dump(mode="json", exclude_none=True),
-                started_at=time.time(),
-            )
-        )
-        saved = state.step if self.resume else -1
-        previous = {s: signal.signal(s, self._on_signal) for s in EXIT_CODES}
+        life = self.lifecycle
+        life.begin(state, resumed=self.resume)
+        # One thread for every training computation, as in the RL loop: each thread that
+        # runs parallel torch work keeps its own OpenMP workers.
+        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rllm-trainer")
         try:
-            try:
-                while state.step < self.total_steps and self._received is None:
-                    self._step(state)
-                    every = self.plan.run.save_every
-                    if every and state.step % every == 0:
-                        self._checkpoint(state)
-                        saved = state.step
-            finally:
-                for signum, handler in previous.items():
-                    signal.signal(signum, handler)
-            if state.step > 0 and saved != state.step:
-                self.display.info(f"checkpoint: {self._checkpoint(state)}")
-            status = "interrupted" if self._received is not None else "finished"
+            with life.stop_signals(self._on_stop):
+                while state.step < self.total_steps and not self._stop:
+                    await asyncio.get_running_loop().run_in_executor(executor, self._step, state)
+                    life.after_step(state)
+            executor.shutdown(wait=True)
+            life.final_checkpoint(state)
+            status = "interrupted" if life.stop_code is not None else "finished"
             if status == "finished" and self.sft.export is not None:
                 self._export(self.sft.export)
-            summary = self._summary(status, state, started)
-            write_json(self.folder.summary, summary)
-            self.observers.event("summary", summary)
+            summary = life.summary(status)
         except BaseException as exc:
-            self._crashed(exc, state, started)
+            executor.shutdown(wait=True)
+            life.crashed(exc)
             raise
-        self.display.finish(summary)
-        self.observers.run_end(
-            RunStatus.INTERRUPTED if status == "interrupted" else RunStatus.COMPLETED
-        )
-        code = EXIT_CODES[signal.Signals(self._received)] if self._received is not None else 0
-        return RunResult(status=status, exit_code=code, step=state.step, summary=summary)
+        finally:
+            life.close()
+        return life.finish(status, life.stop_code or 0, summary)
 
     def _step(self, state: LoopState) -> None:
         step = state.step + 1
@@ -206,10 +187,8 @@ class SftLoop:
         datums = batch_datums(self.held_out, packing=False, max_length=None)
         return dict(eval_nll(self.trainer, datums))
 
-    def _checkpoint(self, state: LoopState) -> Path:
-        path = save_checkpoint(self.folder.checkpoints, self.trainer, state)
-        self.observers.event("checkpoint", {"step": state.step, "path": str(path)})
-        return path
+    def _save(self, state: LoopState) -> Path:
+        return save_checkpoint(self.folder.checkpoints, self.trainer, state)
 
     def _export(self, path: str) -> None:
         if not isinstance(self.trainer, WeightExporter):
@@ -221,13 +200,10 @@ class SftLoop:
         self.display.info(f"exported the trained model to {exported.path}")
         self.observers.event("export", {"path": str(exported.path)})
 
-    def _summary(self, status: str, state: LoopState, started: float) -> dict[str, Any]:
+    def _summary(self, status: str, state: LoopState) -> dict[str, Any]:
         rows = RunFolder.read_jsonl(self.folder.metrics)
         out = sft_summary(rows) | {
             "kind": "sft",
-            "status": status,
-            "run_dir": str(self.folder.path),
-            "wall_s": time.monotonic() - started,
             "last_step": state.step,
             "total_steps": self.total_steps,
             "examples": len(self.train),
@@ -237,14 +213,3 @@ class SftLoop:
         if self.sft.export is not None and status == "finished":
             out["export"] = self.sft.export
         return out
-
-    def _crashed(self, exc: BaseException, state: LoopState, started: float) -> None:
-        error = {"type": type(exc).__name__, "message": str(exc)}
-        reason = f"{error['type']}: {error['message']}" if error["message"] else error["type"]
-        self.observers.event("failure", {"step": state.step + 1, "reason": reason, "error": error})
-        try:
-            summary = self._summary("failed", state, started) | {"reason": reason, "error": error}
-            write_json(self.folder.summary, summary)
-        except Exception as problem:
-            self.display.warn(f"could not write {self.folder.summary}: {problem}")
-        self.observers.run_end(RunStatus.FAILED, exc)

@@ -26,7 +26,7 @@ from typing import Any
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import load_plan
 from rllm_core.plan.resolve import SHARED_BUFFER, resolve_plan
-from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef
+from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef, Plan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import Kind
 from rllm_core.ports import (
@@ -46,12 +46,15 @@ from rllm_core.ports import (
 
 __all__ = [
     "LOGS_FOLDER",
+    "PROVISIONAL_TOTAL_STEPS",
     "SAMPLING_COMPONENTS",
     "TRAINING_COMPONENTS",
     "BuildError",
     "Components",
     "build_components",
+    "fills_total_steps",
     "prepare_plan",
+    "provisional_total_steps",
 ]
 
 SAMPLING_COMPONENTS = ("[trainer]", "[renderer]", "[harness]", "[tasks]", "[trace_store]")
@@ -62,6 +65,9 @@ TRAINING_COMPONENTS = (*SAMPLING_COMPONENTS, "[algorithm].loss", "[algorithm].ad
 
 STORE_SECTIONS = ("trace_store", "sample_buffer", "object_store")
 """Sections whose ``path`` defaults to a folder of the same name inside the run folder."""
+
+PROVISIONAL_TOTAL_STEPS = 2**31 - 1
+"""``total_steps`` while the real length is not known yet (only the renderer is built then)."""
 
 LOGS_FOLDER = "logs"
 """The folder of the run folder where a ``[[loggers]]`` entry's ``path`` defaults to."""
@@ -143,6 +149,34 @@ def _trainer_model_dir(
         return model
 
 
+def fills_total_steps(plan: Plan, manager: PluginManager | None = None) -> bool:
+    """Whether the trainer accepts ``total_steps`` from the run (its spec's ``run_keys``)
+    and the plan leaves it unset."""
+    if plan.trainer is None or "total_steps" in plan.trainer.options:
+        return False
+    manager = manager or get_plugin_manager()
+    spec = manager.get_record(Kind.TRAINER_BACKEND, plan.trainer.name).spec
+    return "total_steps" in spec.trait("run_keys")
+
+
+def provisional_total_steps(
+    plan: Plan, manager: PluginManager, plan_path: str
+) -> tuple[ComponentRef, str] | None:
+    """The trainer with :data:`PROVISIONAL_TOTAL_STEPS` and a note saying so, when
+    :func:`fills_total_steps`; ``rllm-core sft`` resolves the plan again with the real value."""
+    if plan.trainer is None or not fills_total_steps(plan, manager):
+        return None
+    ref = ComponentRef.model_validate(
+        {"name": plan.trainer.name, **plan.trainer.options, "total_steps": PROVISIONAL_TOTAL_STEPS}
+    )
+    note = (
+        f"{plan_path}: [trainer].total_steps is unset: `rllm-core sft` sets it to the run's"
+        " optimizer steps ([sft].epochs x steps per epoch) once it has read the data; shown"
+        f" here as {PROVISIONAL_TOTAL_STEPS}"
+    )
+    return ref, note
+
+
 def prepare_plan(
     plan_path: str | Path,
     overrides: Sequence[str],
@@ -188,8 +222,6 @@ def prepare_plan(
         updates["loggers"] = loggers
     trainer = plan.trainer
     if trainer is not None and plan.is_sft:
-        from rllm_core.training.sft.prepare import provisional_total_steps
-
         filled = provisional_total_steps(plan, manager, str(plan_path))
         if filled is not None:
             trainer, note = filled
@@ -390,8 +422,9 @@ def _build(component: Any, built: dict[str, Any]) -> Any:
     """Build ``component``, handing a sample buffer that accepts the run key ``store`` the
     built ``[object_store]``."""
     store = built.get("[object_store]")
-    takes_store = "store" in component.spec.trait("run_keys")
-    if component.where == "[sample_buffer]" and store is not None and takes_store:
+    if component.where != "[sample_buffer]" or store is None:
+        return component.build()
+    if "store" in component.spec.trait("run_keys"):
         return component.spec.build(component.config.model_copy(update={"store": store}))
     return component.build()
 

@@ -258,7 +258,7 @@ def read_run_episodes(run_dir: str, *, min_reward: float | None) -> Iterator[Tok
     from rllm_core.inspection.conversation import open_trace_store
     from rllm_core.inspection.episodes import read_episodes
     from rllm_core.inspection.errors import InspectionError
-    from rllm_core.training.folder import RunFolder
+    from rllm_core.run.folder import RunFolder
 
     try:
         folder = RunFolder.existing(run_dir)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rllm_core.ports import Renderer
-from rllm_core.training.sft.data import ChatExample, TokenExample
+from rllm_core.sft.data import ChatExample, TokenExample
 from rllm_core.types import Datum
 
 __all__ = ["TokenizeReport", "supervised_datum", "tokenize"]

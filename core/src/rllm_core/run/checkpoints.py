@@ -1,5 +1,5 @@
 """Checkpoints of a run: ``checkpoints/step-N/`` holds ``trainer/`` (the backend's
-``save_state``) and ``loop.json`` (:class:`~rllm_core.training.state.LoopState`).
+``save_state``) and ``loop.json`` (:class:`~rllm_core.run.state.LoopState`).
 
 A checkpoint is written into ``step-N.partial/`` and renamed when complete, so an interrupted
 save never leaves a folder that looks finished.
@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rllm_core.training.folder import write_json
-from rllm_core.training.state import LoopState
+from rllm_core.run.folder import write_json
+from rllm_core.run.state import LoopState
 
 __all__ = ["TRAINER_DIR", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 

@@ -14,8 +14,8 @@ import random
 from collections.abc import Sequence
 from typing import TypeVar
 
-from rllm_core.training.sft.data import TokenExample
-from rllm_core.training.sft.tokens import supervised_datum
+from rllm_core.sft.data import TokenExample
+from rllm_core.sft.tokens import supervised_datum
 from rllm_core.types import Datum
 
 __all__ = ["batch_datums", "epoch_batches", "split_eval", "steps_per_epoch"]

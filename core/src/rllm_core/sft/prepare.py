@@ -5,8 +5,8 @@ When the trainer's config has ``total_steps`` and the plan leaves it unset, ``rl
 fills it with the run's optimizer steps (``epochs`` x steps per epoch), so a ``linear`` or
 ``cosine`` schedule ends with the run. The steps depend on how many examples survive
 tokenizing, so the plan is resolved once to build the renderer (``prepare_plan`` gives the
-trainer a provisional length, and ``plan check`` shows it with a note), then again with the
-real one.
+trainer a provisional length, :data:`~rllm_core.run.components.PROVISIONAL_TOTAL_STEPS`, and
+``plan check`` shows it with a note), then again with the real one.
 """
 
 from __future__ import annotations
@@ -16,29 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rllm_core.plan import ResolvedPlan
-from rllm_core.plan.schema import ComponentRef, Plan
-from rllm_core.plugins.manager import PluginManager, get_plugin_manager
-from rllm_core.plugins.specs import Kind
-from rllm_core.training.sft.batches import split_eval, steps_per_epoch
-from rllm_core.training.sft.data import (
+from rllm_core.plan.schema import Plan
+from rllm_core.sft.batches import split_eval, steps_per_epoch
+from rllm_core.sft.data import (
     ChatExample,
     DataError,
     TokenExample,
     load_examples,
     read_run_episodes,
 )
-from rllm_core.training.sft.tokens import tokenize
+from rllm_core.sft.tokens import tokenize
 
-__all__ = [
-    "PROVISIONAL_TOTAL_STEPS",
-    "SftData",
-    "fills_total_steps",
-    "load_sft_data",
-    "provisional_total_steps",
-]
-
-PROVISIONAL_TOTAL_STEPS = 2**31 - 1
-"""``total_steps`` while the real length is not known yet (only the renderer is built then)."""
+__all__ = ["SftData", "load_sft_data"]
 
 
 @dataclass
@@ -53,37 +42,9 @@ class SftData:
         return steps_per_epoch(len(self.train), plan.sft.batch_size) * plan.sft.epochs
 
 
-def fills_total_steps(plan: Plan, manager: PluginManager | None = None) -> bool:
-    """Whether the trainer accepts ``total_steps`` from the run (its spec's ``run_keys``)
-    and the plan leaves it unset."""
-    if plan.trainer is None or "total_steps" in plan.trainer.options:
-        return False
-    manager = manager or get_plugin_manager()
-    spec = manager.get_record(Kind.TRAINER_BACKEND, plan.trainer.name).spec
-    return "total_steps" in spec.trait("run_keys")
-
-
-def provisional_total_steps(
-    plan: Plan, manager: PluginManager, plan_path: str
-) -> tuple[ComponentRef, str] | None:
-    """The trainer with :data:`PROVISIONAL_TOTAL_STEPS` and a note saying so, when
-    :func:`fills_total_steps`; ``rllm-core sft`` resolves the plan again with the real value."""
-    if plan.trainer is None or not fills_total_steps(plan, manager):
-        return None
-    ref = ComponentRef.model_validate(
-        {"name": plan.trainer.name, **plan.trainer.options, "total_steps": PROVISIONAL_TOTAL_STEPS}
-    )
-    note = (
-        f"{plan_path}: [trainer].total_steps is unset: `rllm-core sft` sets it to the run's"
-        " optimizer steps ([sft].epochs x steps per epoch) once it has read the data; shown"
-        f" here as {PROVISIONAL_TOTAL_STEPS}"
-    )
-    return ref, note
-
-
 def load_sft_data(resolved: ResolvedPlan, renderer: Any) -> SftData:
     """Read, render and split the examples of ``resolved``'s ``[sft]`` section; raises
-    :class:`~rllm_core.training.sft.data.DataError` naming the key and the file."""
+    :class:`~rllm_core.sft.data.DataError` naming the key and the file."""
     sft = resolved.plan.sft
     options = {"messages_field": sft.messages_field, "tools_field": sft.tools_field}
     source: Callable[[], Sequence[ChatExample | TokenExample]]
