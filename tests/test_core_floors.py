@@ -213,3 +213,30 @@ def test_the_check_sees_an_upward_import_and_the_kit_but_not_a_type_only_one() -
         "rllm_core.kit.retry",
         "rllm_core.evaluation.runner",
     ]
+
+
+def _signal_handler_calls(source: str) -> list[int]:
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "signal"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "signal"
+    ]
+
+
+def test_only_the_run_signals_module_installs_signal_handlers() -> None:
+    """Every handler goes through ``rllm_core.run.signals`` (the lifecycle's stop signals and
+    its ``handled`` block), so no loop can stop differently from the others."""
+    found = [
+        f"{path.relative_to(CORE.parent)}:{line}"
+        for path in sorted(CORE.rglob("*.py"))
+        if path != CORE / "run" / "signals.py"
+        for line in _signal_handler_calls(path.read_text())
+    ]
+    assert found == [], "signal handlers installed outside rllm_core.run.signals: " + ", ".join(
+        found
+    )
+    assert _signal_handler_calls("import signal\nsignal.signal(signal.SIGINT, print)\n") == [2]

@@ -203,6 +203,7 @@ def serve(
     import signal
 
     from rllm_core.gateway.server import Gateway, is_loopback, log_events
+    from rllm_core.run.signals import handled
     from rllm_core.types import SamplingParams
 
     if no_auth and not is_loopback(host):
@@ -283,9 +284,9 @@ def serve(
     gc.set_threshold(100_000, 50, 100)
     # uvicorn re-raises the signal that stopped it once it has shut down; make SIGTERM end the
     # process through the normal exit path (closing the trace store) instead of killing it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        runner(server.serve(ready))
+        with handled(lambda *_: sys.exit(0), (signal.SIGTERM,)):
+            runner(server.serve(ready))
     except KeyboardInterrupt:
         pass
     except OSError as exc:

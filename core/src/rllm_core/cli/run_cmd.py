@@ -455,12 +455,10 @@ def _follow(plan_path: Path, overrides: tuple[str, ...], group: Any) -> None:
         _check_parallel(trainer, resolved, group)
         # Rank 0 decides when the run stops, and stops it with the ranks' help (its last
         # checkpoint is collective): a signal torchrun passes to every rank is rank 0's alone.
-        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        from rllm_core.run.signals import handled
+
+        with handled(signal.SIG_IGN):
             trainer.follow()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
     except Exception as exc:
         fail(f"rank {group.rank}: following rank 0 failed: {type(exc).__name__}: {exc}")
     finally:

@@ -27,6 +27,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from rllm_core.run.signals import handled
+
 __all__ = [
     "LAUNCH_DIR_ENV",
     "DistributedEnv",
@@ -156,12 +158,8 @@ def launch(
             if child.poll() is None:
                 child.send_signal(signum)
 
-        previous = {signum: signal.signal(signum, forward) for signum in _SIGNAL_CODES}
-        try:
+        with handled(forward, tuple(_SIGNAL_CODES)):
             returncode = child.wait()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
         code = _read_int(Path(folder) / EXIT_FILE)
     if code is not None:
         return code

@@ -1,12 +1,18 @@
-"""SIGINT / SIGTERM during a run: ask the loop to stop instead of dying mid-write."""
+"""SIGINT / SIGTERM during a run: ask the loop to stop instead of dying mid-write.
+
+Every handler the core installs goes through this module: :class:`StopSignals` on a run's
+event loop (the run lifecycle's), :func:`handled` around a blocking call (the launcher that
+forwards signals to torchrun, a follower rank that leaves them to rank 0, the gateway)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
-__all__ = ["EXIT_CODES", "StopSignals"]
+__all__ = ["EXIT_CODES", "StopSignals", "handled"]
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 """The exit code of a run stopped by each signal (128 + the signal number)."""
@@ -48,3 +54,17 @@ class StopSignals:
     def exit_code(self) -> int:
         """130 after SIGINT, 143 after SIGTERM, 0 when none arrived."""
         return EXIT_CODES[self.received] if self.received is not None else 0
+
+
+@contextlib.contextmanager
+def handled(
+    handler: Any, signals: tuple[signal.Signals, ...] = tuple(EXIT_CODES)
+) -> Iterator[None]:
+    """``handler`` (a ``signal.signal`` handler, or ``signal.SIG_IGN``) for ``signals`` while
+    the block runs; the previous handlers come back after it."""
+    previous = {signum: signal.signal(signum, handler) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
