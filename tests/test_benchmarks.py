@@ -36,21 +36,33 @@ def _load(name: str) -> ModuleType:
     return module
 
 
+def _run(
+    script: str, *args: str | Path, timeout: int = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _answers_help(script: str, *options: str) -> None:
+    stdout = _run(script, "--help").stdout
+    for option in options:
+        assert option in stdout
+
+
 @pytest.fixture(scope="module")
 def remote_fake() -> ModuleType:
     return _load("remote_fake")
 
 
 def test_async_pipeline_script_answers_help() -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "async_pipeline.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--cases", "--steps", "--ages", "--output-dir"):
-        assert option in result.stdout
+    _answers_help("async_pipeline.py", "--json", "--cases", "--steps", "--ages", "--output-dir")
 
 
 def test_remote_fake_registers_a_backend_that_publishes_weights(
@@ -158,13 +170,7 @@ def test_remote_fake_state_round_trips(
 
 
 def test_scheduler_sim_prints_every_policy_and_loses_no_group() -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "scheduler_sim.py"), "--hours", "6", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    result = _run("scheduler_sim.py", "--hours", "6", "--json")
     policies = json.loads(result.stdout)["policies"]
     assert list(policies) == ["always-on", "s1-separate", "s1-convert"]
     for figures in policies.values():
@@ -175,14 +181,14 @@ def test_scheduler_sim_prints_every_policy_and_loses_no_group() -> None:
 
 
 def test_buffer_benchmark_measures_every_buffer_at_a_tiny_size(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "buffer.py"), "--quick", "--no-s3", "--json"],
-        capture_output=True,
-        text=True,
+    result = _run(
+        "buffer.py",
+        "--quick",
+        "--no-s3",
+        "--json",
         timeout=120,
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
-    assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout)
     buffers = ["file, fsync", "file, no fsync", "object/file"]
     assert [(r["buffer"], r["samples_per_append"]) for r in figures["appends"]] == [
@@ -201,20 +207,9 @@ def test_buffer_benchmark_measures_every_buffer_at_a_tiny_size(tmp_path: Path) -
 def test_shell_sft_rl_transcripts_solve_every_train_task(tmp_path: Path) -> None:
     testing = pytest.importorskip("rllm_sandbox_backend_local.testing")
     testing.require_bubblewrap()
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "shell_sft_rl.py"),
-            "--transcripts-only",
-            "--json",
-            "--output-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = _run(
+        "shell_sft_rl.py", "--transcripts-only", "--json", "--output-dir", tmp_path, timeout=120
     )
-    assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout)
     train, held_out = figures["train_tasks"], figures["held_out_tasks"]
     shipped = sorted(p.name for p in (ROOT / "examples/tasks/shell").iterdir() if p.is_dir())
@@ -237,15 +232,9 @@ def test_shell_sft_rl_transcripts_solve_every_train_task(tmp_path: Path) -> None
 
 
 def test_sft_benchmark_answers_help() -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "sft.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    _answers_help(
+        "sft.py", "--json", "--output-dir", "--no-baseline", "--epochs", "--learning-rate"
     )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--output-dir", "--no-baseline", "--epochs", "--learning-rate"):
-        assert option in result.stdout
 
 
 def test_sft_benchmark_transcripts_answer_every_train_task_as_the_reward_wants(
@@ -271,20 +260,8 @@ def test_sft_benchmark_transcripts_answer_every_train_task_as_the_reward_wants(
 
 
 def test_vllm_cpu_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
-    script = str(BENCHMARKS / "vllm_cpu.py")
-    result = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--steps", "--modes", "--dry-run", "--output-dir"):
-        assert option in result.stdout
-    result = subprocess.run(
-        [sys.executable, script, "--dry-run", "--steps", "3", "--output-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    _answers_help("vllm_cpu.py", "--json", "--steps", "--modes", "--dry-run", "--output-dir")
+    result = _run("vllm_cpu.py", "--dry-run", "--steps", "3", "--output-dir", tmp_path)
     commands = [line for line in result.stdout.splitlines() if "rllm-core run" in line]
     assert len(commands) == 4  # lora and full, each with the torch and the vLLM sampler
     assert all("run.steps=3" in line for line in commands)
@@ -294,20 +271,10 @@ def test_vllm_cpu_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Pa
 
 
 def test_filter_groups_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
-    script = str(BENCHMARKS / "filter_groups.py")
-    result = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    _answers_help(
+        "filter_groups.py", "--json", "--steps", "--max-sample-batches", "--dry-run", "--output-dir"
     )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--steps", "--max-sample-batches", "--dry-run", "--output-dir"):
-        assert option in result.stdout
-    result = subprocess.run(
-        [sys.executable, script, "--dry-run", "--steps", "3", "--output-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    result = _run("filter_groups.py", "--dry-run", "--steps", "3", "--output-dir", tmp_path)
     commands = result.stdout.splitlines()
     assert len(commands) == 2
     assert all("run.steps=3" in line and "rllm-core run" in line for line in commands)
@@ -318,23 +285,14 @@ def test_filter_groups_benchmark_answers_help_and_dry_run_starts_nothing(tmp_pat
 
 
 def test_agent_quickstart_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
-    script = str(BENCHMARKS / "agent_quickstart.py")
-    result = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    _answers_help(
+        "agent_quickstart.py",
+        *("--json", "--seeds", "--modes", "--attempts", "--dry-run", "--output-dir"),
     )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--seeds", "--modes", "--attempts", "--dry-run", "--output-dir"):
-        assert option in result.stdout
-    result = subprocess.run(
-        [
-            sys.executable, script, "--dry-run", "--seeds", "0", "1", "--modes", "none",
-            "zero-variance", "--output-dir", str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = _run(
+        "agent_quickstart.py", "--dry-run", "--seeds", "0", "1", "--modes", "none",
+        "zero-variance", "--output-dir", tmp_path,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
     commands = result.stdout.splitlines()
     # Every seed runs the first mode; the other modes run for the first seed only.
     assert [line.split()[1] for line in commands] == ["eval", "sft", "eval", *["run"] * 3]
@@ -347,20 +305,10 @@ def test_agent_quickstart_benchmark_answers_help_and_dry_run_starts_nothing(tmp_
 
 
 def test_mini_swe_agent_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
-    script = str(BENCHMARKS / "mini_swe_agent.py")
-    result = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
+    _answers_help("mini_swe_agent.py", "--json", "--steps", "--before", "--dry-run", "--output-dir")
+    result = _run(
+        "mini_swe_agent.py", "--dry-run", "--before", "--steps", "3", "--output-dir", tmp_path
     )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--steps", "--before", "--dry-run", "--output-dir"):
-        assert option in result.stdout
-    result = subprocess.run(
-        [sys.executable, script, "--dry-run", "--before", "--steps", "3", "--output-dir", tmp_path],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
     before, shipped = result.stdout.splitlines()
     assert "run.steps=1" in before and "run.steps=3" in shipped
     assert all("rllm-core run" in line for line in (before, shipped))
@@ -374,49 +322,23 @@ def test_mini_swe_agent_benchmark_answers_help_and_dry_run_starts_nothing(tmp_pa
 
 
 def test_agent_train_memory_benchmark_answers_help() -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "agent_train_memory.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    _answers_help(
+        "agent_train_memory.py",
+        *("--json", "--quick", "--episodes", "--prompt", "--turns", "--threads"),
     )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--quick", "--episodes", "--prompt", "--turns", "--threads"):
-        assert option in result.stdout
 
 
 def test_prefix_reuse_benchmark_answers_help_and_dry_run_starts_nothing() -> None:
-    script = str(BENCHMARKS / "prefix_reuse.py")
-    result = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--model", "--limit", "--attempts", "--dry-run"):
-        assert option in result.stdout
-    result = subprocess.run(
-        [sys.executable, script, "--dry-run", "--limit", "3"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    _answers_help("prefix_reuse.py", "--json", "--model", "--limit", "--attempts", "--dry-run")
+    result = _run("prefix_reuse.py", "--dry-run", "--limit", "3")
     without, default = result.stdout.splitlines()
     assert all("rllm-core eval" in line and "--limit 3" in line for line in (without, default))
     assert "trainer.prefix_cache_mb=0" in without and "prefix_cache_mb" not in default
 
 
 def test_prefix_sharing_benchmark_answers_help_and_dry_run_trains_nothing() -> None:
-    script = str(BENCHMARKS / "prefix_sharing.py")
-    result = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--quick", "--groups", "--calls", "--dry-run"):
-        assert option in result.stdout
-    result = subprocess.run(
-        [sys.executable, script, "--dry-run"], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
+    _answers_help("prefix_sharing.py", "--json", "--quick", "--groups", "--calls", "--dry-run")
+    result = _run("prefix_sharing.py", "--dry-run")
     padded, shared, no_recompute, mmap = (
         json.loads(line.split(": ", 1)[1]) for line in result.stdout.splitlines()
     )
@@ -427,20 +349,8 @@ def test_prefix_sharing_benchmark_answers_help_and_dry_run_trains_nothing() -> N
 
 
 def test_terminus_2_benchmark_answers_help_dry_run_and_times_a_few_commands() -> None:
-    script = str(BENCHMARKS / "terminus_2.py")
-    result = subprocess.run(
-        [sys.executable, script, "--help"], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    for option in ("--json", "--count", "--command", "--skip-episode", "--dry-run"):
-        assert option in result.stdout
-    result = subprocess.run(
-        [sys.executable, script, "--dry-run", "--limit", "2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    _answers_help("terminus_2.py", "--json", "--count", "--command", "--skip-episode", "--dry-run")
+    result = _run("terminus_2.py", "--dry-run", "--limit", "2")
     assert "rllm-core eval" in result.stdout and "--limit 2" in result.stdout
     from rllm_core.sidevenvs import side_venv_python
     from rllm_harness_terminus_2.sideenv import HARBOR
@@ -452,13 +362,7 @@ def test_terminus_2_benchmark_answers_help_dry_run_and_times_a_few_commands() ->
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
-    result = subprocess.run(
-        [sys.executable, script, "--skip-episode", "--count", "3", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = _run("terminus_2.py", "--skip-episode", "--count", "3", "--json", timeout=120)
     report = json.loads(result.stdout)
     for figures in report["bridge"].values():
         assert figures["direct"]["count"] == figures["bridge"]["count"] == 3
