@@ -84,6 +84,7 @@ from rllm_core.run.folder import RunFolder
 from rllm_core.run.lifecycle import Lifecycle, ResumeError, RunResult, fresh_or_resumed
 from rllm_core.run.metrics import episode_record, step_metrics
 from rllm_core.run.observers import RunObservers
+from rllm_core.run.parts import RunParts
 from rllm_core.run.state import DataOrder, LoopState, capture_rngs
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.training.pipeline import Ticket
@@ -119,7 +120,6 @@ class TrainingLoop:
         self.resolved = resolved
         self.c = components
         self.folder = folder
-        self._display = display
         self.resume = resume
         self.run_id = run_id or folder.path.name
         self.tasks: list[Task] = []
@@ -139,19 +139,10 @@ class TrainingLoop:
             plugins=plugins if plugins is not None else get_plugin_manager(),
             warn=display.warn,
         )
-        self.trainer = TrainerHalf(
-            resolved=resolved,
-            components=components,
-            folder=folder,
-            display=display,
-            observers=self.observers,
-            buffer=self.buffer,
-            record_datums=record_datums,
-        )
+        self.parts = RunParts(resolved, components, folder, display, self.observers)
+        self.trainer = TrainerHalf(self.parts, buffer=self.buffer, record_datums=record_datums)
         self.producer = ProducerHalf(
-            resolved=resolved,
-            components=components,
-            display=display,
+            self.parts,
             buffer=self.buffer,
             run_id=self.run_id,
             trainer_call=self.trainer.on_trainer_thread,
@@ -168,13 +159,12 @@ class TrainingLoop:
 
     @property
     def display(self) -> Any:
-        return self._display
+        return self.parts.display
 
     @display.setter
     def display(self, display: Any) -> None:
-        """Show the run on ``display`` from now on (each half and the lifecycle with it)."""
-        self._display = display
-        self.trainer.display = self.producer.display = self.lifecycle.display = display
+        """Show the run on ``display`` from now on."""
+        self.parts.display = self.lifecycle.display = display
 
     # ------------------------------------------------------------------ state
 

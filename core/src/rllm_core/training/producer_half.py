@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rllm_core.algorithms import DatumBuilder
-from rllm_core.plan import ResolvedPlan
+from rllm_core.plan import Plan
 from rllm_core.ports import SampleBuffer
 from rllm_core.ports.training import BusyClock
 from rllm_core.rollout import RolloutRunner
 from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
-from rllm_core.run.components import Components
+from rllm_core.run.parts import RunParts
 from rllm_core.run.state import DataOrder, LoopState
 from rllm_core.training.pipeline import RolloutProducer, StepGate, Ticket, TicketQueue
 from rllm_core.types import Task
@@ -38,18 +38,13 @@ class ProducerHalf:
 
     def __init__(
         self,
+        parts: RunParts,
         *,
-        resolved: ResolvedPlan,
-        components: Components,
-        display: Any,
         buffer: SampleBuffer,
         run_id: str,
         trainer_call: Callable[[Callable[[], Any]], Awaitable[Any]],
     ) -> None:
-        self.resolved = resolved
-        self.plan = resolved.plan
-        self.c = components
-        self.display = display
+        self.parts = parts
         self.buffer = buffer
         self.run_id = run_id
         self.trainer_call = trainer_call
@@ -59,23 +54,27 @@ class ProducerHalf:
         self.task: asyncio.Task[None] | None = None
         self.rollouts: RolloutContext | None = None
 
+    @property
+    def plan(self) -> Plan:
+        return self.parts.plan
+
     async def open(self, stack: contextlib.AsyncExitStack) -> tuple[RolloutRunner, DatumBuilder]:
         """Open the rollout context on ``stack``; build the datum builder."""
         algorithm = self.plan.algorithm
         self.rollouts = await stack.enter_async_context(
             open_rollouts(
                 self.plan,
-                self.c,
+                self.parts.components,
                 settings=rollout_settings(self.plan, group_size=algorithm.group_size),
                 run_id=self.run_id,
-                on_event=self.display.on_event,
-                plan_path=self.resolved.path,
+                on_event=self.parts.display.on_event,
+                plan_path=self.parts.resolved.path,
                 trainer_call=self.trainer_call,
                 sync=False,
             )
         )
         drop = algorithm.drop_zero_variance_groups or algorithm.filter_groups != "none"
-        builder = DatumBuilder(self.c.advantage, drop_zero_variance_groups=drop)
+        builder = DatumBuilder(self.parts.components.advantage, drop_zero_variance_groups=drop)
         return self.rollouts.runner, builder
 
     def policy_sync(self) -> Callable[[], Awaitable[Any]] | None:
@@ -123,7 +122,7 @@ class ProducerHalf:
             gate=self.gate,
             queue=self.queue,
             on_ticket=on_ticket,
-            on_start=self.display.step_started,
+            on_start=self.parts.display.step_started,
             filter_groups=algorithm.filter_groups,
             max_sample_batches=algorithm.max_sample_batches,
         )

@@ -46,6 +46,7 @@ from rllm_core.run.components import Components
 from rllm_core.run.folder import RunFolder
 from rllm_core.run.lifecycle import Lifecycle, RunResult
 from rllm_core.run.observers import RunObservers
+from rllm_core.run.parts import RunParts
 from rllm_core.run.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.training.cuts import (
     latest_cut,
@@ -103,6 +104,7 @@ class _Role:
             plugins=plugins if plugins is not None else get_plugin_manager(),
             warn=display.warn,
         )
+        self.parts = RunParts(resolved, components, folder, display, self.observers)
         self._stop = False
 
     def _lifecycle(self, summarize: Any) -> Lifecycle:
@@ -124,18 +126,10 @@ class SamplerRole(_Role):
         self.tasks: list[Any] = []
         self._loaded_version = 0
         self._workdir = Path(tempfile.mkdtemp(prefix="releases-", dir=self.folder.path))
-        self._trainer_thread = TrainerHalf(
-            resolved=self.resolved,
-            components=self.c,
-            folder=self.folder,
-            display=self.display,
-            observers=self.observers,
-            buffer=self.buffer,
-        )
+        # Exports to a [sampler] run on one trainer thread, as in the one-process loop.
+        self._trainer_thread = TrainerHalf(self.parts, buffer=self.buffer)
         self.producer = ProducerHalf(
-            resolved=self.resolved,
-            components=self.c,
-            display=self.display,
+            self.parts,
             buffer=self.buffer,
             run_id=self.run_id,
             trainer_call=self._trainer_thread.on_trainer_thread,
@@ -268,14 +262,7 @@ class TrainerRole(_Role):
         self.state: LoopState | None = None
         # A round ends whole: its release and progress follow it.
         self.trainer = TrainerHalf(
-            resolved=self.resolved,
-            components=self.c,
-            folder=self.folder,
-            display=self.display,
-            observers=self.observers,
-            buffer=self.buffer,
-            record_datums=self.record_datums,
-            interrupts=False,
+            self.parts, buffer=self.buffer, record_datums=self.record_datums, interrupts=False
         )
         self.lifecycle = self._lifecycle(self._summarize)
         self._incarnation = 0

@@ -23,13 +23,13 @@ from typing import Any
 from rllm_core.algorithms.native_losses import LossRoute, NativeLossError
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import TrainingInterrupted
-from rllm_core.plan import ResolvedPlan
+from rllm_core.plan import Plan
 from rllm_core.ports import SampleBuffer
 from rllm_core.ports.training import Interruptible, LossRouting
 from rllm_core.run.components import Components
 from rllm_core.run.folder import RunFolder
 from rllm_core.run.metrics import summarize, train_metrics
-from rllm_core.run.observers import RunObservers
+from rllm_core.run.parts import RunParts
 from rllm_core.run.plots import write_plots
 from rllm_core.run.state import DataOrder, LoopState, capture_rngs
 from rllm_core.training.pipeline import Ticket
@@ -40,8 +40,8 @@ __all__ = ["TrainerHalf"]
 
 
 class TrainerHalf:
-    """Trains the policy of ``components.trainer`` (read at each step: the trainer role
-    builds one per incarnation) on batches and records each step into ``folder``.
+    """Trains the policy of the run's trainer (read at each step: the trainer role builds
+    one per incarnation) on batches and records each step into the run folder.
 
     ``interrupts`` says whether a stop interrupts an update midway (:class:`Interruptible`
     trainers); a trainer role's steps end whole. ``stopping`` is set by the loop on a stop
@@ -50,22 +50,13 @@ class TrainerHalf:
 
     def __init__(
         self,
+        parts: RunParts,
         *,
-        resolved: ResolvedPlan,
-        components: Components,
-        folder: RunFolder,
-        display: Any,
-        observers: RunObservers,
         buffer: SampleBuffer,
         record_datums: bool = False,
         interrupts: bool = True,
     ) -> None:
-        self.resolved = resolved
-        self.plan = resolved.plan
-        self.c = components
-        self.folder = folder
-        self.display = display
-        self.observers = observers
+        self.parts = parts
         self.buffer = buffer
         self.record_datums = record_datums
         self.interrupts = interrupts
@@ -77,6 +68,22 @@ class TrainerHalf:
         self._routed_trainer: Any = None
         self._objective: Objective | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    @property
+    def c(self) -> Components:
+        return self.parts.components
+
+    @property
+    def plan(self) -> Plan:
+        return self.parts.plan
+
+    @property
+    def folder(self) -> RunFolder:
+        return self.parts.folder
+
+    @property
+    def display(self) -> Any:
+        return self.parts.display
 
     # ------------------------------------------------------------------ the trainer thread
 
@@ -109,7 +116,9 @@ class TrainerHalf:
 
     def objective(self) -> Objective:
         if self._objective is None:
-            self._objective = build_objective(self.resolved, self.c.loss, list(self.c.aux_losses))
+            self._objective = build_objective(
+                self.parts.resolved, self.c.loss, list(self.c.aux_losses)
+            )
         return self._objective
 
     async def route_loss(self) -> None:
@@ -125,7 +134,7 @@ class TrainerHalf:
             route = await self.on_trainer_thread(functools.partial(trainer.loss_route, objective))
         except NativeLossError as exc:
             raise NativeLossError(
-                f'{self.resolved.path}: [trainer].loss_path: {exc}; set loss_path = "auto" or'
+                f'{self.parts.resolved.path}: [trainer].loss_path: {exc}; set loss_path = "auto" or'
                 ' "custom", or choose a loss the service runs natively (`rllm-core plan check`'
                 " says which)"
             ) from exc
@@ -260,7 +269,7 @@ class TrainerHalf:
         step = line["step"]
         self._warn_about(line)
         self.folder.append(self.folder.metrics, line)
-        self.observers.step_end(step, line)
+        self.parts.observers.step_end(step, line)
         self.folder.append(self.folder.episodes, episodes)
         if self.record_datums:
             self.folder.append(self.folder.path / "datums.jsonl", _datum_rows(step, datums))
