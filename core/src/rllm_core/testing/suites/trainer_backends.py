@@ -90,6 +90,10 @@ torch = pytest.importorskip("torch")
 
 __all__ = ["RecordingLoss", "TrainerBackendConformance", "make_trainer_datums"]
 
+# What the `new_backend` and `trainer_datums` fixtures give.
+NewBackend = Callable[[], Any]
+DatumPair = tuple[list[Datum], list[Datum]]
+
 _OBJECTIVE_COUNTS = ("loss", "action_tokens", "observation_tokens", "tokens", "sequences")
 
 
@@ -202,7 +206,7 @@ class TrainerBackendConformance:
     resume_tolerance: ClassVar[float] = 0.0
 
     @pytest.fixture
-    def build_trainer_backend(self) -> Callable[[], Any]:
+    def build_trainer_backend(self) -> NewBackend:
         pytest.fail(
             f"{type(self).__name__} must define a 'build_trainer_backend' fixture returning a"
             " callable that builds the backend"
@@ -213,7 +217,7 @@ class TrainerBackendConformance:
         return None
 
     @pytest.fixture
-    def trainer_datums(self) -> tuple[list[Datum], list[Datum]]:
+    def trainer_datums(self) -> DatumPair:
         return make_trainer_datums(0), make_trainer_datums(1, (6, 8))
 
     @pytest.fixture
@@ -223,7 +227,7 @@ class TrainerBackendConformance:
         )
 
     @pytest.fixture
-    def new_backend(self, build_trainer_backend: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
+    def new_backend(self, build_trainer_backend: NewBackend) -> Iterator[NewBackend]:
         built: list[Any] = []
 
         def build() -> Any:
@@ -236,7 +240,7 @@ class TrainerBackendConformance:
 
     # ------------------------------------------------------------------ the port
 
-    def test_a_new_backend_is_at_version_0(self, new_backend: Callable[[], Any]) -> None:
+    def test_a_new_backend_is_at_version_0(self, new_backend: NewBackend) -> None:
         backend = new_backend()
         assert isinstance(backend, TrainerBackend), (
             f"{type(backend).__name__} lacks a method or property of the TrainerBackend port"
@@ -250,8 +254,8 @@ class TrainerBackendConformance:
 
     def test_forward_backward_evaluates_the_objective_on_the_datums(
         self,
-        new_backend: Callable[[], Any],
-        trainer_datums: tuple[list[Datum], list[Datum]],
+        new_backend: NewBackend,
+        trainer_datums: DatumPair,
         trainer_backend_spec: ComponentSpec | None,
     ) -> None:
         backend = new_backend()
@@ -295,8 +299,8 @@ class TrainerBackendConformance:
 
     def test_optim_step_publishes_one_new_version(
         self,
-        new_backend: Callable[[], Any],
-        trainer_datums: tuple[list[Datum], list[Datum]],
+        new_backend: NewBackend,
+        trainer_datums: DatumPair,
         sample_request: SampleRequest | None,
     ) -> None:
         backend = new_backend()
@@ -322,7 +326,7 @@ class TrainerBackendConformance:
             f"a sample taken after version 2 was published reports {result.weight_version}"
         )
 
-    def test_a_skipped_step_changes_nothing(self, new_backend: Callable[[], Any]) -> None:
+    def test_a_skipped_step_changes_nothing(self, new_backend: NewBackend) -> None:
         backend = new_backend()
         # Token id -1 is outside every vocabulary: a backend refuses it or leaves it out.
         bad = Datum(
@@ -346,10 +350,7 @@ class TrainerBackendConformance:
         assert backend.weight_version == 0, "a skipped step changed weight_version"
 
     def test_save_load_continues_as_if_never_stopped(
-        self,
-        new_backend: Callable[[], Any],
-        trainer_datums: tuple[list[Datum], list[Datum]],
-        tmp_path: Any,
+        self, new_backend: NewBackend, trainer_datums: DatumPair, tmp_path: Any
     ) -> None:
         first, second = trainer_datums
         state = os.path.join(str(tmp_path), "state")
@@ -394,9 +395,7 @@ class TrainerBackendConformance:
         assert resumed.weight_version == 3
 
     def test_deterministic_backends_agree(
-        self,
-        new_backend: Callable[[], Any],
-        trainer_datums: tuple[list[Datum], list[Datum]],
+        self, new_backend: NewBackend, trainer_datums: DatumPair
     ) -> None:
         one, two = new_backend(), new_backend()
         if getattr(getattr(one, "config", None), "deterministic", None) is not True:
@@ -411,7 +410,7 @@ class TrainerBackendConformance:
         _assert_close_metrics(runs[1], runs[0], 0.0, "a second deterministic backend")
 
     def test_close_twice_and_refuse_work_after(
-        self, new_backend: Callable[[], Any], trainer_datums: tuple[list[Datum], list[Datum]]
+        self, new_backend: NewBackend, trainer_datums: DatumPair
     ) -> None:
         backend = new_backend()
         backend.close()
@@ -426,8 +425,8 @@ class TrainerBackendConformance:
 
     def test_logprob_scorer(
         self,
-        new_backend: Callable[[], Any],
-        trainer_datums: tuple[list[Datum], list[Datum]],
+        new_backend: NewBackend,
+        trainer_datums: DatumPair,
         trainer_backend_spec: ComponentSpec | None,
     ) -> None:
         backend = new_backend()
@@ -474,9 +473,7 @@ class TrainerBackendConformance:
             _on_actions(proximal, lambda d: d.proximal_logprobs or []), abs=1e-5
         ), "with proximal = 'recompute' the losses' old_logprobs are not the proximal_logprobs"
 
-    def test_supervised_trainer(
-        self, new_backend: Callable[[], Any], trainer_datums: tuple[list[Datum], list[Datum]]
-    ) -> None:
+    def test_supervised_trainer(self, new_backend: NewBackend, trainer_datums: DatumPair) -> None:
         backend = new_backend()
         if not isinstance(backend, SupervisedTrainer):
             pytest.skip("the backend is not a SupervisedTrainer")
@@ -494,10 +491,7 @@ class TrainerBackendConformance:
         assert backend.weight_version == 1
 
     def test_weight_releaser(
-        self,
-        new_backend: Callable[[], Any],
-        trainer_datums: tuple[list[Datum], list[Datum]],
-        tmp_path: Any,
+        self, new_backend: NewBackend, trainer_datums: DatumPair, tmp_path: Any
     ) -> None:
         trainer = new_backend()
         if not isinstance(trainer, WeightReleaser):
@@ -521,9 +515,7 @@ class TrainerBackendConformance:
                 "the loaded weights score differently from the ones saved"
             )
 
-    def test_interruptible(
-        self, new_backend: Callable[[], Any], trainer_datums: tuple[list[Datum], list[Datum]]
-    ) -> None:
+    def test_interruptible(self, new_backend: NewBackend, trainer_datums: DatumPair) -> None:
         from rllm_core.errors import TrainingInterrupted
 
         backend = new_backend()
@@ -538,7 +530,7 @@ class TrainerBackendConformance:
         assert backend.weight_version == 1, "the interrupt was not used up by the call it stopped"
 
     def test_loss_routing(
-        self, new_backend: Callable[[], Any], trainer_backend_spec: ComponentSpec | None
+        self, new_backend: NewBackend, trainer_backend_spec: ComponentSpec | None
     ) -> None:
         backend = new_backend()
         natives = trainer_backend_spec.trait("native_losses") if trainer_backend_spec else ()
@@ -557,14 +549,14 @@ class TrainerBackendConformance:
         assert route.path in ("native", "custom"), f"loss_route gave path {route.path!r}"
         assert backend.loss_route(objective) == route, "the same objective got another route"
 
-    def test_numerics_are_json(self, new_backend: Callable[[], Any]) -> None:
+    def test_numerics_are_json(self, new_backend: NewBackend) -> None:
         backend = new_backend()
         if not isinstance(backend, NumericsReport):
             pytest.skip("the backend reports no numerics")
         json.dumps(dict(backend.numerics()))
 
     def test_spec_traits(
-        self, new_backend: Callable[[], Any], trainer_backend_spec: ComponentSpec | None
+        self, new_backend: NewBackend, trainer_backend_spec: ComponentSpec | None
     ) -> None:
         if trainer_backend_spec is None:
             pytest.skip("provide a 'trainer_backend_spec' fixture to check the spec's traits")
