@@ -23,26 +23,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rllm_core import ports
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import load_plan
 from rllm_core.plan.resolve import SHARED_BUFFER, resolve_plan
 from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef, Plan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import Kind
-from rllm_core.ports import (
-    AdvantageEstimator,
-    Harness,
-    Logger,
-    Loss,
-    ObjectStore,
-    Renderer,
-    SampleBuffer,
-    Sampler,
-    SandboxBackend,
-    TaskSource,
-    TraceStore,
-    TrainerBackend,
-)
 
 __all__ = [
     "LOGS_FOLDER",
@@ -325,19 +312,19 @@ class Components:
     (``"[loggers[0]] jsonl"``); they are in ``built`` too, so :meth:`aclose` closes them.
     ``placed`` maps each plan location (``"[trainer]"``) to its component."""
 
-    trainer: TrainerBackend
-    renderer: Renderer
-    harness: Harness
-    tasks: TaskSource
-    trace_store: TraceStore
-    loss: Loss | None = None
-    advantage: AdvantageEstimator | None = None
-    sample_buffer: SampleBuffer | None = None
-    object_store: ObjectStore | None = None
-    sandbox: SandboxBackend | None = None
-    sampler: Sampler | None = None
-    aux_losses: list[tuple[Loss, float]] = field(default_factory=list)
-    loggers: list[tuple[str, Logger]] = field(default_factory=list)
+    trainer: ports.TrainerBackend
+    renderer: ports.Renderer
+    harness: ports.Harness
+    tasks: ports.TaskSource
+    trace_store: ports.TraceStore
+    loss: ports.Loss | None = None
+    advantage: ports.AdvantageEstimator | None = None
+    sample_buffer: ports.SampleBuffer | None = None
+    object_store: ports.ObjectStore | None = None
+    sandbox: ports.SandboxBackend | None = None
+    sampler: ports.Sampler | None = None
+    aux_losses: list[tuple[ports.Loss, float]] = field(default_factory=list)
+    loggers: list[tuple[str, ports.Logger]] = field(default_factory=list)
     built: list[Any] = field(default_factory=list)
     placed: dict[str, Any] = field(default_factory=dict)
 

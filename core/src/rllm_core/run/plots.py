@@ -10,10 +10,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_plots"]
+__all__ = ["NO_MATPLOTLIB", "headless_pyplot", "series", "write_plots"]
+
+NO_MATPLOTLIB = "plots are off: matplotlib is not installed (pip install matplotlib)"
 
 
-def _series(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+def headless_pyplot() -> Any:
+    """``matplotlib.pyplot`` on the file-only backend, or None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def series(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """The steps and values of ``key`` in the metrics lines that have it."""
     points = [(int(r["step"]), float(r[key])) for r in rows if key in r]
     return [p[0] for p in points], [p[1] for p in points]
 
@@ -21,19 +36,15 @@ def _series(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], lis
 def write_plots(rows: Sequence[Mapping[str, Any]], folder: Path) -> str | None:
     """Rewrite ``folder/reward.png`` (reward mean with min-max band, accuracy) and
     ``folder/loss.png`` (every ``train/*loss`` metric). Returns None, or why nothing was drawn."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "plots are off: matplotlib is not installed (pip install matplotlib)"
+    plt = headless_pyplot()
+    if plt is None:
+        return NO_MATPLOTLIB
     if not rows:
         return None
-    steps, mean = _series(rows, "reward/mean")
-    _, low = _series(rows, "reward/min")
-    _, high = _series(rows, "reward/max")
-    acc_steps, accuracy = _series(rows, "accuracy")
+    steps, mean = series(rows, "reward/mean")
+    _, low = series(rows, "reward/min")
+    _, high = series(rows, "reward/max")
+    acc_steps, accuracy = series(rows, "accuracy")
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.fill_between(steps, low, high, alpha=0.2, label="reward min-max")
     ax.plot(steps, mean, marker="o", label="reward mean")
@@ -48,7 +59,7 @@ def write_plots(rows: Sequence[Mapping[str, Any]], folder: Path) -> str | None:
     loss_keys = sorted({k for r in rows for k in r if k.startswith("train/") and "loss" in k})
     fig, ax = plt.subplots(figsize=(6, 4))
     for key in loss_keys:
-        xs, ys = _series(rows, key)
+        xs, ys = series(rows, key)
         ax.plot(xs, ys, marker="o", label=key.removeprefix("train/"))
     ax.set_xlabel("step")
     ax.set_ylabel("loss")

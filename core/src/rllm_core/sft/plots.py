@@ -7,25 +7,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rllm_core.run.plots import NO_MATPLOTLIB, headless_pyplot, series
+
 __all__ = ["write_sft_plots"]
 
 
 def write_sft_plots(rows: Sequence[Mapping[str, Any]], folder: Path) -> str | None:
     """Rewrite ``folder/loss.png``; returns None, or why nothing was drawn."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "plots are off: matplotlib is not installed (pip install matplotlib)"
+    plt = headless_pyplot()
+    if plt is None:
+        return NO_MATPLOTLIB
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, label, style in (("train/nll", "train nll", "-"), ("eval/nll", "eval nll", "--")):
-        points = [(int(r["step"]), float(r[key])) for r in rows if key in r]
-        if points:
-            ax.plot(*zip(*points, strict=True), marker="o", linestyle=style, label=label)
+        steps, values = series(rows, key)
+        if steps:
+            ax.plot(steps, values, marker="o", linestyle=style, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("negative log-likelihood")
     ax.legend(loc="best")
