@@ -6,8 +6,10 @@ with a prefix cache reset."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,15 @@ def sampler_for(servers, root: Path, **options) -> VllmSampler:
     return VllmSampler([s.url for s in servers], model="base", weights_dir=str(root), **options)
 
 
+@contextlib.asynccontextmanager
+async def opened(servers, root: Path, **options) -> AsyncIterator[VllmSampler]:
+    sampler = sampler_for(servers, root, **options)
+    try:
+        yield sampler
+    finally:
+        await sampler.aclose()
+
+
 async def sample(sampler: VllmSampler, key: str = "s"):
     with routed(key):
         return await sampler.sample(SampleRequest(prompt_token_ids=PROMPT, params=PARAMS))
@@ -86,15 +97,12 @@ def test_adapters_load_on_every_server_and_new_requests_name_the_newest(servers,
     fakes = servers(2)
 
     async def main():
-        sampler = sampler_for(fakes, tmp_path)
-        try:
+        async with opened(fakes, tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1))
             first = [await sample(sampler, f"k{i}") for i in range(6)]
             await sampler.update_weights(export(tmp_path, 2))
             second = [await sample(sampler, f"k{i}") for i in range(6)]
             return first, second, sampler.sync_metrics()
-        finally:
-            await sampler.aclose()
 
     first, second, metrics = asyncio.run(main())
     for fake in fakes:
@@ -116,12 +124,9 @@ def test_keep_adapters_leaves_that_many_older_adapters_loaded(servers, tmp_path)
     fakes = servers(2)
 
     async def main(keep: int):
-        sampler = sampler_for(fakes, tmp_path, keep_adapters=keep)
-        try:
+        async with opened(fakes, tmp_path, keep_adapters=keep) as sampler:
             for version in (1, 2, 3, 4):
                 await sampler.update_weights(export(tmp_path, version))
-        finally:
-            await sampler.aclose()
 
     asyncio.run(main(1))
     for fake in fakes:
@@ -137,9 +142,7 @@ def test_a_request_in_flight_during_an_update_keeps_its_version(servers, tmp_pat
     (fake,) = servers(1, delay_s=0.4)
 
     async def main():
-        sampler = sampler_for(fakes_list := [fake], tmp_path)
-        del fakes_list
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1))
             slow = asyncio.create_task(sample(sampler, "a"))
             while fake.in_flight == 0:
@@ -147,8 +150,6 @@ def test_a_request_in_flight_during_an_update_keeps_its_version(servers, tmp_pat
             await sampler.update_weights(export(tmp_path, 2))
             fresh = await sample(sampler, "b")
             return await slow, fresh
-        finally:
-            await sampler.aclose()
 
     slow, fresh = asyncio.run(main())
     assert (slow.weight_version, fresh.weight_version) == (1, 2)
@@ -163,12 +164,9 @@ def test_a_failed_load_is_retried(servers, tmp_path):
     fake.fail_next_loads(2, status=503)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1))
             return await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     assert asyncio.run(main()).weight_version == 1
     assert [path for path, _ in fake.calls].count("/v1/load_lora_adapter") == 3
@@ -182,13 +180,12 @@ def test_a_load_that_keeps_failing_fails_the_update_naming_server_adapter_and_an
     fake.fail_next_loads(10, status=500, message="CUDA out of memory")
 
     async def main():
-        sampler = sampler_for([fake], tmp_path, retry=RetrySettings(retries=2, retry_backoff_s=0))
-        try:
+        async with opened(
+            [fake], tmp_path, retry=RetrySettings(retries=2, retry_backoff_s=0)
+        ) as sampler:
             with pytest.raises(UpstreamError) as caught:
                 await sampler.update_weights(export(tmp_path, 1))
             return str(caught.value), sampler.policy
-        finally:
-            await sampler.aclose()
 
     message, policy = asyncio.run(main())
     assert fake.url in message
@@ -202,13 +199,10 @@ def test_a_load_the_server_refuses_is_not_retried(servers, tmp_path):
     (fake,) = servers(1, max_lora_rank=8)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             with pytest.raises(UpstreamError, match="greater than max_lora_rank 8") as caught:
                 await sampler.update_weights(export(tmp_path, 1, rank=16))
             return str(caught.value)
-        finally:
-            await sampler.aclose()
 
     assert "after" not in asyncio.run(main())
     assert [path for path, _ in fake.calls] == ["/v1/load_lora_adapter"]
@@ -218,11 +212,8 @@ def test_a_server_without_runtime_lora_is_named_with_the_flags_it_needs(servers,
     (fake,) = servers(1, runtime_lora=False)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1))
-        finally:
-            await sampler.aclose()
 
     with pytest.raises(UpstreamError, match=r"HTTP 404: Not Found.*--enable-lora"):
         asyncio.run(main())
@@ -232,15 +223,12 @@ def test_a_server_that_restarted_gets_its_adapter_back_before_serving(servers, t
     (fake,) = servers(1)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path, health_interval_s=0)
-        try:
+        async with opened([fake], tmp_path, health_interval_s=0) as sampler:
             await sampler.update_weights(export(tmp_path, 1))
             await sampler.update_weights(export(tmp_path, 2))
             fake.restart(down_s=0.0, refuse=False)  # back before anyone noticed
             result = await sample(sampler)
             return result, sampler.restores()
-        finally:
-            await sampler.aclose()
 
     result, restores = asyncio.run(main())
     assert result.weight_version == 2
@@ -253,8 +241,7 @@ def test_a_server_that_was_down_is_restored_when_it_comes_back(servers, tmp_path
     fakes = servers(2)
 
     async def main():
-        sampler = sampler_for(fakes, tmp_path)
-        try:
+        async with opened(fakes, tmp_path) as sampler:
             await sampler.start()
             await sampler.update_weights(export(tmp_path, 1))
             fakes[1].restart(down_s=0.5, refuse=True)
@@ -267,8 +254,6 @@ def test_a_server_that_was_down_is_restored_when_it_comes_back(servers, tmp_path
                 await asyncio.sleep(0.02)
             results = [await sample(sampler, f"k{i}") for i in range(6)]
             return down, results, sampler.restores()
-        finally:
-            await sampler.aclose()
 
     down, results, restores = asyncio.run(main())
     assert down == [True, False]
@@ -330,15 +315,12 @@ def test_full_weights_reload_every_server_and_reset_the_prefix_cache(servers, tm
         )
 
     async def main():
-        sampler = sampler_for(fakes, tmp_path)
-        try:
+        async with opened(fakes, tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1, kind="full"))
             first = [await sample(sampler, f"k{i}") for i in range(4)]
             await sampler.update_weights(export(tmp_path, 2, kind="full"))
             second = [await sample(sampler, f"k{i}") for i in range(4)]
             return first, second
-        finally:
-            await sampler.aclose()
 
     first, second = asyncio.run(main())
     assert [r.weight_version for r in first + second] == [1] * 4 + [2] * 4
@@ -375,13 +357,10 @@ def test_a_server_without_the_worker_extension_is_reloaded_and_named_once(
     (fake,) = servers(1, runtime_lora=False)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             for version in (1, 2):
                 await sampler.update_weights(export(tmp_path, version, kind="full"))
             return await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     with caplog.at_level("WARNING", logger="rllm_sampler_vllm.follower"):
         result = asyncio.run(main())
@@ -405,11 +384,8 @@ def test_a_refresh_the_worker_fails_fails_the_update_and_resumes_the_server(serv
     fake.worker_methods["rllm_refresh_tied_weights"] = lambda: 1 / 0
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1, kind="full"))
-        finally:
-            await sampler.aclose()
 
     with pytest.raises(UpstreamError) as caught:
         asyncio.run(main())
@@ -423,16 +399,13 @@ def test_a_full_update_waits_for_requests_in_flight(servers, tmp_path):
     (fake,) = servers(1, runtime_lora=False, delay_s=0.4)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1, kind="full"))
             slow = asyncio.create_task(sample(sampler, "a"))
             while fake.in_flight == 0:
                 await asyncio.sleep(0.01)
             await sampler.update_weights(export(tmp_path, 2, kind="full"))
             return await slow, await sample(sampler, "b")
-        finally:
-            await sampler.aclose()
 
     slow, fresh = asyncio.run(main())
     assert (slow.weight_version, fresh.weight_version) == (1, 2)
@@ -444,11 +417,10 @@ def test_a_reload_that_keeps_failing_fails_the_update(servers, tmp_path):
     fake.fail_next_reloads(10, status=500, message="weights do not match the model")
 
     async def main():
-        sampler = sampler_for([fake], tmp_path, retry=RetrySettings(retries=1, retry_backoff_s=0))
-        try:
+        async with opened(
+            [fake], tmp_path, retry=RetrySettings(retries=1, retry_backoff_s=0)
+        ) as sampler:
             await sampler.update_weights(export(tmp_path, 1, kind="full"))
-        finally:
-            await sampler.aclose()
 
     with pytest.raises(UpstreamError) as caught:
         asyncio.run(main())
@@ -463,15 +435,12 @@ def test_a_restarted_server_gets_full_weights_back(servers, tmp_path):
     (fake,) = servers(1, runtime_lora=False)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.start()
             await sampler.update_weights(export(tmp_path, 3, kind="full"))
             fake.restart(down_s=0.3, refuse=True)
             result = await sample(sampler)
             return result, sampler.restores()
-        finally:
-            await sampler.aclose()
 
     result, restores = asyncio.run(main())
     assert result.weight_version == 3
@@ -493,12 +462,9 @@ def test_older_vllm_reloads_full_weights_through_update_config(servers, tmp_path
     (fake,) = servers(1, runtime_lora=False, legacy_reload=True, worker_methods=EXTENSION)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1, kind="full"))
             return await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     result = asyncio.run(main())
     folder = str(tmp_path / "v1")
@@ -539,12 +505,9 @@ def test_a_server_without_pause_is_reloaded_without_pausing(tmp_path):
     fake.start()
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 2, kind="full"))
             return await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     try:
         result = asyncio.run(main())
@@ -596,12 +559,9 @@ def test_a_prefix_cache_reset_that_answers_false_is_tried_again(busy_cache, tmp_
     fake = busy_cache(3)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 1, kind="full"))
             return await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     result = asyncio.run(main())
     assert result.weight_version == 1
@@ -614,13 +574,10 @@ def test_a_prefix_cache_that_never_resets_fails_the_update(busy_cache, tmp_path)
     fake = busy_cache(100)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             with pytest.raises(UpstreamError) as caught:
                 await sampler.update_weights(export(tmp_path, 1, kind="full"))
             return str(caught.value), sampler.policy
-        finally:
-            await sampler.aclose()
 
     message, policy = asyncio.run(main())
     assert fake.url in message and str(tmp_path / "v1") in message
@@ -640,13 +597,10 @@ def test_a_folder_without_config_json_is_refused_before_anything_is_sent(servers
     exported = ExportedWeights(path=str(folder), version=1, kind="full", base_model="base")
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             with pytest.raises(UpstreamError) as caught:
                 await sampler.update_weights(exported)
             return str(caught.value)
-        finally:
-            await sampler.aclose()
 
     message = asyncio.run(main())
     assert f"{folder} has no config.json" in message
@@ -659,8 +613,7 @@ def test_a_500_the_worker_raised_is_final_but_another_500_is_retried(servers, tm
     (fake,) = servers(1, max_lora_rank=8)
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             started = time.perf_counter()
             with pytest.raises(UpstreamError) as caught:
                 await sampler.update_weights(export(tmp_path, 1, rank=16))
@@ -670,8 +623,6 @@ def test_a_500_the_worker_raised_is_final_but_another_500_is_retried(servers, tm
             fake.fail_next_loads(1, status=500, message="injected")
             await sampler.update_weights(export(tmp_path, 2, rank=8))
             return str(caught.value), elapsed, refused_calls, await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     message, elapsed, refused_calls, result = asyncio.run(main())
     assert "HTTP 500" in message and "greater than max_lora_rank 8" in message
@@ -688,12 +639,9 @@ def test_an_adapter_name_loaded_from_another_folder_is_loaded_again_in_place(ser
     fake.adapters["policy-v3"] = "/elsewhere/v3"  # left by an earlier run
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 3))
             return await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     result = asyncio.run(main())
     folder = str(tmp_path / "v3")
@@ -714,12 +662,9 @@ def test_an_adapter_name_loaded_from_the_same_folder_is_not_loaded_again(servers
     fake.adapters["policy-v3"] = folder
 
     async def main():
-        sampler = sampler_for([fake], tmp_path)
-        try:
+        async with opened([fake], tmp_path) as sampler:
             await sampler.update_weights(export(tmp_path, 3))
             return await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     result = asyncio.run(main())
     assert fake.adapters == {"policy-v3": folder}
@@ -733,8 +678,7 @@ def test_a_server_serving_its_startup_weights_again_is_restored_by_health_checks
     folder = str(tmp_path / "v1")
 
     async def main():
-        sampler = sampler_for([fake], tmp_path, health_interval_s=0)
-        try:
+        async with opened([fake], tmp_path, health_interval_s=0) as sampler:
             await sampler.update_weights(export(tmp_path, 1, kind="full"))
             fake.restart(down_s=0.01, refuse=False)
             await asyncio.sleep(0.03)  # healthy again, on the weights it started with
@@ -743,8 +687,6 @@ def test_a_server_serving_its_startup_weights_again_is_restored_by_health_checks
             down = sampler.status()[0]
             await sampler.check_health()
             return down, sampler.status()[0], sampler.sync_metrics(), await sample(sampler)
-        finally:
-            await sampler.aclose()
 
     down, up, metrics, result = asyncio.run(main())
     assert down.healthy is False
