@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from reference.cli_process import overrides, run_cli, run_folder
+from reference.cli_process import run_cli, run_folder, vllm_group_overrides
 from rllm_core.testing.fakevllm import FakeVllmServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,16 +133,12 @@ def test_two_steps_of_the_rl_plan_train_multi_turn_episodes_without_resets(
             "run",
             str(HERE / "rl.toml"),
             "--plain",
-            *overrides(
+            *vllm_group_overrides(
+                tiny_smol_long_model_dir,
+                server.url,
+                tmp_path,
+                tasks,
                 "run.steps=2",
-                "run.save_every=0",
-                "algorithm.batch_size=1",
-                "algorithm.group_size=2",
-                f'trainer.model="{tiny_smol_long_model_dir}"',
-                'sampler.name="vllm"',
-                f'sampler.urls=["{server.url}"]',
-                f'sampler.weights_dir="{tmp_path / "weights"}"',
-                f'tasks.path="{tasks}"',
                 f'tasks.eval_path="{tasks}"',
             ),
             cwd=tmp_path,

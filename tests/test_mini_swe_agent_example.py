@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reference.cli_process import overrides, run_cli, run_folder
+from reference.cli_process import run_cli, run_folder, vllm_group_overrides
 from rllm_core.testing.fakevllm import FakeVllmServer
 from rllm_core.types import Termination
 
@@ -73,17 +73,13 @@ def test_one_step_of_the_example_trains_a_solved_and_an_unsolved_episode(
             str(PLAN),
             "--plain",
             "--record-datums",
-            *overrides(
+            *vllm_group_overrides(
+                tiny_smol_long_model_dir,
+                server.url,
+                tmp_path,
+                TASK,
                 "run.steps=1",
-                "run.save_every=0",
-                "algorithm.batch_size=1",
-                "algorithm.group_size=2",
                 "sampling.max_tokens=64",
-                f'trainer.model="{tiny_smol_long_model_dir}"',
-                'sampler.name="vllm"',
-                f'sampler.urls=["{server.url}"]',
-                f'sampler.weights_dir="{tmp_path / "weights"}"',
-                f'tasks.path="{TASK}"',
             ),
             cwd=tmp_path,
             timeout=240,
@@ -111,18 +107,14 @@ def start_stoppable(
 ) -> subprocess.Popen[str]:
     """The example as above with a step whose training takes minutes: 2000 epochs, each an
     optimizer step and a weight sync."""
-    args = overrides(
+    args = vllm_group_overrides(
+        tiny_smol_long_model_dir,
+        server.url,
+        cwd,
+        TASK,
         "run.steps=1",
-        "run.save_every=0",
-        "algorithm.batch_size=1",
-        "algorithm.group_size=2",
         "algorithm.epochs=2000",
         "sampling.max_tokens=64",
-        f'trainer.model="{tiny_smol_long_model_dir}"',
-        'sampler.name="vllm"',
-        f'sampler.urls=["{server.url}"]',
-        f'sampler.weights_dir="{cwd / "weights"}"',
-        f'tasks.path="{TASK}"',
     )
     cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(

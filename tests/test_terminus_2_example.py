@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reference.cli_process import overrides, run_cli, run_folder
+from reference.cli_process import run_cli, run_folder, vllm_group_overrides
 from rllm_core.testing.fakevllm import FakeVllmServer
 from rllm_core.types import Termination
 
@@ -124,17 +124,8 @@ def run_one_step(
         str(PLAN),
         "--plain",
         "--record-datums",
-        *overrides(
-            "run.steps=1",
-            "run.save_every=0",
-            "algorithm.batch_size=1",
-            "algorithm.group_size=2",
-            f'trainer.model="{tiny_smol_long_model_dir}"',
-            'sampler.name="vllm"',
-            f'sampler.urls=["{server.url}"]',
-            f'sampler.weights_dir="{tmp_path / "weights"}"',
-            f'tasks.path="{TASK}"',
-            *settings,
+        *vllm_group_overrides(
+            tiny_smol_long_model_dir, server.url, tmp_path, TASK, "run.steps=1", *settings
         ),
         cwd=tmp_path,
         timeout=240,

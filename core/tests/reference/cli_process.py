@@ -44,3 +44,22 @@ def run_folder(done: subprocess.CompletedProcess[str], cwd: Path, prefix: str) -
     first = done.stdout.splitlines()[0]
     assert first.startswith(f"run folder: runs/{prefix}-"), first
     return cwd / first.removeprefix("run folder: ")
+
+
+def vllm_group_overrides(
+    model: Path, sampler_url: str, cwd: Path, tasks: Path, *assignments: str
+) -> list[str]:
+    """:func:`overrides` for a run that trains one group of two episodes a step on ``model``,
+    sampling from the vLLM server at ``sampler_url`` with weights exported under
+    ``cwd/weights``, on the tasks at ``tasks``, saving nothing; then ``assignments``."""
+    return overrides(
+        "run.save_every=0",
+        "algorithm.batch_size=1",
+        "algorithm.group_size=2",
+        f'trainer.model="{model}"',
+        'sampler.name="vllm"',
+        f'sampler.urls=["{sampler_url}"]',
+        f'sampler.weights_dir="{cwd / "weights"}"',
+        f'tasks.path="{tasks}"',
+        *assignments,
+    )
