@@ -1,8 +1,9 @@
-"""The tiny random Llama the torch backend's tests build, one definition for every test file."""
+"""The tiny random Llama the torch backend's tests build, one definition for every test file,
+and the sampler fixtures of the sampler tests, over the ``model`` their module defines."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -31,3 +32,42 @@ def tiny_llama() -> Callable[..., Any]:
         return LlamaForCausalLM(LlamaConfig(**values)).eval()
 
     return build
+
+
+@pytest.fixture
+def gate() -> Any:
+    from rllm_trainer_backend_torch.gate import WeightGate
+
+    return WeightGate()
+
+
+@pytest.fixture
+def make_sampler(model: Any, gate: Any) -> Iterator[Callable[..., Any]]:
+    """``make_sampler(module=None, **options)``: a ``TorchSampler`` over ``module`` (the
+    module's ``model`` by default) sharing ``gate``; closed after the test."""
+    from rllm_trainer_backend_torch.sampler import TorchSampler
+
+    made: list[TorchSampler] = []
+
+    def make(module: Any = None, **options: Any) -> TorchSampler:
+        sampler = TorchSampler(module if module is not None else model, gate=gate, **options)
+        made.append(sampler)
+        return sampler
+
+    yield make
+    for sampler in made:
+        sampler.close()
+
+
+@pytest.fixture
+def sampler(make_sampler: Callable[..., Any]) -> Any:
+    return make_sampler()
+
+
+@pytest.fixture
+def recorder(model: Any) -> Iterator[Any]:
+    from rllm_trainer_backend_torch.testing import ForwardRecorder
+
+    hook = ForwardRecorder(model)
+    yield hook
+    hook.remove()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from rllm_core.ports.training import Sampler
 from rllm_core.types import SampleRequest, SampleResult, SamplingParams
 from rllm_trainer_backend_torch.gate import WeightGate
 from rllm_trainer_backend_torch.sampler import TorchSampler
+from rllm_trainer_backend_torch.testing import ForwardRecorder, assert_gate_free
 from transformers import LlamaForCausalLM
 
 VOCAB = 512
@@ -28,32 +28,6 @@ def model(small_llama) -> LlamaForCausalLM:
 def small_llama(tiny_llama):
     """The sampler tests' Llama: larger initial weights, so sampled tokens vary."""
     return lambda seed=0: tiny_llama(seed, vocab_size=VOCAB, initializer_range=0.2)
-
-
-@pytest.fixture
-def gate() -> WeightGate:
-    return WeightGate()
-
-
-@pytest.fixture
-def make_sampler(
-    model: LlamaForCausalLM, gate: WeightGate
-) -> Iterator[Callable[..., TorchSampler]]:
-    made: list[TorchSampler] = []
-
-    def make(module: torch.nn.Module | None = None, **kwargs) -> TorchSampler:
-        sampler = TorchSampler(module if module is not None else model, gate=gate, **kwargs)
-        made.append(sampler)
-        return sampler
-
-    yield make
-    for sampler in made:
-        sampler.close()
-
-
-@pytest.fixture
-def sampler(make_sampler: Callable[..., TorchSampler]) -> TorchSampler:
-    return make_sampler()
 
 
 def request(prompt: list[int], **params) -> SampleRequest:
@@ -75,50 +49,6 @@ def assert_same(a: SampleResult, b: SampleResult) -> None:
     assert a.completion_token_ids == b.completion_token_ids
     assert a.finish_reason == b.finish_reason
     assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
-
-
-def assert_gate_free(gate: WeightGate) -> None:
-    """The trainer can take the weights: every sequence gave its shared access back."""
-    entered = threading.Event()
-
-    def take() -> None:
-        with gate.exclusive():
-            entered.set()
-
-    taker = threading.Thread(target=take, daemon=True)
-    taker.start()
-    assert entered.wait(5), "exclusive() still waits: a finished sequence kept the gate"
-    taker.join()
-
-
-class CallRecorder:
-    """A forward pre-hook that records each call's batch shape and can fail or slow calls."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.shapes: list[tuple[int, int]] = []
-        self.fail: Callable[[torch.Tensor], bool] = lambda ids: False
-        self.delay_s = 0.0
-        self.called = threading.Event()
-        self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
-
-    def _hook(self, module, args, kwargs):
-        ids = kwargs["input_ids"]
-        self.shapes.append(tuple(ids.shape))
-        self.called.set()
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if self.fail(ids):
-            raise RuntimeError(f"injected failure on a {tuple(ids.shape)} batch")
-
-    def remove(self) -> None:
-        self._handle.remove()
-
-
-@pytest.fixture
-def recorder(model: LlamaForCausalLM) -> Iterator[CallRecorder]:
-    hooks = CallRecorder(model)
-    yield hooks
-    hooks.remove()
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,7 +195,7 @@ def test_concurrent_tasks_match_each_request_alone(make_sampler) -> None:
 
 
 def test_requests_with_the_same_prompt_share_one_prefill(
-    sampler: TorchSampler, recorder: CallRecorder
+    sampler: TorchSampler, recorder: ForwardRecorder
 ) -> None:
     shared, other = prompt_of(9), prompt_of(5, start=40)
     requests = [request(shared, max_tokens=12, temperature=0.8, seed=i) for i in range(4)]
@@ -288,7 +218,7 @@ def test_growing_the_cache_keeps_what_it_holds(sampler: TorchSampler) -> None:
 
 
 def test_a_request_arriving_mid_decode_joins_the_running_batch(
-    sampler: TorchSampler, recorder: CallRecorder
+    sampler: TorchSampler, recorder: ForwardRecorder
 ) -> None:
     recorder.delay_s = 0.002
     first = request(prompt_of(4), max_tokens=120, seed=1)
@@ -353,7 +283,7 @@ def test_the_version_at_admission_is_reported(make_sampler, small_llama) -> None
 
 
 def test_the_trainer_waits_for_running_rows_and_blocks_new_ones(
-    sampler: TorchSampler, gate: WeightGate, recorder: CallRecorder
+    sampler: TorchSampler, gate: WeightGate, recorder: ForwardRecorder
 ) -> None:
     recorder.delay_s = 0.002
     calls_when_trainer_entered: list[int] = []
@@ -417,7 +347,7 @@ def test_an_empty_prompt_is_refused(sampler: TorchSampler) -> None:
 
 
 def test_a_failing_decode_step_fails_its_rows_and_the_sampler_keeps_serving(
-    sampler: TorchSampler, recorder: CallRecorder
+    sampler: TorchSampler, recorder: ForwardRecorder
 ) -> None:
     recorder.fail = lambda ids: ids.shape == (2, 1)
     requests = [
@@ -436,7 +366,7 @@ def test_a_failing_decode_step_fails_its_rows_and_the_sampler_keeps_serving(
 
 
 def test_a_failing_prefill_fails_only_its_request(
-    sampler: TorchSampler, recorder: CallRecorder
+    sampler: TorchSampler, recorder: ForwardRecorder
 ) -> None:
     recorder.fail = lambda ids: ids.shape[1] > 1 and int(ids[0, 0]) == 500
     good = request(prompt_of(4), max_tokens=10, seed=0)
@@ -497,7 +427,7 @@ def test_the_decode_thread_ends_when_idle_and_the_next_request_starts_one(model)
 
 
 def test_close_fails_running_and_queued_requests_and_releases_the_gate(
-    model, recorder: CallRecorder
+    model, recorder: ForwardRecorder
 ) -> None:
     gate = WeightGate()
     sampler = TorchSampler(model, gate=gate, max_batch_size=1)

@@ -21,11 +21,6 @@ def model(tiny_llama):
 
 
 @pytest.fixture
-def gate() -> WeightGate:
-    return WeightGate()
-
-
-@pytest.fixture
 def shapes(model) -> Iterator[list[tuple[int, ...]]]:
     """Shapes of the sampler's forwards (the tests' own forwards pass ids positionally)."""
     seen: list[tuple[int, ...]] = []

@@ -4,9 +4,8 @@ same completion as ``sample``, early close, errors."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from rllm_core.ports.training import StreamingSampler
 from rllm_core.types import SampleRequest, SampleResult, SamplingParams
 from rllm_trainer_backend_torch.gate import WeightGate
 from rllm_trainer_backend_torch.sampler import TorchSampler
+from rllm_trainer_backend_torch.testing import ForwardRecorder, assert_gate_free
 
 VOCAB = 512
 
@@ -22,55 +22,6 @@ VOCAB = 512
 def model(tiny_llama) -> torch.nn.Module:
     # Larger initial weights than the default, so that sampled tokens vary.
     return tiny_llama(0, vocab_size=VOCAB, initializer_range=0.2)
-
-
-@pytest.fixture
-def gate() -> WeightGate:
-    return WeightGate()
-
-
-@pytest.fixture
-def make_sampler(model, gate) -> Iterator[Callable[..., TorchSampler]]:
-    made: list[TorchSampler] = []
-
-    def make(**kwargs) -> TorchSampler:
-        sampler = TorchSampler(model, gate=gate, **kwargs)
-        made.append(sampler)
-        return sampler
-
-    yield make
-    for sampler in made:
-        sampler.close()
-
-
-@pytest.fixture
-def sampler(make_sampler) -> TorchSampler:
-    return make_sampler()
-
-
-class Forwards:
-    """A forward pre-hook counting the model's calls; it can slow or fail them."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.shapes: list[tuple[int, int]] = []
-        self.delay_s = 0.0
-        self.fail: Callable[[torch.Tensor], bool] = lambda ids: False
-        self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
-
-    def _hook(self, module, args, kwargs):
-        ids = kwargs["input_ids"]
-        self.shapes.append(tuple(ids.shape))
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if self.fail(ids):
-            raise RuntimeError(f"injected failure on a {tuple(ids.shape)} batch")
-
-
-@pytest.fixture
-def forwards(model) -> Iterator[Forwards]:
-    hook = Forwards(model)
-    yield hook
-    hook._handle.remove()
 
 
 def request(prompt: list[int], **params) -> SampleRequest:
@@ -101,19 +52,6 @@ async def collect(
     return pieces, results[0]
 
 
-def assert_gate_free(gate: WeightGate) -> None:
-    entered = threading.Event()
-
-    def take() -> None:
-        with gate.exclusive():
-            entered.set()
-
-    taker = threading.Thread(target=take, daemon=True)
-    taker.start()
-    assert entered.wait(5), "exclusive() still waits: a sequence kept the gate"
-    taker.join()
-
-
 def test_it_is_a_streaming_sampler(sampler: TorchSampler) -> None:
     assert isinstance(sampler, StreamingSampler)
 
@@ -129,13 +67,13 @@ def test_it_is_a_streaming_sampler(sampler: TorchSampler) -> None:
 )
 @pytest.mark.parametrize("slow_reader", [False, True], ids=["eager-reader", "slow-reader"])
 def test_the_pieces_concatenate_to_what_sample_gives(
-    sampler: TorchSampler, forwards: Forwards, params: dict, slow_reader: bool
+    sampler: TorchSampler, recorder: ForwardRecorder, params: dict, slow_reader: bool
 ) -> None:
     req = request(prompt_of(6), **params)
 
     async def three_more_forwards() -> None:
-        target = min(len(forwards.shapes) + 3, params["max_tokens"])
-        while len(forwards.shapes) < target:
+        target = min(len(recorder.shapes) + 3, params["max_tokens"])
+        while len(recorder.shapes) < target:
             await asyncio.sleep(0.001)
 
     pieces, result = asyncio.run(
@@ -167,16 +105,16 @@ def test_a_stop_token_is_streamed_and_ends_the_stream(sampler: TorchSampler) -> 
 
 
 def test_pieces_arrive_while_the_completion_is_decoding(
-    sampler: TorchSampler, forwards: Forwards
+    sampler: TorchSampler, recorder: ForwardRecorder
 ) -> None:
-    forwards.delay_s = 0.005
+    recorder.delay_s = 0.005
     seen: list[int] = []
 
     async def run() -> SampleResult:
         async for item in sampler.sample_stream(request(prompt_of(5), max_tokens=60, seed=2)):
             if isinstance(item, SampleResult):
                 return item
-            seen.append(len(forwards.shapes))
+            seen.append(len(recorder.shapes))
         raise AssertionError("no result")
 
     result = asyncio.run(run())
@@ -206,12 +144,12 @@ def test_concurrent_streams_match_their_samples_alone(make_sampler) -> None:
 
 
 def test_closing_the_stream_early_frees_its_slot_and_others_are_unaffected(
-    make_sampler, gate: WeightGate, forwards: Forwards
+    make_sampler, gate: WeightGate, recorder: ForwardRecorder
 ) -> None:
     # Two slots: the long stream and `steady` fill them; `waiting` gets a slot only when the
     # closed stream leaves the batch, long before `steady` ends.
     sampler = make_sampler(max_batch_size=2)
-    forwards.delay_s = 0.002
+    recorder.delay_s = 0.002
     long = request(prompt_of(4), max_tokens=400, seed=0)
     steady = request(prompt_of(5, start=90), max_tokens=80, temperature=0.8, seed=1)
     waiting = request(prompt_of(3, start=200), max_tokens=5, temperature=0.8, seed=2)
@@ -228,7 +166,7 @@ def test_closing_the_stream_early_frees_its_slot_and_others_are_unaffected(
         first = await anext(stream)
         got.append(first[0])
         steady_task = asyncio.create_task(sample("steady", steady))
-        while (2, 1) not in forwards.shapes:
+        while (2, 1) not in recorder.shapes:
             await asyncio.sleep(0.001)
         waiting_task = asyncio.create_task(sample("waiting", waiting))
         await asyncio.sleep(0.01)
@@ -239,9 +177,9 @@ def test_closing_the_stream_early_frees_its_slot_and_others_are_unaffected(
 
     steady_result, waiting_result = asyncio.run(run())
     assert finished == ["waiting", "steady"]
-    assert len(forwards.shapes) < 150
+    assert len(recorder.shapes) < 150
     assert_gate_free(gate)
-    forwards.delay_s = 0.0
+    recorder.delay_s = 0.0
     streamed = [t for ids in got for t in ids]
     alone = sampler.sample_many([request(prompt_of(4), max_tokens=len(streamed), seed=0)])[0]
     assert streamed == alone.completion_token_ids
@@ -252,15 +190,15 @@ def test_closing_the_stream_early_frees_its_slot_and_others_are_unaffected(
 
 
 def test_a_stream_closed_while_queued_is_never_started(
-    make_sampler, gate: WeightGate, forwards: Forwards
+    make_sampler, gate: WeightGate, recorder: ForwardRecorder
 ) -> None:
     sampler = make_sampler(max_batch_size=1)
-    forwards.delay_s = 0.002
+    recorder.delay_s = 0.002
     queued_prompt = prompt_of(9, start=300)
 
     async def run() -> SampleResult:
         running = asyncio.create_task(sampler.sample(request(prompt_of(4), max_tokens=40, seed=0)))
-        while not forwards.shapes:
+        while not recorder.shapes:
             await asyncio.sleep(0.001)
         stream = sampler.sample_stream(request(queued_prompt, max_tokens=40, seed=1))
         reader = asyncio.create_task(anext(stream))
@@ -274,15 +212,15 @@ def test_a_stream_closed_while_queued_is_never_started(
     result = asyncio.run(run())
     assert len(result.completion_token_ids) == 40
     time.sleep(0.05)
-    assert (1, len(queued_prompt)) not in forwards.shapes
+    assert (1, len(queued_prompt)) not in recorder.shapes
     assert_gate_free(gate)
 
 
 def test_an_error_mid_decode_is_raised_from_the_iterator_after_the_tokens_before_it(
-    sampler: TorchSampler, forwards: Forwards
+    sampler: TorchSampler, recorder: ForwardRecorder
 ) -> None:
-    forwards.delay_s = 0.002
-    forwards.fail = lambda ids: len(forwards.shapes) > 6
+    recorder.delay_s = 0.002
+    recorder.fail = lambda ids: len(recorder.shapes) > 6
     pieces: list[list[int]] = []
 
     async def run() -> None:
@@ -294,14 +232,14 @@ def test_an_error_mid_decode_is_raised_from_the_iterator_after_the_tokens_before
         asyncio.run(run())
     # The prefill and five decode steps chose six tokens; the seventh forward failed.
     assert sum(len(ids) for ids in pieces) == 6
-    forwards.fail = lambda ids: False
+    recorder.fail = lambda ids: False
     _, result = asyncio.run(collect(sampler, request(prompt_of(4), max_tokens=8, seed=0)))
     assert len(result.completion_token_ids) == 8
 
 
 def test_an_invalid_request_is_refused_before_anything_is_queued(
-    sampler: TorchSampler, forwards: Forwards
+    sampler: TorchSampler, recorder: ForwardRecorder
 ) -> None:
     with pytest.raises(ValueError, match=f"token id {VOCAB} is outside the vocabulary"):
         asyncio.run(collect(sampler, request([1, VOCAB], max_tokens=3)))
-    assert forwards.shapes == []
+    assert recorder.shapes == []

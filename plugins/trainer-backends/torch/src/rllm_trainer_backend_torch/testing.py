@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rllm_core.types import Datum
 
 if TYPE_CHECKING:
     from rllm_trainer_backend_torch.backend import TorchBackend
+    from rllm_trainer_backend_torch.gate import WeightGate
 
-__all__ = ["assert_same_state", "random_datums"]
+__all__ = ["ForwardRecorder", "assert_gate_free", "assert_same_state", "random_datums"]
 
 
 def random_datums(seed: int, lengths: Sequence[int], *, vocab: int) -> list[Datum]:
@@ -53,3 +56,42 @@ def assert_same_state(a: TorchBackend, b: TorchBackend) -> None:
             assert torch.equal(value, sb["state"][index][key]), f"optimizer {index}.{key} differs"
     assert a.scheduler.state_dict() == b.scheduler.state_dict()
     assert (a.weight_version, a.optimizer_steps) == (b.weight_version, b.optimizer_steps)
+
+
+def assert_gate_free(gate: WeightGate) -> None:
+    """The trainer can take the weights: every sequence gave its shared access back."""
+    entered = threading.Event()
+
+    def take() -> None:
+        with gate.exclusive():
+            entered.set()
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    assert entered.wait(5), "exclusive() still waits: a sequence kept the gate"
+    taker.join()
+
+
+class ForwardRecorder:
+    """A forward pre-hook on ``model`` that records the ``input_ids`` shape of each call made
+    with keyword arguments (the sampler's), and can slow calls (``delay_s``) or fail those
+    that ``fail(input_ids)`` picks. ``remove()`` takes it off."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.shapes: list[tuple[int, ...]] = []
+        self.fail: Callable[[torch.Tensor], bool] = lambda ids: False
+        self.delay_s = 0.0
+        self.called = threading.Event()
+        self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        ids = kwargs["input_ids"]
+        self.shapes.append(tuple(ids.shape))
+        self.called.set()
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail(ids):
+            raise RuntimeError(f"injected failure on a {tuple(ids.shape)} batch")
+
+    def remove(self) -> None:
+        self._handle.remove()
