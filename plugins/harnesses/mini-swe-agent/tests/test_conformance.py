@@ -4,15 +4,14 @@ the real gateway with a scripted model, commands in the installed local sandbox.
 from __future__ import annotations
 
 import pytest
-from reference.toy_renderer import ToyChatRenderer
+from reference.harness_task import MakeFileTask
 from rllm_core.testing.suites.harnesses import HarnessConformance
-from rllm_core.types import SandboxSpec, Task
 from rllm_harness_mini_swe_agent.harness import MiniSweAgentHarness
 from rllm_harness_mini_swe_agent.plugin import MiniSweAgentConfig
 from rllm_harness_mini_swe_agent.testing import SUBMIT, text_action, tool_call
 
 
-class _Common(HarnessConformance):
+class _Common(MakeFileTask, HarnessConformance):
     needs_sandbox = True
     max_turns = 3
     model_class = "toolcall"
@@ -23,18 +22,6 @@ class _Common(HarnessConformance):
             model_class=self.model_class, step_limit=3, max_retries=0, request_timeout_s=20.0
         )
         return MiniSweAgentHarness(config)
-
-    @pytest.fixture
-    def harness_task(self, tmp_path) -> Task:
-        return Task(
-            task_id="make-file",
-            instruction="Create made.txt.",
-            environment=SandboxSpec(workdir=str(tmp_path / "work")),
-        )
-
-    @pytest.fixture
-    def gateway_renderer(self) -> ToyChatRenderer:
-        return ToyChatRenderer()
 
 
 class TestToolcalls(_Common):

@@ -4,14 +4,13 @@ model, commands in the installed local sandbox."""
 from __future__ import annotations
 
 import pytest
-from reference.toy_renderer import ToyChatRenderer
+from reference.harness_task import MakeFileTask
 from rllm_core.testing.suites.harnesses import HarnessConformance
-from rllm_core.types import SandboxSpec, Task
 from rllm_harness_shell.harness import ShellHarness
 from rllm_harness_shell.plugin import ShellConfig
 
 
-class TestShellHarness(HarnessConformance):
+class TestShellHarness(MakeFileTask, HarnessConformance):
     needs_sandbox = True
     max_turns = 3
     endless_reply = "Checking.\n```bash\ntrue\n```"
@@ -22,17 +21,5 @@ class TestShellHarness(HarnessConformance):
         return ShellHarness(ShellConfig(max_turns=3, max_retries=0, request_timeout_s=20.0))
 
     @pytest.fixture
-    def harness_task(self, tmp_path) -> Task:
-        return Task(
-            task_id="make-file",
-            instruction="Create made.txt.",
-            environment=SandboxSpec(workdir=str(tmp_path / "work")),
-        )
-
-    @pytest.fixture
     def harness_script(self) -> list[str]:
         return ["I will create it.\n```bash\necho made > made.txt\n```", "DONE"]
-
-    @pytest.fixture
-    def gateway_renderer(self) -> ToyChatRenderer:
-        return ToyChatRenderer()

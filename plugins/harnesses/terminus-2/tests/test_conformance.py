@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reference.toy_renderer import ToyChatRenderer
+from reference.harness_task import MakeFileTask
 from rllm_core.testing.suites.harnesses import HarnessConformance
-from rllm_core.types import SandboxSpec, Task
 from rllm_harness_terminus_2.harness import Terminus2Harness
 from rllm_harness_terminus_2.plugin import Terminus2Config
 from rllm_harness_terminus_2.testing import reply
 
 
-class _Common(HarnessConformance):
+class _Common(MakeFileTask, HarnessConformance):
     needs_sandbox = True
     max_turns = 3
     parser = "json"
@@ -30,18 +29,6 @@ class _Common(HarnessConformance):
         return Terminus2Harness(
             Terminus2Config(parser=self.parser, max_turns=3, max_retries=0, request_timeout_s=20.0)
         )
-
-    @pytest.fixture
-    def harness_task(self, tmp_path) -> Task:
-        return Task(
-            task_id="make-file",
-            instruction="Create made.txt.",
-            environment=SandboxSpec(workdir=str(tmp_path / "work")),
-        )
-
-    @pytest.fixture
-    def gateway_renderer(self) -> ToyChatRenderer:
-        return ToyChatRenderer()
 
     @pytest.fixture
     def harness_script(self) -> list[str]:
