@@ -14,7 +14,6 @@ grows larger (``RLLM_SOAK_REPEATS=40`` for a thousand).
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import os
 import random
@@ -31,7 +30,11 @@ import msgspec
 import pytest
 from rllm_core.storage.durable import write_all
 from rllm_core.storage.framing import FrameReader
-from rllm_core.testing.suites.storage import make_samples
+from rllm_core.testing.suites.storage import (
+    append_crash_records,
+    crash_record,
+    crash_record_starts,
+)
 from rllm_core.types import Sample
 from rllm_sample_buffer_file import buffer as buffer_module
 from rllm_sample_buffer_file.buffer import MAGIC, FileSampleBuffer
@@ -41,15 +44,7 @@ RECORDS = 100_000
 WATCHDOG_S = 60.0
 
 
-def record(index: int) -> list[Sample]:
-    """The samples of record ``index`` (one append), sequence numbers unset."""
-    return make_samples(
-        1 + index % 3, weight_version=index % 7, seed=index, group_id=f"r{index % 5}"
-    )
-
-
-STARTS = list(itertools.accumulate((1 + i % 3 for i in range(RECORDS)), initial=0))
-"""``STARTS[r]``: the first sequence number of record ``r``."""
+STARTS = crash_record_starts(RECORDS)
 
 
 class _Frame(msgspec.Struct):
@@ -67,17 +62,7 @@ def _child(path: Path, report: int, fault: Callable[[], None] | None) -> None:
     was acknowledged, ``C W`` before committing W and ``c W`` once committed."""
     if fault is not None:
         fault()
-    buffer = FileSampleBuffer(path)
-    index = bisect.bisect_left(STARTS, buffer.committed() + 1 + buffer.pending())
-    while True:
-        stored = buffer.append(record(index))
-        os.write(report, f"a {index}\n".encode())
-        if index % 4 == 3:
-            watermark = stored[-1].sequence - 2
-            os.write(report, f"C {watermark}\n".encode())
-            buffer.commit(watermark)
-            os.write(report, f"c {watermark}\n".encode())
-        index += 1
+    append_crash_records(FileSampleBuffer(path), report, STARTS)
 
 
 def _run_child(
@@ -160,7 +145,7 @@ class Log:
             )
             assert buffer.committed() in (lowest, highest)
             assert buffer.committed() + 1 + buffer.pending() == STARTS[records]
-            stored = buffer.append(record(records))
+            stored = buffer.append(crash_record(records))
             assert [s.sequence for s in stored] == list(range(STARTS[records], STARTS[records + 1]))
             view = (buffer.committed(), buffer.pending(), buffer.backlog())
         records += 1
@@ -188,7 +173,7 @@ class Log:
                 frame = msgspec.msgpack.decode(payload, type=_Frame)
                 expected = [
                     msgspec.structs.replace(s, sequence=STARTS[index] + i)
-                    for i, s in enumerate(record(index))
+                    for i, s in enumerate(crash_record(index))
                 ]
                 assert frame.first_sequence == STARTS[index]
                 assert frame.samples == expected, f"record {index} does not hold what was appended"

@@ -16,7 +16,6 @@ not an interpreter start.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import functools
 import itertools
@@ -35,21 +34,16 @@ from typing import Any
 import msgspec
 import pytest
 from rllm_core.plugins.manager import PluginManager
-from rllm_core.testing.suites.storage import make_samples
-from rllm_core.types import Sample
+from rllm_core.testing.suites.storage import (
+    append_crash_records,
+    crash_record,
+    crash_record_starts,
+)
 from rllm_sample_buffer_object_store.buffer import ObjectStoreSampleBuffer
 
 PREFIX = "runs/crash/buffer"
 WATCHDOG_S = 60.0
-STARTS = list(itertools.accumulate((1 + i % 3 for i in range(10_000)), initial=0))
-"""``STARTS[r]``: the first sequence number of record ``r``."""
-
-
-def record(index: int) -> list[Sample]:
-    """The samples of record ``index`` (one append), sequence numbers unset."""
-    return make_samples(
-        1 + index % 3, weight_version=index % 7, seed=index, group_id=f"r{index % 5}"
-    )
+STARTS = crash_record_starts(10_000)
 
 
 @functools.cache
@@ -102,17 +96,7 @@ def _child(trial: dict[str, Any], ready: int) -> None:
         _install_fault(store, *trial["fault"])
     os.write(ready, b"r")
     os.close(ready)
-    buffer = ObjectStoreSampleBuffer(store, PREFIX, writer="sampler")
-    index = bisect.bisect_left(STARTS, buffer.committed() + 1 + buffer.pending())
-    while True:
-        stored = buffer.append(record(index))
-        os.write(report, f"a {index}\n".encode())
-        if index % 4 == 3:
-            watermark = stored[-1].sequence - 2
-            os.write(report, f"C {watermark}\n".encode())
-            buffer.commit(watermark)
-            os.write(report, f"c {watermark}\n".encode())
-        index += 1
+    append_crash_records(ObjectStoreSampleBuffer(store, PREFIX, writer="sampler"), report, STARTS)
 
 
 def serve() -> None:
@@ -252,10 +236,10 @@ class Trials:
         assert everything == [
             msgspec.structs.replace(sample, sequence=STARTS[r] + i)
             for r in range(start, records)
-            for i, sample in enumerate(record(r))
+            for i, sample in enumerate(crash_record(r))
         ]
         buffer.restore(committed)
-        stored = buffer.append(record(records))
+        stored = buffer.append(crash_record(records))
         assert [s.sequence for s in stored] == list(range(STARTS[records], STARTS[records + 1]))
         keys = store.list()
         view = (buffer.committed(), buffer.pending(), buffer.backlog())

@@ -55,6 +55,7 @@ own ``@given(program=buffer_programs())``). The suites need pytest and hypothesi
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import os
@@ -69,7 +70,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 import pytest
@@ -79,12 +80,18 @@ from hypothesis import strategies as st
 from rllm_core.errors import ObjectNotFoundError
 from rllm_core.types import BacklogStats, Datum, Message, Sample, Trace, TraceRecord
 
+if TYPE_CHECKING:
+    from rllm_core.ports import SampleBuffer
+
 __all__ = [
     "INVALID_OBJECT_KEYS",
     "ObjectStoreConformance",
     "SampleBufferConformance",
     "TraceStoreConformance",
+    "append_crash_records",
     "buffer_programs",
+    "crash_record",
+    "crash_record_starts",
     "expected_prompts",
     "make_long_trace_chain",
     "make_samples",
@@ -268,6 +275,39 @@ def make_samples(
             )
         )
     return samples
+
+
+def crash_record(index: int) -> list[Sample]:
+    """The samples of record ``index`` of a kill trial (one append of one to three samples),
+    sequence numbers unset; equal in every process, so a test rebuilds what a child appended."""
+    return make_samples(
+        1 + index % 3, weight_version=index % 7, seed=index, group_id=f"r{index % 5}"
+    )
+
+
+def crash_record_starts(records: int) -> list[int]:
+    """``starts[r]``: the first sequence number of :func:`crash_record` ``r`` when records
+    0, 1, ... were appended in order, for ``r`` up to ``records``."""
+    return list(itertools.accumulate((1 + i % 3 for i in range(records)), initial=0))
+
+
+def append_crash_records(buffer: SampleBuffer, report: int, starts: Sequence[int]) -> NoReturn:
+    """A kill trial's child: append the records of :func:`crash_record` to ``buffer``, from
+    the one after those it holds, until the process is killed, writing to the file descriptor
+    ``report`` ``a R`` once record R was acknowledged and, after every fourth record, ``C W``
+    before committing the watermark W (two short of the record's last sequence) and ``c W``
+    once committed. ``starts`` is :func:`crash_record_starts` of more records than a trial
+    appends."""
+    index = bisect.bisect_left(starts, buffer.committed() + 1 + buffer.pending())
+    while True:
+        stored = buffer.append(crash_record(index))
+        os.write(report, f"a {index}\n".encode())
+        if index % 4 == 3:
+            watermark = stored[-1].sequence - 2
+            os.write(report, f"C {watermark}\n".encode())
+            buffer.commit(watermark)
+            os.write(report, f"c {watermark}\n".encode())
+        index += 1
 
 
 def run_until_killed(script: str, *args: str, acks: int, timeout_s: float = 120.0) -> list[str]:
