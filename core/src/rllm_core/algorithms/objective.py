@@ -1,7 +1,7 @@
 """The training objective, composed once: a policy loss, auxiliary losses, one aggregation, the
 ratio denominator the plan chose, rollout corrections and off-policy diagnostics.
 
-An :class:`Objective` is built from the plan (:func:`rllm_core.training.objective.build_objective`)
+An :class:`Objective` is built from the plan (:func:`rllm_core.training.update.build_objective`)
 or by hand, and every trainer backend evaluates it the same way::
 
     step = objective.begin(action_masks, observation_masks)    # normalizers over the whole call

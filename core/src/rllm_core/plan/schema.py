@@ -76,10 +76,10 @@ class RunSection(_Section):
     pipeline: Literal["sync", "async"] = Field(
         "sync",
         description=(
-            "`sync`: each step samples, then trains on what it sampled. `async`: rollouts keep"
-            " running into a bounded queue while the trainer trains, and"
-            " `[algorithm].max_policy_age` bounds how old the policy behind a trained sample"
-            " may be."
+            "`sync`: each step samples, then trains on what it sampled (the async pipeline"
+            " with a lead of 0: `max_policy_age = 0`). `async`: rollouts keep running into a"
+            " bounded queue while the trainer trains, and `[algorithm].max_policy_age` bounds"
+            " how old the policy behind a trained sample may be."
         ),
     )
     deterministic: bool = Field(

@@ -50,10 +50,16 @@ step, on the trainer thread, and the next rollout starts only once the servers s
 sync that fails (the sampler gave up on a server) ends the run ``failed`` with the sampler's
 error, as any other exception does.
 
-With ``[run].pipeline = "async"`` the rollouts run ahead of the trainer
-(:mod:`rllm_core.training.pipeline`) into the sample buffer (``[sample_buffer]``, or one in
-memory): step ``N`` trains on rollout batch ``N`` once it is queued, dropping the groups older
-than ``[algorithm].max_policy_age`` versions, and commits the buffer's watermark. A signal
+Both pipelines are one step (:meth:`TrainingLoop._step`) over the two halves: the producer
+(:mod:`rllm_core.training.producer_half`) rolls batches out into the sample buffer
+(``[sample_buffer]``, or one in memory) and the trainer
+(:mod:`rllm_core.training.trainer_half`) trains step ``N`` on batch ``N`` once it is queued
+and commits the buffer's watermark. Batch ``N`` starts once step ``N - 1 - lead`` is trained
+and saved, ``lead = max_policy_age // (mini_batches * epochs)``: ``[run].pipeline = "sync"``
+is a lead of 0 (each batch is rolled out by the policy that trains on it; the metrics line has
+no ``async/*`` keys and ``queue.jsonl`` is not written). With ``[run].pipeline = "async"`` the
+rollouts run ahead of the trainer (:mod:`rllm_core.training.pipeline`) and the trainer drops
+the groups older than ``[algorithm].max_policy_age`` versions. A signal
 drains at a step boundary: the rollouts in flight are cancelled, a train phase in flight
 finishes, and the checkpoint records the buffer's watermark. Resuming keeps the queued
 batches the buffer still holds after that watermark (a durable buffer; they are listed in
@@ -65,27 +71,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from rllm_core.algorithms import DatumBuilder
-from rllm_core.errors import TrainingInterrupted
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import SampleBuffer
-from rllm_core.rollout import RolloutBatch, RolloutRunner, TooManyFailedRollouts, check_failures
-from rllm_core.rollout.dynamic import sample_informative
+from rllm_core.rollout import TooManyFailedRollouts
 from rllm_core.rollout.sessions import SessionKey
 from rllm_core.run.checkpoints import save_checkpoint
 from rllm_core.run.components import Components
 from rllm_core.run.folder import RunFolder
 from rllm_core.run.lifecycle import Lifecycle, ResumeError, RunResult, fresh_or_resumed
-from rllm_core.run.metrics import episode_record, step_metrics
 from rllm_core.run.observers import RunObservers
 from rllm_core.run.parts import RunParts
-from rllm_core.run.state import DataOrder, LoopState, capture_rngs
+from rllm_core.run.state import LoopState
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.training.pipeline import Ticket
 from rllm_core.training.producer_half import ProducerHalf
@@ -124,7 +125,6 @@ class TrainingLoop:
         self.run_id = run_id or folder.path.name
         self.tasks: list[Task] = []
         self._phase = "idle"
-        self._rollout_task: asyncio.Task[Any] | None = None
         self._wait_task: asyncio.Future[Ticket] | None = None
         self._stop = False
         self._asynchronous = resolved.plan.run.pipeline == "async"
@@ -232,8 +232,6 @@ class TrainingLoop:
         self._stop = True
         self.trainer.stopping = True
         self.display.warn("stopping: cancelling the step in flight, then cleaning up")
-        if self._phase == "rollout" and self._rollout_task is not None:
-            self._rollout_task.cancel()
         if self._phase == "train":
             self.trainer.interrupt()
         self.producer.cancel()
@@ -244,8 +242,6 @@ class TrainingLoop:
         """A second signal: what the first asked for, however far the cleanup got."""
         self._stop = True
         self.trainer.stopping = True
-        if self._rollout_task is not None:
-            self._rollout_task.cancel()
         self.producer.cancel()
         self.trainer.interrupt()
 
@@ -273,7 +269,7 @@ class TrainingLoop:
                     await self.trainer.route_loss()
                     if self.trainer.policy_sync is not None:
                         await self.trainer.policy_sync()
-                    if self._asynchronous and not self._stop:
+                    if not self._stop:
                         self.producer.start(
                             state,
                             self.tasks,
@@ -283,16 +279,16 @@ class TrainingLoop:
                             on_ticket=self._on_ticket,
                         )
                         self.trainer.step_ended = time.monotonic()
-                    take_step = self._async_step if self._asynchronous else self._step
                     while state.step < self.plan.run.steps and not self._stop:
                         try:
-                            done = await take_step(state, runner, builder)
+                            done = await self._step(state)
                         except TooManyFailedRollouts as exc:
                             failure = exc
                             break
                         if not done:
                             break
                         life.after_step(state)
+                        self.producer.trained(state.step)
                 finally:
                     await self.producer.stop()
                     await rollouts.aclose()
@@ -325,91 +321,10 @@ class TrainingLoop:
             life.close()
 
     def _on_ticket(self, ticket: Ticket) -> None:
-        self.folder.append(self.folder.queue, ticket.to_dict())
+        if self._asynchronous:
+            self.folder.append(self.folder.queue, ticket.to_dict())
 
-    # ------------------------------------------------------------------ steps
-
-    async def _step(self, state: LoopState, runner: RolloutRunner, builder: DatumBuilder) -> bool:
-        """Run step ``state.step + 1`` with the sync pipeline: roll out its batch, then train
-        on it; False when a signal cancelled its rollouts. Raises
-        :class:`TooManyFailedRollouts` (before training) when too many rollouts were excluded."""
-        step = state.step + 1
-        self.observers.step_start(step)
-        algorithm = self.plan.algorithm
-        data = DataOrder.from_dict(state.data.to_dict())
-        batch_tasks = [self.tasks[i] for i in data.take(algorithm.batch_size)]
-        self.display.step_started(step, len(batch_tasks) * algorithm.group_size)
-        step_start = time.monotonic()
-        self._phase = "rollout"
-        busy_before = self.producer.sampler_busy()
-        self._rollout_task = asyncio.ensure_future(
-            sample_informative(
-                functools.partial(runner.run, step=step),
-                batch_tasks,
-                lambda k: [self.tasks[i] for i in data.take(k)],
-                batch_size=algorithm.batch_size,
-                filter_groups=algorithm.filter_groups,
-                max_sample_batches=algorithm.max_sample_batches,
-                check=functools.partial(self._check_failures, step),
-            )
-        )
-        try:
-            sampled = await self._rollout_task
-        except asyncio.CancelledError:
-            if not self._stop:
-                raise
-            return False
-        finally:
-            self._phase = "train"
-            self._rollout_task = None
-        rollout_s = time.monotonic() - step_start
-        busy_after = self.producer.sampler_busy()
-        sampler_busy_s = (
-            busy_after - busy_before if busy_before is not None and busy_after is not None else None
-        )
-        batch = sampled.batch
-        built = builder.build(batch.groups)
-        datums = built.datums
-        try:
-            train, train_s = await self.trainer.train(
-                datums,
-                step=step,
-                why_none=f"step {step}: no datum to train on ({built.report.episodes} scored"
-                f" episodes, {built.report.dropped_groups} zero-variance groups dropped)",
-            )
-        except TrainingInterrupted:
-            self.display.warn(f"step {step}: training interrupted; the step is not recorded")
-            return False
-        episodes = sampled.episodes
-        line = step_metrics(
-            step=step,
-            episodes=episodes,
-            infra_failures=len(batch.infra_failures),
-            retries=batch.retries,
-            report=built.report.metrics(),
-            datums=datums,
-            train=train,
-            rollout_s=rollout_s,
-            train_s=train_s,
-            step_s=time.monotonic() - step_start,
-            weight_version=self.c.trainer.weight_version,
-            sampler_busy_s=sampler_busy_s,
-        )
-        line |= sampled.metrics()
-        self.trainer.record(line, [episode_record(step, e) for e in episodes], datums)
-        state.step = step
-        state.data = data
-        state.rngs = capture_rngs()
-        self.trainer.show(line)
-        return True
-
-    def _check_failures(self, step: int, batch: RolloutBatch, tasks: list[Task]) -> None:
-        check_failures(
-            batch,
-            max_fraction=self.plan.rollout.max_failed_fraction,
-            context=f"step {step}",
-            tasks=tasks,
-        )
+    # ------------------------------------------------------------------ the RL step
 
     async def _next_ticket(self) -> Ticket | None:
         """The next queued batch, or None when a signal stopped the wait."""
@@ -425,23 +340,22 @@ class TrainingLoop:
             self._wait_task = None
             self._phase = "train"
 
-    async def _async_step(
-        self, state: LoopState, runner: RolloutRunner, builder: DatumBuilder
-    ) -> bool:
-        """Train step ``state.step + 1`` on its queued rollout batch; False when a signal
-        stopped the wait. Raises what stopped the producer at this step."""
+    async def _step(self, state: LoopState) -> bool:
+        """The RL step: train step ``state.step + 1`` on its rollout batch once the producer
+        has queued it (rolled out ahead by up to the pipeline's lead, or just now with the
+        sync pipeline); False when a signal stopped the wait or the update. Raises what
+        stopped the producer at this step (:class:`TooManyFailedRollouts`, before training)."""
         self.observers.step_start(state.step + 1)
         waiting = time.monotonic()
         ticket = await self._next_ticket()
         if ticket is None:
             return False
-        gate = self.producer.gate
         return await self.trainer.train_ticket(
             state,
             ticket,
             trainer_wait_s=time.monotonic() - waiting,
             sampler_wait_s=self.producer.take_waited,
-            trained=gate.trained if gate is not None else None,
+            pipeline_metrics=self._asynchronous,
         )
 
     def _groups_line(self, summary: Mapping[str, Any]) -> None:

@@ -178,6 +178,9 @@ class RolloutProducer:
     ``run`` ends once ``last_step`` is queued; an error in a batch (too many failed rollouts, a
     harness bug) is queued in its place and nothing after it, so that the trainer first
     trains every batch before it. Cancelling ``run`` cancels every batch in flight.
+    ``sampler_busy`` reads the sampler's busy clock (:class:`~rllm_core.ports.BusyClock`)
+    for a pipeline whose batches never overlap (a lead of 0): each batch's line then has
+    ``time/sampler_busy_s`` and ``sampler_utilization``.
     """
 
     def __init__(
@@ -198,6 +201,7 @@ class RolloutProducer:
         on_start: Callable[[int, int], None] = lambda step, rollouts: None,
         filter_groups: str = "none",
         max_sample_batches: int = 1,
+        sampler_busy: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.runner = runner
         self.builder = builder
@@ -214,6 +218,7 @@ class RolloutProducer:
         self.on_start = on_start
         self.filter_groups = filter_groups
         self.max_sample_batches = max_sample_batches
+        self.sampler_busy = sampler_busy
         self.waited_s = 0.0
         """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
         self._failed = False
@@ -304,6 +309,7 @@ class RolloutProducer:
                 batch, max_fraction=self.max_failed_fraction, context=f"step {step}", tasks=tasks
             )
 
+        busy_before = self.sampler_busy()
         sampled = await sample_informative(
             functools.partial(self.runner.run, step=step),
             batch_tasks,
@@ -313,6 +319,7 @@ class RolloutProducer:
             max_sample_batches=self.max_sample_batches,
             check=check,
         )
+        busy_after = self.sampler_busy()
         batch = sampled.batch
         built = self.builder.build(batch.groups)
         episodes = sampled.episodes
@@ -328,6 +335,11 @@ class RolloutProducer:
                 retries=batch.retries,
                 report=built.report.metrics(),
                 rollout_s=batch.wall_s,
+                sampler_busy_s=(
+                    busy_after - busy_before
+                    if busy_before is not None and busy_after is not None
+                    else None
+                ),
             )
             | sampled.metrics(),
             episodes=[episode_record(step, e) for e in episodes],

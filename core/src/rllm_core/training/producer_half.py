@@ -99,16 +99,17 @@ class ProducerHalf:
         on_ticket: Callable[[Ticket], None],
     ) -> None:
         """Queue the batches ``kept`` from before a resume and start rolling out the next
-        ones (after ``state.step``, gated by ``trained`` steps, ``state.step`` by default)."""
+        ones (after ``state.step``, gated by ``trained`` steps, ``state.step`` by default).
+        Batch ``r`` starts once step ``r - 1 - lead`` is trained, ``lead =
+        max_policy_age // (mini_batches * epochs)``: with ``max_policy_age = 0`` (the sync
+        pipeline) each batch is rolled out by the policy that then trains on it."""
         algorithm = self.plan.algorithm
         data = state.data
         for ticket in kept:
             self.queue.put(ticket)
             data = DataOrder.from_dict(ticket.data)
-        self.gate = StepGate(
-            trained=state.step if trained is None else trained,
-            lead=algorithm.max_policy_age // (algorithm.mini_batches * algorithm.epochs),
-        )
+        lead = algorithm.max_policy_age // (algorithm.mini_batches * algorithm.epochs)
+        self.gate = StepGate(trained=state.step if trained is None else trained, lead=lead)
         self.producer = RolloutProducer(
             runner=runner,
             builder=builder,
@@ -125,8 +126,14 @@ class ProducerHalf:
             on_start=self.parts.display.step_started,
             filter_groups=algorithm.filter_groups,
             max_sample_batches=algorithm.max_sample_batches,
+            sampler_busy=self.sampler_busy if lead == 0 else lambda: None,
         )
         self.task = asyncio.ensure_future(self.producer.run())
+
+    def trained(self, step: int) -> None:
+        """Step ``step`` is trained and saved: the batches it gates may start."""
+        if self.gate is not None:
+            self.gate.trained(step)
 
     def take_waited(self) -> float:
         """Seconds the producer waited at the gate since the last call."""

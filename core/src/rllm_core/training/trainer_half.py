@@ -202,26 +202,33 @@ class TrainerHalf:
         *,
         trainer_wait_s: float,
         sampler_wait_s: Callable[[], float] = lambda: 0.0,
-        trained: Callable[[int], None] | None = None,
+        pipeline_metrics: bool = True,
     ) -> bool:
         """Train step ``state.step + 1`` on its queued batch ``ticket``; False when a stop
         interrupted the update (the step is not recorded). ``sampler_wait_s`` takes the seconds the
-        producer waited since the last step; ``trained`` is told the step once it is recorded."""
+        producer waited since the last step; ``pipeline_metrics`` adds the ``async/*`` keys
+        (policy ages, stale groups, queue, waits), which a pipeline without lead leaves out."""
         step = state.step + 1
         algorithm = self.plan.algorithm
         version = self.c.trainer.weight_version
         samples, watermark = await asyncio.to_thread(self.select, ticket)
-        fresh = [s for s in samples if version - s.weight_version <= algorithm.max_policy_age]
+        # Without lead the batch was rolled out by this very policy: no age to check.
+        bound = algorithm.max_policy_age if pipeline_metrics else None
+        fresh = [s for s in samples if bound is None or version - s.weight_version <= bound]
         stale_groups = {s.group_id for s in samples} - {s.group_id for s in fresh}
         datums = [s.datum for s in fresh]
         ages = [version - s.weight_version for s in fresh]
+        dropped = [
+            f"{ticket.rollout.get('episodes', 0.0):.0f} scored episodes",
+            f"{ticket.rollout.get('dropped_groups', 0.0):.0f} zero-variance groups dropped",
+        ]
+        if pipeline_metrics:
+            dropped.append(f"{len(stale_groups)} groups older than max_policy_age dropped")
         try:
             train, train_s = await self.train(
                 datums,
                 step=step,
-                why_none=f"step {step}: no datum to train on ({ticket.rollout['episodes']:.0f}"
-                f" scored episodes, {len(stale_groups)} groups older than max_policy_age"
-                " dropped)",
+                why_none=f"step {step}: no datum to train on ({', '.join(dropped)})",
             )
         except TrainingInterrupted:
             self.display.warn(f"step {step}: training interrupted; the step is not recorded")
@@ -240,22 +247,23 @@ class TrainerHalf:
                 weight_version=self.c.trainer.weight_version,
             )
         )
-        line |= {
-            "async/policy_age_mean": sum(ages) / len(ages) if ages else 0.0,
-            "async/policy_age_max": float(max(ages, default=0)),
-            "async/dropped_stale": float(len(stale_groups)),
-            "async/queue_groups": float(self.buffer.backlog().groups),
-            "async/sampler_wait_s": sampler_wait_s(),
-            "async/trainer_wait_s": trainer_wait_s,
-        }
+        if pipeline_metrics:
+            line |= {
+                "async/policy_age_mean": sum(ages) / len(ages) if ages else 0.0,
+                "async/policy_age_max": float(max(ages, default=0)),
+                "async/dropped_stale": float(len(stale_groups)),
+                "async/queue_groups": float(self.buffer.backlog().groups),
+                "async/sampler_wait_s": sampler_wait_s(),
+                "async/trainer_wait_s": trainer_wait_s,
+            }
         self.step_ended = now
         self.record(line, ticket.episodes, datums)
         state.step = step
         state.data = DataOrder.from_dict(ticket.data)
-        state.buffer_watermark = self.buffer.committed()
+        if pipeline_metrics:
+            # Without lead the buffer is empty between steps: no position to resume from.
+            state.buffer_watermark = self.buffer.committed()
         state.rngs = capture_rngs()
-        if trained is not None:
-            trained(step)
         self.show(line)
         return True
 
