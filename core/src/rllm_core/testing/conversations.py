@@ -8,6 +8,8 @@
 - :func:`simulate_rollout`: multi-turn sampling through a renderer: each assistant message is
   "sampled" as the template renders it, optionally cut short, and the next prompt is built
   with ``bridge_to_next_turn``; every turn is returned with the full render to compare with.
+- :class:`SmolLM2Reference` / :class:`Qwen25Reference`: the ``conversations`` and
+  ``reference_render`` of a renderer conformance test over one of those chat templates.
 
 Assistant content never starts or ends with whitespace and never contains text the template
 would read back differently (a stop token, a ``<tool_call>`` tag), except in cases tagged
@@ -19,22 +21,28 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
+
+import pytest
 
 from rllm_core.chat_dicts import message_dicts, tool_dicts
 from rllm_core.ports import Renderer
 from rllm_core.testing.suites.renderers import (
     READ_FILE_TOOL,
     Conversation,
+    ReferenceRender,
     check_bridge_contract,
     sampled_span,
 )
+from rllm_core.testing.tokenizers import reference_render
 from rllm_core.types import Message, ToolCall, ToolSpec
 
 __all__ = [
     "TAGS",
     "Case",
+    "Qwen25Reference",
     "SimulatedTurn",
+    "SmolLM2Reference",
     "conversations",
     "corpus",
     "hf_messages",
@@ -554,6 +562,38 @@ hf_messages = message_dicts
 
 
 # ---------------------------------------------------------------- multi-turn sampling
+
+
+class SmolLM2Reference:
+    """Mixed into a :class:`~rllm_core.testing.suites.renderers.RendererConformance` subclass
+    whose renderer uses SmolLM2's chat template: the corpus without what that template has no
+    way to write (tools, reasoning), checked against the template's own render."""
+
+    supports_tools: ClassVar[bool] = False
+
+    @pytest.fixture
+    def conversations(self) -> list[Conversation]:
+        return conversations(
+            corpus(exclude=("tools", "tool_calls", "reasoning", "raw_think", "parity_only"))
+        )
+
+    @pytest.fixture
+    def reference_render(self, smollm2_tokenizer_dir: Any) -> ReferenceRender:
+        return reference_render(smollm2_tokenizer_dir)
+
+
+class Qwen25Reference:
+    """Mixed into a :class:`~rllm_core.testing.suites.renderers.RendererConformance` subclass
+    whose renderer uses Qwen2.5's chat template: the corpus without reasoning (the template
+    has none), checked against the template's own render."""
+
+    @pytest.fixture
+    def conversations(self) -> list[Conversation]:
+        return conversations(corpus(exclude=("reasoning", "raw_think", "parity_only")))
+
+    @pytest.fixture
+    def reference_render(self, qwen25_tokenizer_dir: Any) -> ReferenceRender:
+        return reference_render(qwen25_tokenizer_dir)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from rllm_core.testing.conversations import conversations, corpus
+from rllm_core.testing.conversations import (
+    Qwen25Reference,
+    SmolLM2Reference,
+    conversations,
+    corpus,
+)
 from rllm_core.testing.suites.renderers import (
     READ_FILE_TOOL,
     Conversation,
@@ -17,35 +22,16 @@ from rllm_renderer_hf.plugin import HFConfig
 from rllm_renderer_hf.renderer import HFRenderer
 
 
-class TestSmolLM2(RendererConformance):
-    supports_tools = False
-
+class TestSmolLM2(SmolLM2Reference, RendererConformance):
     @pytest.fixture
     def renderer(self, smollm2_tokenizer_dir) -> HFRenderer:
         return HFRenderer(HFConfig(tokenizer=str(smollm2_tokenizer_dir)))
 
-    @pytest.fixture
-    def conversations(self) -> list[Conversation]:
-        skip = ("tools", "tool_calls", "reasoning", "raw_think", "parity_only")
-        return conversations(corpus(exclude=skip))
 
-    @pytest.fixture
-    def reference_render(self, smollm2_tokenizer_dir) -> ReferenceRender:
-        return reference_render(smollm2_tokenizer_dir)
-
-
-class TestQwen25(RendererConformance):
+class TestQwen25(Qwen25Reference, RendererConformance):
     @pytest.fixture
     def renderer(self, qwen25_tokenizer_dir) -> HFRenderer:
         return HFRenderer(HFConfig(tokenizer=str(qwen25_tokenizer_dir)))
-
-    @pytest.fixture
-    def conversations(self) -> list[Conversation]:
-        return conversations(corpus(exclude=("reasoning", "raw_think", "parity_only")))
-
-    @pytest.fixture
-    def reference_render(self, qwen25_tokenizer_dir) -> ReferenceRender:
-        return reference_render(qwen25_tokenizer_dir)
 
     def test_parse_response_keeps_malformed_tool_calls(self, renderer: HFRenderer) -> None:
         """Qwen2.5's template prints arguments with ``tojson``: arguments that are not JSON come
