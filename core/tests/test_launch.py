@@ -345,7 +345,7 @@ def test_plan_check_refuses_parallel_for_a_backend_of_one_process(ranks, tmp_pat
 
 
 def test_a_resume_may_change_the_world_size_and_nothing_else_of_parallel():
-    from rllm_core.cli.run_cmd import _comparable
+    from rllm_core.run.start import comparable_plan as _comparable
 
     def data(parallel):
         trainer = {"name": "torch", "model": "m"} | ({"parallel": parallel} if parallel else {})

@@ -373,7 +373,7 @@ def test_built_loggers_are_exposed_with_the_plan_entry_they_come_from():
 
 
 def test_a_resume_accepts_logger_paths_spelled_from_another_folder_spelling(tmp_path):
-    from rllm_core.cli.run_cmd import _comparable
+    from rllm_core.run.start import comparable_plan as _comparable
 
     def data(folder: str) -> dict:
         return {

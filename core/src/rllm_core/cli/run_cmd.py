@@ -26,7 +26,7 @@ from rllm_core.cli.plan_cmd import SET_HELP
 from rllm_core.cli.preflight import check_gateway, resolve_or_exit
 from rllm_core.docs_site import docs_page
 from rllm_core.errors import PlanError
-from rllm_core.numerics import conditions, prepare_environment
+from rllm_core.numerics import prepare_environment
 
 JSON_HELP = (
     "Print only one JSON object on stdout, at the end: the {what}'s summary.json plus its"
@@ -67,39 +67,6 @@ def print_summary_json(summary: Mapping[str, Any], folder: Path, summary_file: P
         written = None
     content = written if isinstance(written, dict) else dict(summary)
     print_json(content | {"run_folder": str(folder), "summary": str(summary_file)})
-
-
-def _comparable(data: dict, folder_name: str) -> dict:
-    """The resolved plan of ``data`` as far as a resume must match it: ``run.steps`` and
-    ``trainer.parallel.world_size`` (a checkpoint of several processes loads at any world size)
-    may differ, and store and logger paths the run put in its folder may spell that folder
-    differently (a relative path at the start, an absolute one to ``--resume``)."""
-    from rllm_core.run.components import LOGS_FOLDER, STORE_SECTIONS
-
-    plan = dict(data["plan"])
-    plan["run"] = {k: v for k, v in plan.get("run", {}).items() if k != "steps"}
-    trainer = plan.get("trainer")
-    if isinstance(trainer, dict) and isinstance(trainer.get("parallel"), dict):
-        parallel = {k: v for k, v in trainer["parallel"].items() if k != "world_size"}
-        plan["trainer"] = {k: v for k, v in trainer.items() if k != "parallel"}
-        if parallel:
-            plan["trainer"]["parallel"] = parallel
-    for section in STORE_SECTIONS:
-        ref = plan.get(section)
-        if isinstance(ref, dict) and isinstance(ref.get("path"), str):
-            path = Path(os.path.abspath(ref["path"]))
-            if path.parent.name == folder_name:
-                plan[section] = ref | {"path": f"<run folder>/{path.name}"}
-    loggers = []
-    for ref in plan.get("loggers", []):
-        if isinstance(ref, dict) and isinstance(ref.get("path"), str):
-            path = Path(os.path.abspath(ref["path"]))
-            if path.parent.name == LOGS_FOLDER and path.parent.parent.name == folder_name:
-                ref = ref | {"path": f"<run folder>/{LOGS_FOLDER}/{path.name}"}
-        loggers.append(ref)
-    if loggers:
-        plan["loggers"] = loggers
-    return plan
 
 
 @click.command(epilog=f"\b\nGuides: {docs_page('running')}\n        {docs_page('scaling')}")
@@ -197,11 +164,9 @@ def _run(
     as_json: bool = False,
 ) -> None:
     from rllm_core.cli.run_display import make_display
-    from rllm_core.rollout.gateway_address import GatewayBindError
-    from rllm_core.run.components import BuildError, build_components
     from rllm_core.run.folder import RunFolder
-    from rllm_core.run.lifecycle import ResumeError
-    from rllm_core.run.runlog import RunLog
+    from rllm_core.run.start import RunRefused, check_same_plan
+    from rllm_core.training.entry import check_role, train
 
     # With --json, stdout is kept for the summary object: everything else goes to stderr.
     console = Console(highlight=False, stderr=as_json)
@@ -211,92 +176,68 @@ def _run(
             " from the run's state in the [object_store]: start it again without --resume",
             EXIT_USAGE,
         )
-    if resume is not None:
-        try:
-            folder = RunFolder.existing(resume)
-        except FileNotFoundError as exc:
-            fail(str(exc), EXIT_USAGE)
-        resolved = resolve_or_exit(plan_path, overrides, folder.path)
-        name = Path(os.path.abspath(folder.path)).name
-        if _comparable(resolved.to_dict(), name) != _comparable(folder.read_resolved(), name):
-            fail(
-                f"{plan_path} (with these --set values) differs from the plan {folder.path} was"
-                " started with (beyond run.steps and trainer.parallel.world_size); resume with"
-                f" that plan: {folder.plan_file}",
-                EXIT_USAGE,
-            )
-        check_gateway(resolved)
-        resolved = _place(resolved, role, group, launch_args)
-    else:
-        try:
-            from rllm_core.plan.load import load_plan
-
-            plan, _ = load_plan(plan_path, overrides)
-        except PlanError as exc:
-            fail_plan(exc)
-        if plan.is_sft:
-            fail(
-                f"{plan_path}: [sft]: this is a supervised fine-tuning plan; train it with"
-                f" `rllm-core sft {plan_path}` ({docs_page('sft')}), or remove [sft] for an RL"
-                " plan",
-                EXIT_USAGE,
-            )
-        # Everything that can fail on the plan fails here, before the folder exists.
-        placeholder = Path(plan.run.output_dir) / "<run folder>"
-        checked = resolve_or_exit(plan_path, overrides, placeholder)
-        check_gateway(checked)
-        _place(checked, role, group, launch_args)
-        folder = RunFolder.create(plan.run.output_dir, plan.run.name)
-        resolved = _place(resolve_or_exit(plan_path, overrides, folder.path), role, group, None)
-        folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
-    if role != "both":
-        _check_role(role, resolved, plan_path)
-    with stdout_to_stderr(as_json):
-        console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
-        for note in resolved.notes:
-            err_console.print(f"warning: {note}", markup=False)
-        display = make_display(
-            console, resolved.plan.run.steps, quiet=quiet or as_json, plain=plain
-        )
-        deterministic = resolved.plan.run.deterministic
-        prepare_environment(deterministic)
-        run_log = RunLog(folder.log)
-        try:
+    try:
+        if resume is not None:
             try:
-                components = build_components(
-                    resolved,
-                    on_built=lambda c: display.info(f"built {c.where}: {c.kind.value}:{c.name}"),
-                )
-            except BuildError as exc:
-                fail(str(exc), EXIT_FAILURE)
-            if group is not None:
-                _check_parallel(components.trainer, resolved, group)
-            current = conditions(deterministic, components.placed)
-            changed = folder.record_numerics(current, resume=resume is not None)
-            if changed is not None:
-                err_console.print(f"warning: {changed}", markup=False)
-            loop = _make_loop(
-                role,
-                resolved=resolved,
-                components=components,
-                folder=folder,
-                display=display,
-                resume=resume is not None,
-                record_datums=record_datums,
-            )
-            try:
-                result = asyncio.run(_drive(loop, components))
-            except (ResumeError, GatewayBindError) as exc:
+                folder = RunFolder.existing(resume)
+            except FileNotFoundError as exc:
                 fail(str(exc), EXIT_USAGE)
-            except Exception as exc:
+            resolved = resolve_or_exit(plan_path, overrides, folder.path)
+            check_same_plan(
+                resolved,
+                folder,
+                plan_path,
+                beyond=" (beyond run.steps and trainer.parallel.world_size)",
+            )
+            check_gateway(resolved)
+            resolved = _place(resolved, role, group, launch_args)
+        else:
+            try:
+                from rllm_core.plan.load import load_plan
+
+                plan, _ = load_plan(plan_path, overrides)
+            except PlanError as exc:
+                fail_plan(exc)
+            if plan.is_sft:
                 fail(
-                    f"the run failed: {type(exc).__name__}: {exc}; finished checkpoints in"
-                    f" {folder.checkpoints} are intact",
-                    EXIT_FAILURE,
+                    f"{plan_path}: [sft]: this is a supervised fine-tuning plan; train it with"
+                    f" `rllm-core sft {plan_path}` ({docs_page('sft')}), or remove [sft] for an"
+                    " RL plan",
+                    EXIT_USAGE,
                 )
-        finally:
-            display.close()
-            run_log.close()
+            # Everything that can fail on the plan fails here, before the folder exists.
+            placeholder = Path(plan.run.output_dir) / "<run folder>"
+            checked = resolve_or_exit(plan_path, overrides, placeholder)
+            check_gateway(checked)
+            _place(checked, role, group, launch_args)
+            check_role(role, checked)
+            folder = RunFolder.create(plan.run.output_dir, plan.run.name)
+            resolved = _place(resolve_or_exit(plan_path, overrides, folder.path), role, group, None)
+            folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
+        check_role(role, resolved)
+        with stdout_to_stderr(as_json):
+            console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
+            for note in resolved.notes:
+                err_console.print(f"warning: {note}", markup=False)
+            display = make_display(
+                console, resolved.plan.run.steps, quiet=quiet or as_json, plain=plain
+            )
+            prepare_environment(resolved.plan.run.deterministic)
+            try:
+                result = train(
+                    resolved,
+                    folder,
+                    display=display,
+                    role=role,
+                    world_size=group.world_size if group is not None else None,
+                    resume=resume is not None,
+                    record_datums=record_datums,
+                    warn=lambda message: err_console.print(f"warning: {message}", markup=False),
+                )
+            finally:
+                display.close()
+    except RunRefused as exc:
+        fail(str(exc), exc.exit_code)
     if as_json:
         print_summary_json(result.summary, folder.path, folder.summary)
     if result.status == "failed" and role == "trainer":
@@ -318,39 +259,6 @@ def _run(
     elif not quiet and not as_json:
         console.print(json.dumps({"summary": str(folder.summary)}), markup=False)
     sys.exit(result.exit_code)
-
-
-async def _drive(loop: Any, components: Any) -> Any:
-    try:
-        return await loop.run()
-    finally:
-        await components.aclose()
-
-
-def _check_role(role: str, resolved: Any, plan_path: Path) -> None:
-    plan = resolved.plan
-    if plan.object_store is None or plan.run.pipeline != "async":
-        fail(
-            f"{plan_path}: --role {role} shares the run with the other role through an object"
-            ' store: the plan needs [run].pipeline = "async" and an [object_store] section'
-            f" (see {docs_page('running', 'a-sampler-and-a-trainer-in-separate-processes')})",
-            EXIT_USAGE,
-        )
-
-
-def _make_loop(role: str, **kwargs: Any) -> Any:
-    from rllm_core.training.loop import TrainingLoop
-
-    if role == "both":
-        return TrainingLoop(**kwargs)
-    from rllm_core.training.roles import SamplerRole, TrainerRole
-    from rllm_core.training.shared import SharedRun
-
-    components = kwargs["components"]
-    shared = SharedRun(components.object_store, kwargs["resolved"].plan.run.name)
-    role_class = SamplerRole if role == "sampler" else TrainerRole
-    kwargs.pop("resume")  # refused above: a role continues from the object store
-    return role_class(shared=shared, **kwargs)
 
 
 def _run_args(
@@ -418,47 +326,31 @@ def _place(resolved: Any, role: str, group: Any, launch_args: list[str] | None) 
     return resolved
 
 
-def _check_parallel(trainer: Any, resolved: Any, group: Any) -> None:
-    from rllm_core.ports import ParallelTrainer
-
-    if not isinstance(trainer, ParallelTrainer):
-        component = resolved.get("[trainer]")
-        fail(
-            f"{resolved.path}: [trainer] {component.kind.value}:{component.name} does not train"
-            f" in several processes (no ParallelTrainer), and torchrun started"
-            f" {group.world_size}; run it in one process",
-            EXIT_USAGE,
-        )
-
-
 def _follow(plan_path: Path, overrides: tuple[str, ...], group: Any) -> None:
     """Rank ``group.rank`` > 0: build the plan's trainer only and carry out rank 0's calls
     until rank 0 closes it; then exit 0. It writes no run folder and starts no gateway."""
     import inspect
     import signal
 
-    from rllm_core.run.components import BuildError
+    from rllm_core.run.signals import handled
+    from rllm_core.run.start import RunRefused, build_one
+    from rllm_core.training.entry import check_parallel
 
     resolved = resolve_or_exit(plan_path, overrides, Path("<run folder>"))
     _place(resolved, "both", group, None)
     prepare_environment(resolved.plan.run.deterministic)
-    component = resolved.get("[trainer]")
     try:
-        trainer = component.build()
-    except Exception as exc:
-        error = BuildError(
-            f"rank {group.rank}: {component.where}: building {component.kind.value}:"
-            f"{component.name} ({component.provider}) failed: {type(exc).__name__}: {exc}"
-        )
-        fail(str(error), EXIT_FAILURE)
+        trainer = build_one(resolved, "[trainer]")
+    except RunRefused as exc:
+        fail(f"rank {group.rank}: {exc}", exc.exit_code)
     try:
-        _check_parallel(trainer, resolved, group)
+        check_parallel(trainer, resolved, group.world_size)
         # Rank 0 decides when the run stops, and stops it with the ranks' help (its last
         # checkpoint is collective): a signal torchrun passes to every rank is rank 0's alone.
-        from rllm_core.run.signals import handled
-
         with handled(signal.SIG_IGN):
             trainer.follow()
+    except RunRefused as exc:
+        fail(str(exc), exc.exit_code)
     except Exception as exc:
         fail(f"rank {group.rank}: following rank 0 failed: {type(exc).__name__}: {exc}")
     finally:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,12 +10,12 @@ from typing import Any
 import click
 from rich.console import Console
 
-from rllm_core.cli.output import EXIT_FAILURE, EXIT_USAGE, err_console, fail, fail_plan
+from rllm_core.cli.output import EXIT_USAGE, err_console, fail, fail_plan
 from rllm_core.cli.plan_cmd import SET_HELP
 from rllm_core.cli.run_cmd import JSON_HELP, print_summary_json, stdout_to_stderr
 from rllm_core.docs_site import docs_page
 from rllm_core.errors import ModelError, PlanError, PlanIssue
-from rllm_core.numerics import conditions, prepare_environment
+from rllm_core.numerics import prepare_environment
 
 SFT_COMPONENTS = ("[trainer]", "[renderer]")
 """What an SFT run needs besides ``[sft]``."""
@@ -46,12 +44,11 @@ def sft(
     Trains on the assistant tokens of chat examples (or of a run's episodes) with the plan's
     [trainer] and [renderer], writing a run folder as `rllm-core run` does."""
     from rllm_core.cli.sft_display import SftDisplay
-    from rllm_core.run.components import BuildError, fills_total_steps
+    from rllm_core.run.components import fills_total_steps
     from rllm_core.run.folder import RunFolder
-    from rllm_core.run.lifecycle import ResumeError
-    from rllm_core.run.runlog import RunLog
+    from rllm_core.run.start import RunRefused, build_one, check_same_plan
     from rllm_core.sft.data import DataError
-    from rllm_core.sft.loop import SftLoop
+    from rllm_core.sft.entry import fine_tune
     from rllm_core.sft.prepare import load_sft_data
 
     # With --json, stdout is kept for the summary object: everything else goes to stderr.
@@ -72,7 +69,10 @@ def sft(
     run_dir = folder.path if folder is not None else Path(plan.run.output_dir) / "<run folder>"
     fill = fills_total_steps(plan)
     first = _resolve(plan_path, overrides, run_dir)
-    renderer = _build(first, "[renderer]")
+    try:
+        renderer = build_one(first, "[renderer]")
+    except RunRefused as exc:
+        fail(str(exc), exc.exit_code)
     try:
         data = load_sft_data(first, renderer)
     except DataError as exc:
@@ -83,15 +83,10 @@ def sft(
         if folder is None:
             fail(f"{resume!r} is not a run folder (it has no plan.resolved.json)", EXIT_USAGE)
         resolved = _resolve(plan_path, (*overrides, *filled), folder.path)
-        from rllm_core.cli.run_cmd import _comparable
-
-        name = Path(os.path.abspath(folder.path)).name
-        if _comparable(resolved.to_dict(), name) != _comparable(folder.read_resolved(), name):
-            fail(
-                f"{plan_path} (with these --set values) differs from the plan {folder.path} was"
-                f" started with; resume with that plan: {folder.plan_file}",
-                EXIT_USAGE,
-            )
+        try:
+            check_same_plan(resolved, folder, plan_path)
+        except RunRefused as exc:
+            fail(str(exc), exc.exit_code)
     else:
         _resolve(plan_path, (*overrides, *filled), run_dir)
         folder = RunFolder.create(plan.run.output_dir, plan.run.name)
@@ -110,51 +105,10 @@ def sft(
             f" ({resolved.plan.sft.epochs} epoch(s) of batch_size {resolved.plan.sft.batch_size})"
         )
         prepare_environment(resolved.plan.run.deterministic)
-        run_log = RunLog(folder.log)
-        built: list[Any] = []
         try:
-            trainer = _build(resolved, "[trainer]", display)
-            built.append(trainer)
-            loggers = []
-            for component in resolved:
-                if component.where.startswith("[loggers"):
-                    logger = _build(resolved, component.where, display)
-                    built.append(logger)
-                    loggers.append((f"{component.where} {component.name}", logger))
-            changed = folder.record_numerics(
-                conditions(resolved.plan.run.deterministic, {"[trainer]": trainer}),
-                resume=resume is not None,
-            )
-            if changed is not None:
-                display.warn(changed)
-            loop = SftLoop(
-                resolved=resolved,
-                trainer=trainer,
-                loggers=loggers,
-                folder=folder,
-                display=display,
-                train=data.train,
-                held_out=data.held_out,
-                resume=resume is not None,
-            )
-            try:
-                result = asyncio.run(loop.run())
-            except ResumeError as exc:
-                fail(str(exc), EXIT_USAGE)
-            except Exception as exc:
-                fail(
-                    f"the SFT run failed: {type(exc).__name__}: {exc}; finished checkpoints in"
-                    f" {folder.checkpoints} are intact",
-                    EXIT_FAILURE,
-                )
-        except BuildError as exc:
-            fail(str(exc), EXIT_FAILURE)
-        finally:
-            for instance in reversed(built):
-                close = getattr(instance, "close", None)
-                if callable(close):
-                    close()
-            run_log.close()
+            result = fine_tune(resolved, folder, data, display=display, resume=resume is not None)
+        except RunRefused as exc:
+            fail(str(exc), exc.exit_code)
     if as_json:
         print_summary_json(result.summary, folder.path, folder.summary)
     if result.status == "interrupted":
@@ -192,20 +146,3 @@ def _resolve(plan_path: Path, overrides: tuple[str, ...], run_dir: Path) -> Any:
     if missing:
         fail_plan(PlanError(missing))
     return resolved
-
-
-def _build(resolved: Any, where: str, display: Any = None) -> Any:
-    from rllm_core.run.components import BuildError
-
-    component = resolved.get(where)
-    try:
-        instance = component.build()
-    except Exception as exc:
-        error = BuildError(
-            f"{component.where}: building {component.kind.value}:{component.name}"
-            f" ({component.provider}) failed: {type(exc).__name__}: {exc}"
-        )
-        fail(str(error), EXIT_FAILURE)
-    if display is not None:
-        display.info(f"built {component.where}: {component.kind.value}:{component.name}")
-    return instance
