@@ -52,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rllm_core.algorithms.datums import HISTORY_BREAK_REASONS, HISTORY_BREAKS_KEY
+from rllm_core.run.metric_names import ROLLOUT_S, SAMPLER_BUSY_S, SUMMARY, Reduction
 from rllm_core.types import Datum, Episode
 
 __all__ = [
@@ -253,7 +254,8 @@ def episode_version(episode: Episode) -> int:
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str, Any]:
-    """Totals and first/last-``window`` reward means over a run's metrics lines.
+    """Totals and first/last-``window`` reward means over a run's metrics lines, as
+    :data:`rllm_core.run.metric_names.SUMMARY` declares them.
 
     ``groups`` and ``zero_variance_groups`` are the datum builder's counts summed;
     ``groups_sampled`` and ``groups_filtered`` the dynamic sampling's (0 for lines without
@@ -265,27 +267,22 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str
     def mean(values: list[float]) -> float | None:
         return math.fsum(values) / len(values) if values else None
 
-    rewards = [float(r["reward/mean"]) for r in rows]
-    clocked = [r for r in rows if "time/sampler_busy_s" in r]
-    clocked_rollout_s = math.fsum(float(r["time/rollout_s"]) for r in clocked)
-    busy_s = math.fsum(float(r["time/sampler_busy_s"]) for r in clocked)
-    return {
-        "steps": len(rows),
-        "reward_first": mean(rewards[:window]),
-        "reward_last": mean(rewards[-window:]),
-        "accuracy_last": float(rows[-1]["accuracy"]) if rows else None,
-        "episodes": math.fsum(float(r["episodes"]) for r in rows),
-        "infra_failures": math.fsum(float(r["infra_failures"]) for r in rows),
-        "tokens_sampled": math.fsum(float(r["tokens/sampled"]) for r in rows),
-        "tokens_trained": math.fsum(float(r["tokens/trained"]) for r in rows),
-        "groups": math.fsum(float(r.get("groups", 0.0)) for r in rows),
-        "zero_variance_groups": math.fsum(float(r.get("zero_variance_groups", 0.0)) for r in rows),
-        "groups_sampled": math.fsum(float(r.get("groups/sampled", 0.0)) for r in rows),
-        "groups_filtered": math.fsum(float(r.get("groups/filtered", 0.0)) for r in rows),
-        "rollout_s": math.fsum(float(r["time/rollout_s"]) for r in rows),
-        "train_s": math.fsum(float(r["time/train_s"]) for r in rows),
-        "sampler_utilization": busy_s / clocked_rollout_s if clocked_rollout_s > 0 else None,
-    }
+    out: dict[str, Any] = {"steps": len(rows)}
+    for key, name, reduction in SUMMARY:
+        if reduction is Reduction.SUM:
+            out[key] = math.fsum(float(r.get(name, 0.0)) for r in rows)
+        elif reduction is Reduction.LAST:
+            out[key] = float(rows[-1][name]) if rows else None
+        else:
+            values = [float(r[name]) for r in rows if name in r]
+            out[key] = mean(
+                values[:window] if reduction is Reduction.MEAN_FIRST else values[-window:]
+            )
+    clocked = [r for r in rows if SAMPLER_BUSY_S in r]
+    clocked_rollout_s = math.fsum(float(r[ROLLOUT_S]) for r in clocked)
+    busy_s = math.fsum(float(r[SAMPLER_BUSY_S]) for r in clocked)
+    out["sampler_utilization"] = busy_s / clocked_rollout_s if clocked_rollout_s > 0 else None
+    return out
 
 
 def sft_summary(rows: Sequence[dict[str, Any]], *, window: int = 5) -> dict[str, Any]:

@@ -6,7 +6,8 @@ once, before the first update, and travel with the datums as ``proximal_logprobs
 ``"rollout"`` (the default) the sampler's logprobs are the ratio denominator and nothing is
 recomputed.
 
-The step's metrics merge those of its ``forward_backward`` and ``optim_step`` calls:
+The step's metrics merge those of its ``forward_backward`` and ``optim_step`` calls by the
+rules declared with their names in :data:`rllm_core.run.metric_names.PASS_RULES`:
 ``offpolicy/*``, ``correction/*``, the token and sequence counts and a backend's counts of
 dropped datums (``<name>/dropped_*``) come from the first epoch (each datum's first pass; the
 counts are summed over its mini-batches); ``<name>/skipped_step`` is summed over every call
@@ -25,14 +26,10 @@ import msgspec
 
 from rllm_core.algorithms.objective import Objective, RolloutCorrection, Term
 from rllm_core.plan import ResolvedPlan
+from rllm_core.run.metric_names import ACTION_TOKENS, Reduction, pass_rule
 from rllm_core.types import Datum
 
 __all__ = ["build_objective", "merge_pass_metrics", "split_mini_batches", "update_policy"]
-
-FIRST_EPOCH_PREFIXES = ("offpolicy/", "correction/")
-COUNTS = ("tokens", "sequences", "action_tokens", "observation_tokens")
-LAST = ("step", "learning_rate")
-SKIPPED = "/skipped_step"
 
 
 def build_objective(
@@ -118,28 +115,27 @@ def merge_pass_metrics(
     module docstring."""
     if not passes:
         return {}
-    weights = [float(fb.get("action_tokens", 0.0)) for _, fb, _ in passes]
+    weights = [float(fb.get(ACTION_TOKENS, 0.0)) for _, fb, _ in passes]
     out: dict[str, float] = {}
     names = {name for _, fb, opt in passes for name in (*fb, *opt)}
     for name in sorted(names):
-        count = name in COUNTS or "/dropped_" in name
-        first = name.startswith(FIRST_EPOCH_PREFIXES) or count
+        rule = pass_rule(name)
         rows = [
             (float({**fb, **opt}[name]), weight)
             for (epoch, fb, opt), weight in zip(passes, weights, strict=True)
             if name in fb or name in opt
-            if not first or epoch == 0
+            if not rule.first_epoch or epoch == 0
         ]
         if not rows:
             continue
         values = [value for value, _ in rows]
-        if count or name.endswith(SKIPPED):
+        if rule.reduction is Reduction.SUM:
             out[name] = sum(values)
-        elif name in LAST:
+        elif rule.reduction is Reduction.LAST:
             out[name] = values[-1]
-        elif name.endswith("_min"):
+        elif rule.reduction is Reduction.MIN:
             out[name] = min(values)
-        elif name.endswith("_max"):
+        elif rule.reduction is Reduction.MAX:
             out[name] = max(values)
         else:
             total = sum(weight for _, weight in rows)

@@ -1,0 +1,145 @@
+"""The names of the metrics a run reduces, each declared with its reduction.
+
+Two reductions happen in a run, and both read their rules here:
+
+- **over a step's optimizer-step calls** (:data:`PASS_RULES`): a step calls the trainer's
+  ``forward_backward`` and ``optim_step`` once per mini-batch and epoch, and its metrics line
+  has one value per name. A rule gives the reduction and whether only the first epoch counts
+  (each datum's first pass).
+- **over a run's steps** (:data:`SUMMARY`): what ``summary.json`` reports of ``metrics.jsonl``.
+
+A name is matched against the patterns in order (``fnmatch``: ``*`` matches anything, ``/``
+included); the first that matches decides. A loss that reports ``<loss>/entropy_min`` gets the
+minimum, ``<loss>/dropped_overlong`` the first epoch's sum, anything else the mean weighted by
+each call's action tokens.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+__all__ = [
+    "ACCURACY",
+    "ACTION_TOKENS",
+    "EPISODES",
+    "GROUPS",
+    "GROUPS_FILTERED",
+    "GROUPS_SAMPLED",
+    "INFRA_FAILURES",
+    "LEARNING_RATE",
+    "OBSERVATION_TOKENS",
+    "OPTIMIZER_STEP",
+    "PASS_RULES",
+    "REWARD_MEAN",
+    "ROLLOUT_S",
+    "SAMPLER_BUSY_S",
+    "SEQUENCES",
+    "SUMMARY",
+    "TOKENS",
+    "TOKENS_SAMPLED",
+    "TOKENS_TRAINED",
+    "TRAIN_S",
+    "ZERO_VARIANCE_GROUPS",
+    "PassRule",
+    "Reduction",
+    "pass_rule",
+]
+
+
+class Reduction(enum.StrEnum):
+    """How many values of one metric become one."""
+
+    SUM = "sum"
+    LAST = "last"
+    MIN = "min"
+    MAX = "max"
+    MEAN = "mean"
+    """Over a step's calls: weighted by each call's action tokens; over steps: plain."""
+    MEAN_FIRST = "mean_first"
+    """Over steps: the mean of the first few."""
+    MEAN_LAST = "mean_last"
+    """Over steps: the mean of the last few."""
+
+
+# ---------------------------------------------------------------- a step's calls
+
+TOKENS = "tokens"
+SEQUENCES = "sequences"
+ACTION_TOKENS = "action_tokens"
+OBSERVATION_TOKENS = "observation_tokens"
+OPTIMIZER_STEP = "step"
+LEARNING_RATE = "learning_rate"
+
+
+@dataclass(frozen=True)
+class PassRule:
+    """The reduction of a metric over a step's calls; ``first_epoch``: only the calls of the
+    first epoch count (each datum's first pass)."""
+
+    reduction: Reduction
+    first_epoch: bool = False
+
+
+_COUNT = PassRule(Reduction.SUM, first_epoch=True)
+
+PASS_RULES: tuple[tuple[str, PassRule], ...] = (
+    (TOKENS, _COUNT),
+    (SEQUENCES, _COUNT),
+    (ACTION_TOKENS, _COUNT),
+    (OBSERVATION_TOKENS, _COUNT),
+    ("*/dropped_*", _COUNT),  # a backend's datums dropped before sending
+    ("*/skipped_step", PassRule(Reduction.SUM)),  # optimizer steps a backend skipped
+    (OPTIMIZER_STEP, PassRule(Reduction.LAST)),
+    (LEARNING_RATE, PassRule(Reduction.LAST)),
+    ("offpolicy/*_min", PassRule(Reduction.MIN, first_epoch=True)),
+    ("offpolicy/*_max", PassRule(Reduction.MAX, first_epoch=True)),
+    ("offpolicy/*", PassRule(Reduction.MEAN, first_epoch=True)),
+    ("correction/*_min", PassRule(Reduction.MIN, first_epoch=True)),
+    ("correction/*_max", PassRule(Reduction.MAX, first_epoch=True)),
+    ("correction/*", PassRule(Reduction.MEAN, first_epoch=True)),
+    ("*_min", PassRule(Reduction.MIN)),
+    ("*_max", PassRule(Reduction.MAX)),
+    ("*", PassRule(Reduction.MEAN)),
+)
+"""The rule of each metric a step's calls report; see the module docstring."""
+
+
+def pass_rule(name: str) -> PassRule:
+    """The first rule of :data:`PASS_RULES` whose pattern matches ``name``."""
+    return next(rule for pattern, rule in PASS_RULES if fnmatchcase(name, pattern))
+
+
+# ---------------------------------------------------------------- a run's steps
+
+REWARD_MEAN = "reward/mean"
+ACCURACY = "accuracy"
+EPISODES = "episodes"
+INFRA_FAILURES = "infra_failures"
+TOKENS_SAMPLED = "tokens/sampled"
+TOKENS_TRAINED = "tokens/trained"
+GROUPS = "groups"
+ZERO_VARIANCE_GROUPS = "zero_variance_groups"
+GROUPS_SAMPLED = "groups/sampled"
+GROUPS_FILTERED = "groups/filtered"
+ROLLOUT_S = "time/rollout_s"
+TRAIN_S = "time/train_s"
+SAMPLER_BUSY_S = "time/sampler_busy_s"
+
+SUMMARY: tuple[tuple[str, str, Reduction], ...] = (
+    ("reward_first", REWARD_MEAN, Reduction.MEAN_FIRST),
+    ("reward_last", REWARD_MEAN, Reduction.MEAN_LAST),
+    ("accuracy_last", ACCURACY, Reduction.LAST),
+    ("episodes", EPISODES, Reduction.SUM),
+    ("infra_failures", INFRA_FAILURES, Reduction.SUM),
+    ("tokens_sampled", TOKENS_SAMPLED, Reduction.SUM),
+    ("tokens_trained", TOKENS_TRAINED, Reduction.SUM),
+    ("groups", GROUPS, Reduction.SUM),
+    ("zero_variance_groups", ZERO_VARIANCE_GROUPS, Reduction.SUM),
+    ("groups_sampled", GROUPS_SAMPLED, Reduction.SUM),
+    ("groups_filtered", GROUPS_FILTERED, Reduction.SUM),
+    ("rollout_s", ROLLOUT_S, Reduction.SUM),
+    ("train_s", TRAIN_S, Reduction.SUM),
+)
+"""``summary.json``'s key, the metric it reduces and how, for an RL run."""
