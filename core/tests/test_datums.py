@@ -16,14 +16,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rllm_core.algorithms import (
-    INCOMPLETE_CHAINS_KEY,
     DatumBuilder,
     count_incomplete_chains,
     merge_trajectory,
     trajectories_from_traces,
 )
 from rllm_core.ports import AdvantageEstimator, AdvantageResult
-from rllm_core.types import Episode, Step, Termination, Trace, TraceRecord, Trajectory
+from rllm_core.types import (
+    Episode,
+    Step,
+    Termination,
+    Trace,
+    TraceCounts,
+    TraceRecord,
+    Trajectory,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "algorithms" / "datums.md"
@@ -393,7 +400,7 @@ def episode(
         trajectories=(one_turn(episode_id),) if trajectories is None else trajectories,
         reward=reward,
         termination=termination,
-        metadata={INCOMPLETE_CHAINS_KEY: incomplete} if incomplete else {},
+        trace_counts=TraceCounts(incomplete_chains=incomplete),
     )
 
 

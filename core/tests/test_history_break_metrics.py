@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from rllm_core.algorithms import (
     HISTORY_BREAK_REASONS,
-    HISTORY_BREAKS_KEY,
     count_history_breaks,
 )
 from rllm_core.run.metrics import rollout_metrics
-from rllm_core.types import Episode, Trace, TraceRecord
+from rllm_core.types import Episode, Trace, TraceCounts, TraceRecord
 
 
 def _trace(turn: int, reason: str | None, lineage: str = "main") -> Trace:
@@ -27,7 +26,7 @@ def _trace(turn: int, reason: str | None, lineage: str = "main") -> Trace:
 
 
 def _episode(breaks: dict[str, int] | None) -> Episode:
-    metadata = {} if breaks is None else {HISTORY_BREAKS_KEY: breaks}
+    counts = TraceCounts() if breaks is None else TraceCounts(history_breaks=breaks)
     return Episode(
         episode_id="e",
         task_id="t",
@@ -35,7 +34,7 @@ def _episode(breaks: dict[str, int] | None) -> Episode:
         session_id="s",
         trajectories=(),
         reward=1.0,
-        metadata=metadata,
+        trace_counts=counts,
     )
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from reference.rollout_stack import gateway_runner
 from reference.toy_renderer import IM_END, ToyChatRenderer
-from rllm_core.algorithms import INCOMPLETE_CHAINS_KEY
 from rllm_core.errors import (
     SandboxAuthError,
     SandboxCreateError,
@@ -157,7 +156,7 @@ def test_groups_hold_graded_episodes_whose_tokens_are_what_the_sampler_produced(
         assert episode.group_id == f"3-{episode.task_id}"
         assert episode.termination is Termination.DONE
         assert episode.signals == {"parsed": 1.0}
-        assert episode.metadata[INCOMPLETE_CHAINS_KEY] == 0
+        assert episode.trace_counts.incomplete_chains == 0
         assert episode.metadata["answer"] == reply
         assert episode.metadata["harness"] == {"finish_reason": "stop"}
         assert (episode.metadata["step"], episode.metadata["attempt"]) == (3, 0)

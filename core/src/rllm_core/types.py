@@ -54,6 +54,7 @@ __all__ = [
     "StoredFile",
     "Task",
     "Termination",
+    "TraceCounts",
     "ToolCall",
     "ToolSpec",
     "Trace",
@@ -316,8 +317,19 @@ class Trajectory(msgspec.Struct, kw_only=True, frozen=True):
     reward: float = 0.0
 
 
+class TraceCounts(msgspec.Struct, kw_only=True, frozen=True):
+    """What an episode's traces showed, counted once when the episode is built:
+    ``incomplete_chains``, traces whose delta chain misses an ancestor (the datum builder's
+    report counts them), and ``history_breaks``, model calls that rewrote their lineage's
+    history, by reason (the step's ``resets/<reason>`` metrics)."""
+
+    incomplete_chains: int = 0
+    history_breaks: dict[str, int] = msgspec.field(default_factory=dict)
+
+
 class Episode(msgspec.Struct, kw_only=True, frozen=True):
-    """One rollout of one task: its trajectories, reward and how it ended."""
+    """One rollout of one task: its trajectories, reward and how it ended. ``trace_counts``
+    are what its traces showed; ``metadata`` is free-form (the harness's own, timings)."""
 
     episode_id: str
     task_id: str
@@ -327,6 +339,7 @@ class Episode(msgspec.Struct, kw_only=True, frozen=True):
     reward: float
     termination: Termination = Termination.DONE
     signals: dict[str, float] = msgspec.field(default_factory=dict)
+    trace_counts: TraceCounts = msgspec.field(default_factory=TraceCounts)
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
 

@@ -9,8 +9,6 @@ it (:mod:`rllm_core.algorithms.tensors`) and the aggregation helpers are importe
 
 from rllm_core.algorithms.datums import (
     HISTORY_BREAK_REASONS,
-    HISTORY_BREAKS_KEY,
-    INCOMPLETE_CHAINS_KEY,
     count_history_breaks,
     count_incomplete_chains,
     merge_trajectory,
@@ -19,9 +17,7 @@ from rllm_core.algorithms.datums import (
 from rllm_core.algorithms.groups import DatumBatch, DatumBuilder, DatumReport
 
 __all__ = [
-    "HISTORY_BREAKS_KEY",
     "HISTORY_BREAK_REASONS",
-    "INCOMPLETE_CHAINS_KEY",
     "DatumBatch",
     "DatumBuilder",
     "DatumReport",

@@ -30,9 +30,7 @@ from typing import Any
 from rllm_core.types import HISTORY_REASONS, Datum, Step, Trace, Trajectory
 
 __all__ = [
-    "HISTORY_BREAKS_KEY",
     "HISTORY_BREAK_REASONS",
-    "INCOMPLETE_CHAINS_KEY",
     "count_history_breaks",
     "count_incomplete_chains",
     "merge_trajectory",
@@ -40,15 +38,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("rllm_core.algorithms")
-
-INCOMPLETE_CHAINS_KEY = "incomplete_chains"
-"""``Episode.metadata`` key holding how many of the episode's traces were left out of its
-trajectories for a missing ancestor (:func:`count_incomplete_chains`); the group builder sums it
-into its report."""
-
-HISTORY_BREAKS_KEY = "history_breaks"
-"""``Episode.metadata`` key holding the episode's model calls that broke their lineage's history,
-by reason (:func:`count_history_breaks`); the step's metrics sum them as ``resets/<reason>``."""
 
 HISTORY_BREAK_REASONS = HISTORY_REASONS
 """The ``reset_reason`` values of a call whose messages rewrote the lineage's history (see
@@ -157,15 +146,15 @@ def merge_trajectory(
 
 
 def count_incomplete_chains(traces: Iterable[Trace]) -> int:
-    """How many traces have a missing ancestor; store it in ``Episode.metadata`` under
-    :data:`INCOMPLETE_CHAINS_KEY` so the group report counts them."""
+    """How many traces have a missing ancestor (an episode's
+    ``trace_counts.incomplete_chains``, which the group report counts)."""
     return sum(1 for trace in traces if not trace.chain_complete)
 
 
 def count_history_breaks(traces: Iterable[Trace]) -> dict[str, int]:
     """How many model calls broke their lineage's history, by reason (the traces'
-    ``reset_reason`` among :data:`HISTORY_BREAK_REASONS`); store it in ``Episode.metadata`` under
-    :data:`HISTORY_BREAKS_KEY` so the step's metrics count them."""
+    ``reset_reason`` among :data:`HISTORY_BREAK_REASONS`): an episode's
+    ``trace_counts.history_breaks``, which the step's metrics count."""
     counts: dict[str, int] = {}
     for trace in traces:
         reason = trace.record.reset_reason

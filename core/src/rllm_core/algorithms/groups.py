@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rllm_core.algorithms.datums import INCOMPLETE_CHAINS_KEY, merge_trajectory
+from rllm_core.algorithms.datums import merge_trajectory
 from rllm_core.ports.losses import AdvantageEstimator, AdvantageResult
 from rllm_core.types import Datum, Episode, Sample
 
@@ -40,7 +40,7 @@ class DatumReport:
       left out of the batch for it.
     - ``infrastructure_episodes``: episodes left out for an infrastructure termination;
       ``incomplete_chains``: traces left out of the episodes' trajectories for a missing
-      ancestor (summed from ``Episode.metadata["incomplete_chains"]``).
+      ancestor (summed from ``Episode.trace_counts.incomplete_chains``).
     - ``episodes``, ``reward_avg``, ``reward_min``, ``reward_max``: over every scored episode
       of the finalized groups, dropped groups included (they describe the policy, not the
       batch); the reward statistics are 0.0 when there is none.
@@ -147,9 +147,7 @@ class DatumBuilder:
         """
         prepared = [self._prepare(index, episodes) for index, episodes in enumerate(groups)]
         incomplete = sum(
-            int(episode.metadata.get(INCOMPLETE_CHAINS_KEY, 0))
-            for episodes in groups
-            for episode in episodes
+            episode.trace_counts.incomplete_chains for episodes in groups for episode in episodes
         )
         finalized = [group for group in prepared if group.scored]
         rewards = [[episode.reward for episode in group.scored] for group in finalized]

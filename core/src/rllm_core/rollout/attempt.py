@@ -10,8 +10,6 @@ import time
 import msgspec
 
 from rllm_core.algorithms import (
-    HISTORY_BREAKS_KEY,
-    INCOMPLETE_CHAINS_KEY,
     count_history_breaks,
     count_incomplete_chains,
     trajectories_from_traces,
@@ -23,7 +21,7 @@ from rllm_core.ports.storage import TraceStore
 from rllm_core.rollout.classify import InfraError, classify_exception, infra_outcome
 from rllm_core.rollout.gateway import SessionGateway
 from rllm_core.rollout.settings import RolloutSettings
-from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination
+from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination, TraceCounts
 
 __all__ = ["AttemptRunner", "close_sandbox"]
 
@@ -105,9 +103,11 @@ class AttemptRunner:
                 reward=float(grade.reward),
                 termination=outcome.termination,
                 signals=dict(grade.signals),
+                trace_counts=TraceCounts(
+                    incomplete_chains=count_incomplete_chains(traces),
+                    history_breaks=count_history_breaks(traces),
+                ),
                 metadata={
-                    INCOMPLETE_CHAINS_KEY: count_incomplete_chains(traces),
-                    HISTORY_BREAKS_KEY: count_history_breaks(traces),
                     "harness": dict(outcome.metadata),
                     "turns": outcome.turns,
                     "answer": outcome.answer,

@@ -51,7 +51,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rllm_core.algorithms.datums import HISTORY_BREAK_REASONS, HISTORY_BREAKS_KEY
+from rllm_core.algorithms.datums import HISTORY_BREAK_REASONS
 from rllm_core.run.metric_names import ROLLOUT_S, SAMPLER_BUSY_S, SUMMARY, Reduction
 from rllm_core.types import Datum, Episode
 
@@ -160,7 +160,7 @@ def rollout_metrics(
     }
     for reason in HISTORY_BREAK_REASONS:
         line[f"resets/{reason}"] = float(
-            sum(e.metadata.get(HISTORY_BREAKS_KEY, {}).get(reason, 0) for e in episodes)
+            sum(e.trace_counts.history_breaks.get(reason, 0) for e in episodes)
         )
     for key in (
         "datums",
