@@ -14,6 +14,7 @@ from rllm_core.kit.managed import (
     ServiceCalls,
     retry_after_s,
     retryable_status,
+    service_metrics,
 )
 
 SETTINGS = ManagedServiceSettings(retries=3, retry_backoff_s=0.0, request_timeout_s=0.01)
@@ -68,6 +69,14 @@ def test_retry_after_reads_a_number_of_seconds_from_the_answer():
     assert retry_after_s(Answer(**{"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) is None
     assert retry_after_s(Answer()) is None
     assert retry_after_s(ConnectionResetError()) is None
+
+
+def test_service_metrics_keep_the_numbers_under_the_prefix_except_those_reported_apart():
+    figures = {"loss:sum": 1.5, "clock_s": 2, "status": "ok", "grad": None, "step": 4}
+    metrics = service_metrics(figures, "svc", besides={"step"})
+    assert metrics == {"svc/loss:sum": 1.5, "svc/clock_s": 2.0}
+    assert all(type(value) is float for value in metrics.values())
+    assert service_metrics(None, "svc") == {} and service_metrics({}, "svc") == {}
 
 
 def test_a_call_is_sent_again_while_it_fails_transiently_and_its_retries_are_listed():

@@ -1,8 +1,10 @@
 """The remote-exec wrapper run by a real local ``sh``: exit codes, output, caps, users, env,
-and a timeout's kill, read back with parse_report as the sandbox backends do."""
+and a timeout's kill, read back with parse_report as the sandbox backends do; and the choice
+between running a wrapped script inline and uploading a long one."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
@@ -12,10 +14,12 @@ from pathlib import Path
 import pytest
 from rllm_core.errors import SandboxError
 from rllm_core.kit.remote_exec import (
+    MAX_INLINE_SCRIPT,
     kill_script,
     launcher,
     parse_report,
     run_script_file,
+    runnable,
     script_path,
     wrap,
 )
@@ -214,3 +218,52 @@ def test_bad_input_is_refused_and_a_missing_report_is_none(tmp_path):
     with pytest.raises(ValueError, match="call id 'Up'"):
         kill_script("Up")
     assert parse_report("no report here", "@@rllm-x@@") is None
+
+
+class Uploads:
+    """Records each ``upload(path, data)`` a backend would make."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[str, bytes]] = []
+
+    async def __call__(self, path: str, data: bytes) -> None:
+        self.files.append((path, data))
+
+
+def runnable_command(script: str, call_id: str, uploads: Uploads, **kw) -> str:
+    return asyncio.run(runnable(script, call_id, uploads, **kw))
+
+
+def test_a_script_that_fits_runs_inline_without_an_upload():
+    uploads = Uploads()
+    assert runnable_command("echo hi", "c1", uploads) == "echo hi"
+    assert runnable_command("echo hi", "c1", uploads, inline=launcher) == launcher("echo hi")
+    edge = "x" * MAX_INLINE_SCRIPT
+    assert runnable_command(edge, "c1", uploads) == edge
+    assert uploads.files == []
+
+
+def test_a_script_too_long_to_inline_is_uploaded_and_run_from_its_file():
+    uploads = Uploads()
+    script = "é" + "x" * MAX_INLINE_SCRIPT
+    command = runnable_command(script, "c2", uploads)
+    assert uploads.files == [(script_path("c2"), script.encode("utf-8"))]
+    assert command == run_script_file(script_path("c2"))
+
+
+def test_the_limit_applies_to_the_inline_command_not_the_script():
+    uploads = Uploads()
+    # base64 makes the launcher's command about 4/3 of the script.
+    script = "x" * (MAX_INLINE_SCRIPT * 9 // 10)
+    assert runnable_command(script, "c3", uploads) == script
+    assert runnable_command(script, "c3", uploads, inline=launcher) == run_script_file(
+        script_path("c3")
+    )
+    assert [path for path, _ in uploads.files] == [script_path("c3")]
+
+
+def test_a_long_script_of_a_bad_call_id_is_refused_before_the_upload():
+    uploads = Uploads()
+    with pytest.raises(ValueError, match="call id 'Bad'"):
+        runnable_command("x" * (MAX_INLINE_SCRIPT + 1), "Bad", uploads)
+    assert uploads.files == []

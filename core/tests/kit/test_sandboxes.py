@@ -1,4 +1,5 @@
-"""The sandbox kit: closing on ``async with`` exit, the SDK error map and transient retries."""
+"""The sandbox kit: closing on ``async with`` exit, the SDK error map, transient retries, a
+timed-out command's error and a directory listing."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import asyncio
 import pytest
 from rllm_core import errors
 from rllm_core.kit.retry import RetrySettings
-from rllm_core.kit.sandboxes import ClosesOnExit, ErrorMap, retry_transient
+from rllm_core.kit.sandboxes import (
+    ClosesOnExit,
+    ErrorMap,
+    command_timed_out,
+    listing,
+    retry_transient,
+)
+from rllm_core.types import FileInfo
 
 
 class Closable(ClosesOnExit):
@@ -132,3 +140,32 @@ def test_other_errors_are_raised_at_once():
     with pytest.raises(errors.SandboxGone):
         asyncio.run(retry_transient(call, settings(3), what="x", sleep=no_sleep))
     assert len(attempts) == 1
+
+
+def test_a_timed_out_command_names_itself_its_timeout_and_its_place():
+    error = command_timed_out("sleep 100", 30.0, "in svc sandbox sb-1")
+    assert type(error) is errors.SandboxCommandTimeout
+    assert str(error) == (
+        "'sleep 100' ran past its 30 s timeout in svc sandbox sb-1 and its process group was"
+        " killed; raise the timeout or make the command finish sooner"
+    )
+    assert (error.command, error.timeout_s) == ("sleep 100", 30.0)
+    assert "0.5 s timeout and its process group" in str(command_timed_out("true", 0.5))
+
+
+def test_a_long_command_is_cut_in_the_message_but_kept_whole_on_the_error():
+    command = "echo " + "x" * 500
+    error = command_timed_out(command, 1.0)
+    assert repr(command[:200]) in str(error) and "x" * 196 not in str(error)
+    assert error.command == command
+
+
+def test_a_listing_puts_each_entry_under_the_directory_sorted_by_path():
+    entries = [("b.txt", 3, False), ("a", 0, True), ("C", "12", 0)]
+    assert listing("/app", entries) == [
+        FileInfo(path="/app/C", size=12, is_dir=False),
+        FileInfo(path="/app/a", size=0, is_dir=True),
+        FileInfo(path="/app/b.txt", size=3, is_dir=False),
+    ]
+    assert listing("/app/", [("x", 1, 1)]) == [FileInfo(path="/app/x", size=1, is_dir=True)]
+    assert listing("/empty", iter(())) == []
