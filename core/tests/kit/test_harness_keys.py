@@ -43,10 +43,13 @@ def test_the_usual_defaults_are_valid_and_the_optional_keys_take_none():
         ("request_timeout_s", 0.0),
         ("request_timeout_s", -1.0),
         ("request_timeout_s", None),
+        ("request_timeout_s", float("inf")),
+        ("request_timeout_s", float("nan")),
         ("max_retries", -1),
         ("max_retries", None),
         ("timeout_cap_s", 0.0),
         ("timeout_cap_s", -30.0),
+        ("timeout_cap_s", float("inf")),
     ],
 )
 def test_out_of_bounds_values_are_refused_naming_the_key(key, value):

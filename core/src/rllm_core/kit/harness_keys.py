@@ -25,7 +25,12 @@ MaxTokens = Annotated[
 """``max_tokens`` (default ``None``)."""
 
 RequestTimeout = Annotated[
-    float, Field(gt=0, description="HTTP timeout of one chat request, in seconds")
+    float,
+    Field(
+        gt=0,
+        allow_inf_nan=False,
+        description="HTTP timeout of one chat request, in seconds",
+    ),
 ]
 """``request_timeout_s`` (default ``600.0``)."""
 
@@ -42,6 +47,7 @@ TimeoutCap = Annotated[
     float | None,
     Field(
         gt=0,
+        allow_inf_nan=False,
         description="cap on the episode's time budget, which is the task's agent timeout;"
         " unset uses the task's timeout as it is",
     ),
