@@ -16,8 +16,7 @@ lifecycle's (:mod:`rllm_core.run.lifecycle`), as in ``rllm-core run``. At the en
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
+import functools
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from rllm_core.run.lifecycle import Lifecycle, ResumeError, RunResult, fresh_or_
 from rllm_core.run.metrics import memory_metrics, sft_summary
 from rllm_core.run.observers import RunObservers
 from rllm_core.run.state import LoopState, capture_rngs
+from rllm_core.run.trainer_thread import TrainerThread
 from rllm_core.sft.batches import batch_datums, epoch_batches, steps_per_epoch
 from rllm_core.sft.data import TokenExample
 from rllm_core.sft.plots import write_sft_plots
@@ -127,22 +127,20 @@ class SftLoop:
             raise
         life = self.lifecycle
         life.begin(state, resumed=self.resume)
-        # One thread for every training computation, as in the RL loop: each thread that
-        # runs parallel torch work keeps its own OpenMP workers.
-        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rllm-trainer")
+        thread = TrainerThread()
         try:
             with life.stop_signals(self._on_stop):
                 while state.step < self.total_steps and not self._stop:
-                    await asyncio.get_running_loop().run_in_executor(executor, self._step, state)
+                    await thread.call(functools.partial(self._step, state))
                     life.after_step(state)
-            executor.shutdown(wait=True)
+            thread.shutdown()
             life.final_checkpoint(state)
             status = "interrupted" if life.stop_code is not None else "finished"
             if status == "finished" and self.sft.export is not None:
                 self._export(self.sft.export)
             summary = life.summary(status)
         except BaseException as exc:
-            executor.shutdown(wait=True)
+            thread.shutdown()
             life.crashed(exc)
             raise
         finally:

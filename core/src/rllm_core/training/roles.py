@@ -48,6 +48,7 @@ from rllm_core.run.lifecycle import Lifecycle, RunResult
 from rllm_core.run.observers import RunObservers
 from rllm_core.run.parts import RunParts
 from rllm_core.run.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
+from rllm_core.run.trainer_thread import TrainerThread
 from rllm_core.training.cuts import (
     latest_cut,
     load_release,
@@ -126,13 +127,12 @@ class SamplerRole(_Role):
         self.tasks: list[Any] = []
         self._loaded_version = 0
         self._workdir = Path(tempfile.mkdtemp(prefix="releases-", dir=self.folder.path))
-        # Exports to a [sampler] run on one trainer thread, as in the one-process loop.
-        self._trainer_thread = TrainerHalf(self.parts, buffer=self.buffer)
+        self._trainer_thread = TrainerThread()  # exports to a [sampler], as in the loop
         self.producer = ProducerHalf(
             self.parts,
             buffer=self.buffer,
             run_id=self.run_id,
-            trainer_call=self._trainer_thread.on_trainer_thread,
+            trainer_call=self._trainer_thread.call,
         )
         self.lifecycle = self._lifecycle(self._summarize)
 

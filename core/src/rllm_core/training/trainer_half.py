@@ -13,7 +13,6 @@ line, episode records and datums and tells the loggers and hooks.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import sys
 import time
@@ -32,6 +31,7 @@ from rllm_core.run.metrics import summarize, train_metrics
 from rllm_core.run.parts import RunParts
 from rllm_core.run.plots import write_plots
 from rllm_core.run.state import DataOrder, LoopState, capture_rngs
+from rllm_core.run.trainer_thread import TrainerThread
 from rllm_core.training.pipeline import Ticket
 from rllm_core.training.update import build_objective, update_policy
 from rllm_core.types import Datum, Sample
@@ -67,7 +67,7 @@ class TrainerHalf:
         self.step_ended = time.monotonic()
         self._routed_trainer: Any = None
         self._objective: Objective | None = None
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.thread = TrainerThread()
 
     @property
     def c(self) -> Components:
@@ -88,23 +88,12 @@ class TrainerHalf:
     # ------------------------------------------------------------------ the trainer thread
 
     async def on_trainer_thread(self, call: Callable[[], Any]) -> Any:
-        """Run ``call`` on the one thread that does every training computation.
-
-        Each thread that runs parallel torch work keeps its own OpenMP workers, and GNU OpenMP
-        shortens its spin-waits once they outnumber the cores, which slowed the quickstart's
-        train steps by about a third; one thread for the trainer keeps their number down.
-        """
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="rllm-trainer"
-            )
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        """Run ``call`` on the trainer thread (:class:`TrainerThread`)."""
+        return await self.thread.call(call)
 
     def shutdown(self) -> None:
         """Wait for the trainer thread's work and end the thread."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self.thread.shutdown()
 
     def interrupt(self) -> None:
         """Stop an update midway, where the trainer can and the half may."""
