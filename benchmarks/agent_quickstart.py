@@ -121,7 +121,7 @@ def measure(out: Path, plan: dict, attempts: int, skip_base: bool) -> dict[str, 
     for (seed, mode), command in plan["runs"].items():
         run = stage(command)
         run_dir = ROOT / run["summary"]["run_folder"]
-        checkpoint = run_dir / "checkpoints" / f"step-{run['summary']['last_step']}"
+        checkpoint = run_dir  # its latest checkpoint
         after = stage(evaluate(attempts, plan["model"], checkpoint=checkpoint))
         runs.append(
             {

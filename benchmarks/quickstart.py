@@ -49,6 +49,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rllm_core.run.checkpoints import checkpoint_folder
+
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
 EVAL_ATTEMPTS = 4
@@ -155,10 +157,7 @@ def framework(out: Path, world_size: int = 1) -> dict[str, Any]:
     numerics = json.loads((run_dir / "numerics.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    final = max(
-        (p for p in (run_dir / "checkpoints").glob("step-*") if p.name[5:].isdigit()),
-        key=lambda p: int(p.name[5:]),
-    )
+    final = checkpoint_folder(run_dir)
     evals = {}
     for label, extra in (("base", ()), ("trained", ("--checkpoint", str(final)))):
         target = out / f"eval-{label}"

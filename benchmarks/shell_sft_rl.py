@@ -48,6 +48,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from rllm_core.run.checkpoints import checkpoint_folder
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tables import right_aligned
 
@@ -328,10 +330,7 @@ def rl(model: Path, splits: list[str], out: Path, args: argparse.Namespace) -> t
     run_dir = _only_folder(runs)
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    final = max(
-        (p for p in (run_dir / "checkpoints").glob("step-*") if p.name[5:].isdigit()),
-        key=lambda p: int(p.name[5:]),
-    )
+    final = checkpoint_folder(run_dir)
     return final, {
         "wall_s": wall,
         "run_dir": str(run_dir),

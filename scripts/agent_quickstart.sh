@@ -31,7 +31,7 @@ echo "pass@1 $before"
 
 printf '\n==> rllm-core run %s/rl.toml\n' "$HERE"
 run_json=$("$CLI" run "$HERE/rl.toml" --json "$@")
-checkpoint=$("$PY" -c 'import json, sys, pathlib; s = json.loads(sys.argv[1]); print(pathlib.Path(s["run_folder"]) / "checkpoints" / f"step-{s[\"last_step\"]}")' "$run_json")
+checkpoint=$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])["run_folder"])' "$run_json")
 
 printf '\n==> held-out pass@1 after RL (%s)\n' "$checkpoint"
 after=$("$CLI" eval "$HERE/rl.toml" --attempts "$ATTEMPTS" --checkpoint "$checkpoint" --json "$@" | pass_at_1)

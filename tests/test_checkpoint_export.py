@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from reference.cli_process import overrides, run_cli, run_folder
 from reference.quickstart import PLAN, write_tasks
+from reference.run_cuts import checkpoint_of
 
 torch = pytest.importorskip("torch")
 
@@ -36,7 +37,7 @@ def _train(tmp_path: Path, model: Path, lora: str) -> Path:
     )
     done = run_cli("run", str(PLAN), "--plain", *settings, cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    checkpoint = run_folder(done, tmp_path, "quickstart") / "checkpoints" / "step-1"
+    checkpoint = checkpoint_of(run_folder(done, tmp_path, "quickstart") / "checkpoints", 1)
     assert (checkpoint / "trainer" / "state.json").is_file()
     return checkpoint
 
@@ -49,13 +50,16 @@ def _train_on(checkpoint: Path) -> torch.Tensor:
     import random
 
     from rllm_core.algorithms.objective import Objective
+    from rllm_core.run.checkpoints import run_folder_of
     from rllm_core.types import Datum
     from rllm_loss_ppo.plugin import ReinforceLossConfig
     from rllm_loss_ppo.reinforce import Reinforce
     from rllm_trainer_backend_torch.backend import TorchBackend
     from rllm_trainer_backend_torch.plugin import TorchBackendConfig
 
-    resolved = json.loads((checkpoint.parent.parent / "plan.resolved.json").read_text())
+    run_dir = run_folder_of(checkpoint)
+    assert run_dir is not None
+    resolved = json.loads((run_dir / "plan.resolved.json").read_text())
     config = next(c for c in resolved["components"] if c["where"] == "[trainer]")["config"]
     backend = TorchBackend(TorchBackendConfig.model_validate(config))
     rng = random.Random(5)

@@ -14,8 +14,7 @@ torch = pytest.importorskip("torch")
 
 from rllm_core.algorithms.objective import Objective  # noqa: E402
 from rllm_core.errors import CutDigestError  # noqa: E402
-from rllm_core.run.state import DataOrder, LoopState, capture_rngs  # noqa: E402
-from rllm_core.training.cuts import (  # noqa: E402
+from rllm_core.run.cuts import (  # noqa: E402
     claim_incarnation,
     latest_cut,
     latest_release,
@@ -24,6 +23,7 @@ from rllm_core.training.cuts import (  # noqa: E402
     restore_cut,
     write_cut,
 )
+from rllm_core.run.state import DataOrder, LoopState, capture_rngs  # noqa: E402
 from rllm_core.types import Datum, SampleRequest, SamplingParams  # noqa: E402
 from rllm_loss_ppo.plugin import ReinforceLossConfig  # noqa: E402
 from rllm_loss_ppo.reinforce import Reinforce  # noqa: E402

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from reference.run_cuts import checkpoint_of
+
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "examples" / "quickstart" / "plan.toml"
 TASKS = [
@@ -88,7 +90,7 @@ def test_eval_on_a_checkpoint_and_on_the_base_model(smollm2_model_dir, tmp_path)
     }
     assert report["status"] == "finished" and report["steps"] == 1
     assert f"run folder: {report['run_folder']}" in trained.stderr
-    checkpoint = run_dir / "checkpoints" / "step-1"
+    checkpoint = checkpoint_of(run_dir / "checkpoints", 1)
     assert (checkpoint / "trainer").is_dir()
 
     ids = [t["id"] for t in EVAL_TASKS]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from reference.cli_process import overrides, run_cli, run_folder
 from reference.quickstart import PLAN, write_tasks
+from reference.run_cuts import checkpoint_of
 
 
 def _settings(tmp_path: Path, *extra: str) -> list[str]:
@@ -76,7 +77,7 @@ def test_two_ranks_train_as_one_and_rank0_alone_writes_the_run(quickstart_two_st
     run_one, run_two = run_folder(single, one, "quickstart"), two / report["run_folder"]
     assert report["summary"] == str(Path(report["run_folder"]) / "summary.json")
     assert report["steps"] == 2
-    assert (run_two / "checkpoints" / "step-2" / "trainer" / "sharded").is_dir()
+    assert (checkpoint_of(run_two / "checkpoints", 2) / "trainer" / "sharded").is_dir()
     assert json.loads((run_two / "summary.json").read_text())["status"] == "finished"
 
     # The same samples, the same losses and metrics, the same weights.
@@ -88,9 +89,9 @@ def test_two_ranks_train_as_one_and_rank0_alone_writes_the_run(quickstart_two_st
         assert a["tokens/trained"] == b["tokens/trained"]
         assert b["train/loss"] == pytest.approx(a["train/loss"], abs=1e-5)
         assert b["train/grad_norm"] == pytest.approx(a["train/grad_norm"], rel=1e-4, abs=1e-6)
-    before = _weights(run_two / "checkpoints" / "step-1", tmp_path / "c1")
-    after = _weights(run_two / "checkpoints" / "step-2", tmp_path / "c2")
-    alone = _weights(run_one / "checkpoints" / "step-2", tmp_path / "c3")
+    before = _weights(checkpoint_of(run_two / "checkpoints", 1), tmp_path / "c1")
+    after = _weights(checkpoint_of(run_two / "checkpoints", 2), tmp_path / "c2")
+    alone = _weights(checkpoint_of(run_one / "checkpoints", 2), tmp_path / "c3")
     assert after.keys() == before.keys() == alone.keys() and alone
     assert any(not after[k].equal(before[k]) for k in alone), "training changed no weight"
     worst = max(float((after[k] - alone[k]).abs().max()) for k in alone)
@@ -126,8 +127,8 @@ def test_ctrl_c_reaches_rank0_which_checkpoints_and_exits_130(smollm2_model_dir,
     summary = json.loads((run_dir / "summary.json").read_text())
     last = summary["last_step"]
     assert last >= 2
-    assert (run_dir / "checkpoints" / f"step-{last}" / "trainer" / "state.json").is_file()
-    assert (run_dir / "checkpoints" / f"step-{last}" / "loop.json").is_file()
+    assert (checkpoint_of(run_dir / "checkpoints", last) / "trainer" / "state.json").is_file()
+    assert (checkpoint_of(run_dir / "checkpoints", last) / "loop.json").is_file()
 
 
 def test_rank0_failing_before_its_backend_ends_every_rank_at_once(smollm2_model_dir, tmp_path):

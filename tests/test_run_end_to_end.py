@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from reference.cli_process import overrides, run_cli, run_folder
 from reference.quickstart import PLAN, TASKS, write_tasks
+from reference.run_cuts import checkpoint_of
 
 
 def trainable_weights(checkpoint: Path) -> dict[str, list[float]]:
@@ -48,10 +49,10 @@ def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(
     assert len(episodes) == 8
     assert {e["task_id"] for e in episodes} <= {t["id"] for t in TASKS}
 
-    assert (run_dir / "checkpoints" / "step-1" / "loop.json").is_file()
-    assert (run_dir / "checkpoints" / "step-2" / "loop.json").is_file()
-    before = trainable_weights(run_dir / "checkpoints" / "step-1")
-    after = trainable_weights(run_dir / "checkpoints" / "step-2")
+    assert (checkpoint_of(run_dir / "checkpoints", 1) / "loop.json").is_file()
+    assert (checkpoint_of(run_dir / "checkpoints", 2) / "loop.json").is_file()
+    before = trainable_weights(checkpoint_of(run_dir / "checkpoints", 1))
+    after = trainable_weights(checkpoint_of(run_dir / "checkpoints", 2))
     assert before.keys() == after.keys() and before
     assert any(before[k] != after[k] for k in before)
 

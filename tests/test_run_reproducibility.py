@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from reference.run_cuts import checkpoint_of, cut_path, cut_steps
 from rllm_core.numerics import REPRODUCIBLE_ENVIRONMENT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,9 +149,9 @@ def test_two_identical_one_step_runs_write_identical_metrics_and_weights(
     expected = metrics(first)
     assert [m["step"] for m in expected] == [1] and expected[0]["trained"] == 1.0
     assert metrics(second) == expected
-    weights = trainable_weights(first / "checkpoints" / "step-1")
+    weights = trainable_weights(checkpoint_of(first / "checkpoints", 1))
     assert weights
-    assert trainable_weights(second / "checkpoints" / "step-1") == weights
+    assert trainable_weights(checkpoint_of(second / "checkpoints", 1)) == weights
 
 
 @pytest.fixture(scope="module")
@@ -175,34 +176,34 @@ def test_sigint_then_resume_equals_an_uninterrupted_run(uninterrupted, tmp_path,
     cut_cwd = tmp_path / "cut"
     cut = start(cut_cwd, *args)
     cut_dir = run_folder(cut_cwd, cut)
-    wait_for(cut_dir / "checkpoints" / "step-1" / "loop.json", cut)
+    wait_for(cut_path(cut_dir / "checkpoints", 1) / "manifest.json", cut)
     cut.send_signal(signal.SIGINT)
     code, _, err = finish(cut)
     assert code == 130, err[-3000:]
     assert f"--resume {cut_dir.relative_to(cut_cwd)}" in err
-    stopped = sorted(int(p.name.removeprefix("step-")) for p in (cut_dir / "checkpoints").iterdir())
+    stopped = cut_steps(cut_dir / "checkpoints")
     assert stopped and stopped[-1] < STEPS, stopped
     assert len(metrics(cut_dir)) >= stopped[-1]
 
     resumed = start(cut_cwd, "--resume", str(cut_dir.relative_to(cut_cwd)), *args)
     code, out, err = finish(resumed)
     assert code == 0, err[-3000:]
-    assert f"resumed from {cut_dir.relative_to(cut_cwd)}/checkpoints/step-{stopped[-1]}" in out
+    resumed_from = cut_path(cut_dir.relative_to(cut_cwd) / "checkpoints", stopped[-1])
+    assert f"resumed from {resumed_from} (step {stopped[-1]})" in out
 
     expected = metrics(whole_dir)
     assert [m["step"] for m in expected] == [1, 2, 3]
     assert all(m["trained"] == 1.0 for m in expected)
     assert metrics(cut_dir) == expected
 
-    last = f"step-{STEPS}"
-    whole_state = loop_state(whole_dir / "checkpoints" / last)
-    assert loop_state(cut_dir / "checkpoints" / last) == whole_state
+    whole_state = loop_state(checkpoint_of(whole_dir / "checkpoints", STEPS))
+    assert loop_state(checkpoint_of(cut_dir / "checkpoints", STEPS)) == whole_state
     assert whole_state["step"] == STEPS
     assert (whole_state["data"]["epoch"], whole_state["data"]["cursor"]) == (1, 2)
 
-    expected_weights = trainable_weights(whole_dir / "checkpoints" / last)
+    expected_weights = trainable_weights(checkpoint_of(whole_dir / "checkpoints", STEPS))
     assert expected_weights
-    assert trainable_weights(cut_dir / "checkpoints" / last) == expected_weights
+    assert trainable_weights(checkpoint_of(cut_dir / "checkpoints", STEPS)) == expected_weights
 
 
 def test_sigterm_exits_143_with_a_checkpoint_of_the_last_finished_step(smollm2_model_dir, tmp_path):
@@ -221,9 +222,8 @@ def test_sigterm_exits_143_with_a_checkpoint_of_the_last_finished_step(smollm2_m
 
     done = len(metrics(run_dir))
     assert 1 <= done < STEPS
-    saved = [p.name for p in (run_dir / "checkpoints").iterdir()]
-    assert saved == [f"step-{done}"]
-    state = loop_state(run_dir / "checkpoints" / f"step-{done}")
+    assert cut_steps(run_dir / "checkpoints") == [done]
+    state = loop_state(checkpoint_of(run_dir / "checkpoints", done))
     assert state["step"] == done
     assert state["data"]["cursor"] == 2 * done
-    assert trainable_weights(run_dir / "checkpoints" / f"step-{done}")
+    assert trainable_weights(checkpoint_of(run_dir / "checkpoints", done))

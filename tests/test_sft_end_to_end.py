@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from reference.cli_process import run_cli
+from reference.run_cuts import cut_steps
 
 EXAMPLES = [
     {
@@ -124,11 +125,7 @@ def test_sft_memorizes_a_few_examples(memorized, kind, falls_to):
 
     for name in ("plan.toml", "plan.resolved.json", "summary.json", "loss.png", "run.log"):
         assert (run_dir / name).is_file(), name
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
-        "step-3",
-        "step-6",
-        "step-8",
-    ]
+    assert cut_steps(run_dir / "checkpoints") == [3, 6, 8]
     resolved = json.loads((run_dir / "plan.resolved.json").read_text())
     trainer = next(c for c in resolved["components"] if c["where"] == "[trainer]")
     assert trainer["config"]["total_steps"] == 8

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from reference.run_cuts import checkpoint_of, cut_steps
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = REPO / "plugins" / "trainer-backends"
@@ -150,8 +151,8 @@ def test_sft_steps_run_on_tinkers_cross_entropy_loss(smollm2_model_dir, tmp_path
     assert targets[-2] == im_end and answer >= 2
     expected = math.fsum(-lp for lp in logprobs[-1 - answer : -1]) / answer
     assert rows[-1]["eval/nll"] == pytest.approx(expected, abs=1e-5)
-    checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
-    assert [c.name for c in checkpoints] == ["step-2", "step-4"]
+    assert cut_steps(run_dir / "checkpoints") == [2, 4]
+    checkpoints = [checkpoint_of(run_dir / "checkpoints", step) for step in (2, 4)]
     assert all((c / "trainer" / "tinker_state.json").is_file() for c in checkpoints)
 
 

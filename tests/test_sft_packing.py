@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from reference.cli_process import run_cli
+from reference.run_cuts import checkpoint_of, cut_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = ROOT / "examples" / "sft-then-rl" / "arithmetic-sft.jsonl"
@@ -66,7 +67,7 @@ def sft(plan: Path) -> Path:
 def final_weights(run_dir: Path) -> dict:
     from safetensors.torch import load_file
 
-    (checkpoint,) = sorted((run_dir / "checkpoints").glob("step-*"))
+    checkpoint = checkpoint_of(run_dir / "checkpoints", cut_steps(run_dir / "checkpoints")[-1])
     tensors = {}
     for file in sorted((checkpoint / "trainer").glob("*.safetensors")):
         tensors.update(load_file(file))

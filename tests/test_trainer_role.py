@@ -30,10 +30,10 @@ from rllm_core.plan.load import parse_plan  # noqa: E402
 from rllm_core.plan.resolve import resolve_plan  # noqa: E402
 from rllm_core.plugins import PluginManager  # noqa: E402
 from rllm_core.run.components import Components  # noqa: E402
+from rllm_core.run.cuts import latest_cut  # noqa: E402
 from rllm_core.run.folder import RunFolder  # noqa: E402
 from rllm_core.run.metrics import episode_record, rollout_metrics  # noqa: E402
 from rllm_core.run.state import DataOrder  # noqa: E402
-from rllm_core.training.cuts import latest_cut  # noqa: E402
 from rllm_core.training.pipeline import Ticket  # noqa: E402
 from rllm_core.training.roles import TrainerRole  # noqa: E402
 from rllm_core.training.scheduler import SchedulerJournal  # noqa: E402

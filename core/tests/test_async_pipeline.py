@@ -32,7 +32,7 @@ from rllm_core.plan.load import parse_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout.sessions import SessionKey
 from rllm_core.routing import routing_key
-from rllm_core.run.checkpoints import latest_checkpoint
+from rllm_core.run.checkpoints import RunCheckpoints
 from rllm_core.run.components import Components
 from rllm_core.run.folder import RunFolder
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
@@ -249,10 +249,11 @@ def test_a_stop_at_any_moment_leaves_a_checkpoint_the_resumed_run_continues(
     lines = metrics(folder)
     assert [line["step"] for line in lines] == list(range(1, stopped.step + 1))
     if stopped.step == 0:
-        assert latest_checkpoint(folder.checkpoints) is None
+        assert RunCheckpoints(folder.checkpoints).latest() is None
         return
-    checkpoint = latest_checkpoint(folder.checkpoints)
-    assert checkpoint is not None and checkpoint.name == f"step-{stopped.step}"
+    latest = RunCheckpoints(folder.checkpoints).latest()
+    assert latest is not None and latest.step == stopped.step
+    checkpoint = latest.path
     saved = json.loads((checkpoint / "loop.json").read_text())
     assert saved["step"] == stopped.step
     assert saved["buffer_watermark"] == loop.buffer.committed()

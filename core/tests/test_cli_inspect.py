@@ -113,6 +113,7 @@ def write_run(
         )
     for step in range(2, len(rewards) + 1, 2):
         (folder.checkpoints / f"step-{step}").mkdir(parents=True)
+        (folder.checkpoints / f"step-{step}" / "loop.json").write_text("{}")
     (folder.checkpoints / f"step-{len(rewards) + 1}.partial").mkdir(parents=True)
     (folder.path / "reward.png").write_bytes(b"\x89PNG")
     if status is not None:

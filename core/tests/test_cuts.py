@@ -1,4 +1,4 @@
-"""Cuts and releases through an object store (rllm_core.training.cuts), on a dict store and the
+"""Cuts and releases through an object store (rllm_core.run.cuts), on a dict store and the
 fake trainer: layout, write order, digests, incarnations and pruning."""
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from rllm_core.errors import (
     StaleIncarnationError,
 )
 from rllm_core.ports import ObjectStore, WeightReleaser
-from rllm_core.run.state import DataOrder, LoopState, capture_rngs
-from rllm_core.training.cuts import (
+from rllm_core.run.cuts import (
     ReleaseRef,
     claim_incarnation,
     latest_cut,
@@ -29,6 +28,7 @@ from rllm_core.training.cuts import (
     restore_cut,
     write_cut,
 )
+from rllm_core.run.state import DataOrder, LoopState, capture_rngs
 
 PREFIX = "runs/r1"
 

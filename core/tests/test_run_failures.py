@@ -30,6 +30,7 @@ from rllm_core.rollout import (
     check_failures,
 )
 from rllm_core.rollout.gateway_address import GatewayBindError, check_gateway_address
+from rllm_core.run.checkpoints import checkpoint_steps
 from rllm_core.run.components import (
     BuildError,
     Components,
@@ -151,8 +152,8 @@ def test_a_step_with_too_many_excluded_rollouts_fails_the_run_untrained(tmp_path
 
     assert (result.status, result.exit_code, result.step) == ("failed", 1, 1)
     assert trainer.trained == 1, "step 1 trained; step 2 never reached the trainer"
-    assert [Path(p).parent.name for p in trainer.saved] == ["step-1.partial"]
-    assert sorted(p.name for p in loop.folder.checkpoints.iterdir()) == ["step-1"]
+    assert [Path(p).parent.name for p in trainer.saved] == ["cut-0000000001-000001"]
+    assert checkpoint_steps(loop.folder.checkpoints) == [1]
     assert [row["step"] for row in RunFolder.read_jsonl(loop.folder.metrics)] == [1]
     summary = json.loads(loop.folder.summary.read_text())
     assert summary["status"] == "failed" and summary["last_step"] == 1

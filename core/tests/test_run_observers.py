@@ -23,6 +23,7 @@ from rllm_core.plan.resolve import resolve_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.plugins.specs import Kind
 from rllm_core.rollout import TooManyFailedRollouts
+from rllm_core.run.checkpoints import checkpoint_steps
 from rllm_core.run.components import Components, build_components, prepare_plan
 from rllm_core.run.folder import RunFolder
 from rllm_core.training.loop import TrainingLoop
@@ -165,9 +166,9 @@ def test_a_two_step_run_fires_hooks_and_loggers_in_the_documented_order(watched)
     assert logged[0][2]["train/loss"] == 0.25
 
     events = [c[1:] for c in calls if c[0] == "log_event"]
-    checkpoints = loop.folder.checkpoints
-    assert events[0] == ("checkpoint", {"step": 1, "path": str(checkpoints / "step-1")})
-    assert events[1] == ("checkpoint", {"step": 2, "path": str(checkpoints / "step-2")})
+    cuts = loop.folder.checkpoints / "objects" / "cuts"
+    assert events[0] == ("checkpoint", {"step": 1, "path": str(cuts / "0000000001-000001")})
+    assert events[1] == ("checkpoint", {"step": 2, "path": str(cuts / "0000000002-000001")})
     assert events[2] == ("summary", json.loads(loop.folder.summary.read_text()))
     assert calls[-1] == ("run_end", RunStatus.COMPLETED, None)
 
@@ -206,7 +207,7 @@ def test_a_crash_mid_run_writes_a_failed_summary_closes_loggers_and_ends_the_run
     assert summary["last_step"] == 1 and summary["steps"] == 1
     assert summary["error"] == {"type": "RuntimeError", "message": "the trainer fell over"}
     assert summary["reason"] == "RuntimeError: the trainer fell over"
-    assert sorted(p.name for p in loop.folder.checkpoints.iterdir()) == ["step-1"]
+    assert checkpoint_steps(loop.folder.checkpoints) == [1]
     assert logger.closed == 1
     assert shape(calls)[-5:] == [
         ("step_start", 2),

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import random
-import shutil
+from pathlib import Path
 
+import pytest
 from reference.metrics_lines import empty_step_metrics
+from reference.run_cuts import point_latest_at
 from reference.run_fakes import TOY, CrashingSource, FakeTrainer
 from rich.console import Console
 from rllm_core.cli.run_display import QuietDisplay
+from rllm_core.errors import CutDigestError
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import parse_plan
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout import SessionKey
-from rllm_core.run.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from rllm_core.run.checkpoints import (
+    RunCheckpoints,
+    checkpoint_folder,
+    checkpoint_steps,
+    run_folder_of,
+)
 from rllm_core.run.components import Components
 from rllm_core.run.folder import RunFolder, folder_name
 from rllm_core.run.metrics import reward_stats, summarize
@@ -58,23 +67,71 @@ def test_loop_state_round_trips_data_and_rngs(tmp_path):
     expected = random.random()
 
     class Trainer:
-        saved = loaded = ""
+        weight_version = 3
 
         def save_state(self, path):
-            self.saved = path
+            Path(path).mkdir(parents=True)
+            (Path(path) / "weights").write_text("w3")
 
         def load_state(self, path):
-            self.loaded = path
+            self.loaded = (Path(path) / "weights").read_text()
 
     trainer = Trainer()
-    path = save_checkpoint(tmp_path / "checkpoints", trainer, state)
-    assert path.name == "step-4" and trainer.saved.endswith("step-4.partial/trainer")
-    assert latest_checkpoint(tmp_path / "checkpoints") == path
-    restored = load_checkpoint(path, trainer)
-    assert trainer.loaded == str(path / "trainer")
+    checkpoints = RunCheckpoints(tmp_path / "checkpoints")
+    path = checkpoints.save(trainer, state, trigger="scheduled")
+    assert path.name == "0000000004-000001" and (path / "trainer" / "weights").is_file()
+    latest = RunCheckpoints(tmp_path / "checkpoints").latest()
+    assert latest is not None and (latest.step, latest.path) == (4, path)
+    restored = checkpoints.load(latest, trainer)
+    assert trainer.loaded == "w3"
     assert restored.step == 4 and restored.data.to_dict() == state.data.to_dict()
     restore_rngs(restored.rngs)
     assert random.random() == expected
+    (path / "trainer" / "weights").write_text("w4")
+    with pytest.raises(CutDigestError):
+        checkpoints.load(latest, trainer)
+
+
+def test_a_run_folder_names_its_latest_checkpoint_and_a_checkpoint_its_run(tmp_path):
+    class Trainer:
+        weight_version = 1
+
+        def save_state(self, path):
+            Path(path).mkdir(parents=True)
+
+    run = tmp_path / "runs" / "r"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "plan.resolved.json").write_text("{}")
+    checkpoints = RunCheckpoints(run / "checkpoints")
+    for step in (1, 2):
+        saved = checkpoints.save(
+            Trainer(), LoopState(step=step, data=DataOrder(size=2, seed=0)), trigger="scheduled"
+        )
+    assert checkpoint_folder(run) == saved and saved.name == "0000000002-000001"
+    assert checkpoint_folder(saved) == saved
+    assert run_folder_of(saved) == run.resolve() and run_folder_of(tmp_path) is None
+    assert checkpoint_steps(run / "checkpoints") == [1, 2]
+
+
+def test_a_run_written_before_cuts_still_resumes_from_its_step_folders(tmp_path):
+    state = LoopState(step=2, data=DataOrder(size=3, seed=1))
+    for step in (1, 2):
+        folder = tmp_path / "checkpoints" / f"step-{step}"
+        (folder / "trainer").mkdir(parents=True)
+        (folder / "loop.json").write_text(json.dumps(state.to_dict() | {"step": step}))
+    (tmp_path / "checkpoints" / "step-3.partial" / "trainer").mkdir(parents=True)
+
+    class Trainer:
+        def load_state(self, path):
+            self.loaded = path
+
+    checkpoints = RunCheckpoints(tmp_path / "checkpoints")
+    latest = checkpoints.latest()
+    assert latest is not None and latest.path.name == "step-2" and latest.ref is None
+    trainer = Trainer()
+    assert checkpoints.load(latest, trainer).step == 2
+    assert trainer.loaded == str(latest.path / "trainer")
+    assert checkpoint_steps(tmp_path / "checkpoints") == [1, 2]
 
 
 def test_reward_stats_and_summary():
@@ -149,6 +206,6 @@ def test_resume_forgets_the_interrupted_steps_sessions_of_a_run_whose_name_is_sa
     steps = sorted({SessionKey.parse(s, run="my run/1").step for s in store.sessions()})
     assert steps == [1, 2] and all(s.startswith("my_run_1-s") for s in store.sessions())
     # Step 2 was interrupted before its checkpoint: the resumed run reruns it.
-    shutil.rmtree(folder.checkpoints / "step-2")
+    point_latest_at(folder.checkpoints, 1)
     loop(FakeTrainer(), resume=True)._initial_state()
     assert {SessionKey.parse(s, run="my run/1").step for s in store.sessions()} == {1}

@@ -32,7 +32,8 @@ def checkpoints() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def export_command(checkpoint: Path, out: Path, merge: bool, as_json: bool) -> None:
-    """Export CHECKPOINT (a run's checkpoints/step-N folder) into DIR.
+    """Export CHECKPOINT (a run folder for its latest checkpoint, or a checkpoint folder of a
+    run: checkpoints/objects/cuts/<cut>) into DIR.
 
     The run's trainer backend is built from the run's saved plan, in this one process, and
     loads the checkpoint; it then writes its policy as its export_weights does: with LoRA a
@@ -42,19 +43,23 @@ def export_command(checkpoint: Path, out: Path, merge: bool, as_json: bool) -> N
     1 when building the backend, loading or exporting fails.
     """
     from rllm_core.evaluation import CheckpointNotFound, checkpoint_state_dir
+    from rllm_core.run.checkpoints import CHECKPOINT_FOLDERS, checkpoint_folder, run_folder_of
 
+    checkpoint = checkpoint_folder(checkpoint)
     try:
         state_dir = checkpoint_state_dir(checkpoint)
     except CheckpointNotFound as exc:
         fail(str(exc), EXIT_USAGE)
-    run_dir = checkpoint.resolve().parent.parent
-    resolved_file = run_dir / "plan.resolved.json"
-    if not resolved_file.is_file():
+    found = run_folder_of(checkpoint)
+    if found is None:
         fail(
-            f"{str(checkpoint)!r} is not inside a run folder ({run_dir} has no"
-            " plan.resolved.json); pass a run's checkpoints/step-N folder where the run left it",
+            f"{str(checkpoint)!r} is not inside a run folder (no folder above it has a"
+            f" plan.resolved.json); pass a checkpoint folder where the run left it"
+            f" ({CHECKPOINT_FOLDERS})",
             EXIT_USAGE,
         )
+    run_dir = found
+    resolved_file = run_dir / "plan.resolved.json"
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         fail(
             f"--out {str(out)!r} already exists and is not an empty folder; name a new folder"

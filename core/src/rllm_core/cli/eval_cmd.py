@@ -28,7 +28,10 @@ from rllm_core.run.launch import in_one_process
     type=click.Path(path_type=Path),
     default=None,
     metavar="PATH",
-    help="A run's checkpoints/step-N folder to load before sampling (default: the base model).",
+    help=(
+        "A run folder (its latest checkpoint) or a checkpoint folder of a run"
+        " (checkpoints/objects/cuts/<cut>) to load before sampling (default: the base model)."
+    ),
 )
 @click.option(
     "--attempts",

@@ -27,7 +27,7 @@ from rllm_core.rollout import (
     failure_report,
 )
 from rllm_core.rollout.context import open_rollouts, rollout_settings
-from rllm_core.run.checkpoints import TRAINER_DIR
+from rllm_core.run.checkpoints import CHECKPOINT_FOLDERS, TRAINER_DIR, checkpoint_folder
 from rllm_core.run.components import Components
 from rllm_core.types import Task
 
@@ -39,21 +39,23 @@ class CheckpointNotFound(Exception):
 
 
 def checkpoint_state_dir(path: str | Path) -> Path:
-    """The trainer state inside a run's checkpoint ``path`` (``checkpoints/step-N/``).
+    """The trainer state inside a run's checkpoint ``path`` (a run folder for its latest
+    checkpoint, a cut's folder ``checkpoints/objects/cuts/<step>-<incarnation>/``, or an older
+    run's ``checkpoints/step-N/``).
 
     Raises :class:`CheckpointNotFound` when ``path`` does not exist or holds no ``trainer/``.
     """
-    folder = Path(path)
+    folder = checkpoint_folder(Path(path))
     if not folder.is_dir():
         raise CheckpointNotFound(
-            f"checkpoint folder {str(folder)!r} does not exist; pass a run's"
-            " checkpoints/step-N folder"
+            f"checkpoint folder {str(folder)!r} does not exist; pass a checkpoint folder of a"
+            f" run ({CHECKPOINT_FOLDERS})"
         )
     state = folder / TRAINER_DIR
     if not state.is_dir():
         raise CheckpointNotFound(
             f"{str(folder)!r} is not a checkpoint (it has no {TRAINER_DIR}/ folder); pass a"
-            " run's checkpoints/step-N folder"
+            f" checkpoint folder of a run ({CHECKPOINT_FOLDERS})"
         )
     return state
 

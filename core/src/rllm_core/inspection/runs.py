@@ -9,13 +9,13 @@ and on a machine without the run's plugins.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rllm_core.inspection.errors import InspectionError
+from rllm_core.run.checkpoints import checkpoint_steps as run_checkpoint_steps
 from rllm_core.run.folder import RunFolder
 from rllm_core.run.metrics import sft_summary, summarize
 
@@ -36,7 +36,6 @@ writing one (killed with SIGKILL, out of memory, machine lost)."""
 SUMMARY_WINDOW = 5
 """Steps averaged for the first and last reward (the same window as ``summary.json``)."""
 
-_CHECKPOINT = re.compile(r"^step-(\d+)$")
 _PLOTS = ("reward", "loss")
 
 
@@ -77,16 +76,9 @@ def component_of(resolved: Mapping[str, Any], where: str) -> dict[str, Any] | No
 
 
 def checkpoint_steps(folder: RunFolder) -> list[int]:
-    """Steps of the complete checkpoints (``checkpoints/step-N/``), ascending; folders still
-    being written (``step-N.partial``) are left out."""
-    if not folder.checkpoints.is_dir():
-        return []
-    steps = []
-    for child in folder.checkpoints.iterdir():
-        match = _CHECKPOINT.match(child.name)
-        if match and child.is_dir():
-            steps.append(int(match.group(1)))
-    return sorted(steps)
+    """Steps of the run's complete checkpoints, ascending (cuts being written are left out;
+    see :mod:`rllm_core.run.checkpoints`)."""
+    return run_checkpoint_steps(folder.checkpoints)
 
 
 def _read_summary(folder: RunFolder) -> dict[str, Any] | None:

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rllm_core.run.checkpoints import latest_checkpoint, load_checkpoint
+from rllm_core.run.checkpoints import RunCheckpoints
 from rllm_core.run.folder import RunFolder, write_json
 from rllm_core.run.observers import RunObservers
 from rllm_core.run.signals import StopSignals
 from rllm_core.run.state import DataOrder, LoopState, restore_rngs, seed_rngs
-from rllm_core.types import RunInfo, RunStatus
+from rllm_core.types import CutTrigger, RunInfo, RunStatus
 
 __all__ = [
     "FORCE_EXIT_S",
@@ -89,13 +89,15 @@ def fresh_or_resumed(
     seed_rngs(seed)
     if not resume:
         return LoopState(step=0, data=DataOrder(size=size, seed=seed))
-    checkpoint = latest_checkpoint(folder.checkpoints)
-    if checkpoint is None:
+    checkpoints = RunCheckpoints(folder.checkpoints)
+    latest = checkpoints.latest()
+    if latest is None:
         raise ResumeError(
             f"{folder.path} has no complete checkpoint to resume from; start a new run"
             " (without --resume)"
         )
-    state = load_checkpoint(checkpoint, trainer)
+    checkpoint = latest.path
+    state = checkpoints.load(latest, trainer)
     if state.data.size != size:
         raise ResumeError(f"{what} but the run was started with {state.data.size}; {again}")
     restore_rngs(state.rngs)
@@ -108,8 +110,9 @@ def fresh_or_resumed(
 class Lifecycle:
     """What is around a run's steps; see the module docstring.
 
-    ``summarize(status, state)`` is the loop's own part of ``summary.json``; ``save(state)``
-    writes a checkpoint and returns where (None for a loop that checkpoints by itself).
+    ``summarize(status, state)`` is the loop's own part of ``summary.json``; ``save(state,
+    trigger)`` writes a checkpoint (a cut, :mod:`rllm_core.run.checkpoints`) and returns where
+    (None for a loop that checkpoints by itself).
     """
 
     def __init__(
@@ -121,7 +124,7 @@ class Lifecycle:
         observers: RunObservers,
         run_id: str,
         summarize: Callable[[str, LoopState], dict[str, Any]],
-        save: Callable[[LoopState], Path | str] | None = None,
+        save: Callable[[LoopState, CutTrigger], Path | str] | None = None,
     ) -> None:
         self.plan = plan
         self.folder = folder
@@ -204,11 +207,13 @@ class Lifecycle:
         """Checkpoint ``state`` when its step is a multiple of ``[run].save_every``."""
         every = self.plan.run.save_every
         if every and state.step % every == 0:
-            self.checkpoint(state)
+            self.checkpoint(state, "scheduled")
 
-    def checkpoint(self, state: LoopState) -> Path | str:
+    def checkpoint(self, state: LoopState, trigger: CutTrigger) -> Path | str:
+        """Save ``state`` with the loop's ``save``; ``trigger`` says why (``scheduled``,
+        ``final``, ``manual`` after SIGINT, ``preempt`` after SIGTERM)."""
         assert self._save is not None, "this loop checkpoints by itself"
-        where = self._save(state)
+        where = self._save(state, trigger)
         self._saved_step = state.step
         self.observers.event("checkpoint", {"step": state.step, "path": str(where)})
         return where
@@ -225,7 +230,8 @@ class Lifecycle:
                 " saved one"
             )
             return
-        self.display.info(f"checkpoint: {self.checkpoint(state)}")
+        trigger: CutTrigger = {130: "manual", 143: "preempt"}.get(self.stop_code or 0, "final")
+        self.display.info(f"checkpoint: {self.checkpoint(state, trigger)}")
 
     # ------------------------------------------------------------------ the end
 

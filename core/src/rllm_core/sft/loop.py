@@ -25,7 +25,7 @@ from typing import Any
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import LogprobScorer, WeightExporter
-from rllm_core.run.checkpoints import save_checkpoint
+from rllm_core.run.checkpoints import RunCheckpoints
 from rllm_core.run.folder import RunFolder
 from rllm_core.run.lifecycle import Lifecycle, ResumeError, RunResult, fresh_or_resumed
 from rllm_core.run.metrics import memory_metrics, sft_summary
@@ -36,6 +36,7 @@ from rllm_core.sft.batches import batch_datums, epoch_batches, steps_per_epoch
 from rllm_core.sft.data import TokenExample
 from rllm_core.sft.plots import write_sft_plots
 from rllm_core.sft.step import eval_nll, supervised_forward_backward
+from rllm_core.types import CutTrigger
 
 __all__ = ["SftLoop"]
 
@@ -74,6 +75,7 @@ class SftLoop:
             plugins=plugins if plugins is not None else get_plugin_manager(),
             warn=display.warn,
         )
+        self.checkpoints = RunCheckpoints(folder.checkpoints)
         self.lifecycle = Lifecycle(
             plan=self.plan,
             folder=folder,
@@ -185,8 +187,8 @@ class SftLoop:
         datums = batch_datums(self.held_out, packing=False, max_length=None)
         return dict(eval_nll(self.trainer, datums))
 
-    def _save(self, state: LoopState) -> Path:
-        return save_checkpoint(self.folder.checkpoints, self.trainer, state)
+    def _save(self, state: LoopState, trigger: CutTrigger) -> Path:
+        return self.checkpoints.save(self.trainer, state, trigger=trigger)
 
     def _export(self, path: str) -> None:
         if not isinstance(self.trainer, WeightExporter):

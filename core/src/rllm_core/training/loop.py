@@ -80,7 +80,7 @@ from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import SampleBuffer
 from rllm_core.rollout import TooManyFailedRollouts
 from rllm_core.rollout.sessions import SessionKey
-from rllm_core.run.checkpoints import save_checkpoint
+from rllm_core.run.checkpoints import RunCheckpoints
 from rllm_core.run.components import Components
 from rllm_core.run.folder import RunFolder
 from rllm_core.run.lifecycle import Lifecycle, ResumeError, RunResult, fresh_or_resumed
@@ -140,6 +140,7 @@ class TrainingLoop:
             warn=display.warn,
         )
         self.parts = RunParts(resolved, components, folder, display, self.observers)
+        self.checkpoints = RunCheckpoints(folder.checkpoints)
         self.trainer = TrainerHalf(self.parts, buffer=self.buffer, record_datums=record_datums)
         self.producer = ProducerHalf(
             self.parts,
@@ -154,7 +155,9 @@ class TrainingLoop:
             observers=self.observers,
             run_id=self.run_id,
             summarize=self.trainer.summarize,
-            save=lambda state: save_checkpoint(folder.checkpoints, self.c.trainer, state),
+            save=lambda state, trigger: self.checkpoints.save(
+                self.c.trainer, state, trigger=trigger
+            ),
         )
 
     @property

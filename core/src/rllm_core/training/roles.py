@@ -43,19 +43,19 @@ from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import SampleBuffer
 from rllm_core.run.components import Components
-from rllm_core.run.folder import RunFolder
-from rllm_core.run.lifecycle import Lifecycle, RunResult
-from rllm_core.run.observers import RunObservers
-from rllm_core.run.parts import RunParts
-from rllm_core.run.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
-from rllm_core.run.trainer_thread import TrainerThread
-from rllm_core.training.cuts import (
+from rllm_core.run.cuts import (
     latest_cut,
     load_release,
     publish_release,
     restore_cut,
     write_cut,
 )
+from rllm_core.run.folder import RunFolder
+from rllm_core.run.lifecycle import Lifecycle, RunResult
+from rllm_core.run.observers import RunObservers
+from rllm_core.run.parts import RunParts
+from rllm_core.run.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
+from rllm_core.run.trainer_thread import TrainerThread
 from rllm_core.training.pipeline import Ticket
 from rllm_core.training.producer_half import ProducerHalf
 from rllm_core.training.scheduler import Controller, SchedulerSettings

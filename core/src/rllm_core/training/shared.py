@@ -11,7 +11,7 @@ same plan (``rllm-core run PLAN --role sampler`` and ``--role trainer``, on one 
   order, its rollout metrics and episode records), written once its samples are in the buffer,
   so the trainer trains batch ``N`` as step ``N`` exactly as a one-process async run does;
 - ``progress``: the trainer's last trained step and weight version (the sampler's gate);
-- ``releases/``: the policy versions the trainer published (:mod:`rllm_core.training.cuts`);
+- ``releases/``: the policy versions the trainer published (:mod:`rllm_core.run.cuts`);
 - ``cuts/``: the trainer's checkpoint cuts;
 - ``scheduler/``: the trainer scheduler's journal (:mod:`rllm_core.training.scheduler`).
 
