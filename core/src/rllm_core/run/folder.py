@@ -10,7 +10,7 @@ Layout of ``<output_dir>/<name>-<YYYYmmdd-HHMMSS>/``::
     queue.jsonl          async pipeline: one JSON object per rollout batch put in the sample
                          buffer (rllm_core.training.pipeline.Ticket)
     traces/              the trace store (when the plan's store keeps files)
-    checkpoints/step-N/  trainer state and loop state (see rllm_core.run.checkpoints)
+    checkpoints/         cuts of trainer and loop state (see rllm_core.run.checkpoints)
     reward.png loss.png  plots, rewritten after every step
     summary.json         written when the run ends
     run.log              library warnings and captured ``warnings`` (rllm_core.run.runlog)
