@@ -448,7 +448,7 @@ class Cut(msgspec.Struct, kw_only=True, frozen=True):
     completed, ``weight_version`` the policy version the trainer state holds and
     ``buffer_watermark`` the sample buffer's committed watermark, so restoring a cut and
     resuming neither retrains a consumed sample nor skips one. ``incarnation`` numbers the
-    trainer process that wrote it (see :mod:`rllm_core.training.cuts`).
+    trainer process that wrote it (see :mod:`rllm_core.run.cuts`).
     """
 
     step: int
