@@ -135,6 +135,15 @@ def test_a_bad_plan_exits_2_with_one_message_and_no_run_folder(tmp_path, case, e
         assert not (tmp_path / "runs").exists(), f"{command} left a folder for a bad plan"
 
 
+@pytest.mark.parametrize("role", ["sampler", "trainer"])
+def test_a_role_of_a_plan_that_cannot_split_exits_2_with_no_run_folder(tmp_path, role):
+    result = run_cli(tmp_path, "run", str(QUICKSTART), "--role", role)
+    message = one_error(result, 2)
+    assert f"--role {role} shares the run with the other role through an object store" in message
+    assert '[run].pipeline = "async" and an [object_store] section' in message
+    assert not (tmp_path / "runs").exists(), "a refused role left a run folder"
+
+
 def test_a_port_in_use_exits_2_before_loading_the_model(smollm2_model_dir, tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]

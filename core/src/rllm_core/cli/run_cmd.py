@@ -214,7 +214,6 @@ def _run(
             folder = RunFolder.create(plan.run.output_dir, plan.run.name)
             resolved = _place(resolve_or_exit(plan_path, overrides, folder.path), role, group, None)
             folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
-        check_role(role, resolved)
         with stdout_to_stderr(as_json):
             console.print(f"run folder: {folder.path}", markup=False, soft_wrap=True)
             for note in resolved.notes:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm_core import ports
+from rllm_core.errors import ComponentConflictError, UnknownComponentError
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plan.load import load_plan
 from rllm_core.plan.resolve import SHARED_BUFFER, resolve_plan
@@ -273,11 +274,11 @@ def _shared_buffer(manager: PluginManager, plan: Any) -> ComponentRef | None:
 
 
 def _accepts_known(manager: PluginManager, section: str, name: str, key: str) -> bool:
-    """:func:`_accepts` for a component that may not be installed (then False; resolving
-    the plan reports it)."""
+    """:func:`_accepts` for a component that may not be installed or may be ambiguous (then
+    False; resolving the plan reports it)."""
     try:
         return _accepts(manager, section, name, key)
-    except Exception:
+    except (UnknownComponentError, ComponentConflictError):
         return False
 
 
