@@ -68,7 +68,7 @@ def test_lora_servers_get_the_lora_flags_and_the_runtime_lora_environment():
 
 
 def test_full_weight_servers_run_in_dev_mode_without_lora():
-    serve = VllmServeSettings(model="/models/base", host="0.0.0.0")
+    serve = VllmServeSettings(model="/models/base", host="0.0.0.0", dev_routes_on_network=True)
     (launch,) = serve_commands(serve, served_model_name=None)
     assert launch.argv == [
         "vllm",
@@ -239,3 +239,15 @@ def test_a_server_that_exits_while_starting_is_reported_with_its_log(tmp_path):
         asyncio.run(servers.start())
     assert (tmp_path / "vllm-1234.log").read_text().strip() == "no GPU"
     assert servers.processes == []
+
+
+def test_dev_mode_listens_on_loopback_unless_told_otherwise():
+    assert VllmServeSettings(model="/models/base").host == "127.0.0.1"
+    with pytest.raises(
+        ValueError, match=r"host = '0.0.0.0' is not a loopback.*dev_routes_on_network"
+    ):
+        VllmServeSettings(model="/models/base", host="0.0.0.0")
+    with pytest.raises(ValueError, match="extra_args sets --host"):
+        VllmServeSettings(model="/models/base", extra_args=["--host=0.0.0.0"])
+    lora = VllmServeSettings(model="/models/base", host="10.0.0.5", max_lora_rank=8)
+    assert lora.host == "10.0.0.5"

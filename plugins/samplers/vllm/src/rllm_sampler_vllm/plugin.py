@@ -32,7 +32,17 @@ class VllmServeSettings(BaseModel):
         " Face id): the model the trainer starts from; a known or cached model is passed as its"
         " local folder",
     )
-    host: str = Field(default="127.0.0.1", description="address the servers listen on")
+    host: str = Field(
+        default="127.0.0.1",
+        description="address the servers listen on; a full-weight server (dev mode) listens on"
+        " another address only with dev_routes_on_network",
+    )
+    dev_routes_on_network: bool = Field(
+        default=False,
+        description="let a full-weight server, whose dev routes (/collective_rpc, /pause,"
+        " /reset_prefix_cache) no --api-key guards, listen on a non-loopback host: only on a"
+        " network no sandbox or agent reaches",
+    )
     ports: list[int] = Field(
         default=[8000],
         min_length=1,
@@ -93,6 +103,23 @@ class VllmServeSettings(BaseModel):
                 "[sampler.serve] sets both python and executable; give one: python starts the"
                 " servers as python -m vllm.entrypoints.openai.api_server"
             )
+        if "--host" in self.extra_args or any(arg.startswith("--host=") for arg in self.extra_args):
+            raise ValueError(
+                "[sampler.serve] extra_args sets --host; set the host key instead (it is"
+                " checked against dev mode)"
+            )
+        if not self.max_lora_rank and not self.dev_routes_on_network:
+            from rllm_core.gateway.server import is_loopback
+
+            if not is_loopback(self.host):
+                raise ValueError(
+                    f"[sampler.serve] host = {self.host!r} is not a loopback address, and a"
+                    " full-weight server runs in vLLM's dev mode, whose /collective_rpc, /pause"
+                    " and /reset_prefix_cache routes no --api-key guards: anything that reaches"
+                    " the host (an agent's sandbox) could drive the server. Keep host ="
+                    ' "127.0.0.1", or set dev_routes_on_network = true when only a private'
+                    " network reaches it"
+                )
         if self.max_lora_rank and self.max_lora_rank not in LORA_RANKS:
             raise ValueError(
                 f"[sampler.serve] max_lora_rank = {self.max_lora_rank} is not one vLLM accepts;"

@@ -30,7 +30,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
-from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
+from rllm_core.errors import (
+    UpstreamError,
+    UpstreamRejectedError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
 from rllm_core.kit.retry import RetrySettings, retry_async
 from rllm_core.routing import routing_key
 from rllm_core.types import SampleRequest, SampleResult, WorkerStatus
@@ -495,7 +500,7 @@ class HttpWorkerPool:
             streamed = False
         except TimeoutError:
             worker.failures += 1
-            raise UpstreamError(
+            raise UpstreamTimeoutError(
                 f"worker {worker.url} did not finish streaming within {self.request_timeout_s}s;"
                 " raise request_timeout_s for long generations, or check the worker"
             ) from None
@@ -553,7 +558,7 @@ class HttpWorkerPool:
             raise _AttemptFailed(f"{worker.url}: {exc}", moved=True) from None
         except TimeoutError:
             worker.failures += 1
-            raise UpstreamError(
+            raise UpstreamTimeoutError(
                 f"worker {worker.url} did not answer within {self.request_timeout_s}s;"
                 " raise request_timeout_s for long generations, or check the worker"
             ) from None
