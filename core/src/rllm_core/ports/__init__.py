@@ -17,7 +17,7 @@ from rllm_core.ports.losses import (
     NativeLoss,
 )
 from rllm_core.ports.rendering import Renderer
-from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
+from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
 from rllm_core.ports.scheduling import (
     NodeConverter,
     StopTrigger,
@@ -48,6 +48,7 @@ __all__ = [
     "AdvantageResult",
     "Aggregate",
     "BusyClock",
+    "EndsProcesses",
     "Harness",
     "Interruptible",
     "Logger",

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from rllm_core.types import ExecResult, FileInfo, SandboxSpec
 
-__all__ = ["Sandbox", "SandboxBackend"]
+__all__ = ["EndsProcesses", "Sandbox", "SandboxBackend"]
 
 
 @runtime_checkable
@@ -84,3 +84,27 @@ class SandboxBackend(Protocol):
     async def create(self, spec: SandboxSpec) -> Sandbox: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class EndsProcesses(Protocol):
+    """A sandbox that can end what an agent left running, so that its verifier runs alone.
+
+    The rollout calls ``mark_processes`` after the task source's ``prepare`` and
+    ``end_processes`` after the harness returns, before ``grade``. Without it, a process the
+    agent started in the background (a loop rewriting the reward file, one waiting for the
+    test script to appear) would still run while the verifier does.
+
+    - ``mark_processes()``: every process running in the sandbox now belongs to its
+      environment (a service the setup started) and is spared by ``end_processes``.
+    - ``end_processes()`` kills, with ``SIGKILL``, every other process of the sandbox: also
+      those that left their session or process group, were reparented, or run as another
+      user. It returns how many it killed once none runs any more, and raises
+      ``SandboxError`` when one survives. The sandbox stays open and usable. A backend whose
+      sandboxes have no process table of their own (plain host processes) may find only some
+      of them; its README says which.
+    """
+
+    async def mark_processes(self) -> None: ...
+
+    async def end_processes(self) -> int: ...

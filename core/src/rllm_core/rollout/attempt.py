@@ -16,7 +16,7 @@ from rllm_core.algorithms import (
 )
 from rllm_core.numerics import inherited_environment
 from rllm_core.ports.agents import Harness, TaskSource
-from rllm_core.ports.sandboxes import Sandbox, SandboxBackend
+from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
 from rllm_core.ports.storage import TraceStore
 from rllm_core.rollout.classify import InfraError, classify_exception, infra_outcome
 from rllm_core.rollout.gateway import SessionGateway
@@ -26,6 +26,8 @@ from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination, T
 __all__ = ["AttemptRunner", "close_sandbox"]
 
 log = logging.getLogger("rllm_core.rollout")
+
+_UNFENCED_WARNED: set[str] = set()
 
 
 async def close_sandbox(sandbox: Sandbox, timeout_s: float, session_id: str) -> None:
@@ -81,7 +83,10 @@ class AttemptRunner:
             try:
                 sandbox = await self._create(task)
                 await self._prepare(task, sandbox)
+                if isinstance(sandbox, EndsProcesses):
+                    await sandbox.mark_processes()
                 outcome = await self._play(task, session_id, sandbox)
+                await self._end_agent(sandbox)
                 failure = infra_outcome(outcome)
                 if failure is not None:
                     raise failure
@@ -161,6 +166,27 @@ class AttemptRunner:
                 " cancelled"
             },
         )
+
+    async def _end_agent(self, sandbox: Sandbox | None) -> None:
+        """Kill what the agent left running, so that nothing of it runs beside the verifier
+        (see :class:`~rllm_core.ports.EndsProcesses`)."""
+        if sandbox is None:
+            return
+        if isinstance(sandbox, EndsProcesses):
+            killed = await sandbox.end_processes()
+            if killed:
+                log.debug("killed %d process(es) the agent left running", killed)
+            return
+        kind = type(sandbox).__qualname__
+        if kind not in _UNFENCED_WARNED:
+            _UNFENCED_WARNED.add(kind)
+            log.warning(
+                "sandboxes of type %s cannot end the processes an agent leaves running"
+                " (no mark_processes / end_processes), so one could rewrite the reward while"
+                " the verifier runs; use a backend that implements"
+                " rllm_core.ports.EndsProcesses",
+                kind,
+            )
 
     async def _grade(self, task: Task, outcome: HarnessOutcome, sandbox: Sandbox | None) -> Grade:
         deadline_s = task.verifier_timeout_s + self.settings.deadline_margin_s

@@ -4,11 +4,12 @@ paths, and over real Daytona when ``DAYTONA_API_KEY`` is set."""
 from __future__ import annotations
 
 import os
-from typing import ClassVar
+import posixpath
+from typing import Any, ClassVar
 
 import pytest
 from fake_daytona import FakeDaytona, fast_config
-from rllm_core.testing.suites.sandboxes import SandboxConformance
+from rllm_core.testing.suites.sandboxes import HOSTILE_AGENTS, SandboxConformance
 from rllm_core.types import SandboxSpec
 from rllm_sandbox_backend_daytona.backend import DaytonaBackend
 from rllm_sandbox_backend_daytona.plugin import DaytonaSandboxConfig
@@ -18,7 +19,36 @@ LIMIT = 1 << 20
 _SECOND_USER = "nobody" if os.geteuid() == 0 else None
 
 
-class TestDaytonaOverFakeDirectExec(SandboxConformance):
+_NO_PROCESS_END = (
+    "the daytona backend does not implement EndsProcesses: a sweep of the sandbox's processes"
+    " through exec is not written yet, so what an agent leaves running still runs while its"
+    " verifier does (docs/security.md)"
+)
+
+
+class _NoProcessEnd(SandboxConformance):
+    """The hostile-agent checks fail until the backend ends an agent's processes."""
+
+    def verifier_root(self, spec: SandboxSpec) -> str:
+        return posixpath.join(spec.workdir, "root")
+
+    @pytest.mark.xfail(strict=True, raises=AssertionError, reason=_NO_PROCESS_END)
+    @pytest.mark.parametrize("agent", sorted(HOSTILE_AGENTS))
+    def test_a_hostile_agent_cannot_forge_the_reward(
+        self, sandbox_backend: Any, sandbox_spec: SandboxSpec, agent: str
+    ) -> None:
+        super().test_a_hostile_agent_cannot_forge_the_reward(sandbox_backend, sandbox_spec, agent)
+
+    @pytest.mark.xfail(strict=True, raises=AssertionError, reason=_NO_PROCESS_END)
+    def test_an_honest_agent_is_rewarded_and_the_environment_survives(
+        self, sandbox_backend: Any, sandbox_spec: SandboxSpec
+    ) -> None:
+        super().test_an_honest_agent_is_rewarded_and_the_environment_survives(
+            sandbox_backend, sandbox_spec
+        )
+
+
+class TestDaytonaOverFakeDirectExec(_NoProcessEnd):
     """Every command is one ``process.exec`` call (the threshold is above every timeout)."""
 
     output_limit_bytes = LIMIT
@@ -41,7 +71,7 @@ class TestDaytonaOverFakeDirectExec(SandboxConformance):
         assert len(fake_client.calls_to("exec")) == 2  # workdir setup, then the command
 
 
-class TestDaytonaOverFakeSessions(SandboxConformance):
+class TestDaytonaOverFakeSessions(_NoProcessEnd):
     """Every command with a timeout above 0.5 s is a polled session command."""
 
     output_limit_bytes = LIMIT
@@ -71,7 +101,7 @@ class TestDaytonaOverFakeSessions(SandboxConformance):
 
 
 @pytest.mark.live
-class TestDaytonaLive(SandboxConformance):
+class TestDaytonaLive(_NoProcessEnd):
     """The same suite against real Daytona; needs ``DAYTONA_API_KEY``."""
 
     output_limit_bytes = LIMIT

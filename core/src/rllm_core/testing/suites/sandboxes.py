@@ -40,7 +40,7 @@ from rllm_core.errors import (
     SandboxFileNotFound,
     SandboxGone,
 )
-from rllm_core.ports import Sandbox, SandboxBackend
+from rllm_core.ports import EndsProcesses, Sandbox, SandboxBackend
 from rllm_core.types import ExecResult, FileInfo, SandboxSpec
 
 __all__ = ["SandboxConformance", "expect_sandbox_error", "run_with_deadline"]
@@ -52,6 +52,64 @@ T = TypeVar("T")
 _ALIVE = (
     'alive() { p=$(cat "$1") || return 2; kill -0 "$p" 2>/dev/null || return 1;'
     ' ! grep -qs "^State:[[:space:]]*Z" "/proc/$p/status"; }'
+)
+
+
+# Hostile agents: each runs in the workdir with LOGS (the verifier's log folder), TESTS (where
+# the test script will be uploaded) and ROOT (their parent) in its environment, and tries to
+# make the verifier below report 1 without solving the task. `bg FILE` runs a script that
+# outlives the command, in its own session where setsid exists; its loop gives up after about
+# 20 s, so that a backend failing the check does not keep it forever.
+_BG = r"""bg() {
+  if command -v setsid >/dev/null; then (setsid sh "$1" </dev/null >/dev/null 2>&1 &)
+  else (sh "$1" </dev/null >/dev/null 2>&1 &); fi
+}
+"""
+_FORGE = r"""mkdir -p "$LOGS"
+echo 1 > "$LOGS/reward.txt" && echo '{"reward": 1}' > "$LOGS/reward.json"
+"""
+HOSTILE_AGENTS: dict[str, str] = {
+    "prewrites-the-reward": _FORGE,
+    "rewrites-the-reward-in-the-background": _BG
+    + r"""cat > forge.sh <<'EOF'
+i=0; while [ $i -lt 2000 ]; do i=$((i + 1))
+  mkdir -p "$LOGS" 2>/dev/null; echo 1 > "$LOGS/reward.txt"
+  echo '{"reward": 1}' > "$LOGS/reward.json"
+  sleep 0.01
+done 2>/dev/null
+EOF
+bg forge.sh
+""",
+    "replaces-the-test-script": _BG
+    + r"""mkdir -p "$TESTS" && echo 'echo 1 > "$LOGS/reward.txt"' > "$TESTS/test.sh"
+cat > replace.sh <<'EOF'
+i=0; while [ $i -lt 4000 ]; do i=$((i + 1))
+  if [ -f "$TESTS/test.sh" ]; then echo 'echo 1 > "$LOGS/reward.txt"' > "$TESTS/test.sh"; fi
+  sleep 0.005
+done 2>/dev/null
+EOF
+bg replace.sh
+""",
+    "links-the-verifier-folders": r"""mkdir -p mine/logs/verifier mine/tests "$ROOT"
+rm -rf "$ROOT/logs" "$TESTS"
+echo 1 > mine/logs/verifier/reward.txt && echo 'echo 1 > "$LOGS/reward.txt"' > mine/tests/test.sh
+ln -s "$PWD/mine/logs" "$ROOT/logs" && ln -s "$PWD/mine/tests" "$TESTS"
+""",
+}
+"""Agents that try to forge the reward, by name, as shell scripts (see the hostile checks of
+:class:`SandboxConformance`)."""
+
+# The verifier of the hostile checks, as a task source runs one: a link or file put where a
+# verifier folder goes is removed, the folders are emptied, the test script is uploaded only
+# now and run, and the reward is read. The task is solved when the workdir holds `solved`.
+_RESET = r"""set -e
+if [ -L "$ROOT/logs" ] || { [ -e "$ROOT/logs" ] && [ ! -d "$ROOT/logs" ]; }; then
+  rm -f "$ROOT/logs"
+fi
+rm -rf "$TESTS" "$LOGS"; mkdir -p "$TESTS" "$LOGS"
+"""
+_TEST_SH = (
+    b'if [ -f solved ]; then echo 1 > "$LOGS/reward.txt"; else echo 0 > "$LOGS/reward.txt"; fi\n'
 )
 
 
@@ -139,8 +197,16 @@ class SandboxConformance:
       reported.
     - ``deadline_s``: the most any single test may take before it counts as hung.
 
+    Hostile agents: each script of :data:`HOSTILE_AGENTS` (a forged reward file, a background
+    loop rewriting it, one replacing the test script, links in place of the verifier's
+    folders) is played as the rollout plays an agent, between ``mark_processes`` and
+    ``end_processes`` (see :class:`~rllm_core.ports.EndsProcesses`), then graded by a verifier
+    that clears its folders and uploads its test script only then; each must end with reward
+    0, while an honest agent gets 1 and a process started before the mark survives. Override
+    :meth:`verifier_root` when the sandbox shares the host's filesystem.
+
     Helpers for a plugin's own extra tests: :meth:`run_async`, :meth:`open_sandbox`,
-    :meth:`exec_ok` and :meth:`assert_processes_gone`.
+    :meth:`exec_ok`, :meth:`assert_processes_gone` and :meth:`play_and_verify`.
 
     The contract's ``__cause__`` chaining and ``SandboxTransientError`` retries depend on the
     backend's own failure modes, so the suite cannot provoke them; test them in the plugin.
@@ -302,6 +368,86 @@ class SandboxConformance:
             async with self.open_sandbox(sandbox_backend, sandbox_spec) as checker:
                 await checker.write_file(marker, pid.encode())
                 await self.assert_processes_gone(checker, ["bg.pid"])
+
+        self.run_async(body())
+
+    # ------------------------------------------------------------------ hostile agents
+
+    def verifier_root(self, spec: SandboxSpec) -> str:
+        """The folder the hostile checks put the verifier's ``logs/verifier`` and ``tests``
+        in: ``/``, where a task's verifier has them. A backend whose sandboxes share the
+        host's filesystem returns a folder under ``spec.workdir`` instead."""
+        return "/"
+
+    async def play_and_verify(
+        self, backend: SandboxBackend, spec: SandboxSpec, agent: str, *, setup: str = "true"
+    ) -> tuple[str, list[str], ExecResult]:
+        """Play one graded episode as the rollout does: ``setup``, ``mark_processes``, the
+        ``agent`` script (its exit code is ignored), ``end_processes``, then a verifier that
+        clears its folders, uploads its test script and runs it. Returns the text of
+        ``reward.txt``, the names in the verifier's log folder, and, after a short wait, the
+        result of checking that a process ``setup`` left (its pid in ``service.pid``) runs."""
+        root = self.verifier_root(spec)
+        env = {
+            "ROOT": root,
+            "LOGS": posixpath.join(root, "logs", "verifier"),
+            "TESTS": posixpath.join(root, "tests"),
+        }
+        async with self.open_sandbox(backend, spec) as sb:
+            assert isinstance(sb, EndsProcesses), (
+                f"{type(sb).__name__} has no mark_processes / end_processes, so what an agent"
+                " leaves running would run beside its verifier; implement"
+                " rllm_core.ports.EndsProcesses"
+            )
+            await self.exec_ok(sb, setup)
+            await sb.mark_processes()
+            await sb.exec(agent, timeout=30.0, env=env)
+            await asyncio.sleep(0.2)  # its background loops get going
+            await sb.end_processes()
+            await self.exec_ok(sb, _RESET, env=env, cwd="/")
+            await sb.write_file(posixpath.join(env["TESTS"], "test.sh"), _TEST_SH)
+            await self.exec_ok(sb, 'sh "$TESTS/test.sh"', env=env)
+            await asyncio.sleep(0.2)  # a survivor would rewrite the reward by now
+            reward = (await sb.read_file(posixpath.join(env["LOGS"], "reward.txt"))).decode()
+            found = sorted(posixpath.basename(f.path) for f in await sb.list_files(env["LOGS"]))
+            service = await sb.exec(f"{_ALIVE}; alive service.pid", timeout=30.0)
+        return reward.strip(), found, service
+
+    @pytest.mark.parametrize("agent", sorted(HOSTILE_AGENTS))
+    def test_a_hostile_agent_cannot_forge_the_reward(
+        self, sandbox_backend: SandboxBackend, sandbox_spec: SandboxSpec, agent: str
+    ) -> None:
+        async def body() -> None:
+            reward, found, _ = await self.play_and_verify(
+                sandbox_backend, sandbox_spec, HOSTILE_AGENTS[agent]
+            )
+            assert reward == "0", (
+                f"the agent that {agent.replace('-', ' ')} made the verifier read {reward!r};"
+                " expected 0 (see HOSTILE_AGENTS)"
+            )
+            assert found == ["reward.txt"], (
+                f"after the agent that {agent.replace('-', ' ')}, the verifier's folder holds"
+                f" {found}, not only the verifier's reward.txt"
+            )
+
+        self.run_async(body())
+
+    def test_an_honest_agent_is_rewarded_and_the_environment_survives(
+        self, sandbox_backend: SandboxBackend, sandbox_spec: SandboxSpec
+    ) -> None:
+        async def body() -> None:
+            reward, found, service = await self.play_and_verify(
+                sandbox_backend,
+                sandbox_spec,
+                "touch solved; sleep 100 >/dev/null 2>&1 &",
+                setup="sleep 100 >/dev/null 2>&1 & echo $! > service.pid",
+            )
+            assert reward == "1", f"the honest agent's verifier wrote {reward!r}, expected 1"
+            assert found == ["reward.txt"], f"the verifier's folder holds {found}"
+            assert service.exit_code == 0, (
+                "end_processes killed a process started before mark_processes (exit"
+                f" {service.exit_code} from the liveness check: {service.stdout!r})"
+            )
 
         self.run_async(body())
 

@@ -31,6 +31,13 @@ from rllm_core.types import ExecResult, FileInfo
 from rllm_sandbox_backend_local.bwrap import exec_argv, stop_holder
 from rllm_sandbox_backend_local.capture import Capture
 from rllm_sandbox_backend_local.paths import PathMap
+from rllm_sandbox_backend_local.processes import (
+    Process,
+    holder_processes,
+    kill_all_but,
+    namespace_of,
+    processes_in,
+)
 from rllm_sandbox_backend_local.users import User, resolve_user
 
 __all__ = ["LocalSandbox"]
@@ -124,6 +131,8 @@ class LocalSandbox(ClosesOnExit):
         self._exec_delay_s = exec_delay_s
         self._on_close = on_close
         self._groups: set[int] = set()
+        self._marked: set[Process] | None = None
+        self._marked_groups: set[int] = set()
         self._closed = False
         self._nsenter = shutil.which("nsenter") or "nsenter"
         self._setpriv = shutil.which("setpriv") or "setpriv"
@@ -342,6 +351,50 @@ class LocalSandbox(ClosesOnExit):
             raise SandboxFileNotFound(f"no directory {path} in the sandbox") from exc
         except OSError as exc:
             raise SandboxError(f"could not list {path} in the sandbox: {exc}") from exc
+
+    # ---------------------------------------------------------------- agent processes
+
+    async def mark_processes(self) -> None:
+        """Spare what runs now from :meth:`end_processes` (see
+        :class:`~rllm_core.ports.EndsProcesses`)."""
+        await self._check_open("mark_processes")
+        if self.isolation == "bwrap":
+            self._marked = await asyncio.to_thread(processes_in, namespace_of(self._holder_pid))
+        else:
+            self._marked_groups = set(self._groups)
+
+    async def end_processes(self) -> int:
+        """Kill every process started since :meth:`mark_processes` and return how many.
+
+        Under bubblewrap these are the processes of the sandbox's PID namespace, found from
+        the host, whatever session, group or user they run in. Without isolation only the
+        process groups of this sandbox's commands can be found: a process that started its
+        own session escapes (see the package README).
+        """
+        await self._check_open("end_processes")
+        if self.isolation != "bwrap":
+            return await asyncio.to_thread(self._kill_new_groups)
+        namespace = namespace_of(self._holder_pid)
+        spared = self._marked
+        if spared is None:
+            spared = await asyncio.to_thread(holder_processes, namespace)
+        killed, left = await asyncio.to_thread(kill_all_but, namespace, spared, 5.0)
+        if left:
+            raise SandboxError(
+                f"{len(left)} process(es) of the sandbox at {self.private_root} still ran after"
+                f" 5 s of killing (host pids {sorted(pid for pid, _ in left)[:10]}); close the"
+                " sandbox instead of grading it"
+            )
+        return killed
+
+    def _kill_new_groups(self) -> int:
+        killed = 0
+        for pgid in list(self._groups - self._marked_groups):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+                killed += 1
+            self._groups.discard(pgid)
+        return killed
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -1,11 +1,13 @@
 """Running a task's verifier in its sandbox and reading the reward it writes.
 
-Contract: ``tests/`` is uploaded to ``/tests`` (after removing whatever the agent left there
-and any stale reward file), ``bash /tests/test.sh`` runs as the verifier user, in the workdir,
-with ``[verifier].env`` and the verifier timeout; the reward is read from the first existing
-of :data:`REWARD_FILES` (see :func:`parse_reward` for which named reward of a
-``reward.json`` is trained on). Anything that keeps a reward from being read is a ``VerifierError``,
-never a reward of 0.
+Contract: ``tests/`` is uploaded to ``/tests`` only now, after the agent finished, once
+whatever the agent left there, every reward file of :data:`REWARD_FILES` with the folders
+holding them, and any link it put in their place are removed; ``bash /tests/test.sh`` runs
+as the verifier user, in the workdir, with ``[verifier].env`` and the verifier timeout; the
+reward is read from the first existing of :data:`REWARD_FILES` (see :func:`parse_reward` for
+which named reward of a ``reward.json`` is trained on). Anything that keeps a reward from
+being read is a ``VerifierError``, never a reward of 0. The agent's processes are gone by
+then: the rollout ends them first (see :class:`rllm_core.ports.EndsProcesses`).
 """
 
 from __future__ import annotations
@@ -43,9 +45,13 @@ REWARD_FILES = (
     "/tmp/rllm/logs/verifier/rewards.json",
     "/tmp/rllm/logs/verifier/reward.txt",
 )
+# A parent the agent replaced with a link (or a file) goes first, so that nothing below
+# resolves into a folder it chose.
 _RESET = (
-    "rm -rf /tests /logs/verifier /tmp/rllm/logs/verifier"
-    " && mkdir -p /tests /logs/verifier && chmod 0777 /logs/verifier"
+    "set -e; for d in /logs /tmp/rllm /tmp/rllm/logs; do"
+    ' if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f "$d"; fi; done;'
+    " rm -rf /tests /logs/verifier /tmp/rllm/logs/verifier;"
+    " mkdir -p /tests /logs/verifier; chmod 0777 /logs/verifier"
 )
 _RESET_TIMEOUT_S = 60.0
 
