@@ -40,6 +40,7 @@ from rllm_core.types import (
     Grade,
     HarnessOutcome,
     LLMEndpoint,
+    NetworkPolicy,
     SamplingParams,
     SandboxSpec,
     Task,
@@ -504,6 +505,78 @@ def test_sandboxes_get_the_reproducible_environment_under_the_tasks_own(monkeypa
     )
     (spec,) = backend.specs
     assert spec.env == {"MKL_CBWR": "COMPATIBLE", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "LANG": "C"}
+
+
+class RelayingBackend(FakeBackend):
+    """Sandboxes that reach a gateway-mode spec's gateway at their own URL (``relayed``), or,
+    with ``relays=False``, do not implement the gateway network."""
+
+    def __init__(self, relays: bool = True) -> None:
+        super().__init__()
+        self.relays = relays
+
+    async def create(self, spec: SandboxSpec) -> FakeSandbox:
+        sandbox = await super().create(spec)
+        if self.relays:
+            sandbox.gateway_url = f"http://127.0.0.1:1/relayed/{len(self.specs)}"  # type: ignore[attr-defined]
+        return sandbox
+
+
+@pytest.mark.parametrize(
+    ("declared", "task_network", "created"),
+    [
+        (None, NetworkPolicy.NONE, NetworkPolicy.NONE),
+        (NetworkPolicy.GATEWAY, NetworkPolicy.NONE, NetworkPolicy.GATEWAY),
+        (NetworkPolicy.GATEWAY, NetworkPolicy.FULL, NetworkPolicy.FULL),
+        (NetworkPolicy.FULL, NetworkPolicy.GATEWAY, NetworkPolicy.FULL),
+    ],
+)
+def test_the_sandbox_gets_the_wider_of_the_tasks_and_the_harnesss_network(
+    declared, task_network, created
+):
+    harness = FakeHarness(done)
+    if declared is not None:
+        harness.sandbox_network = declared  # type: ignore[attr-defined]
+    backend = RelayingBackend()
+    task = Task(
+        task_id="net",
+        instruction="do it",
+        data={"reward": 1.0},
+        environment=SandboxSpec(network=task_network),
+    )
+    batch, _ = asyncio.run(
+        run_batch([task], harness=harness, source=FakeSource(), backend=backend, rollout=settings())
+    )
+    assert batch.episodes_done == 2
+    for spec, llm in zip(backend.specs, harness.endpoints, strict=True):
+        assert spec.network is created
+        if created is NetworkPolicy.GATEWAY:
+            # The spec names the session's own URL; the harness gets the sandbox's.
+            assert spec.gateway_url is not None and spec.gateway_url.endswith("/v1")
+            assert "/sessions/" in spec.gateway_url
+            assert llm.base_url.startswith("http://127.0.0.1:1/relayed/")
+        else:
+            assert spec.gateway_url is None
+            assert "/sessions/" in llm.base_url
+
+
+def test_a_sandbox_without_the_gateway_network_fails_the_attempt_as_a_sandbox_error():
+    harness = FakeHarness(done)
+    harness.sandbox_network = NetworkPolicy.GATEWAY  # type: ignore[attr-defined]
+    task = Task(task_id="t", instruction="x", data={"reward": 1.0}, environment=SandboxSpec())
+    batch, _ = asyncio.run(
+        run_batch(
+            [task],
+            harness=harness,
+            source=FakeSource(),
+            backend=RelayingBackend(relays=False),
+            rollout=settings(group_size=1, max_infra_retries=0),
+        )
+    )
+    assert harness.calls == 0
+    [failure] = batch.infra_failures
+    assert failure.termination is Termination.SANDBOX_ERROR
+    assert "has no gateway_url" in failure.error
 
 
 def test_the_concurrency_bound_holds_over_the_whole_batch():

@@ -466,8 +466,25 @@ class Cut(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class NetworkPolicy(enum.StrEnum):
+    """What a sandbox's processes may reach over the network, narrowest first.
+
+    ``NONE``: nothing (loopback inside the sandbox only). ``GATEWAY``: the host and port of
+    the spec's ``gateway_url`` and nothing else; the sandbox's ``gateway_url`` is where its
+    processes reach it. ``FULL``: whatever the backend's own network reaches, which for a
+    sandbox on this machine includes every service listening on it.
+    """
+
     NONE = "none"
+    GATEWAY = "gateway"
     FULL = "full"
+
+    @property
+    def rank(self) -> int:
+        """Order by reach: ``NONE`` < ``GATEWAY`` < ``FULL``."""
+        return _NETWORK_RANK[self]
+
+
+_NETWORK_RANK = {NetworkPolicy.NONE: 0, NetworkPolicy.GATEWAY: 1, NetworkPolicy.FULL: 2}
 
 
 class SandboxSpec(msgspec.Struct, kw_only=True, frozen=True):
@@ -475,7 +492,9 @@ class SandboxSpec(msgspec.Struct, kw_only=True, frozen=True):
     in MiB; ``lifetime_s`` bounds how long the backend keeps it before reclaiming it.
     ``context_dir`` is the build context of ``dockerfile``: the folder its ``COPY`` and ``ADD``
     sources are read from (a backend that builds the image sends it; unset, the build has an
-    empty context)."""
+    empty context). ``gateway_url`` is, with ``network = "gateway"``, the URL of the gateway
+    the sandbox may reach (the rollout sets it to the episode's session URL; only its scheme,
+    host and port choose what is reachable); unset, such a sandbox reaches nothing."""
 
     image: str | None = None
     dockerfile: str | None = None
@@ -488,6 +507,7 @@ class SandboxSpec(msgspec.Struct, kw_only=True, frozen=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     user: str | None = None
     network: NetworkPolicy = NetworkPolicy.NONE
+    gateway_url: str | None = None
     labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 

@@ -28,6 +28,7 @@ class ScriptedSandbox(ClosesOnExit):
     """Records every ``exec`` in ``calls`` and answers it with :meth:`answer`."""
 
     merges_output = False
+    gateway_url: str | None = None
 
     def __init__(self) -> None:
         self.calls: list[Call] = []

@@ -27,7 +27,7 @@ from rllm_core.errors import (
     SandboxGone,
 )
 from rllm_core.kit.sandboxes import ClosesOnExit
-from rllm_core.types import ExecResult, FileInfo, SandboxSpec
+from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -87,9 +87,11 @@ def _list(path: str) -> list[FileInfo]:
 
 
 class SubprocessSandbox(ClosesOnExit):
-    """One working directory and the process groups started in it."""
+    """One working directory and the process groups started in it. It shares this
+    machine's network, so it reaches a gateway at the spec's own URL."""
 
     merges_output = False
+    gateway_url: str | None = None
 
     def __init__(
         self,
@@ -269,6 +271,8 @@ class SubprocessBackend:
             output_limit_bytes=self.output_limit_bytes,
             on_close=self,
         )
+        if spec.network is NetworkPolicy.GATEWAY:
+            sandbox.gateway_url = spec.gateway_url
         self._sandboxes.append(sandbox)
         return sandbox
 

@@ -11,16 +11,20 @@
   run out, after how many attempts and what to do.
 - :func:`command_timed_out`: the error of a command killed at its timeout.
 - :func:`listing`: ``list_files``' answer from a service's directory entries.
+- :func:`remote_gateway`: what a service's outbound allow list must hold for a sandbox with
+  ``network = "gateway"`` to reach the gateway and nothing else it can name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import posixpath
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
+from urllib.parse import urlsplit
 
 from rllm_core.errors import (
     SandboxAuthError,
@@ -32,9 +36,17 @@ from rllm_core.errors import (
     SandboxTransientError,
 )
 from rllm_core.kit.retry import Hint, RetrySettings, retry_async
-from rllm_core.types import FileInfo
+from rllm_core.types import FileInfo, NetworkPolicy, SandboxSpec
 
-__all__ = ["ClosesOnExit", "ErrorMap", "command_timed_out", "listing", "retry_transient"]
+__all__ = [
+    "ClosesOnExit",
+    "ErrorMap",
+    "RemoteGateway",
+    "command_timed_out",
+    "listing",
+    "remote_gateway",
+    "retry_transient",
+]
 
 T = TypeVar("T")
 Exceptions = tuple[type[BaseException], ...]
@@ -162,3 +174,50 @@ def listing(directory: str, entries: Iterable[tuple[str, int, bool]]) -> list[Fi
         for name, size, is_dir in entries
     ]
     return sorted(infos, key=lambda info: info.path)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteGateway:
+    """The outbound allow list of a remote sandbox with ``network = "gateway"``: ``cidrs`` (the
+    gateway's address as a one-address CIDR) when the URL names an IP address, ``domains``
+    (its host name) otherwise. Such lists filter by address, not by port: the sandbox reaches
+    every port of that address."""
+
+    cidrs: tuple[str, ...] = ()
+    domains: tuple[str, ...] = ()
+
+
+def remote_gateway(spec: SandboxSpec, service: str) -> RemoteGateway | None:
+    """The allow list for ``spec`` on ``service`` (``"modal"``), or ``None`` when the spec's
+    network is not ``"gateway"``. A gateway-mode spec without ``gateway_url`` allows nothing
+    (empty lists). Raises ``SandboxCreateError`` for a URL the service's sandboxes cannot
+    reach: not http(s), or on a loopback, link-local or unspecified address of this machine."""
+    if spec.network is not NetworkPolicy.GATEWAY:
+        return None
+    url = spec.gateway_url
+    if url is None:
+        return RemoteGateway()
+    parts = urlsplit(url)
+    host = parts.hostname
+    if parts.scheme not in ("http", "https") or not host:
+        raise SandboxCreateError(
+            f"gateway_url {url!r} is not an http(s)://host[:port] URL; a {service} sandbox"
+            " reaches the gateway by its address"
+        )
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    local = host.lower() == "localhost" or (
+        address is not None
+        and (address.is_loopback or address.is_link_local or address.is_unspecified)
+    )
+    if local:
+        raise SandboxCreateError(
+            f"{service} sandboxes run on {service}'s machines and cannot reach the gateway at"
+            f" {url}, an address of this machine only; serve the gateway on an address they"
+            " can reach ([gateway] host, behind its token) or use the local sandbox backend"
+        )
+    if address is None:
+        return RemoteGateway(domains=(host,))
+    return RemoteGateway(cidrs=(f"{address}/{address.max_prefixlen}",))

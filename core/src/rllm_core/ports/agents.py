@@ -134,6 +134,15 @@ class Harness(Protocol):
     episode's session; the gateway records the tokens) and acts only through ``sandbox``. It
     returns how the episode ended; it does not grade.
 
+    Optionally, ``sandbox_network``: the :class:`~rllm_core.types.NetworkPolicy` that programs
+    the harness runs inside the sandbox need. A harness whose agent runs in the sandbox and
+    calls ``llm`` from there declares ``GATEWAY``. The rollout then creates the sandbox with the
+    wider of it and the task's own ``environment.network``, sets the spec's ``gateway_url`` to
+    the session's URL when the result is ``GATEWAY``, and passes ``llm`` with the sandbox's
+    ``gateway_url`` as its ``base_url`` (:func:`rllm_core.rollout.network.sandbox_spec`,
+    :func:`rllm_core.rollout.network.agent_endpoint`). Without it, the task's network is used
+    as it is.
+
     Example::
 
         outcome = await harness.run(task, LLMEndpoint(base_url=url, api_key=key, model="policy"),

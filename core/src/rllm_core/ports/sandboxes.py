@@ -34,6 +34,12 @@ class Sandbox(Protocol):
       raise ``SandboxGone``.
     - Failures raise subclasses of ``SandboxError`` with the backend's exception as
       ``__cause__``; ``SandboxTransientError`` marks the retryable ones.
+    - The network is the spec's ``network`` (:class:`~rllm_core.types.NetworkPolicy`). With
+      ``"gateway"`` and a ``gateway_url``, ``gateway_url`` is that URL as the sandbox's
+      processes reach it (the same URL, or one the backend relays to it); they reach nothing
+      else, neither other ports of the gateway's host nor other hosts, unless the backend's
+      README says what more it lets through. With any other network, or without the spec's
+      ``gateway_url``, it is ``None``.
 
     Example::
 
@@ -42,6 +48,7 @@ class Sandbox(Protocol):
     """
 
     merges_output: bool
+    gateway_url: str | None
 
     async def exec(
         self,
@@ -76,7 +83,8 @@ class Sandbox(Protocol):
 class SandboxBackend(Protocol):
     """Creates sandboxes from a :class:`~rllm_core.types.SandboxSpec`.
 
-    ``create`` raises ``SandboxCreateError`` when the spec cannot be satisfied and
+    ``create`` raises ``SandboxCreateError`` when the spec cannot be satisfied (a network the
+    backend cannot enforce included: its message names the backend and what to change) and
     ``SandboxAuthError`` when credentials are missing. ``close`` releases every sandbox the
     backend still holds and is idempotent.
     """

@@ -20,8 +20,17 @@ from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
 from rllm_core.ports.storage import TraceStore
 from rllm_core.rollout.classify import InfraError, classify_exception, infra_outcome
 from rllm_core.rollout.gateway import SessionGateway
+from rllm_core.rollout.network import agent_endpoint, sandbox_spec
 from rllm_core.rollout.settings import RolloutSettings
-from rllm_core.types import Episode, Grade, HarnessOutcome, Task, Termination, TraceCounts
+from rllm_core.types import (
+    Episode,
+    Grade,
+    HarnessOutcome,
+    SandboxSpec,
+    Task,
+    Termination,
+    TraceCounts,
+)
 
 __all__ = ["AttemptRunner", "close_sandbox"]
 
@@ -81,7 +90,7 @@ class AttemptRunner:
         sandbox: Sandbox | None = None
         try:
             try:
-                sandbox = await self._create(task)
+                sandbox = await self._create(task, session_id)
                 await self._prepare(task, sandbox)
                 if isinstance(sandbox, EndsProcesses):
                     await sandbox.mark_processes()
@@ -127,15 +136,22 @@ class AttemptRunner:
                 await close_sandbox(sandbox, self.settings.close_timeout_s, session_id)
             self.gateway.release_session(session_id)
 
-    async def _create(self, task: Task) -> Sandbox | None:
+    def _spec(self, task: Task, session_id: str) -> SandboxSpec | None:
+        """The task's environment with the network the harness needs (see
+        :mod:`rllm_core.rollout.network`)."""
         if task.environment is None:
+            return None
+        return sandbox_spec(task.environment, self.harness, self.gateway.endpoint(session_id))
+
+    async def _create(self, task: Task, session_id: str) -> Sandbox | None:
+        spec = self._spec(task, session_id)
+        if spec is None:
             return None
         if self.sandbox_backend is None:
             raise ValueError(
                 f"task {task.task_id!r} needs a sandbox (it has an environment) but no sandbox"
                 " backend is configured; add a [sandbox] section to the plan"
             )
-        spec = task.environment
         inherited = inherited_environment()
         if inherited:
             spec = msgspec.structs.replace(spec, env=inherited | spec.env)
@@ -152,6 +168,9 @@ class AttemptRunner:
     async def _play(self, task: Task, session_id: str, sandbox: Sandbox | None) -> HarnessOutcome:
         deadline_s = task.agent_timeout_s + self.settings.deadline_margin_s
         llm = self.gateway.endpoint(session_id)
+        spec = self._spec(task, session_id)
+        if spec is not None:
+            llm = agent_endpoint(spec, sandbox, llm)
         try:
             async with asyncio.timeout(deadline_s) as scope:
                 return await self.harness.run(task, llm, sandbox)

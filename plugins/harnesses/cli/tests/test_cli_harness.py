@@ -11,6 +11,7 @@ import pydantic
 import pytest
 from reference.subprocess_sandbox import SubprocessBackend
 from rllm_core.errors import SandboxGone
+from rllm_core.rollout.network import agent_endpoint, sandbox_spec
 from rllm_core.types import (
     ExecResult,
     LLMEndpoint,
@@ -75,7 +76,7 @@ def test_an_installed_agent_talks_to_the_gateway_from_the_sandbox(
     task = Task(
         task_id="t1",
         instruction="Say hi.",
-        environment=SandboxSpec(workdir=str(workdir), network=NetworkPolicy.FULL),
+        environment=SandboxSpec(workdir=str(workdir)),
     )
     harness = cli(
         install=INSTALL,
@@ -85,9 +86,12 @@ def test_an_installed_agent_talks_to_the_gateway_from_the_sandbox(
 
     async def episode():
         backend = SubprocessBackend()
-        sandbox = await backend.create(task.environment)
+        llm = server.endpoint("cli-1")
+        spec = sandbox_spec(task.environment, harness, llm)
+        assert (spec.network, spec.gateway_url) == (NetworkPolicy.GATEWAY, llm.base_url)
+        sandbox = await backend.create(spec)
         try:
-            return await harness.run(task, server.endpoint("cli-1"), sandbox)
+            return await harness.run(task, agent_endpoint(spec, sandbox, llm), sandbox)
         finally:
             await backend.close()
 
@@ -313,13 +317,30 @@ def test_a_failed_setup_is_a_sandbox_error(fake_sandbox):
     assert len(sandbox.calls) == 1
 
 
-def test_a_task_without_network_gets_a_warning(fake_sandbox, caplog):
+def test_a_sandbox_created_without_the_declared_network_gets_a_warning(fake_sandbox, caplog):
     task = Task(task_id="t2", instruction="x", environment=SandboxSpec(workdir="/app"))
     outcome = run(cli(), fake_sandbox(), task)
     [warning] = outcome.metadata["warnings"]
-    assert "task 't2' asks for a sandbox without network" in warning
-    assert 'network = "full"' in warning
+    assert "the sandbox of task 't2' was created without the network" in warning
+    assert "sandbox_network = 'gateway'" in warning
     assert warning in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("keys", "declared"),
+    [({}, NetworkPolicy.GATEWAY), ({"network": "full"}, NetworkPolicy.FULL)],
+    ids=["default", "full"],
+)
+def test_the_network_key_is_what_the_rollout_gives_the_sandbox(keys, declared):
+    harness = cli(**keys)
+    assert harness.sandbox_network is declared
+    for task_network in NetworkPolicy:
+        spec = sandbox_spec(SandboxSpec(network=task_network), harness, LLM)
+        wider = max(task_network, declared, key=lambda policy: policy.rank)
+        assert spec.network is wider
+        assert spec.gateway_url == (LLM.base_url if wider is NetworkPolicy.GATEWAY else None)
+    with pytest.raises(pydantic.ValidationError, match="network"):
+        CliConfig(invocation="agent", network="none")
 
 
 def test_no_sandbox_is_a_usage_error():

@@ -1,6 +1,7 @@
 """The cli harness against the harness conformance suite: the real gateway with a scripted
 model, a small agent program (installed by the harness's install script) in the installed
-local sandbox.
+local sandbox, isolated by bubblewrap where it works, in the harness's default network: the
+sandbox reaches the gateway and nothing else.
 
 The agent keeps the conversation, ends when a reply's last line is ``DONE``, stops after
 three calls, and reports how it ended in the outcome file. A second agent reports nothing and
@@ -9,14 +10,18 @@ exits 1 when a model call fails: the harness then judges by the exit code alone.
 from __future__ import annotations
 
 import functools
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from reference.toy_renderer import ToyChatRenderer
+from rllm_core.plugins import PluginManager
+from rllm_core.ports import SandboxBackend
 from rllm_core.testing.suites.harnesses import HarnessConformance
-from rllm_core.types import NetworkPolicy, SandboxSpec, Task, Termination
+from rllm_core.testing.suites.sandboxes import run_with_deadline
+from rllm_core.types import SandboxSpec, Task, Termination
 from rllm_harness_cli.harness import CliHarness
 from rllm_harness_cli.plugin import CliConfig
 
@@ -89,6 +94,11 @@ def expected_failure(check: Callable[..., None], reason: str) -> Callable[..., N
     return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)(test)
 
 
+# The agent needs only the standard library: the base interpreter, which a bubblewrap
+# sandbox sees through a read-only bind of its prefix.
+PYTHON = os.path.realpath(os.path.join(sys.base_prefix, "bin", "python3"))
+
+
 class TestCliHarness(HarnessConformance):
     needs_sandbox = True
     max_turns = 3
@@ -96,12 +106,19 @@ class TestCliHarness(HarnessConformance):
     report = True
 
     @pytest.fixture
+    def sandbox_backend(self) -> Iterator[SandboxBackend]:
+        spec = PluginManager(strict=False).get("sandbox_backend", "local")
+        backend = spec.build({"isolation": "auto", "extra_ro_binds": [sys.base_prefix]})
+        yield backend
+        run_with_deadline(backend.close(), self.deadline_s)
+
+    @pytest.fixture
     def harness(self, tmp_path) -> CliHarness:
         report = " --report" if self.report else ""
         return CliHarness(
             CliConfig(
                 install=INSTALL,
-                invocation=f"{sys.executable} {{agent_dir}}/agent.py{report}",
+                invocation=f"{PYTHON} {{agent_dir}}/agent.py{report}",
                 agent_dir=str(tmp_path / "work" / ".agent"),
                 install_timeout_s=20.0,
                 timeout_cap_s=20.0,
@@ -113,7 +130,7 @@ class TestCliHarness(HarnessConformance):
         return Task(
             task_id="say-hi",
             instruction="Say hi, then say DONE.",
-            environment=SandboxSpec(workdir=str(tmp_path / "work"), network=NetworkPolicy.FULL),
+            environment=SandboxSpec(workdir=str(tmp_path / "work")),
         )
 
     @pytest.fixture

@@ -90,6 +90,32 @@ def test_small_resources_round_up_to_one_and_full_network_is_open() -> None:
     assert params.labels == {"rllm-managed": "true", "rllm-run": "testrun"}
 
 
+def test_gateway_network_allows_only_the_gateway_address() -> None:
+    backend = DaytonaBackend(fast_config())
+    url = "http://203.0.113.7:8000/sessions/s-1/v1"
+    spec = SandboxSpec(image="alpine", network=NetworkPolicy.GATEWAY, gateway_url=url)
+    params = backend.create_params(spec)
+    assert isinstance(params, CreateSandboxFromImageParams)
+    assert (params.network_block_all, params.network_allow_list) == (False, "203.0.113.7/32")
+    assert params.domain_allow_list is None
+    blocked = backend.create_params(SandboxSpec(image="alpine", network=NetworkPolicy.GATEWAY))
+    assert (blocked.network_block_all, blocked.network_allow_list) == (True, None)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://127.0.0.1:8000/v1", "daytona sandboxes run on daytona's machines"),
+        ("http://gw.example.org:8000/v1", "names its host by name"),
+    ],
+)
+def test_a_gateway_daytona_cannot_allow_is_refused(url: str, message: str) -> None:
+    backend = DaytonaBackend(fast_config())
+    spec = SandboxSpec(image="alpine", network=NetworkPolicy.GATEWAY, gateway_url=url)
+    with pytest.raises(errors.SandboxCreateError, match=message):
+        backend.create_params(spec)
+
+
 def test_mapped_image_and_no_image_use_snapshots_without_resources() -> None:
     config = fast_config(snapshot="base-snap", snapshots={"python:3.12-slim": "py-snap"})
     backend = DaytonaBackend(config)

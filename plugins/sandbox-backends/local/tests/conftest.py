@@ -1,4 +1,5 @@
-"""Fixtures: a backend in each isolation mode, and a scan of the host's processes."""
+"""Fixtures: a backend in each isolation mode, a scan of the host's processes, and a real
+gateway (``gateway``) for the gateway network."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from reference.gateway_fixtures import gateway, store, toy  # noqa: F401
 from rllm_core.testing.suites.sandboxes import run_with_deadline
 from rllm_sandbox_backend_local.backend import LocalBackend
 from rllm_sandbox_backend_local.plugin import LocalSandboxConfig

@@ -242,3 +242,68 @@ def test_a_command_too_long_for_one_argument_runs_from_an_uploaded_script(tmp_pa
     assert (result.exit_code, result.stdout.strip()) == (0, "150001")
     ((argv, _),) = fake.sandboxes[0].exec_calls
     assert re.fullmatch(rf"sh {re.escape(EXEC_ROOT)}/[a-z0-9]+\.sh; r=\$\?; rm -f .*", argv[2])
+
+
+GATEWAY_URL = "http://203.0.113.7:8000/sessions/s-1/v1"
+
+
+def _network_access(kwargs: dict):
+    """What the modal SDK sends for the create call's network arguments."""
+    from modal.sandbox._common import _build_outbound_network_access
+
+    return _build_outbound_network_access(
+        kwargs["block_network"],
+        kwargs.get("outbound_cidr_allowlist"),
+        kwargs.get("outbound_domain_allowlist"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "cidrs", "domains"),
+    [
+        (GATEWAY_URL, ["203.0.113.7/32"], []),
+        ("http://[2001:db8::7]:8000/v1", ["2001:db8::7/128"], []),
+        ("https://gw.example.org/sessions/s-1/v1", [], ["gw.example.org"]),
+    ],
+    ids=["ipv4", "ipv6", "host-name"],
+)
+def test_gateway_network_allows_only_the_gateway_address(tmp_path, url, cidrs, domains):
+    from modal_proto import api_pb2
+
+    fake = FakeModal()
+    spec = SandboxSpec(workdir=str(tmp_path), network=NetworkPolicy.GATEWAY, gateway_url=url)
+
+    async def body():
+        async with await backend_over(fake).create(spec) as sandbox:
+            assert sandbox.gateway_url == url
+
+    asyncio.run(body())
+    access = _network_access(create_call(fake))
+    assert access.network_access_type == api_pb2.NetworkAccess.NetworkAccessType.ALLOWLIST
+    assert (list(access.allowed_cidrs), list(access.allowed_domains)) == (cidrs, domains)
+
+
+def test_gateway_network_without_a_gateway_is_blocked(tmp_path):
+    from modal_proto import api_pb2
+
+    fake = FakeModal()
+    spec = SandboxSpec(workdir=str(tmp_path), network=NetworkPolicy.GATEWAY)
+
+    async def body():
+        async with await backend_over(fake).create(spec) as sandbox:
+            assert sandbox.gateway_url is None
+
+    asyncio.run(body())
+    access = _network_access(create_call(fake))
+    assert access.network_access_type == api_pb2.NetworkAccess.NetworkAccessType.BLOCKED
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/v1", "http://localhost:8000/v1", "ftp://203.0.113.7/"]
+)
+def test_a_gateway_modal_cannot_reach_is_refused_before_creating(tmp_path, url):
+    fake = FakeModal()
+    spec = SandboxSpec(workdir=str(tmp_path), network=NetworkPolicy.GATEWAY, gateway_url=url)
+    with pytest.raises(SandboxCreateError, match=re.escape(repr(url)[1:-1])):
+        asyncio.run(backend_over(fake).create(spec))
+    assert [name for name, _ in fake.calls if name == "Sandbox.create"] == []

@@ -57,8 +57,10 @@ The fixtures:
   folder of :mod:`rllm_core.testing.tokenizers`, for instance).
 - ``gateway_trace_store`` (optional): where the gateway records traces; by default the
   installed ``memory`` trace store (the test is skipped without it).
-- ``sandbox_backend`` (optional): the backend each run's sandbox comes from, created with the
-  task's environment and closed after the run; the suite closes the backend after the test.
+- ``sandbox_backend`` (optional): the backend each run's sandbox comes from, created as the
+  rollout creates it (the task's environment with the network the harness declares in
+  ``sandbox_network``, and the endpoint the sandbox reaches the gateway at) and closed after
+  the run; the suite closes the backend after the test.
   By default: ``None`` (the harness gets ``sandbox=None``), or, with ``needs_sandbox = True``,
   the installed ``local`` backend with ``isolation = "none"`` (plain subprocesses in a
   folder), skipped when it is not installed. Override it for another backend.
@@ -135,6 +137,7 @@ from rllm_core.errors import UnknownComponentError, UpstreamError
 from rllm_core.gateway.server import Gateway
 from rllm_core.plugins import ComponentSpec, PluginManager
 from rllm_core.ports import Harness, Renderer, Sandbox, SandboxBackend, TraceStore
+from rllm_core.rollout.network import agent_endpoint, sandbox_spec
 from rllm_core.testing.samplers import Script, ScriptedSampler
 from rllm_core.testing.suites.sandboxes import run_with_deadline
 from rllm_core.types import (
@@ -383,15 +386,18 @@ class HarnessConformance:
 
     @contextlib.asynccontextmanager
     async def open_sandbox(
-        self, backend: SandboxBackend | None, task: Task
-    ) -> AsyncIterator[Sandbox | None]:
-        """A sandbox for one run of ``task`` (``None`` without a backend), closed after."""
+        self, backend: SandboxBackend | None, task: Task, harness: Harness, llm: LLMEndpoint
+    ) -> AsyncIterator[tuple[Sandbox | None, LLMEndpoint]]:
+        """A sandbox for one run of ``task`` (``None`` without a backend), closed after, and
+        ``llm`` as the harness gets it: both as the rollout makes them, with the network the
+        harness declares (:mod:`rllm_core.rollout.network`)."""
         if backend is None:
-            yield None
+            yield None, llm
             return
-        sandbox = await backend.create(task.environment or SandboxSpec())
+        spec = sandbox_spec(task.environment or SandboxSpec(), harness, llm)
+        sandbox = await backend.create(spec)
         try:
-            yield sandbox
+            yield sandbox, agent_endpoint(spec, sandbox, llm)
         finally:
             await sandbox.close()
 
@@ -410,8 +416,9 @@ class HarnessConformance:
         with scripted_gateway(script, renderer, trace_store) as (gateway, sampler):
 
             async def body() -> HarnessOutcome:
-                async with self.open_sandbox(backend, task) as sandbox:
-                    return await harness.run(task, gateway.endpoint(SESSION_ID), sandbox)
+                endpoint = gateway.endpoint(SESSION_ID)
+                async with self.open_sandbox(backend, task, harness, endpoint) as (sandbox, llm):
+                    return await harness.run(task, llm, sandbox)
 
             outcome = self._finish(body(), "the scripted run", sampler)
             return Played(
@@ -579,8 +586,11 @@ class HarnessConformance:
         )
 
         async def body() -> HarnessOutcome:
-            async with self.open_sandbox(sandbox_backend, harness_task) as sandbox:
-                return await harness.run(harness_task, llm, sandbox)
+            async with self.open_sandbox(sandbox_backend, harness_task, harness, llm) as (
+                sandbox,
+                inside,
+            ):
+                return await harness.run(harness_task, inside, sandbox)
 
         outcome = self._finish(body(), "a run against an unreachable endpoint")
         assert outcome.termination is Termination.MODEL_ERROR, (
@@ -665,9 +675,9 @@ class HarnessConformance:
         passed, for the harness to act on a reply) and check how it ends."""
 
         async def body() -> None:
-            async with self.open_sandbox(backend, task) as sandbox:
+            async with self.open_sandbox(backend, task, harness, llm) as (sandbox, inside):
                 before = _descendants()
-                run = asyncio.ensure_future(harness.run(task, llm, sandbox))
+                run = asyncio.ensure_future(harness.run(task, inside, sandbox))
                 try:
                     await self._cancel_when_ready(run, ready, when, settle_s)
                 finally:

@@ -68,8 +68,9 @@ class CliHarness:
     ``DONE``. A failed install (non-zero exit or past its timeout) and any sandbox failure are
     ``SANDBOX_ERROR`` with ``stage``, ``error`` and ``error_type`` in the metadata.
 
-    The agent reaches the model over the network: its sandbox needs network access to the
-    gateway (``network = "full"`` for the local backend).
+    The agent reaches the model over the network from inside the sandbox, so the harness
+    declares ``sandbox_network`` (the ``network`` key): the rollout gives the sandbox at least
+    that network and hands the harness the gateway URL as the sandbox reaches it.
 
     ``clock`` (seconds, monotonic) measures durations; tests pass a fake one.
     """
@@ -77,6 +78,7 @@ class CliHarness:
     def __init__(self, config: CliConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.clock = clock
+        self.sandbox_network = NetworkPolicy(config.network)
 
     def time_budget(self, task: Task) -> float:
         """Seconds the invocation may run: the task's agent timeout, capped by
@@ -127,11 +129,14 @@ class CliHarness:
             )
         budget = self.time_budget(task)
         metadata: dict[str, Any] = {"time_budget_s": budget}
-        if task.environment is not None and task.environment.network is NetworkPolicy.NONE:
+        if sandbox.gateway_url is None and (
+            task.environment is None or task.environment.network is NetworkPolicy.NONE
+        ):
             warning = (
-                f"task {task.task_id!r} asks for a sandbox without network, but the agent"
-                " reaches the model over the network; give the sandbox network access"
-                ' (network = "full")'
+                f"the sandbox of task {task.task_id!r} was created without the network the"
+                f" harness declares (sandbox_network = {self.sandbox_network.value!r}), so the"
+                " agent may not reach the model; create it as the rollout does"
+                " (rllm_core.rollout.network.sandbox_spec)"
             )
             log.warning(warning)
             metadata["warnings"] = [warning]

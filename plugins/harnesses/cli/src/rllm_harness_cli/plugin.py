@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterator
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, hookimpl, lazy
@@ -86,6 +87,13 @@ class CliConfig(BaseModel):
         default="/tmp/rllm/agent",
         description="absolute folder in the sandbox for instruction.md, install.sh and"
         " outcome.json",
+    )
+    network: Literal["gateway", "full"] = Field(
+        default="gateway",
+        description="what the sandbox reaches: 'gateway' only the episode's gateway (and what"
+        " the task's own network allows); 'full' the sandbox backend's whole network, which"
+        " for the local backend is every service on this machine and beyond, for install"
+        " scripts that download",
     )
 
     @field_validator("invocation")

@@ -47,7 +47,13 @@ from rllm_core.kit.remote_exec import (
     wrap,
 )
 from rllm_core.kit.retry import Pacer
-from rllm_core.kit.sandboxes import ClosesOnExit, command_timed_out, listing, retry_transient
+from rllm_core.kit.sandboxes import (
+    ClosesOnExit,
+    command_timed_out,
+    listing,
+    remote_gateway,
+    retry_transient,
+)
 from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_daytona.errors import Context, retry_after_s, translate
@@ -85,6 +91,7 @@ class DaytonaSandbox(ClosesOnExit):
         self._backend = backend
         self._sdk = sdk_sandbox
         self.spec = spec
+        self.gateway_url = spec.gateway_url if spec.network is NetworkPolicy.GATEWAY else None
         self.workdir = spec.workdir
         self.id: str = str(getattr(sdk_sandbox, "id", ""))
         self._closed = False
@@ -428,7 +435,11 @@ class DaytonaBackend:
         - no image: the ``snapshot`` config (or Daytona's default snapshot).
         - ``lifetime_s`` becomes ``ttl_minutes`` (rounded up), ``auto_stop_minutes`` the idle
           stop, and a stopped sandbox is deleted at once (``auto_delete_interval=0``).
-        - ``network="none"`` blocks all network (``network_block_all``).
+        - ``network="none"`` blocks all network (``network_block_all``); ``network="gateway"``
+          allows only the gateway's IP address (``network_allow_list``; every port of that
+          address is reachable) and refuses a gateway named by a host name or on this
+          machine's loopback, which Daytona's machines cannot reach; without a
+          ``gateway_url`` it blocks all network.
         - ``env`` is set on the sandbox and also exported in every command.
         """
         if spec.dockerfile and not spec.image:
@@ -449,6 +460,18 @@ class DaytonaBackend:
             "ttl_minutes": max(1, math.ceil(spec.lifetime_s / 60)),
             "network_block_all": spec.network == NetworkPolicy.NONE,
         }
+        allowed = remote_gateway(spec, "daytona")
+        if allowed is not None and allowed.domains:
+            raise SandboxCreateError(
+                f"gateway_url {spec.gateway_url!r} names its host by name; the daytona backend"
+                " allows the gateway by IP address only (network_allow_list holds CIDRs):"
+                " serve the gateway on an IP address ([gateway] host) and reach it by that"
+                " address"
+            )
+        if allowed is not None and allowed.cidrs:
+            common["network_allow_list"] = ",".join(allowed.cidrs)
+        elif allowed is not None:
+            common["network_block_all"] = True
         if spec.image and spec.image in self.config.snapshots:
             return CreateSandboxFromSnapshotParams(
                 snapshot=self.config.snapshots[spec.image], **common

@@ -27,6 +27,7 @@ from rllm_sandbox_backend_local.bwrap import (
 )
 from rllm_sandbox_backend_local.paths import PathMap
 from rllm_sandbox_backend_local.plugin import LocalSandboxConfig
+from rllm_sandbox_backend_local.relay import GatewayRelay, gateway_address
 from rllm_sandbox_backend_local.sandbox import LocalSandbox
 from rllm_sandbox_backend_local.users import User, current_user, resolve_user
 
@@ -141,6 +142,8 @@ class LocalBackend:
             raise SandboxCreateError(
                 f"workdir {spec.workdir!r} must be an absolute path, such as /workspace"
             )
+        if spec.network is NetworkPolicy.GATEWAY and spec.gateway_url is not None:
+            gateway_address(spec.gateway_url)
         try:
             user = resolve_user(spec.user) if spec.user is not None else current_user()
         except LookupError as exc:
@@ -208,10 +211,12 @@ class LocalBackend:
             "LANG": "C.UTF-8",
             **spec.env,
         }
+        gateway_url = spec.gateway_url if spec.network is NetworkPolicy.GATEWAY else None
         return self._sandbox(
             spec,
             user,
             isolation="none",
+            gateway_url=gateway_url,
             paths=PathMap(root=private, workdir=workdir, isolated=False),
             private_root=private,
             env=env,
@@ -269,7 +274,7 @@ class LocalBackend:
             shutil.which(self.config.bwrap) or self.config.bwrap,
             root=root,
             layout=self._layout,
-            network=spec.network == NetworkPolicy.FULL,
+            network=spec.network is NetworkPolicy.FULL,
             user_namespace=user_namespace,
             info_fd=info_write,
             sleep=shutil.which("sleep") or "/bin/sleep",
@@ -313,6 +318,15 @@ class LocalBackend:
                 "bubblewrap could not start the sandbox: "
                 + (detail or failure or f"exit code {holder.returncode}")
             )
+        relay: GatewayRelay | None = None
+        if spec.network is NetworkPolicy.GATEWAY and spec.gateway_url is not None:
+            try:
+                relay = await GatewayRelay.open(
+                    spec.gateway_url, holder_pid=pid, user_namespace=user_namespace
+                )
+            except BaseException:
+                stop_holder(holder, pid)
+                raise
         return self._sandbox(
             spec,
             user,
@@ -323,7 +337,8 @@ class LocalBackend:
             holder=holder,
             holder_pid=pid,
             user_namespace=user_namespace,
-            network=spec.network == NetworkPolicy.FULL,
+            network=spec.network is NetworkPolicy.FULL,
+            relay=relay,
         )
 
     # ---------------------------------------------------------------- close

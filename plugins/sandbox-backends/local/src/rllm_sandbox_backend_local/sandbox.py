@@ -38,6 +38,7 @@ from rllm_sandbox_backend_local.processes import (
     namespace_of,
     processes_in,
 )
+from rllm_sandbox_backend_local.relay import GatewayRelay
 from rllm_sandbox_backend_local.users import User, resolve_user
 
 __all__ = ["LocalSandbox"]
@@ -87,6 +88,9 @@ class LocalSandbox(ClosesOnExit):
     ``isolation`` is ``"bwrap"`` (own namespaces over a private root) or ``"none"`` (plain
     subprocesses on the host; see the package README for what that does not protect).
     ``private_root`` is the host directory holding the sandbox's files, removed on close.
+    ``gateway_url`` is where its processes reach the gateway with ``network = "gateway"``:
+    under bubblewrap a relay's URL on the sandbox's loopback (``relay``), without it the
+    spec's URL itself.
     ``exec_delay_s`` is waited (``asyncio.sleep``) at the start of every ``exec``, outside its
     timeout and its ``duration_s``: a remote sandbox's round trip, emulated for benchmarks.
     """
@@ -112,6 +116,8 @@ class LocalSandbox(ClosesOnExit):
         shell: str = "/bin/sh",
         exec_delay_s: float = 0.0,
         on_close: Callable[[LocalSandbox], None] | None = None,
+        relay: GatewayRelay | None = None,
+        gateway_url: str | None = None,
     ) -> None:
         self.isolation = isolation
         self.paths = paths
@@ -130,6 +136,8 @@ class LocalSandbox(ClosesOnExit):
         self._shell = shell
         self._exec_delay_s = exec_delay_s
         self._on_close = on_close
+        self._relay = relay
+        self.gateway_url = relay.inside_url if relay is not None else gateway_url
         self._groups: set[int] = set()
         self._marked: set[Process] | None = None
         self._marked_groups: set[int] = set()
@@ -414,6 +422,8 @@ class LocalSandbox(ClosesOnExit):
         if self._closed:
             return
         self._closed = True
+        if self._relay is not None:
+            await self._relay.close()
         await asyncio.to_thread(self._kill_everything)
         await asyncio.to_thread(self._remove_root)
         if self._on_close is not None:

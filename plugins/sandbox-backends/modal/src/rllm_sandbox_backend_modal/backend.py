@@ -6,7 +6,11 @@ module by default, or an object with the same ``App``, ``Sandbox`` and ``Image``
 
 How the spec maps onto ``modal.Sandbox.create``: ``cpu`` in cores and ``memory_mb`` in MiB
 as they are; ``lifetime_s`` becomes ``timeout`` (whole seconds, rounded up); ``network =
-"none"`` becomes ``block_network=True``; ``env`` is the sandbox env (and is exported again
+"none"`` becomes ``block_network=True``; ``network = "gateway"`` becomes an outbound allow
+list holding only the gateway's address (``outbound_cidr_allowlist`` for an IP address,
+``outbound_domain_allowlist`` for a host name; every port of that address is reachable), and
+a gateway on this machine's loopback is refused, Modal's machines cannot reach it (without a
+``gateway_url`` the network is blocked); ``env`` is the sandbox env (and is exported again
 in every command, after the login profile); ``labels`` plus the backend's ``rllm-run`` tag
 become the sandbox's tags. The image is ``spec.image`` from a registry, else the Dockerfile
 text built by Modal, else the configured default. A Dockerfile is built with the spec's
@@ -52,7 +56,13 @@ from rllm_core.kit.remote_exec import (
     wrap,
 )
 from rllm_core.kit.retry import Pacer
-from rllm_core.kit.sandboxes import ClosesOnExit, command_timed_out, listing, retry_transient
+from rllm_core.kit.sandboxes import (
+    ClosesOnExit,
+    command_timed_out,
+    listing,
+    remote_gateway,
+    retry_transient,
+)
 from rllm_core.types import ExecResult, FileInfo, NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_modal.errors import translate
@@ -91,6 +101,7 @@ class ModalSandbox(ClosesOnExit):
     def __init__(self, handle: Any, *, spec: SandboxSpec, backend: ModalBackend) -> None:
         self.handle = handle
         self.spec = spec
+        self.gateway_url = spec.gateway_url if spec.network is NetworkPolicy.GATEWAY else None
         self.workdir = spec.workdir
         self._backend = backend
         self._config = backend.config
@@ -385,6 +396,13 @@ class ModalBackend:
             "memory": int(spec.memory_mb),
             "block_network": spec.network == NetworkPolicy.NONE,
         }
+        allowed = remote_gateway(spec, "modal")
+        if allowed is not None and not (allowed.cidrs or allowed.domains):
+            kwargs["block_network"] = True
+        elif allowed is not None:
+            kwargs["outbound_cidr_allowlist"] = list(allowed.cidrs)
+            if allowed.domains:
+                kwargs["outbound_domain_allowlist"] = list(allowed.domains)
         if self.config.idle_timeout_s is not None:
             kwargs["idle_timeout"] = self.config.idle_timeout_s
         if self.config.region is not None:
