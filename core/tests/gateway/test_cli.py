@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 from rllm_core.errors import UnknownComponentError
@@ -132,7 +133,7 @@ class Served:
                 break
         first = self.banner[0]
         self.url = first.split(" on ", 1)[1].split(" ", 1)[0]
-        token_lines = [b for b in self.banner if b.strip().startswith("token:")]
+        token_lines = [b for b in self.banner if b.strip().startswith("admin token:")]
         self.token = token_lines[0].split(":", 1)[1].strip() if token_lines else None
 
     def stop(self) -> int:
@@ -208,6 +209,21 @@ def test_a_served_session_records_traces_and_stops_on_sigterm(toy_plugins, worke
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(
                 base_url=f"{served.url}/sessions/cli-1/v1", api_key="wrong", max_retries=0
+            ).models.list()
+        assert "  session tokens: POST /sessions/<session_id>/token with the admin token" in (
+            served.banner
+        )
+        minted = httpx.post(
+            f"{served.url}/sessions/cli-2/token",
+            headers={"authorization": f"Bearer {served.token}"},
+        ).json()["token"]
+        agent = openai.OpenAI(
+            base_url=f"{served.url}/sessions/cli-2/v1", api_key=minted, max_retries=0
+        )
+        assert [m.id for m in agent.models.list()] == ["policy"]
+        with pytest.raises(openai.PermissionDeniedError, match="belongs to session 'cli-2'"):
+            openai.OpenAI(
+                base_url=f"{served.url}/sessions/cli-1/v1", api_key=minted, max_retries=0
             ).models.list()
     finally:
         code = served.stop()

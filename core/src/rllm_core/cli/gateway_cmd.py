@@ -132,7 +132,8 @@ def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: b
     "--token",
     default=None,
     envvar="RLLM_GATEWAY_TOKEN",
-    help="Bearer token clients must send (env RLLM_GATEWAY_TOKEN); generated when omitted.",
+    help="The admin bearer token, which reaches every route (env RLLM_GATEWAY_TOKEN);"
+    " generated when omitted.",
 )
 @click.option(
     "--max-body-bytes",
@@ -195,8 +196,10 @@ def serve(
 ) -> None:
     """Serve the gateway until interrupted.
 
-    Agents use http://HOST:PORT/sessions/<session_id>/v1 as their OpenAI base URL and the
-    printed token as their API key; traces are at /sessions/<session_id>/traces.
+    Agents use http://HOST:PORT/sessions/<session_id>/v1 as their OpenAI base URL and as
+    their API key either the printed admin token or a session token, which reaches only that
+    session's model routes (POST /sessions/<session_id>/token with the admin token mints one);
+    traces are at /sessions/<session_id>/traces (admin token).
     """
     import asyncio
     import gc
@@ -262,10 +265,14 @@ def serve(
         console.print(f"  agents: base_url {url}/sessions/<session_id>/v1")
         if server.token is None:
             console.print("  auth: none (loopback only)")
-        elif token is None:
-            console.print(f"  token: {server.token}")
         else:
-            console.print("  token: as given by --token")
+            if token is None:
+                console.print(f"  admin token: {server.token}")
+            else:
+                console.print("  admin token: as given by --token")
+            console.print(
+                "  session tokens: POST /sessions/<session_id>/token with the admin token"
+            )
         console.print(f"  upstreams: {', '.join(upstreams)}")
         sys.stdout.flush()
 

@@ -11,12 +11,20 @@ Routes (``{sid}`` is a session id: letters, digits and ``._:@-``, at most 256 ch
     GET    /sessions/{sid}/traces                traces with full prompt ids (?format=chain:
                                                  the stored delta chain)
     DELETE /sessions/{sid}                       forget a session and delete its traces
+    POST   /sessions/{sid}/token                 open a session and mint its session token
     GET    /health                               liveness, load and event-loop lag (no auth)
-    GET    /metrics                              counters, lag, upstream workers
+    GET    /metrics                              counters, lag, denials, upstream workers
+
+Auth (unless built without a token): the admin token (``token``) reaches every route. A session
+token (:mod:`rllm_core.gateway.tokens`) reaches only its own session's model routes,
+``/sessions/{sid}/v1/...``, and ``GET /v1/models``, and only while that session is open (see
+:mod:`rllm_core.gateway.engine`): after ``release_session`` it is refused. Every refusal is
+counted in :class:`~rllm_core.gateway.metrics.GatewayMetrics` and logged as one WARNING.
 
 Every error is JSON in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``:
 400 for a malformed body, a field of the wrong type or value, or an over-long prompt; 401 for a
-missing or wrong bearer token; 404 for an unknown route or session; 405 for a wrong method;
+missing or wrong bearer token or a session token whose session is closed; 403 for a session
+token outside its reach; 404 for an unknown route or session; 405 for a wrong method;
 413 for a body over ``max_body_bytes``; 502/503 when the upstream fails; 500 (logged with its
 traceback) for anything unexpected. The server keeps serving after any of them.
 
@@ -51,12 +59,15 @@ from rllm_core.gateway.engine import (
     GatewayError,
     InvalidChatRequestError,
     PromptTooLongError,
+    SessionClosedError,
     UnknownSessionError,
+    calls_open_sessions,
     is_session_id,
 )
 from rllm_core.gateway.engine import ChatRequest as EngineChatRequest
 from rllm_core.gateway.metrics import GatewayMetrics
 from rllm_core.gateway.protocol import HTTPError
+from rllm_core.gateway.tokens import SessionTokens
 from rllm_core.ports import WorkerPool
 from rllm_core.routing import routing_key
 from rllm_core.types import SamplingParams
@@ -144,7 +155,9 @@ class GatewayApp:
     """The ASGI application. Build it through :class:`~rllm_core.gateway.server.Gateway`,
     or directly for a custom server.
 
-    ``token`` is the bearer token every route but ``/health`` requires (``None``: no auth).
+    ``token`` is the admin token: the bearer token that reaches every route but ``/health``,
+    which needs none (``None``: no auth at all). :attr:`session_tokens` mints the tokens that
+    reach one session (see the module docstring).
     ``default_params`` fills the sampling fields a request leaves out. ``upstreams`` (the sampler,
     when it is a :class:`~rllm_core.ports.WorkerPool`) is reported by ``/health`` and
     ``/metrics``.
@@ -165,6 +178,7 @@ class GatewayApp:
         self.model = engine.model
         self.token = token
         self._expected_auth = f"Bearer {token}".encode() if token else None
+        self.session_tokens = SessionTokens(token) if token else None
         self.max_body_bytes = max_body_bytes
         self.heartbeat_interval_s = heartbeat_interval_s
         self.request_timeout_s = request_timeout_s
@@ -226,27 +240,98 @@ class GatewayApp:
 
     # ---------------------------------------------------------------- routing
 
-    def _authorized(self, scope: Scope) -> None:
-        if self._expected_auth is None:
-            return
+    def _authorized(self, scope: Scope, method: str, path: str) -> str | None:
+        """The session a session token reaches; ``None`` for the admin token or without auth.
+        A missing or wrong token, or a session token whose session is closed, is a 401."""
+        if self._expected_auth is None or self.session_tokens is None:
+            return None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 if hmac.compare_digest(value, self._expected_auth):
-                    return
-                raise HTTPError(
-                    401,
-                    "the bearer token is wrong; use the token the gateway printed or was"
-                    " started with",
-                    type="authentication_error",
-                    code="invalid_api_key",
-                )
-        raise HTTPError(
+                    return None
+                session_id = None
+                if value.startswith(b"Bearer "):
+                    session_id = self.session_tokens.session_of(value[7:].decode("latin-1"))
+                if session_id is None:
+                    raise self._deny(
+                        401,
+                        "invalid_token",
+                        method,
+                        path,
+                        None,
+                        "the bearer token is wrong; use the admin token the gateway printed or"
+                        " was started with, or a session token it minted",
+                        type="authentication_error",
+                        code="invalid_api_key",
+                    )
+                if not self.engine.is_open(session_id):
+                    raise self._closed(session_id, method, path)
+                return session_id
+        raise self._deny(
             401,
+            "missing_token",
+            method,
+            path,
+            None,
             "missing bearer token: send 'Authorization: Bearer <token>' (the OpenAI client's"
             " api_key)",
             type="authentication_error",
             code="missing_api_key",
         )
+
+    def _check_reach(self, session_id: str, method: str, path: str, parts: list[str]) -> None:
+        """Refuse (403) a session token's request outside its own model routes."""
+        if path == "/v1/models" or parts[1:4] == ["sessions", session_id, "v1"]:
+            return
+        other = len(parts) >= 3 and parts[1] == "sessions" and parts[2] not in ("", session_id)
+        shown = _shown(path)
+        raise self._deny(
+            403,
+            "other_session" if other else "admin_only",
+            method,
+            path,
+            session_id,
+            f"this token belongs to session {session_id!r} and reaches only"
+            f" /sessions/{session_id}/v1/... (chat/completions, completions, responses, models)"
+            f" and GET /v1/models; {method} {shown} "
+            + ("is another session's" if other else "needs the gateway's admin token"),
+            type="permission_error",
+            code="forbidden",
+        )
+
+    def _closed(self, session_id: str, method: str, path: str) -> HTTPError:
+        return self._deny(
+            401,
+            "session_closed",
+            method,
+            path,
+            session_id,
+            f"the session token of session {session_id!r} has expired: the session was"
+            " released (its episode ended) or is not open on this gateway; a session token"
+            " works only while its session is open",
+            type="authentication_error",
+            code="session_closed",
+        )
+
+    def _deny(
+        self,
+        status: int,
+        reason: str,
+        method: str,
+        path: str,
+        session_id: str | None,
+        message: str,
+        *,
+        type: str,
+        code: str,
+    ) -> HTTPError:
+        """Count and log one refused request; returns the error to raise."""
+        self.metrics.record_denial(
+            status=status, reason=reason, method=method, path=path, session_id=session_id
+        )
+        owner = f", a token of session {session_id!r}" if session_id is not None else ""
+        log.warning("denied %s %r: %d %s%s", method, _shown(path), status, reason, owner)
+        return HTTPError(status, message, type=type, code=code)
 
     async def _dispatch(self, scope: Scope, receive: Receive, response: _Response) -> None:
         method = scope["method"]
@@ -256,9 +341,30 @@ class GatewayApp:
         if path == "/health":
             _allow(method, "GET", path)
             return await response.full(200, protocol.encode(self._health()))
-        self._authorized(scope)
-        parts = path.split("/")
+        reach = self._authorized(scope, method, path)
         # parts[0] is "" for the leading slash.
+        parts = path.split("/")
+        if reach is None:
+            return await self._route(method, path, parts, scope, receive, response)
+        self._check_reach(reach, method, path, parts)
+        # A call that arrives after the release must not open the session again.
+        opens = calls_open_sessions.set(False)
+        try:
+            await self._route(method, path, parts, scope, receive, response)
+        except SessionClosedError:
+            raise self._closed(reach, method, path) from None
+        finally:
+            calls_open_sessions.reset(opens)
+
+    async def _route(
+        self,
+        method: str,
+        path: str,
+        parts: list[str],
+        scope: Scope,
+        receive: Receive,
+        response: _Response,
+    ) -> None:
         if len(parts) >= 3 and parts[1] == "sessions":
             sid = parts[2]
             if not is_session_id(sid):
@@ -285,6 +391,9 @@ class GatewayApp:
             if rest == "traces":
                 _allow(method, "GET", path)
                 return await response.full(200, self._traces(sid, scope))
+            if rest == "token":
+                _allow(method, "POST", path)
+                return await response.full(200, self._mint(sid))
             if rest == "":
                 _allow(method, ("GET", "DELETE"), path)
                 if method == "DELETE":
@@ -567,6 +676,11 @@ class GatewayApp:
             }
         )
 
+    def _mint(self, sid: str) -> bytes:
+        self.engine.open_session(sid)
+        token = self.session_tokens.mint(sid) if self.session_tokens is not None else None
+        return protocol.encode({"session_id": sid, "token": token})
+
     def _stats(self, sid: str) -> bytes:
         try:
             stats = self.engine.session_stats(sid)
@@ -651,6 +765,11 @@ def _allow(method: str, allowed: str | tuple[str, ...], path: str) -> None:
         code="method_not_allowed",
         headers=[(b"allow", ", ".join(names).encode())],
     )
+
+
+def _shown(path: str) -> str:
+    """A request path as errors and logs quote it: at most 200 characters."""
+    return path if len(path) <= 200 else path[:200] + "..."
 
 
 def _too_large(size: int, limit: int) -> HTTPError:

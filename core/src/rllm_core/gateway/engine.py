@@ -12,6 +12,13 @@ and how a history break rewrote the conversation); :class:`CompletionResult` als
 :class:`InvalidChatRequestError` (no messages, an empty prompt), an over-long prompt
 :class:`PromptTooLongError`, and an unknown session on a read :class:`UnknownSessionError`;
 all three derive from :class:`GatewayError`. Sampler exceptions propagate unchanged.
+
+Open sessions: a session is open while it has live state, from :meth:`GatewayEngine.open_session`
+(or :meth:`~GatewayEngine.configure_session`, or its first call) until
+:meth:`~GatewayEngine.release_session` or :meth:`~GatewayEngine.delete_session`. The HTTP layer
+accepts a session's own token only while it is open, and clears :data:`calls_open_sessions`
+for those calls, so a call that arrives after the release raises :class:`SessionClosedError`
+instead of opening the session again.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import msgspec
@@ -54,8 +62,10 @@ __all__ = [
     "GatewayError",
     "InvalidChatRequestError",
     "PromptTooLongError",
+    "SessionClosedError",
     "SessionStats",
     "UnknownSessionError",
+    "calls_open_sessions",
     "is_session_id",
 ]
 
@@ -66,6 +76,11 @@ MAX_SESSION_ID = 256
 """The gateway accepts session ids of at most this many characters."""
 
 _SESSION_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:@-]{{0,{MAX_SESSION_ID - 1}}}")
+
+
+calls_open_sessions: ContextVar[bool] = ContextVar("rllm_core_calls_open_sessions", default=True)
+"""Whether a model call made in this context may open a session that is not open (see the module
+docstring). True unless the caller clears it."""
 
 
 def is_session_id(text: str) -> bool:
@@ -112,6 +127,18 @@ class UnknownSessionError(GatewayError, KeyError):
 
 class InvalidChatRequestError(GatewayError, ValueError):
     """A chat request the engine cannot serve as given (for example, no messages)."""
+
+
+class SessionClosedError(RllmError, PermissionError):
+    """A model call of a session that is not open, made where :data:`calls_open_sessions` is
+    cleared (a session token's call that arrived after its session was released)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} is closed: it was released (its episode ended) or never"
+            " opened; its session token no longer reaches it"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,6 +285,8 @@ class GatewayEngine:
     def _session(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
         if session is None:
+            if not calls_open_sessions.get():
+                raise SessionClosedError(session_id)
             accumulator = TokenAccumulator(
                 session_id,
                 self.renderer,
@@ -268,8 +297,18 @@ class GatewayEngine:
         return session
 
     def configure_session(self, session_id: str, *, enforced: SamplingParams | None = None) -> None:
-        """Set (or, with ``None``, clear) the sampling parameters a session enforces."""
+        """Set (or, with ``None``, clear) the sampling parameters a session enforces; opens the
+        session."""
         self._session(session_id).enforced = enforced
+
+    def open_session(self, session_id: str) -> None:
+        """Give a session live state unless it has some (idempotent)."""
+        self._session(session_id)
+
+    def is_open(self, session_id: str) -> bool:
+        """Whether the session has live state: opened, configured or called since it was last
+        released or deleted."""
+        return session_id in self._sessions
 
     def session_ids(self) -> list[str]:
         """Every session with live state or stored traces, sorted."""

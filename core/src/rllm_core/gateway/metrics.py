@@ -1,5 +1,5 @@
 """What the gateway reports about itself: event-loop lag, requests in flight and served, status
-counts.
+counts, denied requests.
 
 :class:`LoopLagMonitor` wakes every ``interval_s`` and records how late it woke: a loop blocked by
 slow synchronous work (a long render, a big trace read) shows up as lag, which delays every
@@ -13,8 +13,9 @@ import contextlib
 import math
 import time
 from collections import Counter, deque
+from dataclasses import dataclass
 
-__all__ = ["GatewayMetrics", "LoopLagMonitor", "percentile"]
+__all__ = ["Denial", "GatewayMetrics", "LoopLagMonitor", "percentile"]
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -67,15 +68,71 @@ class LoopLagMonitor:
         }
 
 
-class GatewayMetrics:
-    """Counters the HTTP layer updates on every request."""
+@dataclass(frozen=True)
+class Denial:
+    """One request refused for its bearer token (a 401 or a 403).
 
-    def __init__(self) -> None:
+    ``seq`` numbers denials from 1 in the order they happened (``seq`` of the last one equals
+    :attr:`GatewayMetrics.denied`). ``reason`` is ``missing_token``, ``invalid_token``,
+    ``session_closed`` (a session token whose session was released), ``other_session`` (a
+    session token on another session's path) or ``admin_only`` (a session token on a route that
+    needs the admin token). ``session_id`` is the session the token belongs to, when it is a
+    genuine session token. ``path`` is cut to 200 characters.
+    """
+
+    seq: int
+    at: float
+    status: int
+    reason: str
+    method: str
+    path: str
+    session_id: str | None
+
+
+class GatewayMetrics:
+    """Counters the HTTP layer updates on every request.
+
+    Denied requests: :attr:`denied` counts them all, :attr:`denied_by_reason` by
+    :attr:`Denial.reason`, and :meth:`denials_after` returns the last ``keep_denials`` of them,
+    so a reader that polls (from any thread) sees each once::
+
+        seen = 0
+        for denial in metrics.denials_after(seen):
+            seen = denial.seq
+    """
+
+    def __init__(self, *, keep_denials: int = 256) -> None:
         self.started_at = time.time()
         self.in_flight = 0
         self.served = 0
         self.status_counts: Counter[int] = Counter()
         self.lag = LoopLagMonitor()
+        self.denied = 0
+        self.denied_by_reason: Counter[str] = Counter()
+        self._denials: deque[Denial] = deque(maxlen=keep_denials)
+
+    def record_denial(
+        self, *, status: int, reason: str, method: str, path: str, session_id: str | None
+    ) -> Denial:
+        """Count one denied request and keep it among the recent ones."""
+        self.denied += 1
+        self.denied_by_reason[reason] += 1
+        denial = Denial(
+            seq=self.denied,
+            at=time.time(),
+            status=status,
+            reason=reason,
+            method=method,
+            path=path[:200],
+            session_id=session_id,
+        )
+        self._denials.append(denial)
+        return denial
+
+    def denials_after(self, seq: int = 0) -> list[Denial]:
+        """The kept denials numbered above ``seq``, oldest first (those pushed out of the last
+        ``keep_denials`` are counted but gone)."""
+        return [d for d in list(self._denials) if d.seq > seq]
 
     def request_started(self) -> None:
         self.in_flight += 1
@@ -92,4 +149,8 @@ class GatewayMetrics:
             "requests_served": self.served,
             "status_counts": {str(k): v for k, v in sorted(self.status_counts.items())},
             "event_loop_lag": self.lag.summary(),
+            "denied": {
+                "total": self.denied,
+                "by_reason": dict(sorted(self.denied_by_reason.items())),
+            },
         }

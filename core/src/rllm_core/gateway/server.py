@@ -8,14 +8,19 @@ the sampler is bound to the caller's loop, as an in-process trainer's is). Port 
 port.
 
 Auth: a bearer token is required unless the gateway is built with ``auth=False``, which is
-refused on any host that is not a loopback address. Without an explicit ``token`` a random one
-is generated for the run.
+refused on any host that is not a loopback address. ``token`` is the admin token, which reaches
+every route; without one a random one is generated for the run. An agent gets a session token
+instead (:meth:`Gateway.session_token`, or ``POST /sessions/{id}/token`` with the admin token),
+which reaches only that session's model routes and only until the session is released; see
+:mod:`rllm_core.gateway.app`.
 
 Example::
 
     with Gateway(renderer=renderer, sampler=sampler, trace_store=store) as gateway:
-        client = openai.OpenAI(base_url=gateway.session_url("s-1"), api_key=gateway.token)
+        endpoint = gateway.endpoint("s-1")  # opens the session; api_key is its session token
+        client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)
         client.chat.completions.create(model="policy", messages=[...])
+        gateway.release_session("s-1")  # the session token stops working
 """
 
 from __future__ import annotations
@@ -84,7 +89,8 @@ class Gateway:
     the engine options (``cumulative``, ``model``, ``max_prompt_tokens``). ``upstreams`` is the
     sampler when it is a :class:`~rllm_core.ports.WorkerPool` (it is then reported by
     ``/health`` and closed on stop). The HTTP options are those of
-    :class:`~rllm_core.gateway.app.GatewayApp`.
+    :class:`~rllm_core.gateway.app.GatewayApp`; ``token`` (also the attribute) is the admin
+    token, which an agent must never see: give it :meth:`endpoint` or :meth:`session_token`.
     """
 
     def __init__(
@@ -182,21 +188,37 @@ class Gateway:
         """The OpenAI ``base_url`` for one session: ``{base_url}/sessions/{id}/v1``."""
         return f"{self.base_url}/sessions/{session_id}/v1"
 
+    def session_token(self, session_id: str) -> str | None:
+        """Open the session and return its session token: the bearer token that reaches only
+        ``/sessions/{session_id}/v1/...`` (and ``GET /v1/models``), until
+        :meth:`release_session`. ``None`` when the gateway serves without auth. The same id
+        always gives the same token (it is derived from the admin token, never stored).
+        Raises :class:`ValueError` for an id the gateway does not accept."""
+        if self.app.session_tokens is None:
+            self.engine.open_session(session_id)
+            return None
+        token = self.app.session_tokens.mint(session_id)
+        self.engine.open_session(session_id)
+        return token
+
     def endpoint(self, session_id: str) -> LLMEndpoint:
-        """What a harness needs to talk to one session."""
+        """What a harness needs to talk to one session; opens it. ``api_key`` is the session's
+        token (see :meth:`session_token`), ``"none"`` without auth."""
         return LLMEndpoint(
             base_url=self.session_url(session_id),
-            api_key=self.token or "none",
+            api_key=self.session_token(session_id) or "none",
             model=self.engine.model,
         )
 
     def configure_session(self, session_id: str, *, enforced: SamplingParams | None) -> None:
-        """Enforce (or, with ``None``, stop enforcing) sampling parameters for a session."""
+        """Enforce (or, with ``None``, stop enforcing) sampling parameters for a session; opens
+        it."""
         self.engine.configure_session(session_id, enforced=enforced)
 
     def release_session(self, session_id: str) -> None:
-        """Forget a finished session's live state; its traces stay in the trace store. Unknown
-        ids are ignored."""
+        """Forget a finished session's live state; its traces stay in the trace store and its
+        session token is refused from now on (a later :meth:`session_token` or
+        :meth:`configure_session` opens it again). Unknown ids are ignored."""
         self.engine.release_session(session_id)
 
     # ---------------------------------------------------------------- serving

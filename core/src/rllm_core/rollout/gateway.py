@@ -18,10 +18,15 @@ class SessionGateway(Protocol):
     - ``configure_session(session_id, enforced=params)`` makes every model call of the session
       sample with ``params`` (``None``: the request's own); it may be called before the
       session has seen a call, and creates its live state.
-    - ``endpoint(session_id)`` is the OpenAI-compatible endpoint a harness talks to; every
-      call through it is recorded in the trace store under ``session_id``.
+    - ``endpoint(session_id)`` is the OpenAI-compatible endpoint a harness talks to, and opens
+      the session; every call through it is recorded in the trace store under ``session_id``.
+      Its ``api_key`` is the session's own token: it reaches that session's model routes and
+      nothing else (not another session, not the traces, not the gateway's admin routes),
+      because the harness hands it to the agent being trained.
     - ``release_session(session_id)`` forgets the session's live state (its sampling
-      parameters, token accumulator) and keeps its traces; an unknown id is ignored.
+      parameters, token accumulator) and keeps its traces; an unknown id is ignored. From then
+      on the endpoint's ``api_key`` is refused, so an agent that outlives its episode cannot
+      add to it.
 
     :class:`~rllm_core.gateway.server.Gateway` satisfies it, as does the seeded view of
     :class:`~rllm_core.rollout.seeding.SeededGateway`.

@@ -150,6 +150,7 @@ def test_the_agent_shell_sees_the_plan_env_but_never_the_session_key(gateway, tm
     shell_env = (tmp_path / "w" / "env.txt").read_text()
     assert "GREETING=hello" in shell_env.splitlines()
     assert server.token and server.token not in shell_env
+    assert server.session_token("episode-1") not in shell_env
 
 
 def test_replies_cut_at_max_tokens_end_at_the_cap_on_model_calls(gateway, toy, tmp_path):
