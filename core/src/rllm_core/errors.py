@@ -42,6 +42,7 @@ __all__ = [
     "UnknownComponentError",
     "UpstreamError",
     "UpstreamRejectedError",
+    "UpstreamTimeoutError",
     "UpstreamUnavailableError",
     "VerifierCrashed",
     "VerifierError",
@@ -408,11 +409,16 @@ class SchedulerGaveUp(RllmError):
 
 class UpstreamError(RllmError):
     """A sampler's model server failed to produce a completion (a bad answer, or retries
-    exhausted). The gateway answers it with a 502."""
+    exhausted, a 5xx among them). The gateway answers it with a 502."""
 
 
 class UpstreamUnavailableError(UpstreamError):
     """No model server could be reached within the sampler's retry budget (a 503)."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """A model server took longer than the sampler's request timeout to answer; not retried, as
+    a long generation would only time out again (a 504)."""
 
 
 class UpstreamRejectedError(UpstreamError):

@@ -100,6 +100,13 @@ def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: b
 )
 @click.option("--upstream-model", default=None, help="Model name sent to the workers.")
 @click.option(
+    "--upstream-retry-budget",
+    default=None,
+    type=float,
+    help="Seconds a call may spend retrying the workers and waiting for one to come back,"
+    " then a 502 or 503 (the sampler's retry_budget_s).  [default: 60]",
+)
+@click.option(
     "--upstream-api-key",
     default=None,
     envvar="RLLM_UPSTREAM_API_KEY",
@@ -155,7 +162,8 @@ def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: b
     default=10.0,
     show_default=True,
     type=float,
-    help="Seconds before a slow call's response starts with keep-alive heartbeats.",
+    help="Seconds before a slow stream starts with SSE keep-alive comments (a plain answer"
+    " waits for its status).",
 )
 @click.option(
     "--request-timeout",
@@ -175,6 +183,7 @@ def serve(
     port: int,
     upstreams: tuple[str, ...],
     upstream_model: str | None,
+    upstream_retry_budget: float | None,
     upstream_api_key: str | None,
     renderer: str,
     tokenizer: str | None,
@@ -227,6 +236,8 @@ def serve(
         sampler_keys["model"] = upstream_model
     if upstream_api_key:
         sampler_keys["api_key"] = upstream_api_key
+    if upstream_retry_budget is not None:
+        sampler_keys["retry_budget_s"] = upstream_retry_budget
     # Built first: it opens nothing, so a missing plugin or a bad URL leaves no store open.
     try:
         sampler = _build("sampler", "vllm", sampler_keys, needed_by="--upstream")

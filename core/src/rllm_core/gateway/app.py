@@ -25,18 +25,21 @@ Every error is JSON in the OpenAI shape ``{"error": {"message", "type", "param",
 400 for a malformed body, a field of the wrong type or value, or an over-long prompt; 401 for a
 missing or wrong bearer token or a session token whose session is closed; 403 for a session
 token outside its reach; 404 for an unknown route or session; 405 for a wrong method;
-413 for a body over ``max_body_bytes``; 502/503 when the upstream fails; 500 (logged with its
-traceback) for anything unexpected. The server keeps serving after any of them.
+413 for a body over ``max_body_bytes``; 502/503 when the upstream fails, 504 when it or the
+call times out; 500 (logged with its traceback) for anything unexpected. The server keeps
+serving after any of them.
 
 Raw ASGI rather than a framework: on a 2-core machine a Starlette route measured ~4x the CPU per
 request of this dispatch (0.16 vs 0.04 ms), and the gateway's budget is under a millisecond.
 
-Slow calls: a model call that has not finished after ``heartbeat_interval_s`` starts the
-response (status 200) and sends a heartbeat every interval, a space before a JSON body or an
-SSE comment line in a stream, so proxies and clients do not time the connection out. After
-``request_timeout_s`` the call is abandoned: a 504 when nothing was sent yet, otherwise the
-OpenAI error object as the body (or as an SSE event). Errors that are known before sampling
-(bad input, an over-long prompt) always get their own status.
+Slow calls: the status of a plain (non-streamed) answer is sent only once it is known, so a
+failure always gets its own status (502/503 from the upstream, 504 past ``request_timeout_s``)
+and never a 200 with an error body; nothing is sent while the call runs, so a client's read
+timeout must cover the call (the official clients wait 600 s), or the client streams. A stream
+starts (status 200) with its first event, or after ``heartbeat_interval_s`` with an SSE comment
+line, then one every interval, so proxies and clients do not time it out; an error before the
+start gets its own status, one after it an SSE ``data: {"error": ...}`` event before ``[DONE]``
+(the official clients raise it). After ``request_timeout_s`` the call is abandoned.
 """
 
 from __future__ import annotations
@@ -51,7 +54,12 @@ from urllib.parse import parse_qs
 
 import msgspec
 
-from rllm_core.errors import UpstreamError, UpstreamRejectedError, UpstreamUnavailableError
+from rllm_core.errors import (
+    UpstreamError,
+    UpstreamRejectedError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
 from rllm_core.gateway import protocol, responses
 from rllm_core.gateway.engine import (
     MAX_SESSION_ID,
@@ -86,7 +94,6 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-_HEARTBEAT_JSON = b" "
 _HEARTBEAT_SSE = b": keep-alive\n\n"
 
 
@@ -117,12 +124,12 @@ class _Response:
 
 
 class _Heartbeat:
-    """Starts a response and sends heartbeats while a slow call runs."""
+    """Starts a stream (status 200) and sends SSE comment lines while a slow call runs. Only
+    streams get one: a plain answer's status must wait for the outcome."""
 
-    def __init__(self, response: _Response, interval_s: float, stream: bool) -> None:
+    def __init__(self, response: _Response, interval_s: float) -> None:
         self.response = response
         self.interval_s = interval_s
-        self.stream = stream
         self._stopped = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._timer = asyncio.get_running_loop().call_later(interval_s, self._begin)
@@ -132,11 +139,9 @@ class _Heartbeat:
 
     async def _run(self) -> None:
         response = self.response
-        beat = _HEARTBEAT_SSE if self.stream else _HEARTBEAT_JSON
-        headers = list(_SSE_HEADERS) if self.stream else [_JSON]
-        await response.start(200, headers)
+        await response.start(200, list(_SSE_HEADERS))
         while not self._stopped.is_set():
-            await response.chunk(beat)
+            await response.chunk(_HEARTBEAT_SSE)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.interval_s):
                     await self._stopped.wait()
@@ -236,7 +241,8 @@ class GatewayApp:
         elif response.stream:
             await response.chunk(b"data: " + exc.body() + b"\n\n" + protocol.SSE_DONE, False)
         else:
-            await response.chunk(exc.body(), False)
+            # A plain answer starts only with its whole body: nothing more can be sent.
+            log.warning("error after a complete answer was sent: %s", exc.message)
 
     # ---------------------------------------------------------------- routing
 
@@ -329,6 +335,8 @@ class GatewayApp:
         self.metrics.record_denial(
             status=status, reason=reason, method=method, path=path, session_id=session_id
         )
+        if session_id is not None:
+            self.engine.note_denied(session_id)
         owner = f", a token of session {session_id!r}" if session_id is not None else ""
         log.warning("denied %s %r: %d %s%s", method, _shown(path), status, reason, owner)
         return HTTPError(status, message, type=type, code=code)
@@ -553,7 +561,7 @@ class GatewayApp:
         """Run one engine call under the session's routing key, with heartbeats and the
         timeout; engine and upstream errors become :class:`HTTPError`."""
         response.stream = stream
-        heartbeat = _Heartbeat(response, self.heartbeat_interval_s, stream)
+        heartbeat = _Heartbeat(response, self.heartbeat_interval_s) if stream else None
         token = routing_key.set(sid)
         try:
             with self._mapped_errors(sid):
@@ -561,7 +569,8 @@ class GatewayApp:
                     return await call
         finally:
             routing_key.reset(token)
-            await heartbeat.stop()
+            if heartbeat is not None:
+                await heartbeat.stop()
 
     @contextlib.contextmanager
     def _mapped_errors(self, sid: str) -> Iterator[None]:
@@ -596,6 +605,8 @@ class GatewayApp:
                 type="upstream_error",
                 code="upstream_rejected",
             ) from None
+        except UpstreamTimeoutError as exc:
+            raise HTTPError(504, str(exc), type="timeout_error", code="upstream_timeout") from None
         except UpstreamUnavailableError as exc:
             raise HTTPError(
                 503,
@@ -620,7 +631,7 @@ class GatewayApp:
         :class:`responses.ResponsesStream`). The response starts with the first sampled
         tokens, so errors before that get their own status."""
         response.stream = True
-        heartbeat = _Heartbeat(response, self.heartbeat_interval_s, True)
+        heartbeat = _Heartbeat(response, self.heartbeat_interval_s)
         token = routing_key.set(sid)
         writer: Any = None
         gone = asyncio.Event()

@@ -237,6 +237,7 @@ class _Session:
     enforced: SamplingParams | None = None
     completions: int = 0
     next_completion: int = 0
+    denied: int = 0
 
 
 class GatewayEngine:
@@ -309,6 +310,18 @@ class GatewayEngine:
         """Whether the session has live state: opened, configured or called since it was last
         released or deleted."""
         return session_id in self._sessions
+
+    def note_denied(self, session_id: str) -> None:
+        """Count one request refused to ``session_id``'s token while the session is open."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.denied += 1
+
+    def denied(self, session_id: str) -> int:
+        """Requests refused to ``session_id``'s token since the session was opened (0 for a
+        session without live state)."""
+        session = self._sessions.get(session_id)
+        return session.denied if session is not None else 0
 
     def session_ids(self) -> list[str]:
         """Every session with live state or stored traces, sorted."""
@@ -542,6 +555,15 @@ class GatewayEngine:
             raise InvalidChatRequestError(
                 f"the completion request of session {session_id!r} has an empty prompt"
             )
+        if not isinstance(prompt, str):
+            try:
+                self.renderer.decode(prompt_ids)
+            except Exception as exc:  # the tokenizer's own error for an id it does not know
+                raise InvalidChatRequestError(
+                    f"the completion prompt of session {session_id!r} holds token ids the"
+                    f" renderer cannot decode ({type(exc).__name__}: {exc}); send ids from the"
+                    " model's vocabulary"
+                ) from None
         self._check_length(session_id, prompt_ids)
         sent = self._params(session, params)
         trace_id = new_trace_id()

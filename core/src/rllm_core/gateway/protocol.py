@@ -210,6 +210,10 @@ _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant"
 _ROLES["tool"] = "tool"
 
 
+MAX_TOKEN_ID = 2**31 - 1
+"""The largest token id a request may hold (model servers keep ids as 32-bit integers)."""
+
+
 def _invalid(message: str, param: str, code: str = "invalid_value") -> HTTPError:
     return HTTPError(400, message, param=param, code=code)
 
@@ -443,7 +447,7 @@ def to_completion_parts(
     if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], (str, list)):
         raw = raw[0]
     token_ids = not isinstance(raw, str) and all(
-        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in raw
+        isinstance(t, int) and not isinstance(t, bool) for t in raw
     )
     if isinstance(raw, str) or token_ids:
         prompt = raw
@@ -451,6 +455,14 @@ def to_completion_parts(
         raise _invalid(
             "prompt must be a string or a list of token ids (one prompt per request)", "prompt"
         )
+    if token_ids:
+        bad = next((t for t in raw if not 0 <= t <= MAX_TOKEN_ID), None)
+        if bad is not None:
+            raise _invalid(
+                f"prompt token id {bad} is outside 0..{MAX_TOKEN_ID}; send ids from the model's"
+                " vocabulary",
+                "prompt",
+            )
     params = _params(
         defaults,
         max_tokens=body.max_tokens,

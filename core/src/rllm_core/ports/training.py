@@ -48,7 +48,8 @@ class Sampler(Protocol):
       that the server's prefix cache keeps serving it; the key never changes what is sampled.
     - A sampler whose model servers fail raises :class:`~rllm_core.errors.UpstreamError`:
       :class:`~rllm_core.errors.UpstreamRejectedError` when a server refused the request
-      itself, :class:`~rllm_core.errors.UpstreamUnavailableError` when none could be reached.
+      itself, :class:`~rllm_core.errors.UpstreamUnavailableError` when none could be reached,
+      :class:`~rllm_core.errors.UpstreamTimeoutError` when one did not answer in time.
 
     Example::
 
