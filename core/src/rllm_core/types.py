@@ -329,7 +329,9 @@ class TraceCounts(msgspec.Struct, kw_only=True, frozen=True):
 
 class Episode(msgspec.Struct, kw_only=True, frozen=True):
     """One rollout of one task: its trajectories, reward and how it ended. ``trace_counts``
-    are what its traces showed; ``metadata`` is free-form (the harness's own, timings)."""
+    are what its traces showed; ``denied`` counts the requests the gateway refused to its
+    session token (another session's routes, an admin route); ``metadata`` is free-form (the
+    harness's own, timings)."""
 
     episode_id: str
     task_id: str
@@ -340,6 +342,7 @@ class Episode(msgspec.Struct, kw_only=True, frozen=True):
     termination: Termination = Termination.DONE
     signals: dict[str, float] = msgspec.field(default_factory=dict)
     trace_counts: TraceCounts = msgspec.field(default_factory=TraceCounts)
+    denied: int = 0
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
 

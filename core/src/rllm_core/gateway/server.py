@@ -215,6 +215,11 @@ class Gateway:
         it."""
         self.engine.configure_session(session_id, enforced=enforced)
 
+    def denied(self, session_id: str) -> int:
+        """Requests the gateway refused to ``session_id``'s token (another session's routes,
+        an admin route) while the session was open; 0 once it is released."""
+        return self.engine.denied(session_id)
+
     def release_session(self, session_id: str) -> None:
         """Forget a finished session's live state; its traces stay in the trace store and its
         session token is refused from now on (a later :meth:`session_token` or

@@ -108,6 +108,15 @@ class AttemptRunner:
                     raise
                 raise InfraError(f"{type(exc).__name__}: {exc}", termination=termination) from exc
             traces = self.trace_store.session(session_id)
+            denied = self.gateway.denied(session_id)
+            if denied:
+                log.warning(
+                    "session %s (task %r): the gateway refused %d request(s) beyond its"
+                    " token's reach; the 'denied' lines of rllm_core.gateway name each",
+                    session_id,
+                    task.task_id,
+                    denied,
+                )
             return Episode(
                 episode_id=session_id,
                 task_id=task.task_id,
@@ -121,6 +130,7 @@ class AttemptRunner:
                     incomplete_chains=count_incomplete_chains(traces),
                     history_breaks=count_history_breaks(traces),
                 ),
+                denied=denied,
                 metadata={
                     "harness": dict(outcome.metadata),
                     "turns": outcome.turns,

@@ -23,6 +23,9 @@ class SessionGateway(Protocol):
       Its ``api_key`` is the session's own token: it reaches that session's model routes and
       nothing else (not another session, not the traces, not the gateway's admin routes),
       because the harness hands it to the agent being trained.
+    - ``denied(session_id)`` counts the requests refused to the session's token while it was
+      open (another session's routes, an admin route): what the agent tried beyond its reach.
+      Read it before releasing the session.
     - ``release_session(session_id)`` forgets the session's live state (its sampling
       parameters, token accumulator) and keeps its traces; an unknown id is ignored. From then
       on the endpoint's ``api_key`` is refused, so an agent that outlives its episode cannot
@@ -41,5 +44,7 @@ class SessionGateway(Protocol):
     def configure_session(self, session_id: str, *, enforced: SamplingParams | None) -> None: ...
 
     def endpoint(self, session_id: str) -> LLMEndpoint: ...
+
+    def denied(self, session_id: str) -> int: ...
 
     def release_session(self, session_id: str) -> None: ...

@@ -54,5 +54,8 @@ class SeededGateway:
     def endpoint(self, session_id: str) -> LLMEndpoint:
         return self._gateway.endpoint(session_id)
 
+    def denied(self, session_id: str) -> int:
+        return self._gateway.denied(session_id)
+
     def release_session(self, session_id: str) -> None:
         self._gateway.release_session(session_id)

@@ -35,6 +35,7 @@ __all__ = [
     "REWARD_MEAN",
     "ROLLOUT_S",
     "SAMPLER_BUSY_S",
+    "SECURITY_DENIED",
     "SEQUENCES",
     "SUMMARY",
     "TOKENS",
@@ -126,6 +127,7 @@ GROUPS_FILTERED = "groups/filtered"
 ROLLOUT_S = "time/rollout_s"
 TRAIN_S = "time/train_s"
 SAMPLER_BUSY_S = "time/sampler_busy_s"
+SECURITY_DENIED = "security/denied"
 
 SUMMARY: tuple[tuple[str, str, Reduction], ...] = (
     ("reward_first", REWARD_MEAN, Reduction.MEAN_FIRST),
@@ -133,6 +135,7 @@ SUMMARY: tuple[tuple[str, str, Reduction], ...] = (
     ("accuracy_last", ACCURACY, Reduction.LAST),
     ("episodes", EPISODES, Reduction.SUM),
     ("infra_failures", INFRA_FAILURES, Reduction.SUM),
+    ("security_denied", SECURITY_DENIED, Reduction.SUM),
     ("tokens_sampled", TOKENS_SAMPLED, Reduction.SUM),
     ("tokens_trained", TOKENS_TRAINED, Reduction.SUM),
     ("groups", GROUPS, Reduction.SUM),

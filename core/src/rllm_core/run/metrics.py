@@ -17,6 +17,9 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
   ``resets/history_summarized`` and ``resets/history_edited``: model calls whose messages
   rewrote their lineage's history (an agent that truncated or summarized its context), by
   reason, counted from the traces.
+- ``security/denied``: requests the gateway refused to the step's episodes' session tokens
+  (another session's routes, an admin route): what the agents tried beyond their reach. Each
+  refusal is also a WARNING line in ``run.log``.
 - ``tokens/sampled`` (completion tokens of scored episodes), ``tokens/trained`` (tokens of the
   datums), ``tokens/sampled_per_s`` (over the rollout phase), ``tokens/trained_per_s`` (over
   the train phase).
@@ -52,7 +55,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rllm_core.algorithms.datums import HISTORY_BREAK_REASONS
-from rllm_core.run.metric_names import ROLLOUT_S, SAMPLER_BUSY_S, SUMMARY, Reduction
+from rllm_core.run.metric_names import (
+    ROLLOUT_S,
+    SAMPLER_BUSY_S,
+    SECURITY_DENIED,
+    SUMMARY,
+    Reduction,
+)
 from rllm_core.types import Datum, Episode
 
 __all__ = [
@@ -154,6 +163,7 @@ def rollout_metrics(
         "infra_failures": float(infra_failures),
         "infra_retries": float(retries),
         "resets": float(sum(_resets(e) for e in episodes)),
+        SECURITY_DENIED: float(sum(e.denied for e in episodes)),
         "tokens/sampled": float(sampled),
         "tokens/sampled_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
         "time/rollout_s": rollout_s,
@@ -237,6 +247,7 @@ def episode_record(step: int, episode: Episode) -> dict[str, Any]:
         "reward": episode.reward,
         "termination": str(episode.termination),
         "signals": dict(episode.signals),
+        "denied": episode.denied,
         "completion_tokens": completion_tokens(episode),
         "weight_version": episode_version(episode),
         "trajectories": [
