@@ -16,7 +16,7 @@ import copy
 import difflib
 import json
 import os
-import tomllib
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from rllm_core.errors import ComponentError, PlanError, PlanIssue
 from rllm_core.plan.schema import COMPONENT_SECTIONS, Plan
 from rllm_core.plugins.specs import Kind, PlanPath
+from rllm_core.toml_text import MAX_TOML_NESTING, TomlNestingError, load_toml_text
 
 if typing.TYPE_CHECKING:
     from rllm_core.plugins.manager import PluginManager
@@ -72,8 +73,20 @@ def read_plan_file(path: str | Path) -> dict[str, Any]:
             [PlanIssue(path=label, section="", key=None, message=f"cannot read plan: {exc}")]
         ) from exc
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return load_toml_text(text)
+    except TomlNestingError as exc:
+        raise PlanError(
+            [
+                PlanIssue(
+                    path=label,
+                    section="",
+                    key=None,
+                    message=f"invalid plan: {exc}",
+                    hint="no plan key needs more than a few levels; remove the nested value",
+                )
+            ]
+        ) from None
+    except ValueError as exc:
         raise PlanError(
             [
                 PlanIssue(
@@ -89,8 +102,8 @@ def read_plan_file(path: str | Path) -> dict[str, Any]:
 
 def _parse_value(raw: str) -> Any:
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+        return load_toml_text(f"v = {raw}")["v"]
+    except ValueError:
         return raw
 
 
@@ -103,6 +116,19 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], *, path: str
     for item in overrides:
         dotted, sep, raw = item.partition("=")
         parts = [p.strip() for p in dotted.split(".")] if sep else []
+        if len(parts) > MAX_TOML_NESTING:
+            raise PlanError(
+                [
+                    PlanIssue(
+                        path=path,
+                        section=parts[0],
+                        key=None,
+                        value=item,
+                        message=f"--set {dotted[:80]!r}... names a key {len(parts)} levels deep;"
+                        f" a plan nests at most {MAX_TOML_NESTING}",
+                    )
+                ]
+            )
         if not sep or len(parts) < 2 or not all(parts):
             raise PlanError(
                 [
@@ -143,9 +169,17 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str], *, path: str
     return data
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_key(key: str) -> str:
+    """``key`` as a TOML file writes it: bare when it can be, else quoted (``""``, ``"a b"``)."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+
+
 def _split_location(loc: Sequence[int | str]) -> tuple[str, str | None]:
     """Turn a pydantic error location into (section, key) as a user reads the file."""
-    parts = [str(p) for p in loc]
+    parts = [p if isinstance(p, str) and p.isdigit() else _toml_key(str(p)) for p in loc]
     if not parts:
         return "", None
     if len(parts) == 1:
@@ -210,7 +244,8 @@ def issues_from_validation(
     for error in exc.errors():
         loc = list(prefix) + [str(p) for p in error["loc"]]
         if section is not None:
-            sec, key = section, ".".join(loc) if loc else None
+            shown = [*prefix, *(p if p.isdigit() else _toml_key(p) for p in loc[len(prefix) :])]
+            sec, key = section, ".".join(shown) if loc else None
             key = key.replace(".[", "[") if key else key
         else:
             sec, key = _split_location(loc)
@@ -226,10 +261,10 @@ def issues_from_validation(
                 issues.append(
                     PlanIssue(
                         path=path,
-                        section=last,
+                        section=_toml_key(last),
                         key=None,
                         value=last,
-                        message=f"unknown section [{last}]"
+                        message=f"unknown section [{_toml_key(last)}]"
                         + (f"; did you mean [{guess}]?" if guess else ""),
                         hint="valid sections: " + ", ".join(f"[{s}]" for s in sections),
                     )

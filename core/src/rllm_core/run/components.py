@@ -30,7 +30,7 @@ from rllm_core.plan.load import load_plan
 from rllm_core.plan.resolve import SHARED_BUFFER, resolve_plan
 from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef, Plan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
-from rllm_core.plugins.specs import Kind
+from rllm_core.plugins.specs import ComponentSpec, Kind
 
 __all__ = [
     "LOGS_FOLDER",
@@ -69,10 +69,20 @@ def _ref(ref: ComponentRef, **extra: Any) -> ComponentRef:
     return ComponentRef.model_validate({"name": ref.name, **ref.options, **extra})
 
 
+def _spec(manager: PluginManager, kind: Kind, name: str) -> ComponentSpec | None:
+    """The spec of ``kind:name``; ``None`` when no plugin or several provide it (resolving
+    the plan reports that, naming the section)."""
+    try:
+        return manager.get_record(kind, name).spec
+    except (UnknownComponentError, ComponentConflictError):
+        return None
+
+
 def _run_keys(manager: PluginManager, kind: Kind, name: str) -> tuple[str, ...]:
     """The keys the component ``kind:name`` accepts from the run (its spec's ``run_keys``
-    trait, :mod:`rllm_core.plugins.run_keys`)."""
-    return tuple(manager.get_record(kind, name).spec.trait("run_keys"))
+    trait, :mod:`rllm_core.plugins.run_keys`); none for a component that cannot be found."""
+    spec = _spec(manager, kind, name)
+    return tuple(spec.trait("run_keys")) if spec is not None else ()
 
 
 def _accepts(manager: PluginManager, section: str, name: str, key: str) -> bool:
@@ -143,8 +153,7 @@ def fills_total_steps(plan: Plan, manager: PluginManager | None = None) -> bool:
     if plan.trainer is None or "total_steps" in plan.trainer.options:
         return False
     manager = manager or get_plugin_manager()
-    spec = manager.get_record(Kind.TRAINER_BACKEND, plan.trainer.name).spec
-    return "total_steps" in spec.trait("run_keys")
+    return "total_steps" in _run_keys(manager, Kind.TRAINER_BACKEND, plan.trainer.name)
 
 
 def provisional_total_steps(
@@ -268,18 +277,9 @@ def _shared_buffer(manager: PluginManager, plan: Any) -> ComponentRef | None:
     if plan.object_store is None or plan.run.pipeline != "async":
         return None
     ref = plan.sample_buffer or ComponentRef.model_validate({"name": SHARED_BUFFER})
-    if "prefix" in ref.options or not _accepts_known(manager, "sample_buffer", ref.name, "prefix"):
+    if "prefix" in ref.options or not _accepts(manager, "sample_buffer", ref.name, "prefix"):
         return ref if plan.sample_buffer is None else None
     return _ref(ref, prefix=f"runs/{plan.run.name}/buffer")
-
-
-def _accepts_known(manager: PluginManager, section: str, name: str, key: str) -> bool:
-    """:func:`_accepts` for a component that may not be installed or may be ambiguous (then
-    False; resolving the plan reports it)."""
-    try:
-        return _accepts(manager, section, name, key)
-    except (UnknownComponentError, ComponentConflictError):
-        return False
 
 
 def _logger_paths(
@@ -290,8 +290,8 @@ def _logger_paths(
     names = [ref.name for ref in refs]
     out = []
     for index, ref in enumerate(refs):
-        spec = manager.get_record(Kind.LOGGER, ref.name).spec
-        accepted = "path" in spec.trait("run_keys")
+        spec = _spec(manager, Kind.LOGGER, ref.name)
+        accepted = spec is not None and "path" in spec.trait("run_keys")
         required = accepted and spec.config.model_fields["path"].is_required()
         if "path" in ref.options or not required:
             out.append(ref)

@@ -23,6 +23,11 @@
 - ``s3_server`` (session): an :class:`~rllm_core.testing.s3.S3Endpoint`, moto's S3 server on
   127.0.0.1 with its dummy credentials; skips the test when moto is not installed.
   ``s3_bucket``: the name of a fresh, empty bucket on it.
+- ``fuzz_counts`` (session): a :class:`collections.Counter` of the examples each fuzzed
+  property tried; a property-based (hypothesis) test adds one per example
+  (``fuzz_counts["plan.toml files"] += 1``), and after pytest's short summary a section
+  "fuzz examples tried" lists every count, so each CI log shows how hard every fuzz test
+  pushed (the bounded soak included).
 
 A test that skips for want of a system package (the reasons of
 :mod:`rllm_core.testing.system`) is counted: after pytest's short summary one line names how many
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +60,7 @@ from rllm_core.testing.plans import PlanBuilder
 from rllm_core.testing.system import summary_line
 
 SYSTEM_SKIPS_ENV = "RLLM_SYSTEM_SKIPS_FILE"
+_FUZZ_COUNTS = pytest.StashKey[Counter[str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -81,6 +88,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> Generator[None, None, None
     target = os.environ.get(SYSTEM_SKIPS_ENV)
     if target:
         Path(target).write_text(f"{line}\n" if line else "", encoding="utf-8")
+    counts = terminalreporter.config.stash.get(_FUZZ_COUNTS, None)
+    if counts:
+        terminalreporter.section("fuzz examples tried")
+        for name, count in counts.items():
+            terminalreporter.write_line(f"{count:6d}  {name}")
+
+
+@pytest.fixture(scope="session")
+def fuzz_counts(pytestconfig: pytest.Config) -> Counter[str]:
+    return pytestconfig.stash.setdefault(_FUZZ_COUNTS, Counter())
 
 
 def _install_default(manager: PluginManager) -> Iterator[PluginManager]:

@@ -12,13 +12,13 @@ bad field of each task. Unknown fields are warned about, never fatal.
 from __future__ import annotations
 
 import logging
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from rllm_core.errors import TaskFormatError, TaskProblem
 from rllm_core.ports.agents import DatasetCheck, TaskCheck
+from rllm_core.toml_text import load_toml_text
 from rllm_core.types import NetworkPolicy, SandboxSpec, Task
 
 from rllm_task_source_harbor.dockerfile import CopyStep, DockerfileReplay, RunStep, parse_dockerfile
@@ -91,8 +91,8 @@ def check_task(
     if toml_text is None:
         return check
     try:
-        config = tomllib.loads(toml_text)
-    except tomllib.TOMLDecodeError as exc:
+        config = load_toml_text(toml_text)
+    except ValueError as exc:
         _problem(check, "task.toml", f"is not valid TOML: {exc}")
     check.warnings.extend(
         f"{check.task_id}: {key} is not a known field; ignored" for key in unknown_keys(config)
@@ -330,8 +330,8 @@ def load_task(
 def _read_dataset_toml(path: Path, check: DatasetCheck) -> None:
     where = path.name
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = load_toml_text(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         check.problems.append(
             TaskProblem(task=check.name, field=where, message=f"cannot be read: {exc}")
         )

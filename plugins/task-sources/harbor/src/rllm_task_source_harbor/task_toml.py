@@ -400,7 +400,8 @@ def unknown_keys(config: dict[str, Any]) -> list[str]:
         section = config.get(name)
         if isinstance(section, dict):
             found += [f"[{name}].{key}" for key in section if key not in model.model_fields]
-    healthcheck = (config.get("environment") or {}).get("healthcheck")
+    environment = config.get("environment")
+    healthcheck = environment.get("healthcheck") if isinstance(environment, dict) else None
     if isinstance(healthcheck, dict):
         known = HealthcheckSection.model_fields
         found += [f"[environment.healthcheck].{key}" for key in healthcheck if key not in known]
