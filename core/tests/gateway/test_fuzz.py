@@ -753,3 +753,16 @@ def test_a_prompt_of_unknown_token_ids_is_a_400_and_records_nothing(fuzzed, prom
     assert error["code"] == code
     assert sampler.calls == calls
     assert fuzzed.store.session("ids") == []
+
+
+def test_a_lone_surrogate_escape_is_a_400_naming_it(fuzzed):
+    # Found by the fuzzing: msgspec calls such a body "truncated", which it is not.
+    body = {"messages": [{"role": "user", "content": "a\ud800"}]}
+    answer = _post(fuzzed.gateway, "/sessions/odd/v1/chat/completions", body)
+    assert answer.status == 400
+    error = json.loads(answer.body)["error"]
+    assert error["code"] == "invalid_json"
+    assert error["message"] == (
+        "the request body is not valid JSON: \\ud800 at byte 44 is half of a UTF-16 surrogate"
+        " pair, not a character; send the character itself in UTF-8"
+    )

@@ -165,6 +165,7 @@ class CompletionBody(_RequestBody, kw_only=True):
 _chat_decoder = msgspec.json.Decoder(ChatCompletionBody)
 _completion_decoder = msgspec.json.Decoder(CompletionBody)
 _LOCATION = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+_LONE_SURROGATE = re.compile(rb'\\u[dD][89abAB][0-9a-fA-F]{2}"')
 
 
 def _decode(decoder: msgspec.json.Decoder, body: bytes) -> Any:
@@ -189,8 +190,16 @@ def _decode(decoder: msgspec.json.Decoder, body: bytes) -> Any:
             code="invalid_type",
         ) from None
     except msgspec.DecodeError as exc:
+        detail = str(exc)
+        lone = _LONE_SURROGATE.search(body) if detail == "Input data was truncated" else None
+        if lone is not None:
+            # msgspec reports a high surrogate escape that ends its string as truncated input.
+            detail = (
+                f"{lone.group(0)[:-1].decode()} at byte {lone.start()} is half of a UTF-16"
+                " surrogate pair, not a character; send the character itself in UTF-8"
+            )
         raise HTTPError(
-            400, f"the request body is not valid JSON: {exc}", code="invalid_json"
+            400, f"the request body is not valid JSON: {detail}", code="invalid_json"
         ) from None
 
 
