@@ -93,20 +93,3 @@ class RawClient:
 @pytest.fixture
 def raw() -> Callable[[Gateway], RawClient]:
     return RawClient
-
-
-_FUZZ_COUNTS = pytest.StashKey[dict[str, int]]()
-
-
-@pytest.fixture(scope="session")
-def fuzz_counts(pytestconfig: pytest.Config) -> dict[str, int]:
-    """Examples tried per fuzzed property, printed in the terminal summary."""
-    return pytestconfig.stash.setdefault(_FUZZ_COUNTS, {})
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    counts = config.stash.get(_FUZZ_COUNTS, None)
-    if counts:
-        terminalreporter.section("gateway fuzz examples")
-        for name, count in counts.items():
-            terminalreporter.write_line(f"{count:6d}  {name}")

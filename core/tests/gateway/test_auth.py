@@ -16,6 +16,7 @@ import openai
 import pytest
 from reference.toy_renderer import ToyChatRenderer
 from reference_stores import MemoryTraceStore
+from rllm_core.gateway.app import LOGGED_DENIALS
 from rllm_core.gateway.engine import (
     ChatRequest,
     GatewayEngine,
@@ -218,6 +219,27 @@ def test_missing_wrong_and_forged_tokens_are_401(gateway):
     with over_http(gateway, None) as client:
         response = client.get("/sessions/a/v1/models")
     assert (response.status_code, response.json()["error"]["code"]) == (401, "missing_api_key")
+
+
+def test_an_agent_that_keeps_probing_is_counted_in_full_and_logged_in_part(gateway, denials):
+    token = gateway.session_token("a")
+    with over_http(gateway, token) as client:
+        for _ in range(LOGGED_DENIALS + 5):
+            assert client.get("/sessions").status_code == 403
+    with over_http(gateway, "wrong") as client:
+        for _ in range(LOGGED_DENIALS + 5):
+            assert client.get("/metrics").status_code == 401
+    assert gateway.denied("a") == LOGGED_DENIALS + 5
+    assert gateway.app.metrics.denied == 2 * (LOGGED_DENIALS + 5)
+    messages = [r.getMessage() for r in denials]
+    assert len(messages) == 2 * (LOGGED_DENIALS + 1)
+    assert messages.count("denied GET '/sessions': 403 admin_only, a token of session 'a'") == (
+        LOGGED_DENIALS
+    )
+    assert "denied: further refusals of session 'a' are counted in /metrics" in "\n".join(messages)
+    assert "denied: further refusals of invalid_token are counted" in "\n".join(messages)
+    gateway.release_session("a")
+    assert gateway.denied("a") == 0
 
 
 def test_denials_are_counted_by_reason_listed_and_logged(gateway, denials):

@@ -95,6 +95,8 @@ _SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 _HEARTBEAT_SSE = b": keep-alive\n\n"
+LOGGED_DENIALS = 20
+"""Refusals logged per open session (without one: per reason) before one in 1000 is."""
 
 
 class _Response:
@@ -335,10 +337,20 @@ class GatewayApp:
         self.metrics.record_denial(
             status=status, reason=reason, method=method, path=path, session_id=session_id
         )
-        if session_id is not None:
-            self.engine.note_denied(session_id)
-        owner = f", a token of session {session_id!r}" if session_id is not None else ""
-        log.warning("denied %s %r: %d %s%s", method, _shown(path), status, reason, owner)
+        count = self.engine.note_denied(session_id) if session_id is not None else 0
+        if count == 0:
+            count = self.metrics.denied_by_reason[reason]
+        # An agent can send refused requests as fast as it likes: every one is counted, the
+        # first few logged, so the log cannot be grown without bound.
+        if count <= LOGGED_DENIALS or count % 1000 == 0:
+            owner = f", a token of session {session_id!r}" if session_id is not None else ""
+            log.warning("denied %s %r: %d %s%s", method, _shown(path), status, reason, owner)
+        elif count == LOGGED_DENIALS + 1:
+            whose = f"session {session_id!r}" if session_id is not None else reason
+            log.warning(
+                "denied: further refusals of %s are counted in /metrics, one logged in 1000",
+                whose,
+            )
         return HTTPError(status, message, type=type, code=code)
 
     async def _dispatch(self, scope: Scope, receive: Receive, response: _Response) -> None:

@@ -311,11 +311,14 @@ class GatewayEngine:
         released or deleted."""
         return session_id in self._sessions
 
-    def note_denied(self, session_id: str) -> None:
-        """Count one request refused to ``session_id``'s token while the session is open."""
+    def note_denied(self, session_id: str) -> int:
+        """Count one request refused to ``session_id``'s token while the session is open;
+        returns the session's count so far (0 when it is not open)."""
         session = self._sessions.get(session_id)
-        if session is not None:
-            session.denied += 1
+        if session is None:
+            return 0
+        session.denied += 1
+        return session.denied
 
     def denied(self, session_id: str) -> int:
         """Requests refused to ``session_id``'s token since the session was opened (0 for a
