@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from reference.toy_renderer import ToyChatRenderer
 from reference_stores import MemoryTraceStore
 from rllm_core.gateway.server import Gateway
+from rllm_core.gateway.tokens import SessionTokens
 from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.types import SampleRequest
 
@@ -292,6 +293,7 @@ ODD_SESSIONS = [
     "-a",
     "a:b@c.d_e-f",
     "KEPT-1",
+    "agent-1",
 ]
 session_id = st.one_of(st.sampled_from(ODD_SESSIONS), st.text(max_size=20)).filter(
     lambda sid: unquote(sid) not in KEPT
@@ -317,10 +319,14 @@ method = st.sampled_from(
     ["GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS", "TRACE", "BREW"]
 )
 ADMIN = [(b"authorization", b"Bearer " + TOKEN.encode())]
+# What an episode's agent holds: the token of its own session, open while the fuzz runs.
+AGENT_SESSION = "agent-1"
+AGENT = [(b"authorization", b"Bearer " + SessionTokens(TOKEN).mint(AGENT_SESSION).encode())]
 auth = st.one_of(
     st.just(ADMIN),
     st.just(ADMIN),
-    st.just(ADMIN),
+    st.just(AGENT),
+    st.just(AGENT),
     st.sampled_from(
         [
             [],
@@ -614,6 +620,7 @@ def fuzzed() -> Any:
                 )
                 assert connection.getresponse().status == 200
                 connection.close()
+        gateway.session_token(AGENT_SESSION)
         state.before = state.traces()
         assert all(b'"traces":[{' in v or b'"records":[{' in v for v in state.before.values())
         yield state
