@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import posixpath
 import signal
 import subprocess
 import sys
@@ -32,6 +33,10 @@ LIMIT = 1 << 20
 
 class TestSubprocessSandbox(SandboxConformance):
     output_limit_bytes = LIMIT
+    sessions_escape_end_processes = True
+
+    def verifier_root(self, spec: SandboxSpec) -> str:
+        return posixpath.join(spec.workdir, "root")
 
     @pytest.fixture
     def sandbox_backend(self) -> SubprocessBackend:
@@ -187,6 +192,20 @@ class ReadsStdoutBeforeStderr(SubprocessSandbox):
         raise AssertionError("unreachable: the sleep above is cancelled first")
 
 
+class KeepsAgentProcesses(SubprocessSandbox):
+    """Ends nothing: what the agent left in the background runs beside its verifier."""
+
+    async def end_processes(self) -> int:
+        return 0
+
+
+class EndsMarkedProcessesToo(SubprocessSandbox):
+    """Ignores the mark: the environment's own services die with the agent's processes."""
+
+    async def mark_processes(self) -> None:
+        pass
+
+
 class BrokenBackend(SubprocessBackend):
     def __init__(self, sandbox_class: type[SubprocessSandbox], **kwargs: object) -> None:
         super().__init__(**kwargs)
@@ -209,6 +228,9 @@ class Suite(SandboxConformance):
     output_limit_bytes = LIMIT
     deadline_s = 8.0
 
+    def verifier_root(self, spec: SandboxSpec) -> str:
+        return posixpath.join(spec.workdir, "root")
+
 
 BROKEN = [
     (LeavesChildOnTimeout, "test_timeout_kills_the_process_tree", "still run"),
@@ -221,6 +243,16 @@ BROKEN = [
     (StrictDecoding, "test_unicode_and_undecodable_output", "not a SandboxError"),
     (KeepsProcessesOnClose, "test_no_process_survives_close", "still run"),
     (ReadsStdoutBeforeStderr, "test_output_limit_truncates_without_deadlock", "never hang"),
+    (
+        KeepsAgentProcesses,
+        "test_an_honest_agent_is_rewarded_and_the_environment_survives",
+        "left running the process the agent started",
+    ),
+    (
+        EndsMarkedProcessesToo,
+        "test_an_honest_agent_is_rewarded_and_the_environment_survives",
+        "killed a process started before mark_processes",
+    ),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The task and renderer of the conformance tests of harnesses that act in a sandbox folder."""
+"""The tasks and renderer of the conformance tests of harnesses that act in a sandbox."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 from reference.toy_renderer import ToyChatRenderer
+from rllm_core.errors import UnknownComponentError
+from rllm_core.plugins import PluginManager
+from rllm_core.testing.suites.harnesses import GradedTask
 from rllm_core.types import SandboxSpec, Task
+
+SHIPPED_TASK = Path(__file__).resolve().parents[3] / "examples" / "tasks" / "shell" / "count-lines"
 
 
 class MakeFileTask:
@@ -25,3 +30,22 @@ class MakeFileTask:
     @pytest.fixture
     def gateway_renderer(self) -> ToyChatRenderer:
         return ToyChatRenderer()
+
+
+class ShippedShellTask:
+    """Mixed into a :class:`~rllm_core.testing.suites.harnesses.HarnessConformance` subclass:
+    its ``graded_task`` is the shipped Harbor task ``count-lines``, prepared and graded by the
+    installed ``harbor`` task source in a bubblewrap sandbox, solved by its own
+    ``solution/solve.sh``. Skipped without bubblewrap or the harbor plugin."""
+
+    @pytest.fixture
+    def graded_task(self) -> GradedTask:
+        pytest.importorskip("rllm_sandbox_backend_local.testing").require_bubblewrap()
+        try:
+            spec = PluginManager(strict=False).get("task_source", "harbor")
+        except UnknownComponentError:
+            pytest.skip("the `harbor` task source is not installed (rllm-task-source-harbor)")
+        source = spec.build({"path": str(SHIPPED_TASK)})
+        (task,) = source.tasks()
+        solution = (SHIPPED_TASK / "solution" / "solve.sh").read_text()
+        return GradedTask(source=source, task=task, solution=solution)

@@ -3,8 +3,10 @@
 It isolates nothing: a sandbox is a working directory on this machine. What it does get right
 is the process and I/O contract: each command runs ``/bin/sh -c`` in its own process group, a
 timeout kills the whole group, both pipes are drained concurrently with a per-stream cap, and
-closing a sandbox kills every process group its commands left behind. The spec's workdir is
-created when missing and left in place on close.
+closing a sandbox kills every process group its commands left behind. ``end_processes`` kills
+the groups of the commands run since ``mark_processes``: a process that started a session of
+its own is out of its reach. The spec's workdir is created when missing and left in place on
+close.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class SubprocessSandbox(ClosesOnExit):
         self._limit = output_limit_bytes
         self._backend = on_close
         self._groups: set[int] = set()
+        self._marked: set[int] = set()
         self._closed = False
 
     # ---------------------------------------------------------------- helpers
@@ -223,6 +226,22 @@ class SubprocessSandbox(ClosesOnExit):
             raise SandboxFileNotFound(f"no directory {target} in the sandbox") from exc
         except OSError as exc:
             raise SandboxError(f"could not list {target}: {exc}") from exc
+
+    # ---------------------------------------------------------------- agent processes
+
+    async def mark_processes(self) -> None:
+        self._check_open("mark_processes")
+        self._marked = set(self._groups)
+
+    async def end_processes(self) -> int:
+        self._check_open("end_processes")
+        killed = 0
+        for pgid in self._groups - self._marked:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+                killed += 1
+            self._groups.discard(pgid)
+        return killed
 
     # ---------------------------------------------------------------- lifecycle
 

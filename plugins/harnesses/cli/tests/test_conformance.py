@@ -5,7 +5,10 @@ sandbox reaches the gateway and nothing else.
 
 The agent keeps the conversation, ends when a reply's last line is ``DONE``, stops after
 three calls, and reports how it ended in the outcome file. A second agent reports nothing and
-exits 1 when a model call fails: the harness then judges by the exit code alone."""
+exits 1 when a model call fails: the harness then judges by the exit code alone. Hostile and
+honest agents play the shipped task ``count-lines`` through the rollout, graded by its Harbor
+verifier: the agent talks to the model once, through the gateway network, then runs its
+command."""
 
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from reference.harness_task import ShippedShellTask
 from reference.toy_renderer import ToyChatRenderer
 from rllm_core.plugins import PluginManager
 from rllm_core.ports import SandboxBackend
-from rllm_core.testing.suites.harnesses import HarnessConformance
+from rllm_core.testing.suites.harnesses import AgentRunning, HarnessConformance
 from rllm_core.testing.suites.sandboxes import run_with_deadline
 from rllm_core.types import SandboxSpec, Task, Termination
 from rllm_harness_cli.harness import CliHarness
@@ -73,6 +77,8 @@ cat > "$(dirname "$RLLM_OUTCOME_PATH")/agent.py" <<'PY'
 {AGENT}PY
 """
 
+END = "RLLM_AGENT_COMMAND_END"
+
 NO_TURN_COUNT = (
     "without an outcome file the cli harness reports turns=0 whatever the number of model"
     " calls the agent made through the gateway"
@@ -99,7 +105,7 @@ def expected_failure(check: Callable[..., None], reason: str) -> Callable[..., N
 PYTHON = os.path.realpath(os.path.join(sys.base_prefix, "bin", "python3"))
 
 
-class TestCliHarness(HarnessConformance):
+class TestCliHarness(ShippedShellTask, HarnessConformance):
     needs_sandbox = True
     max_turns = 3
     endless_reply = "Still working on it."
@@ -111,6 +117,30 @@ class TestCliHarness(HarnessConformance):
         backend = spec.build({"isolation": "auto", "extra_ro_binds": [sys.base_prefix]})
         yield backend
         run_with_deadline(backend.close(), self.deadline_s)
+
+    @pytest.fixture
+    def graded_sandbox_backend(self) -> Iterator[SandboxBackend]:
+        spec = PluginManager(strict=False).get("sandbox_backend", "local")
+        backend = spec.build({"isolation": "bwrap", "extra_ro_binds": [sys.base_prefix]})
+        yield backend
+        run_with_deadline(backend.close(), self.deadline_s)
+
+    @pytest.fixture
+    def agent_running(self) -> AgentRunning:
+        def running(command: str) -> tuple[CliHarness, list[str]]:
+            install = f'{INSTALL}cat > "$(dirname "$RLLM_OUTCOME_PATH")/command.sh" <<\'{END}\'\n'
+            harness = CliHarness(
+                CliConfig(
+                    install=f"{install}{command.rstrip()}\n{END}\n",
+                    invocation=f"{PYTHON} {{agent_dir}}/agent.py --report"
+                    " && bash {agent_dir}/command.sh",
+                    install_timeout_s=20.0,
+                    timeout_cap_s=20.0,
+                )
+            )
+            return harness, ["DONE"]
+
+        return running
 
     @pytest.fixture
     def harness(self, tmp_path) -> CliHarness:
@@ -148,6 +178,10 @@ class TestCliHarnessWithoutOutcomeFile(TestCliHarness):
 
     report = False
     endless_termination = Termination.DONE
+
+    @pytest.fixture
+    def agent_running(self) -> AgentRunning:
+        pytest.skip("the graded runs are TestCliHarness's: the agent's report plays no part")
 
     test_turns_equal_the_recorded_model_calls = expected_failure(
         HarnessConformance.test_turns_equal_the_recorded_model_calls, NO_TURN_COUNT

@@ -64,6 +64,17 @@ The fixtures:
   By default: ``None`` (the harness gets ``sandbox=None``), or, with ``needs_sandbox = True``,
   the installed ``local`` backend with ``isolation = "none"`` (plain subprocesses in a
   folder), skipped when it is not installed. Override it for another backend.
+- ``graded_task`` (optional): a :class:`GradedTask`, a task whose verifier grades what the
+  agent left in its sandbox (a shipped Harbor shell task), with its task source and a shell
+  command that solves it. Without it the hostile-agent checks are skipped.
+- ``agent_running`` (optional): a function that takes a bash script and returns a harness
+  whose agent runs it once in its sandbox, with the script of the fake model for
+  that run (:data:`AgentRunning`): for a shell harness, a reply that is the command, then the
+  done marker; for an agent program, an install and invocation that run it. Without it the
+  hostile-agent checks are skipped.
+- ``graded_sandbox_backend`` (optional): the backend of the graded runs; by default the
+  installed ``local`` backend isolated by bubblewrap (``isolation = "bwrap"``), since a task's
+  verifier folders are the sandbox's own ``/logs`` and ``/tests``.
 
 The class attributes:
 
@@ -95,6 +106,13 @@ with its fixtures as arguments):
 - every model call goes to the session's endpoint: the gateway records calls of that session
   only, and a trap server named in ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE`` (with a wrong
   ``OPENAI_API_KEY``) in this process's environment during the run receives nothing.
+- an agent that tries to forge its reward, each of the sandbox suite's
+  :data:`~rllm_core.testing.suites.sandboxes.HOSTILE_AGENTS` (with ``ROOT``, ``LOGS`` and
+  ``TESTS`` naming the graded task's verifier folders), played through the rollout
+  (:class:`~rllm_core.rollout.RolloutRunner`: the sandbox with the network the harness
+  declares, the task source's preparation, the agent's processes ended, the task source's
+  verifier) scores 0 or is excluded as a verifier or sandbox error, never rewarded; an agent
+  that runs the task's solution the same way scores 1.
 
 A check the harness does not meet for a known reason is overridden in the subclass and
 marked as an expected failure, with the reason and ``raises=AssertionError`` (so that a
@@ -122,6 +140,8 @@ import contextlib
 import functools
 import http.server
 import os
+import posixpath
+import shlex
 import signal
 import socket
 import threading
@@ -136,10 +156,11 @@ import pytest
 from rllm_core.errors import UnknownComponentError, UpstreamError
 from rllm_core.gateway.server import Gateway
 from rllm_core.plugins import ComponentSpec, PluginManager
-from rllm_core.ports import Harness, Renderer, Sandbox, SandboxBackend, TraceStore
+from rllm_core.ports import Harness, Renderer, Sandbox, SandboxBackend, TaskSource, TraceStore
+from rllm_core.rollout import RolloutBatch, RolloutRunner, RolloutSettings
 from rllm_core.rollout.network import agent_endpoint, sandbox_spec
 from rllm_core.testing.samplers import Script, ScriptedSampler
-from rllm_core.testing.suites.sandboxes import run_with_deadline
+from rllm_core.testing.suites.sandboxes import HOSTILE_AGENTS, run_with_deadline
 from rllm_core.types import (
     HarnessOutcome,
     LLMEndpoint,
@@ -150,7 +171,7 @@ from rllm_core.types import (
     Trace,
 )
 
-__all__ = ["HarnessConformance", "Played", "scripted_gateway"]
+__all__ = ["AgentRunning", "GradedTask", "HarnessConformance", "Played", "scripted_gateway"]
 
 SESSION_ID = "conformance-episode"
 
@@ -188,6 +209,31 @@ class Played:
     session_id: str
     recorded: list[Trace] = field(default_factory=list)
     requests: list[SampleRequest] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GradedTask:
+    """A task whose verifier grades what the agent left in the sandbox: the ``source`` that
+    lists, prepares and grades it, the ``task``, a ``solution`` (a bash script) that solves it
+    when run in the task's workdir, and ``verifier_root``, the folder of the sandbox holding the
+    verifier's ``logs/verifier`` and ``tests`` (``/`` for a Harbor task)."""
+
+    source: TaskSource
+    task: Task
+    solution: str
+    verifier_root: str = "/"
+
+
+AgentRunning = Callable[[str], tuple[Harness, Script]]
+"""Takes a bash script; returns a harness whose agent runs it once in the sandbox (in the
+task's workdir) and the script of the fake model that makes it do so."""
+
+
+@dataclass
+class _GradedRun:
+    batch: RolloutBatch
+    model_calls: int
+    script_length: int
 
 
 class _Blocked:
@@ -382,6 +428,33 @@ class HarnessConformance:
         yield backend
         run_with_deadline(backend.close(), self.deadline_s)
 
+    @pytest.fixture
+    def graded_task(self) -> GradedTask:
+        pytest.skip(
+            "the graded_task fixture is not provided: give a task whose verifier grades the"
+            " sandbox (a GradedTask) to play the hostile agents"
+        )
+
+    @pytest.fixture
+    def agent_running(self) -> AgentRunning:
+        pytest.skip(
+            "the agent_running fixture is not provided: give a function that makes the"
+            " harness's agent run a shell command (AgentRunning) to play the hostile agents"
+        )
+
+    @pytest.fixture
+    def graded_sandbox_backend(self) -> Iterator[SandboxBackend]:
+        spec = _installed("sandbox_backend", "local")
+        if spec is None:
+            pytest.skip(
+                "the graded runs need a sandbox and the `local` sandbox backend is not"
+                " installed (rllm-sandbox-backend-local); install it or override the"
+                " graded_sandbox_backend fixture"
+            )
+        backend = spec.build({"isolation": "bwrap"})
+        yield backend
+        run_with_deadline(backend.close(), self.deadline_s)
+
     # ------------------------------------------------------------------ helpers
 
     @contextlib.asynccontextmanager
@@ -427,6 +500,46 @@ class HarnessConformance:
                 recorded=trace_store.session(SESSION_ID),
                 requests=list(sampler.requests),
             )
+
+    def play_graded(
+        self,
+        graded: GradedTask,
+        command: str,
+        agent_running: AgentRunning,
+        *,
+        renderer: Renderer,
+        trace_store: TraceStore,
+        backend: SandboxBackend,
+    ) -> _GradedRun:
+        """Roll out ``graded.task`` once, as a run does, with the harness ``agent_running``
+        makes for ``command``, which runs with ``ROOT``, ``LOGS`` and ``TESTS`` set to the
+        verifier's folders."""
+        root = graded.verifier_root
+        folders = {
+            "ROOT": root,
+            "LOGS": posixpath.join(root, "logs", "verifier"),
+            "TESTS": posixpath.join(root, "tests"),
+        }
+        exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in folders.items())
+        harness, script = agent_running(f"export {exports}\n{command}")
+        sampler = ScriptedSampler(script, renderer=renderer)
+
+        async def body() -> RolloutBatch:
+            async with Gateway(renderer=renderer, sampler=sampler, trace_store=trace_store) as gw:
+                runner = RolloutRunner(
+                    task_source=graded.source,
+                    harness=harness,
+                    sandbox_backend=backend,
+                    gateway=gw,
+                    trace_store=trace_store,
+                    settings=RolloutSettings(group_size=1, max_concurrency=1, max_infra_retries=0),
+                    run_id="conformance-graded",
+                )
+                return await runner.run([graded.task], step=0)
+
+        batch = run_with_deadline(body(), 2 * self.deadline_s)
+        length = len(script) if isinstance(script, Sequence) else -1
+        return _GradedRun(batch=batch, model_calls=sampler.calls, script_length=length)
 
     def _finish(
         self, coro: Coroutine[Any, Any, T], what: str, sampler: ScriptedSampler | None = None
@@ -776,3 +889,70 @@ class HarnessConformance:
             f"the gateway recorded sessions {gateway_trace_store.sessions()}, expected only"
             f" {played.session_id!r}"
         )
+
+    # ------------------------------------------------------------------ hostile agents
+
+    @pytest.mark.parametrize("agent", sorted(HOSTILE_AGENTS))
+    def test_a_hostile_agent_is_never_rewarded(
+        self,
+        agent: str,
+        graded_task: GradedTask,
+        agent_running: AgentRunning,
+        graded_sandbox_backend: SandboxBackend,
+        gateway_renderer: Renderer,
+        gateway_trace_store: TraceStore,
+    ) -> None:
+        what = f"the agent that {agent.replace('-', ' ')}"
+        run = self.play_graded(
+            graded_task,
+            HOSTILE_AGENTS[agent],
+            agent_running,
+            renderer=gateway_renderer,
+            trace_store=gateway_trace_store,
+            backend=graded_sandbox_backend,
+        )
+        self._check_graded_script_used(run, what)
+        for failure in run.batch.infra_failures:
+            assert failure.termination in (Termination.VERIFIER_ERROR, Termination.SANDBOX_ERROR), (
+                f"{what} ended with {failure.termination.value}: {failure.error}"
+            )
+        for episode in (e for group in run.batch.groups for e in group):
+            assert episode.reward == 0.0, (
+                f"{what} was graded {episode.reward} on task {graded_task.task.task_id!r}"
+                f" (termination {episode.termination.value}); a hostile agent must score 0 (see"
+                " HOSTILE_AGENTS)"
+            )
+
+    def test_an_agent_that_solves_the_graded_task_is_rewarded(
+        self,
+        graded_task: GradedTask,
+        agent_running: AgentRunning,
+        graded_sandbox_backend: SandboxBackend,
+        gateway_renderer: Renderer,
+        gateway_trace_store: TraceStore,
+    ) -> None:
+        what = "the agent that runs the task's solution"
+        run = self.play_graded(
+            graded_task,
+            graded_task.solution,
+            agent_running,
+            renderer=gateway_renderer,
+            trace_store=gateway_trace_store,
+            backend=graded_sandbox_backend,
+        )
+        self._check_graded_script_used(run, what)
+        failures = [f"{f.termination.value}: {f.error}" for f in run.batch.infra_failures]
+        assert not failures, f"{what} was not graded: {failures}"
+        (episode,) = run.batch.groups[0]
+        assert episode.reward == 1.0, (
+            f"{what} was graded {episode.reward} on task {graded_task.task.task_id!r}"
+            f" (termination {episode.termination.value}, harness metadata"
+            f" {episode.metadata.get('harness')!r}), expected 1"
+        )
+
+    def _check_graded_script_used(self, run: _GradedRun, what: str) -> None:
+        if run.script_length >= 0:
+            assert run.model_calls == run.script_length, (
+                f"for {what} the harness made {run.model_calls} model calls, but the script"
+                f" agent_running gave holds {run.script_length}: did the agent run its command?"
+            )

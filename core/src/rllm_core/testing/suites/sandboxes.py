@@ -98,6 +98,8 @@ ln -s "$PWD/mine/logs" "$ROOT/logs" && ln -s "$PWD/mine/tests" "$TESTS"
 }
 """Agents that try to forge the reward, by name, as shell scripts (see the hostile checks of
 :class:`SandboxConformance`)."""
+# Those that leave a process running in a session of its own.
+_LEAVES_A_SESSION = frozenset(name for name, script in HOSTILE_AGENTS.items() if "\nbg " in script)
 
 # The verifier of the hostile checks, as a task source runs one: a link or file put where a
 # verifier folder goes is removed, the folders are emptied, the test script is uploaded only
@@ -202,8 +204,12 @@ class SandboxConformance:
     folders) is played as the rollout plays an agent, between ``mark_processes`` and
     ``end_processes`` (see :class:`~rllm_core.ports.EndsProcesses`), then graded by a verifier
     that clears its folders and uploads its test script only then; each must end with reward
-    0, while an honest agent gets 1 and a process started before the mark survives. Override
-    :meth:`verifier_root` when the sandbox shares the host's filesystem.
+    0, while an honest agent gets 1, the process it left in the background is gone and a
+    process started before the mark survives. Override :meth:`verifier_root` when the sandbox
+    shares the host's filesystem, and declare ``sessions_escape_end_processes`` when its
+    sandboxes are plain host processes whose ``end_processes`` finds only the process groups
+    of the sandbox's own commands: the agents that leave a process in a session of their own
+    are then skipped rather than played, since that process would outlive the test.
 
     Helpers for a plugin's own extra tests: :meth:`run_async`, :meth:`open_sandbox`,
     :meth:`exec_ok`, :meth:`assert_processes_gone` and :meth:`play_and_verify`.
@@ -220,6 +226,7 @@ class SandboxConformance:
     large_output_bytes: ClassVar[int] = 50_000_000
     timeout_slack_s: ClassVar[float] = 5.0
     deadline_s: ClassVar[float] = 60.0
+    sessions_escape_end_processes: ClassVar[bool] = False
 
     @pytest.fixture
     def sandbox_spec(self, tmp_path: Path) -> SandboxSpec:
@@ -386,7 +393,9 @@ class SandboxConformance:
         ``agent`` script (its exit code is ignored), ``end_processes``, then a verifier that
         clears its folders, uploads its test script and runs it. Returns the text of
         ``reward.txt``, the names in the verifier's log folder, and, after a short wait, the
-        result of checking that a process ``setup`` left (its pid in ``service.pid``) runs."""
+        result of checking that a process ``setup`` left (its pid in ``service.pid``) runs
+        (exit 0; 1 when it is gone, 2 without the file) and that one the agent left (its pid
+        in ``agent.pid``, when written) does not (exit 3)."""
         root = self.verifier_root(spec)
         env = {
             "ROOT": root,
@@ -410,13 +419,24 @@ class SandboxConformance:
             await asyncio.sleep(0.2)  # a survivor would rewrite the reward by now
             reward = (await sb.read_file(posixpath.join(env["LOGS"], "reward.txt"))).decode()
             found = sorted(posixpath.basename(f.path) for f in await sb.list_files(env["LOGS"]))
-            service = await sb.exec(f"{_ALIVE}; alive service.pid", timeout=30.0)
+            service = await sb.exec(
+                f"{_ALIVE}; alive service.pid || exit; ! {{ [ -s agent.pid ] && alive agent.pid; }}"
+                " || exit 3",
+                timeout=30.0,
+            )
         return reward.strip(), found, service
 
     @pytest.mark.parametrize("agent", sorted(HOSTILE_AGENTS))
     def test_a_hostile_agent_cannot_forge_the_reward(
         self, sandbox_backend: SandboxBackend, sandbox_spec: SandboxSpec, agent: str
     ) -> None:
+        if self.sessions_escape_end_processes and agent in _LEAVES_A_SESSION:
+            pytest.skip(
+                f"the agent that {agent.replace('-', ' ')} leaves a process in a session of its"
+                " own, which end_processes of these sandboxes cannot tell from the host's"
+                " (sessions_escape_end_processes); played here, it would outlive the test"
+            )
+
         async def body() -> None:
             reward, found, _ = await self.play_and_verify(
                 sandbox_backend, sandbox_spec, HOSTILE_AGENTS[agent]
@@ -439,11 +459,15 @@ class SandboxConformance:
             reward, found, service = await self.play_and_verify(
                 sandbox_backend,
                 sandbox_spec,
-                "touch solved; sleep 100 >/dev/null 2>&1 &",
+                "touch solved; sleep 100 >/dev/null 2>&1 & echo $! > agent.pid",
                 setup="sleep 100 >/dev/null 2>&1 & echo $! > service.pid",
             )
             assert reward == "1", f"the honest agent's verifier wrote {reward!r}, expected 1"
             assert found == ["reward.txt"], f"the verifier's folder holds {found}"
+            assert service.exit_code != 3, (
+                "end_processes left running the process the agent started in the background"
+                " (its pid in agent.pid)"
+            )
             assert service.exit_code == 0, (
                 "end_processes killed a process started before mark_processes (exit"
                 f" {service.exit_code} from the liveness check: {service.stdout!r})"
