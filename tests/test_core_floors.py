@@ -29,6 +29,7 @@ FLOORS: dict[str, int] = {
     "routing": 1,
     "docs_site": 1,
     "toml_text": 1,
+    "addresses": 1,
     # 2: the contracts
     "ports": 2,
     # 3: the plan, the plugin manager, the algorithms; the package's own facade

@@ -25,13 +25,13 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import secrets
 import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from rllm_core.addresses import is_loopback
 from rllm_core.gateway.app import GatewayApp
 from rllm_core.gateway.engine import GatewayEngine
 from rllm_core.gateway.serving import AsgiServer
@@ -65,16 +65,6 @@ def log_events(level: str, stream: TextIO | None = None) -> logging.Handler:
     package.setLevel(level.upper())
     package.propagate = False
     return handler
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def new_token() -> str:

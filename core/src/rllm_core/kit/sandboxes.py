@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Protocol, Self, TypeVar
 from urllib.parse import urlsplit
 
+from rllm_core.addresses import is_local_only
 from rllm_core.errors import (
     SandboxAuthError,
     SandboxCommandTimeout,
@@ -204,20 +205,14 @@ def remote_gateway(spec: SandboxSpec, service: str) -> RemoteGateway | None:
             f"gateway_url {url!r} is not an http(s)://host[:port] URL; a {service} sandbox"
             " reaches the gateway by its address"
         )
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    local = host.lower() == "localhost" or (
-        address is not None
-        and (address.is_loopback or address.is_link_local or address.is_unspecified)
-    )
-    if local:
+    if is_local_only(host):
         raise SandboxCreateError(
             f"{service} sandboxes run on {service}'s machines and cannot reach the gateway at"
             f" {url}, an address of this machine only; serve the gateway on an address they"
             " can reach ([gateway] host, behind its token) or use the local sandbox backend"
         )
-    if address is None:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
         return RemoteGateway(domains=(host,))
     return RemoteGateway(cidrs=(f"{address}/{address.max_prefixlen}",))

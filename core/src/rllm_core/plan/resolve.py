@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rllm_core.addresses import is_local_only
 from rllm_core.errors import ComponentConflictError, PlanError, PlanIssue, UnknownComponentError
 from rllm_core.plan.load import issues_from_validation, load_plan
 from rllm_core.plan.schema import ComponentRef, Plan, component_sections, waiting_groups_bound
@@ -155,6 +156,7 @@ class _Resolver:
         self.refuse_pipeline_keys()
         self.refuse_sampler()
         self.refuse_native_loss()
+        self.refuse_unreachable_gateway()
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
         modes = trainer.spec.trait("proximal_modes") if trainer else None
@@ -195,6 +197,29 @@ class _Resolver:
             f" {trainer.name!r} cannot export them",
             "remove [sampler] to sample from the trainer backend itself, or use a trainer"
             " backend that exports weights (torch)",
+        )
+
+    def refuse_unreachable_gateway(self) -> None:
+        """A harness that calls the gateway from inside its sandboxes (config key
+        ``network``) on a backend whose sandboxes run elsewhere (trait ``remote``) needs a
+        ``[gateway].host`` they can reach: not loopback, link-local or unspecified."""
+        sandbox = self.components.get("[sandbox]")
+        harness = self.components.get("[harness]")
+        if sandbox is None or harness is None or not sandbox.spec.trait("remote"):
+            return
+        network = getattr(harness.config, "network", None)
+        host = self.plan.gateway.host
+        if network not in ("gateway", "full") or not is_local_only(host):
+            return
+        self.issue(
+            "gateway",
+            "host",
+            host,
+            f"harness {harness.name!r} calls the gateway from inside its sandboxes (network ="
+            f" {network!r}), and sandbox backend {sandbox.name!r} runs them on another machine,"
+            f" which cannot reach {host!r} on this one",
+            "set [gateway] host to an address of this machine the sandboxes reach (and the"
+            " gateway's port open to them only)",
         )
 
     def refuse_native_loss(self) -> None:

@@ -178,12 +178,20 @@ def rllm_renderers() -> Iterable[ComponentSpec]:
     """
 
 
-@component_hookspec("sandbox_backend", port=SandboxBackend)
+@component_hookspec(
+    "sandbox_backend",
+    port=SandboxBackend,
+    traits={"remote": Trait(False, choices=(True, False))},
+)
 def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
     """Yield the sandbox backends this plugin provides.
 
     A plan selects one with ``[sandbox].name``. The factory returns a
-    :class:`~rllm_core.ports.SandboxBackend`.
+    :class:`~rllm_core.ports.SandboxBackend`. The trait ``remote`` (default False) says that
+    its sandboxes run on another machine, which cannot reach a gateway on this machine's
+    loopback: ``plan check`` refuses a loopback ``[gateway].host`` when the harness's programs
+    call the gateway from inside the sandbox (its config key ``network`` is ``"gateway"`` or
+    ``"full"``).
 
     Example::
 
@@ -259,7 +267,10 @@ def rllm_harnesses() -> Iterable[ComponentSpec]:
     """Yield the harnesses (agent loops) this plugin provides.
 
     A plan selects one with ``[harness].name``. The factory returns a
-    :class:`~rllm_core.ports.Harness`.
+    :class:`~rllm_core.ports.Harness`. A harness whose programs run inside the sandbox and
+    call the gateway from there names the network they need in its config key ``network``
+    (``"gateway"`` or ``"full"``), which its ``sandbox_network`` declares; ``plan check``
+    reads the key to refuse a gateway a remote sandbox backend cannot reach.
 
     Example::
 

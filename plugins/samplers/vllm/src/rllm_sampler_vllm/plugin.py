@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.addresses import is_loopback
 from rllm_core.kit.retry import RetrySettings
 
 __all__ = ["LORA_RANKS", "VllmSamplerConfig", "VllmServeSettings"]
@@ -108,18 +109,15 @@ class VllmServeSettings(BaseModel):
                 "[sampler.serve] extra_args sets --host; set the host key instead (it is"
                 " checked against dev mode)"
             )
-        if not self.max_lora_rank and not self.dev_routes_on_network:
-            from rllm_core.gateway.server import is_loopback
-
-            if not is_loopback(self.host):
-                raise ValueError(
-                    f"[sampler.serve] host = {self.host!r} is not a loopback address, and a"
-                    " full-weight server runs in vLLM's dev mode, whose /collective_rpc, /pause"
-                    " and /reset_prefix_cache routes no --api-key guards: anything that reaches"
-                    " the host (an agent's sandbox) could drive the server. Keep host ="
-                    ' "127.0.0.1", or set dev_routes_on_network = true when only a private'
-                    " network reaches it"
-                )
+        if not (self.max_lora_rank or self.dev_routes_on_network or is_loopback(self.host)):
+            raise ValueError(
+                f"[sampler.serve] host = {self.host!r} is not a loopback address, and a"
+                " full-weight server runs in vLLM's dev mode, whose /collective_rpc, /pause"
+                " and /reset_prefix_cache routes no --api-key guards: anything that reaches"
+                " the host (an agent's sandbox) could drive the server. Keep host ="
+                ' "127.0.0.1", or set dev_routes_on_network = true when only a private'
+                " network reaches it"
+            )
         if self.max_lora_rank and self.max_lora_rank not in LORA_RANKS:
             raise ValueError(
                 f"[sampler.serve] max_lora_rank = {self.max_lora_rank} is not one vLLM accepts;"

@@ -97,6 +97,7 @@ def rllm_sandbox_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_sandbox_backend_daytona.backend:DaytonaBackend"),
         config=DaytonaSandboxConfig,
         summary="Daytona cloud sandboxes through the daytona SDK (merged stdout/stderr)",
+        traits={"remote": True},
         credentials=(
             Credential(
                 what="Daytona API key",

@@ -81,6 +81,7 @@ def rllm_sandbox_backends() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_sandbox_backend_modal.backend:ModalBackend"),
         config=ModalConfig,
         summary="Modal cloud sandboxes through the modal SDK, with retries and per-run tags",
+        traits={"remote": True},
         credentials=(
             Credential(
                 what="Modal token",
