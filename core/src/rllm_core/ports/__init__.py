@@ -16,7 +16,7 @@ from rllm_core.ports.losses import (
     LossOutput,
     NativeLoss,
 )
-from rllm_core.ports.rendering import Renderer
+from rllm_core.ports.rendering import Renderer, StreamsToolCalls, ToolCallStream
 from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
 from rllm_core.ports.scheduling import (
     NodeConverter,
@@ -66,6 +66,8 @@ __all__ = [
     "ParallelTrainer",
     "PolicyFollower",
     "Renderer",
+    "StreamsToolCalls",
+    "ToolCallStream",
     "SampleBuffer",
     "Sampler",
     "Sandbox",

@@ -1,13 +1,24 @@
-"""Contract for chat renderers: messages to token ids and back."""
+"""Contract for chat renderers: messages to token ids and back, and, for a renderer that can,
+tool calls read from a completion as it streams."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
-__all__ = ["Renderer"]
+__all__ = [
+    "ArgumentsDelta",
+    "ContentDelta",
+    "ReasoningDelta",
+    "Renderer",
+    "StreamEvent",
+    "StreamsToolCalls",
+    "ToolCallStart",
+    "ToolCallStream",
+]
 
 
 @runtime_checkable
@@ -65,3 +76,65 @@ class Renderer(Protocol):
         new_messages: Sequence[Message],
         tools: Sequence[ToolSpec] | None = None,
     ) -> list[int] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDelta:
+    """More content text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """More reasoning text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """Tool call number ``index`` (0, 1, ...) has begun and its function name is known."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentsDelta:
+    """More of tool call ``index``'s arguments JSON text."""
+
+    index: int
+    text: str
+
+
+StreamEvent = ContentDelta | ReasoningDelta | ToolCallStart | ArgumentsDelta
+
+
+@runtime_checkable
+class ToolCallStream(Protocol):
+    """Reads one completion's decoded text as it is sampled.
+
+    ``feed(text)`` takes the next decoded text and returns what became certain: content and
+    reasoning as soon as they cannot be the start of a call, a call's start once its name is
+    complete, its arguments as they arrive. ``finish()`` flushes what is left at the end of
+    the completion. Over a whole completion, the content and reasoning deltas concatenate to
+    the content and reasoning ``parse_response`` gives for the same tokens, the calls started
+    are its ``ok`` calls in order, and each call's argument deltas concatenate to JSON text
+    equal (as a JSON value) to that call's arguments.
+    """
+
+    def feed(self, text: str) -> list[StreamEvent]: ...
+
+    def finish(self) -> list[StreamEvent]: ...
+
+
+@runtime_checkable
+class StreamsToolCalls(Protocol):
+    """A renderer that reads tool calls while a completion streams: ``tool_call_stream()``
+    returns a fresh :class:`ToolCallStream` for one completion. The gateway then sends each
+    call's name, then its arguments, as they arrive; without it a streamed reply's tool calls
+    go out once the completion ends."""
+
+    def tool_call_stream(self) -> ToolCallStream: ...
