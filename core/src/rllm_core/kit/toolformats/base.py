@@ -8,8 +8,10 @@ Contract of a :class:`ToolCallFormat`:
   with a status other than ``ok`` (``invalid_json``, ``missing_name``, ``unterminated``),
   its ``raw`` text kept, so a malformed call is visible on the trace rather than lost. For an
   ``ok`` call, ``call.arguments`` is JSON text of an object; ids are ``call_0``, ``call_1``,
-  ... in order. Text the model wrote outside the calls stays in the content. ``tools`` are
-  the tools the request offered: a format that writes argument values as bare text (the
+  ... in order, except in a family whose calls carry their own id, which its template writes
+  back (Kimi-K2's ``functions.NAME:N``): the id is then the model's, and ``write`` writes it.
+  Text the model wrote outside the calls stays in the content. ``tools`` are the tools the
+  request offered: a format that writes argument values as bare text (the
   XML-style ones) reads each value as the JSON type its tool's schema gives it, as vLLM
   does, and as a string where no offered tool describes it; other formats ignore them.
 - ``write(content, reasoning, calls)`` is the text the model writes for such a turn, in the

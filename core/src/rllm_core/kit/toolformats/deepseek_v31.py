@@ -33,7 +33,7 @@ from rllm_core.ports.rendering import (
     StreamEvent,
     ToolCallStart,
 )
-from rllm_core.types import ParsedToolCall, ToolCall
+from rllm_core.types import ParsedToolCall, ToolCall, ToolSpec
 
 __all__ = ["DEEPSEEK_V31", "DeepSeekV31Format"]
 
@@ -199,7 +199,9 @@ class DeepSeekV31Format:
     vllm_tool_parser = "deepseek_v31"
     vllm_reasoning_parser: str | None = "deepseek_v3"
 
-    def split(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+    def split(
+        self, text: str, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[str, str | None, list[ParsedToolCall]]:
         reader = _Reader()
         events = reader.feed(text) + reader.finish()
         content, reasoning = fold(events, reader.reasoning_seen)
@@ -212,7 +214,7 @@ class DeepSeekV31Format:
         body = "".join(f"{CALL_BEGIN}{c.name}{SEP}{c.arguments}{CALL_END}" for c in calls)
         return f"{head}{content}{CALLS_BEGIN}{body}{CALLS_END}"
 
-    def stream(self) -> _Reader:
+    def stream(self, tools: Sequence[ToolSpec] = ()) -> _Reader:
         return _Reader()
 
     def detects(self, chat_template: str) -> bool:

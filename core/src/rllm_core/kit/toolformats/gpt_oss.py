@@ -37,7 +37,7 @@ from rllm_core.ports.rendering import (
     StreamEvent,
     ToolCallStart,
 )
-from rllm_core.types import ParsedToolCall, ToolCall
+from rllm_core.types import ParsedToolCall, ToolCall, ToolSpec
 
 __all__ = ["GPT_OSS", "GptOssFormat"]
 
@@ -227,7 +227,9 @@ class GptOssFormat:
     vllm_tool_parser = "openai"
     vllm_reasoning_parser: str | None = "openai_gptoss"
 
-    def split(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+    def split(
+        self, text: str, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[str, str | None, list[ParsedToolCall]]:
         reader = _Reader()
         events = reader.feed(text) + reader.finish()
         content, reasoning = fold(events, reader.reasoning_seen)
@@ -249,7 +251,7 @@ class GptOssFormat:
             messages.append(f"{CHANNEL}final{MESSAGE}{content}{RETURN}")
         return ASSISTANT.join(messages)
 
-    def stream(self) -> _Reader:
+    def stream(self, tools: Sequence[ToolSpec] = ()) -> _Reader:
         return _Reader()
 
     def detects(self, chat_template: str) -> bool:

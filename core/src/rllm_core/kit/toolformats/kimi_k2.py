@@ -36,7 +36,7 @@ from rllm_core.ports.rendering import (
     StreamEvent,
     ToolCallStart,
 )
-from rllm_core.types import ParsedToolCall, ToolCall
+from rllm_core.types import ParsedToolCall, ToolCall, ToolSpec
 
 __all__ = ["KIMI_K2", "KimiK2Format"]
 
@@ -186,7 +186,9 @@ class KimiK2Format:
     vllm_tool_parser = "kimi_k2"
     vllm_reasoning_parser: str | None = "kimi_k2"
 
-    def split(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+    def split(
+        self, text: str, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[str, str | None, list[ParsedToolCall]]:
         reader = _Reader()
         events = reader.feed(text) + reader.finish()
         content, reasoning = fold(events, reader.reasoning_seen)
@@ -202,7 +204,7 @@ class KimiK2Format:
         )
         return f"{head}{content}{SECTION_BEGIN}{body}{SECTION_END}"
 
-    def stream(self) -> _Reader:
+    def stream(self, tools: Sequence[ToolSpec] = ()) -> _Reader:
         return _Reader()
 
     def detects(self, chat_template: str) -> bool:
