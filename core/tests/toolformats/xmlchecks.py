@@ -61,7 +61,7 @@ def _ours(fmt: ToolCallFormat, text: str, tools: list[ToolSpec]) -> dict[str, An
     content, reasoning, attempts = fmt.split(text, tools)
     return {
         "content": content,
-        "reasoning": reasoning or None,
+        "reasoning": (reasoning or "").rstrip() or None,
         "calls": [
             (a.call.name, json.loads(a.call.arguments))
             for a in attempts
@@ -72,11 +72,13 @@ def _ours(fmt: ToolCallFormat, text: str, tools: list[ToolSpec]) -> dict[str, An
 
 def _theirs(result: dict[str, Any]) -> dict[str, Any]:
     """vLLM's reading, less what only differs by convention: content around which vLLM
-    keeps whitespace when no call follows, reasoning with the think block's newlines."""
+    keeps whitespace when no call follows, reasoning with the think block's newlines, and
+    reasoning without trailing whitespace (vLLM removes it for all but Qwen3, so both sides
+    are compared without it)."""
     assert "error" not in result, result
     return {
         "content": (result["content"] or "").strip(),
-        "reasoning": (result["reasoning"] or "").strip("\n") or None,
+        "reasoning": (result["reasoning"] or "").strip("\n").rstrip() or None,
         "calls": [(c["name"], c["arguments"]) for c in result["calls"]],
     }
 
