@@ -117,16 +117,17 @@ def oracle_view(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def our_view(fmt: ToolCallFormat, text: str) -> dict[str, Any]:
+def our_view(fmt: ToolCallFormat, text: str, drop_blank_content: bool = True) -> dict[str, Any]:
     """Our reading in the oracle's shape. vLLM's chat completions endpoint drops a blank
-    content beside tool calls (vllm/parser/abstract_parser.py, ``parse``), so ours does too
-    here; ``split`` keeps it, for the turn to render again as it was written."""
+    content beside tool calls (``parse`` in vllm/parser/abstract_parser.py; its harmony
+    parser does not), so with ``drop_blank_content`` ours does too here; ``split`` keeps it,
+    for the turn to render again as it was written."""
     content, reasoning, attempts = fmt.split(text)
     calls = [
         (a.call.name, json.loads(a.call.arguments))
         for a in attempts
         if a.status == "ok" and a.call is not None
     ]
-    if calls and not content.strip():
+    if drop_blank_content and calls and not content.strip():
         content = ""
     return {"content": content, "reasoning": reasoning, "calls": calls}
