@@ -55,3 +55,12 @@ def test_entry_module_does_not_import_the_tokenizers_library():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_tool_call_format_must_be_a_known_format():
+    for config in (plugin.ChatMLConfig, plugin.Qwen3Config):
+        assert config(tokenizer="x").tool_call_format == "hermes"
+        with pytest.raises(
+            ValidationError, match=r"tool_call_format\n.*unknown tool_call_format 'nope'.*hermes"
+        ):
+            config(tokenizer="x", tool_call_format="nope")

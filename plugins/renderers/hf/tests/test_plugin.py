@@ -65,3 +65,31 @@ def test_entry_module_does_not_import_transformers():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_tool_call_format_must_be_a_known_format():
+    with pytest.raises(
+        ValidationError, match=r"tool_call_format\n.*unknown tool_call_format 'qwen9'.*hermes"
+    ):
+        plugin.HFConfig(tokenizer="x", tool_call_format="qwen9")
+    assert plugin.HFConfig(tokenizer="x", tool_call_format="gpt-oss").tool_call_format == "gpt-oss"
+
+
+def test_the_tool_call_format_is_the_templates_unless_set(qwen25_tokenizer_dir):
+    from rllm_core.ports.rendering import StreamsToolCalls
+    from rllm_renderer_hf.renderer import HFRenderer
+
+    detected = HFRenderer(plugin.HFConfig(tokenizer=str(qwen25_tokenizer_dir)))
+    assert detected.tool_call_format.name == "hermes"
+    assert isinstance(detected, StreamsToolCalls)
+    text = 'Sure.\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+    parsed = detected.parse_response(detected.encode(text))
+    assert [a.call.name for a in parsed.tool_calls if a.call] == ["f"]
+    chosen = HFRenderer(
+        plugin.HFConfig(tokenizer=str(qwen25_tokenizer_dir), tool_call_format="llama3-json")
+    )
+    assert chosen.tool_call_format.name == "llama3-json"
+    plain = "I cannot call f."
+    content, _, attempts = chosen.tool_call_format.split(plain)
+    parsed = chosen.parse_response(chosen.encode(plain))
+    assert (parsed.content, list(parsed.tool_calls)) == (content, attempts)

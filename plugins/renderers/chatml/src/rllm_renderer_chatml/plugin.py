@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
+from rllm_core.kit import toolformats
 
 __all__ = ["ChatMLConfig", "Qwen3Config"]
 
@@ -21,6 +22,20 @@ LITERAL_CONTROL_TOKENS = (
     " turn boundary; false (the reference chat templates' behaviour): it becomes the control"
     " token. A model trained with it on should be served with it on"
 )
+
+
+TOOL_CALL_FORMAT = (
+    "how completions write tool calls, one of the formats of rllm_core.kit.toolformats"
+    " (hermes, qwen3-coder, gpt-oss, ...; the table in docs/gateway.md): the template's own"
+    " <tool_call> JSON blocks are 'hermes'. Rendering past turns stays the template's"
+)
+
+
+def known_tool_call_format(name: str) -> str:
+    """``name`` when it is a registered tool-call format; else the error lists them."""
+    if name not in toolformats.FORMATS:
+        raise ValueError(str(toolformats.UnknownToolCallFormat(name)))
+    return name
 
 
 class ChatMLConfig(BaseModel):
@@ -46,6 +61,9 @@ class ChatMLConfig(BaseModel):
         " template's own default",
     )
     literal_control_tokens: bool = Field(default=False, description=LITERAL_CONTROL_TOKENS)
+    tool_call_format: str = Field(default="hermes", description=TOOL_CALL_FORMAT)
+
+    _known_format = field_validator("tool_call_format")(known_tool_call_format)
 
 
 class Qwen3Config(BaseModel):
@@ -71,6 +89,9 @@ class Qwen3Config(BaseModel):
         " template's enable_thinking=False does",
     )
     literal_control_tokens: bool = Field(default=False, description=LITERAL_CONTROL_TOKENS)
+    tool_call_format: str = Field(default="hermes", description=TOOL_CALL_FORMAT)
+
+    _known_format = field_validator("tool_call_format")(known_tool_call_format)
 
 
 @hookimpl

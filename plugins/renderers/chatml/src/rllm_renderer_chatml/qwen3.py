@@ -47,8 +47,14 @@ class Qwen3Renderer(ChatMLRenderer):
         template: Qwen3Template,
         *,
         literal_control_tokens: bool = False,
+        tool_call_format: str = "hermes",
     ) -> None:
-        super().__init__(tokenizer, template, literal_control_tokens=literal_control_tokens)
+        super().__init__(
+            tokenizer,
+            template,
+            literal_control_tokens=literal_control_tokens,
+            tool_call_format=tool_call_format,
+        )
         self.template: Qwen3Template = template
         self.im_start = tokenizer.require_token("<|im_start|>")
         self._header_ids = tokenizer.encode(GENERATION_PROMPT)
@@ -62,6 +68,7 @@ class Qwen3Renderer(ChatMLRenderer):
             TextTokenizer(resolve_tokenizer(config.tokenizer)),
             template,
             literal_control_tokens=config.literal_control_tokens,
+            tool_call_format=config.tool_call_format,
         )
 
     def _last_query_end(self, prompt: list[int]) -> int | None:

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rllm_core.kit.completions import THINK_CLOSE, THINK_OPEN, split_think
-from rllm_core.kit.toolcalls import format_tool_call, split_tool_calls
+from rllm_core.kit.completions import THINK_CLOSE, THINK_OPEN
+from rllm_core.kit.toolformats.hermes import HERMES, format_tool_call
 from rllm_core.types import Message, ParsedToolCall, ToolSpec
 
 from rllm_renderer_chatml.templates import (
@@ -144,11 +144,10 @@ class Qwen3Template(ChatTemplate):
         return out
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
-        """Reasoning as :func:`~rllm_core.kit.completions.split_think` reads it; without a think
+        """Read as the ``hermes`` tool-call format reads it; without a think
         block it is ``None``, or ``""`` with ``enable_thinking=False``, whose generation prompt
         already holds the (empty) block."""
-        reasoning, text = split_think(text)
+        content, reasoning, calls = HERMES.split(text)
         if reasoning is None and not self.enable_thinking:
             reasoning = ""
-        content, calls = split_tool_calls(text)
         return content, reasoning, calls

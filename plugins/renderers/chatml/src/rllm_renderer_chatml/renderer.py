@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rllm_core.kit import toolformats
 from rllm_core.kit.completions import parse_completion, split_at_stop
 from rllm_core.models import resolve_tokenizer
+from rllm_core.ports.rendering import ToolCallStream
 from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 from rllm_renderer_chatml.templates import TEMPLATES, ChatTemplate, detect_template
@@ -52,10 +54,16 @@ class ChatMLRenderer:
         template: ChatTemplate,
         *,
         literal_control_tokens: bool = False,
+        tool_call_format: str = "hermes",
     ) -> None:
         self.tokenizer = tokenizer
         self.template = template
         self.literal_control_tokens = literal_control_tokens
+        self.tool_call_format = toolformats.get(tool_call_format)
+        # The template's own reading is the hermes format's, with its reasoning conventions.
+        self._parse_text = (
+            template.parse if tool_call_format == "hermes" else self.tool_call_format.split
+        )
         tokenizer.require_token("<|im_start|>")
         self.im_end = tokenizer.require_token("<|im_end|>")
         self.end_of_text = tokenizer.require_token("<|endoftext|>")
@@ -68,7 +76,12 @@ class ChatMLRenderer:
         if name == "auto":
             name = detect_template(load_chat_template(tokenizer.folder), config.tokenizer)
         template = TEMPLATES[name](default_system=config.default_system)
-        return cls(tokenizer, template, literal_control_tokens=config.literal_control_tokens)
+        return cls(
+            tokenizer,
+            template,
+            literal_control_tokens=config.literal_control_tokens,
+            tool_call_format=config.tool_call_format,
+        )
 
     # ---------------------------------------------------------------- render
 
@@ -94,8 +107,11 @@ class ChatMLRenderer:
 
     def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
         return parse_completion(
-            token_ids, self.stop_token_ids(), self.tokenizer.decode, self.template.parse
+            token_ids, self.stop_token_ids(), self.tokenizer.decode, self._parse_text
         )
+
+    def tool_call_stream(self) -> ToolCallStream:
+        return self.tool_call_format.stream()
 
     # ---------------------------------------------------------------- bridge
 

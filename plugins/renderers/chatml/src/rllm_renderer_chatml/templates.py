@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from rllm_core.kit.toolcalls import format_tool_call, split_tool_calls
+from rllm_core.kit.toolformats.hermes import HERMES, format_tool_call
 from rllm_core.types import Message, ParsedToolCall, ToolSpec
 
 from rllm_renderer_chatml.tokenizer import Piece
@@ -265,8 +265,7 @@ class Qwen25Template(ChatTemplate):
         return out
 
     def parse(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
-        content, calls = split_tool_calls(text)
-        return content, None, calls
+        return HERMES.split(text)
 
 
 TEMPLATES: dict[str, type[ChatTemplate]] = {

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, PlanPath, hookimpl, lazy
+from rllm_core.kit import toolformats
 
 __all__ = ["HFConfig"]
 
@@ -52,6 +53,14 @@ class HFConfig(BaseModel):
         " turn boundary; false (what the chat template does): it becomes the control token. A"
         " model trained with it on should be served with it on",
     )
+    tool_call_format: str | None = Field(
+        default=None,
+        description="how completions write tool calls, one of the formats of"
+        " rllm_core.kit.toolformats (hermes, qwen3-coder, gpt-oss, glm-4.5, ...; the table in"
+        " docs/gateway.md). Unset: the format whose markers the chat template writes; a"
+        " template that shows none is read as 'hermes' (<tool_call> JSON blocks), so set it"
+        " for a model that calls tools any other way",
+    )
     history_size: int = Field(
         default=4096,
         ge=1,
@@ -59,6 +68,13 @@ class HFConfig(BaseModel):
         " bridge re-renders a remembered conversation and returns None for a prompt it"
         " does not know",
     )
+
+    @field_validator("tool_call_format")
+    @classmethod
+    def _known_format(cls, name: str | None) -> str | None:
+        if name is not None and name not in toolformats.FORMATS:
+            raise ValueError(str(toolformats.UnknownToolCallFormat(name)))
+        return name
 
 
 @hookimpl

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rllm_core.chat_dicts import message_dicts, tool_dicts
+from rllm_core.kit import toolformats
 from rllm_core.kit.completions import (
     assistant_message,
     parse_completion,
     split_at_stop,
-    split_think,
 )
-from rllm_core.kit.toolcalls import split_tool_calls
 from rllm_core.models import resolve_tokenizer
-from rllm_core.types import Message, ParsedResponse, ParsedToolCall, RenderedTokens, ToolSpec
+from rllm_core.ports.rendering import ToolCallStream
+from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolSpec
 
 if TYPE_CHECKING:
     from rllm_renderer_hf.plugin import HFConfig
@@ -32,12 +32,6 @@ __all__ = ["HFRenderer"]
 
 # Turn-close tokens of common chat formats, used as stop tokens when the tokenizer has them.
 _CLOSE_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>")
-
-
-def _parse_text(text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
-    reasoning, text = split_think(text)
-    content, calls = split_tool_calls(text)
-    return content, reasoning, calls
 
 
 def _restore(text: str, sentinels: dict[str, str], base: int) -> tuple[str, list[int]]:
@@ -164,6 +158,12 @@ class HFRenderer:
                 " chat_template key, or use a tokenizer folder that has one"
             )
         self._stops = self._stop_ids(config.stop_tokens)
+        template_text = self._template or self.tokenizer.chat_template
+        self.tool_call_format = toolformats.get(
+            config.tool_call_format
+            or (isinstance(template_text, str) and toolformats.detect(template_text))
+            or "hermes"
+        )
         self._history: OrderedDict[bytes, tuple[tuple[Message, ...], tuple[ToolSpec, ...]]]
         self._history = OrderedDict()
         self._lock = threading.Lock()
@@ -386,7 +386,10 @@ class HFRenderer:
         return list(self._stops)
 
     def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
-        return parse_completion(token_ids, self._stops, self.decode, _parse_text)
+        return parse_completion(token_ids, self._stops, self.decode, self.tool_call_format.split)
+
+    def tool_call_stream(self) -> ToolCallStream:
+        return self.tool_call_format.stream()
 
     # ---------------------------------------------------------------- bridge
 
