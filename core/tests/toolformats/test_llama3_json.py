@@ -4,19 +4,19 @@ malformed completions kept as non-``ok`` attempts, and read as vLLM's ``llama3_j
 from __future__ import annotations
 
 import pytest
-from checks import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rllm_core.kit.toolformats import detect, get
+from rllm_core.kit.toolformats.llama3_json import LLAMA3_JSON, PYTHON_TAG
+from rllm_core.types import ToolCall
+from toolformats.checks import (
     assert_reads_back,
     assert_stream_matches_split,
     cuts_of,
     oracle_view,
     our_view,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from rllm_core.kit.toolformats import detect, get
-from rllm_core.kit.toolformats.llama3_json import LLAMA3_JSON, PYTHON_TAG
-from rllm_core.types import ToolCall
-from strategies import disagreements, generate, texts, turns
+from toolformats.strategies import disagreements, generate, texts, turns
 
 FMT = LLAMA3_JSON
 # Text before the calls must not itself open a call.

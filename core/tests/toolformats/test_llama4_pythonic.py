@@ -8,19 +8,19 @@ import keyword
 import re
 
 import pytest
-from checks import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rllm_core.kit.toolformats import detect, get
+from rllm_core.kit.toolformats.llama4_pythonic import LLAMA4_PYTHONIC, PYTHON_START
+from rllm_core.types import ToolCall
+from toolformats.checks import (
     assert_reads_back,
     assert_stream_matches_split,
     cuts_of,
     oracle_view,
     our_view,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from rllm_core.kit.toolformats import detect, get
-from rllm_core.kit.toolformats.llama4_pythonic import LLAMA4_PYTHONIC, PYTHON_START
-from rllm_core.types import ToolCall
-from strategies import disagreements, generate, texts, turns
+from toolformats.strategies import disagreements, generate, texts, turns
 
 FMT = LLAMA4_PYTHONIC
 CALL_START = re.compile(r"\[\s*[^\W\d]\w*\s*\(")

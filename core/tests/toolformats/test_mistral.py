@@ -5,13 +5,6 @@ reasoning parsers do."""
 from __future__ import annotations
 
 import pytest
-from checks import (
-    assert_reads_back,
-    assert_stream_matches_split,
-    cuts_of,
-    oracle_view,
-    our_view,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rllm_core.kit.toolformats import detect, get
@@ -24,7 +17,14 @@ from rllm_core.kit.toolformats.mistral import (
     TOOL_CALLS,
 )
 from rllm_core.types import ToolCall
-from strategies import disagreements, generate, texts, turns
+from toolformats.checks import (
+    assert_reads_back,
+    assert_stream_matches_split,
+    cuts_of,
+    oracle_view,
+    our_view,
+)
+from toolformats.strategies import disagreements, generate, texts, turns
 
 FMT = MISTRAL
 MARKERS = (TOOL_CALLS, ARGS, CALL_ID, THINK_START, THINK_END)
