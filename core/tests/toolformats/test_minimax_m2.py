@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from checks import assert_stream_matches_split, cuts_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rllm_core.kit.toolformats import detect, get
 from rllm_core.kit.toolformats.minimax_m2 import MINIMAX_M2
 from rllm_core.types import ToolCall, ToolSpec
-from xmlchecks import assert_reads_back, differential, specs, xml_turns
+from toolformats.checks import assert_stream_matches_split, cuts_of
+from toolformats.xmlchecks import assert_reads_back, differential, specs, xml_turns
 
 FMT = MINIMAX_M2
 # The format has no escape for its own markers, so no text may hold them.

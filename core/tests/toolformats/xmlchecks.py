@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import strategies as st
 from rllm_core.kit.toolformats import ToolCallFormat
 from rllm_core.types import ToolCall, ToolSpec
-from strategies import Tool, Turn, disagreements, generate, turns
+from toolformats.strategies import Tool, Turn, disagreements, generate, turns
 
 EXAMPLES = 500
 
