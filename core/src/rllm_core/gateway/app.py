@@ -77,6 +77,7 @@ from rllm_core.gateway.metrics import GatewayMetrics
 from rllm_core.gateway.protocol import HTTPError
 from rllm_core.gateway.tokens import SessionTokens
 from rllm_core.ports import WorkerPool
+from rllm_core.ports.rendering import StreamsToolCalls
 from rllm_core.routing import routing_key
 from rllm_core.types import SamplingParams
 
@@ -477,8 +478,14 @@ class GatewayApp:
             tool_name=choice.name,
         )
         if body.stream:
+            renderer = self.engine.renderer
 
             def writer_for(trace_id: str) -> protocol.ChatStream:
+                calls = None
+                if isinstance(renderer, StreamsToolCalls):
+                    calls = protocol.StreamedText(
+                        renderer.tool_call_stream(), renderer.decode, renderer.stop_token_ids()
+                    )
                 return protocol.ChatStream(
                     trace_id=trace_id,
                     model=self.model,
@@ -487,6 +494,7 @@ class GatewayApp:
                     logprobs=bool(body.logprobs),
                     include_usage=bool(body.stream_options and body.stream_options.include_usage),
                     token_ids=bool(body.return_token_ids),
+                    tool_calls=calls,
                 )
 
             return await self._stream_chat(sid, request, writer_for, response, receive)

@@ -152,7 +152,8 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``tools`` are the tools rendered into the prompt. ``tool_choice`` is ``auto``,
     ``required`` (the reply must call a tool) or ``function`` (it must call ``tool_name``);
     sampling is never constrained, so the result says whether the reply met it, and the trace
-    of a reply that did not carries the flag ``tool_choice_unmet``.
+    of a reply that did not carries the flag ``tool_choice_unmet``. The trace of a reply with
+    a tool-call attempt that is not ``ok`` (malformed, cut off) carries ``tool_call_invalid``.
     """
 
     messages: tuple[Message, ...]
@@ -476,6 +477,8 @@ class GatewayEngine:
             elif request.tool_choice == "function":
                 met = any(c.name == request.tool_name for c in reply.tool_calls)
             flags = ("tool_choice_unmet",) if met is False else ()
+            if any(attempt.status != "ok" for attempt in attempts):
+                flags += ("tool_call_invalid",)
             if plan.history_break is not None:
                 flags += plan.history_break.flags()
             if self._sessions.get(session_id) is session:

@@ -28,6 +28,14 @@ from typing import Any
 
 import msgspec
 
+from rllm_core.ports.rendering import (
+    ArgumentsDelta,
+    ContentDelta,
+    ReasoningDelta,
+    StreamEvent,
+    ToolCallStart,
+    ToolCallStream,
+)
 from rllm_core.types import Message, SamplingParams, ToolCall, ToolSpec
 
 __all__ = [
@@ -35,6 +43,7 @@ __all__ = [
     "CompletionBody",
     "HTTPError",
     "ChatStream",
+    "StreamedText",
     "ToolChoice",
     "chat_completion",
     "completion_chunks",
@@ -665,6 +674,62 @@ class TextDeltas:
         )
 
 
+class StreamedText:
+    """Feeds a renderer's :class:`~rllm_core.ports.rendering.ToolCallStream` the decoded text
+    of a reply as it is sampled: the text before the first stop token, without a character
+    still being decoded. The partial reply is decoded whole (a tokenizer may decode a token
+    differently once the next one is known), so, as :class:`TextDeltas` parses, a new decode
+    waits until the tokens since the last one have earned its cost at
+    :data:`PARSE_BUDGET_S` each."""
+
+    def __init__(
+        self,
+        stream: ToolCallStream,
+        decode: Callable[[Sequence[int]], str],
+        stops: Sequence[int],
+    ) -> None:
+        self.stream = stream
+        self.decode = decode
+        self.stops = frozenset(stops)
+        self.ids: list[int] = []
+        self.fed = ""
+        self.stopped = False
+        self._pending = 0
+        self._cost = 0.0
+
+    def _text(self) -> str:
+        started = time.perf_counter()
+        text = self.decode(self.ids)
+        self._cost = time.perf_counter() - started
+        self._pending = 0
+        return text
+
+    def _feed(self, text: str) -> list[StreamEvent]:
+        if not text.startswith(self.fed):
+            # The decode of earlier tokens changed: what was read stands, finish() reads on.
+            return []
+        new, self.fed = text[len(self.fed) :], text
+        return self.stream.feed(new) if new else []
+
+    def feed(self, token_ids: Sequence[int]) -> list[StreamEvent]:
+        """The events once ``token_ids`` were sampled."""
+        if self.stopped:
+            return []
+        for token in token_ids:
+            if token in self.stops:
+                self.stopped = True
+                break
+            self.ids.append(token)
+        self._pending += len(token_ids)
+        if self._pending * PARSE_BUDGET_S < self._cost and not self.stopped:
+            return []
+        return self._feed(self._text().rstrip("\ufffd"))
+
+    def finish(self) -> list[StreamEvent]:
+        """The events of the rest of the reply, once it is complete."""
+        return self._feed(self._text()) + self.stream.finish()
+
+
 _CHAT_FIELDS = {"reasoning": "reasoning_content", "content": "content"}
 
 
@@ -675,7 +740,11 @@ class ChatStream:
     :meth:`piece` takes the tokens sampled since the last call: the partial completion is
     parsed with ``parse`` (the renderer's ``parse_response``) and the text that can no longer
     change goes out as ``reasoning_content`` and ``content`` deltas; a tool-call tag is held
-    back until it closes. :meth:`finish` sends what is left of the parsed reply, the tool
+    back until it closes. With ``tool_calls`` (for a renderer that
+    :class:`~rllm_core.ports.rendering.StreamsToolCalls`) the renderer's stream reads the reply
+    instead, and each tool call goes out as vLLM streams one: its index, id, type and name
+    first, then its arguments as they arrive; calls it did not start go out whole at the end.
+    :meth:`finish` sends what is left of the parsed reply, the tool
     calls (each whole, with its index), the finish reason, usage when asked, and ``[DONE]``.
     The deltas concatenate to the non-streamed reply, except text a parser moves (for
     example text after a tool call, or reasoning and content split differently once the reply
@@ -692,8 +761,12 @@ class ChatStream:
         logprobs: bool,
         include_usage: bool,
         token_ids: bool,
+        tool_calls: StreamedText | None = None,
     ) -> None:
         self.id = f"chatcmpl-{trace_id}"
+        self.call_id_prefix = f"call_{trace_id[:12]}_"
+        self.calls = tool_calls
+        self.started_calls = 0
         self.created = int(time.time())
         self.model = model
         self.decode = decode
@@ -722,15 +795,44 @@ class ChatStream:
         self.started = True
         return [self._chunk({"role": "assistant", "content": ""})]
 
+    def _deltas(self, events: Sequence[StreamEvent]) -> list[dict[str, Any]]:
+        """Chunk deltas for a tool-call stream's events, as vLLM streams them: a call's id,
+        type and function name first (its arguments ``""``), then its arguments as they
+        arrive. Ids are the ones the finished reply gives its calls."""
+        out: list[dict[str, Any]] = []
+        for event in events:
+            if isinstance(event, ContentDelta):
+                self.text.sent["content"] += event.text
+                out.append({"content": event.text})
+            elif isinstance(event, ReasoningDelta):
+                self.text.sent["reasoning"] += event.text
+                out.append({"reasoning_content": event.text})
+            elif isinstance(event, ToolCallStart):
+                self.started_calls = event.index + 1
+                call = {
+                    "index": event.index,
+                    "id": f"{self.call_id_prefix}{event.index}",
+                    "type": "function",
+                    "function": {"name": event.name, "arguments": ""},
+                }
+                out.append({"tool_calls": [call]})
+            elif isinstance(event, ArgumentsDelta) and event.text:
+                call = {"index": event.index, "function": {"arguments": event.text}}
+                out.append({"tool_calls": [call]})
+        return out
+
     def piece(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> bytes:
         """The events for tokens just sampled (possibly none)."""
         parts = self._start()
-        delta = self.text.feed(token_ids)
+        if self.calls is not None:
+            deltas = self._deltas(self.calls.feed(token_ids))
+        else:
+            deltas = [{_CHAT_FIELDS[f]: t} for f, t in self.text.feed(token_ids).items()]
         extra = {}
         if self.logprobs:
             extra["logprobs"] = _token_logprobs(token_ids, logprobs, self.decode)
-        for field, text in delta.items():
-            parts.append(self._chunk({_CHAT_FIELDS[field]: text}, **extra))
+        for delta in deltas:
+            parts.append(self._chunk(delta, **extra))
             extra = {}
         if extra:
             parts.append(self._chunk({}, **extra))
@@ -740,9 +842,12 @@ class ChatStream:
         """The closing events for the engine's result."""
         parts = self._start()
         message = result.message
+        if self.calls is not None:
+            parts += [self._chunk(delta) for delta in self._deltas(self.calls.finish())]
         for field, text in self.text.finish(message).items():
             parts.append(self._chunk({_CHAT_FIELDS[field]: text}))
-        if message.tool_calls:
+        # Calls the stream did not start (all of them without a tool-call stream) go out whole.
+        if len(message.tool_calls) > self.started_calls:
             calls = [
                 {
                     "index": n,
@@ -751,6 +856,7 @@ class ChatStream:
                     "function": {"name": c.name, "arguments": c.arguments},
                 }
                 for n, c in enumerate(message.tool_calls)
+                if n >= self.started_calls
             ]
             parts.append(self._chunk({"tool_calls": calls}))
         last_extra = {"token_ids": result.completion_token_ids} if self.token_ids else {}
