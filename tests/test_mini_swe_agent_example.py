@@ -97,6 +97,8 @@ def test_one_step_of_the_example_trains_a_solved_and_an_unsolved_episode(
     (metrics,) = read_jsonl(run_dir / "metrics.jsonl")
     assert metrics["episodes"] == 2.0 and metrics["infra_failures"] == 0.0
     assert metrics["trained"] == 1.0
+    # The agent writes its actions as text: no tool call, well-formed or not.
+    assert (metrics["tools/calls"], metrics["tools/invalid"]) == (0.0, 0.0)
     datums = read_jsonl(run_dir / "datums.jsonl")
     assert sorted(d["episode_id"] for d in datums) == sorted(e["episode_id"] for e in episodes)
     assert len(server.completions) == 3

@@ -320,11 +320,16 @@ class Trajectory(msgspec.Struct, kw_only=True, frozen=True):
 class TraceCounts(msgspec.Struct, kw_only=True, frozen=True):
     """What an episode's traces showed, counted once when the episode is built:
     ``incomplete_chains``, traces whose delta chain misses an ancestor (the datum builder's
-    report counts them), and ``history_breaks``, model calls that rewrote their lineage's
-    history, by reason (the step's ``resets/<reason>`` metrics)."""
+    report counts them), ``history_breaks``, model calls that rewrote their lineage's
+    history, by reason (the step's ``resets/<reason>`` metrics), ``tool_calls``, the ``ok``
+    tool calls of its replies, and ``tool_calls_invalid``, model calls whose reply held a
+    tool-call attempt that is not ``ok`` (flagged ``tool_call_invalid``; the step's
+    ``tools/calls`` and ``tools/invalid``)."""
 
     incomplete_chains: int = 0
     history_breaks: dict[str, int] = msgspec.field(default_factory=dict)
+    tool_calls: int = 0
+    tool_calls_invalid: int = 0
 
 
 class Episode(msgspec.Struct, kw_only=True, frozen=True):

@@ -11,6 +11,7 @@ from rllm_core.algorithms.datums import (
     HISTORY_BREAK_REASONS,
     count_history_breaks,
     count_incomplete_chains,
+    count_tool_calls,
     merge_trajectory,
     trajectories_from_traces,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "DatumReport",
     "count_history_breaks",
     "count_incomplete_chains",
+    "count_tool_calls",
     "merge_trajectory",
     "trajectories_from_traces",
 ]

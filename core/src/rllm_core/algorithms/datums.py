@@ -33,6 +33,7 @@ __all__ = [
     "HISTORY_BREAK_REASONS",
     "count_history_breaks",
     "count_incomplete_chains",
+    "count_tool_calls",
     "merge_trajectory",
     "trajectories_from_traces",
 ]
@@ -161,6 +162,20 @@ def count_history_breaks(traces: Iterable[Trace]) -> dict[str, int]:
         if reason in HISTORY_BREAK_REASONS:
             counts[reason] = counts.get(reason, 0) + 1
     return counts
+
+
+def count_tool_calls(traces: Iterable[Trace]) -> tuple[int, int]:
+    """The ``ok`` tool calls of the traces' replies (the last message of each
+    ``messages_delta``) and how many traces carry the flag ``tool_call_invalid``: an
+    episode's ``trace_counts.tool_calls`` and ``tool_calls_invalid``."""
+    ok = invalid = 0
+    for trace in traces:
+        delta = trace.record.messages_delta
+        if delta and delta[-1].role == "assistant":
+            ok += len(delta[-1].tool_calls)
+        if "tool_call_invalid" in trace.record.flags:
+            invalid += 1
+    return ok, invalid
 
 
 def trajectories_from_traces(traces: Sequence[Trace]) -> tuple[Trajectory, ...]:

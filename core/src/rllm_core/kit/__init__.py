@@ -1,7 +1,8 @@
 """Code several plugins share, so that no plugin imports another.
 
-- Renderers: :mod:`.toolcalls` (the ``<tool_call>`` text format of ChatML-family templates)
-  and :mod:`.completions` (reading sampled tokens back: the stop token, the think block, the
+- Renderers: :mod:`.toolformats` (each model family's tool-call and reasoning syntax, read,
+  written and streamed, by name; :mod:`.toolcalls` keeps the Hermes block reader and writer
+  under their old names) and :mod:`.completions` (reading sampled tokens back: the stop token, the think block, the
   parsed response and the assistant message it stands for).
 - Harnesses: :mod:`.chat` (one chat call to an episode's endpoint with its failures typed;
   needs ``openai``, which ``rllm-core[chat]`` installs), :mod:`.templates` (prompt and

@@ -12,6 +12,7 @@ import msgspec
 from rllm_core.algorithms import (
     count_history_breaks,
     count_incomplete_chains,
+    count_tool_calls,
     trajectories_from_traces,
 )
 from rllm_core.numerics import inherited_environment
@@ -117,6 +118,7 @@ class AttemptRunner:
                     task.task_id,
                     denied,
                 )
+            tool_calls, tool_calls_invalid = count_tool_calls(traces)
             return Episode(
                 episode_id=session_id,
                 task_id=task.task_id,
@@ -129,6 +131,8 @@ class AttemptRunner:
                 trace_counts=TraceCounts(
                     incomplete_chains=count_incomplete_chains(traces),
                     history_breaks=count_history_breaks(traces),
+                    tool_calls=tool_calls,
+                    tool_calls_invalid=tool_calls_invalid,
                 ),
                 denied=denied,
                 metadata={

@@ -17,6 +17,10 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
   ``resets/history_summarized`` and ``resets/history_edited``: model calls whose messages
   rewrote their lineage's history (an agent that truncated or summarized its context), by
   reason, counted from the traces.
+- ``tools/calls``: the well-formed tool calls of the step's episodes' replies, and
+  ``tools/invalid``: their model calls whose reply held a tool-call attempt the renderer's
+  tool-call format could not read (malformed, cut off by ``max_tokens``; the trace's flag
+  ``tool_call_invalid``), counted from the traces.
 - ``security/denied``: requests the gateway refused to the step's episodes' session tokens
   (another session's routes, an admin route): what the agents tried beyond their reach. Each
   refusal is also a WARNING line in ``run.log``.
@@ -164,6 +168,8 @@ def rollout_metrics(
         "infra_retries": float(retries),
         "resets": float(sum(_resets(e) for e in episodes)),
         SECURITY_DENIED: float(sum(e.denied for e in episodes)),
+        "tools/calls": float(sum(e.trace_counts.tool_calls for e in episodes)),
+        "tools/invalid": float(sum(e.trace_counts.tool_calls_invalid for e in episodes)),
         "tokens/sampled": float(sampled),
         "tokens/sampled_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
         "time/rollout_s": rollout_s,
