@@ -2,8 +2,8 @@
 
 - Renderers: :mod:`.toolformats` (each model family's tool-call and reasoning syntax, read,
   written and streamed, by name; :mod:`.toolcalls` keeps the Hermes block reader and writer
-  under their old names) and :mod:`.completions` (reading sampled tokens back: the stop token, the think block, the
-  parsed response and the assistant message it stands for).
+  under their old names) and :mod:`.completions` (reading sampled tokens back: the stop
+  token, the think block, the parsed response and the assistant message it stands for).
 - Harnesses: :mod:`.chat` (one chat call to an episode's endpoint with its failures typed;
   needs ``openai``, which ``rllm-core[chat]`` installs), :mod:`.templates` (prompt and
   command templates checked against the placeholders a key allows) and :mod:`.harness_keys`
