@@ -41,7 +41,7 @@ from rllm_core.ports.rendering import (
     StreamEvent,
     ToolCallStart,
 )
-from rllm_core.types import ParsedToolCall, ToolCall
+from rllm_core.types import ParsedToolCall, ToolCall, ToolSpec
 
 __all__ = [
     "HERMES",
@@ -319,7 +319,10 @@ class Hermes:
     vllm_tool_parser: str = "hermes"
     vllm_reasoning_parser: str | None = "qwen3"
 
-    def split(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+    def split(
+        self, text: str, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[str, str | None, list[ParsedToolCall]]:
+        # The arguments are JSON the model wrote: the offered tools change nothing.
         head, opened, tail = text.partition(TOOL_CALL_OPEN)
         reasoning, rest = split_think(head)
         content, attempts = split_tool_calls(rest + opened + tail)
@@ -330,7 +333,7 @@ class Hermes:
         blocks = [format_tool_call(c.name, c.arguments) for c in calls]
         return head + "\n".join([content, *blocks] if content or not blocks else blocks)
 
-    def stream(self) -> _Stream:
+    def stream(self, tools: Sequence[ToolSpec] = ()) -> _Stream:
         return _Stream()
 
     def detects(self, chat_template: str) -> bool:
