@@ -9,6 +9,9 @@ them, or ``error`` (what vLLM raised). ``extra`` goes into the request as is
 outputs in one call: the subprocess starts once a session (about ten seconds), each call is a
 round trip.
 
+The gateway fixtures (``serve``, ``client``, ``store``) come from
+``reference.gateway_fixtures``, for the bridge tests.
+
 Without the side environment the tests that use it skip, naming how to build it; under
 ``CI=true`` (where ``scripts/setup.sh`` built it) they fail instead.
 """
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reference.gateway_fixtures import client, serve, store, toy  # noqa: F401
 
 ORACLE = Path(__file__).with_name("vllm_oracle.py")
 
