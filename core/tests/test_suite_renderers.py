@@ -221,8 +221,8 @@ class OffByOneIndices(ToyChatRenderer):
 
 
 class DropsMalformedToolCalls(ToyChatRenderer):
-    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
-        parsed = super().parse_response(token_ids)
+    def parse_response(self, token_ids: Sequence[int], tools=None) -> ParsedResponse:
+        parsed = super().parse_response(token_ids, tools)
         ok = tuple(c for c in parsed.tool_calls if c.status == "ok")
         return ParsedResponse(
             content=parsed.content,
@@ -233,14 +233,14 @@ class DropsMalformedToolCalls(ToyChatRenderer):
 
 
 class AlwaysStopped(ToyChatRenderer):
-    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
-        parsed = super().parse_response(token_ids)
+    def parse_response(self, token_ids: Sequence[int], tools=None) -> ParsedResponse:
+        parsed = super().parse_response(token_ids, tools)
         return ParsedResponse(content=parsed.content, tool_calls=parsed.tool_calls, stopped=True)
 
 
 class StripsContent(ToyChatRenderer):
-    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
-        parsed = super().parse_response(token_ids)
+    def parse_response(self, token_ids: Sequence[int], tools=None) -> ParsedResponse:
+        parsed = super().parse_response(token_ids, tools)
         return ParsedResponse(
             content=parsed.content.replace("\n", " "),
             stopped=parsed.stopped,

@@ -35,10 +35,10 @@ REPLY = (
 class HermesToy(ToyChatRenderer):
     """The toy template, read as the Hermes format reads it, streaming its tool calls."""
 
-    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
+    def parse_response(self, token_ids: Sequence[int], tools=None) -> ParsedResponse:
         return parse_completion(token_ids, self.stop_token_ids(), self.decode, HERMES.split)
 
-    def tool_call_stream(self) -> ToolCallStream:
+    def tool_call_stream(self, tools=None) -> ToolCallStream:
         return HERMES.stream()
 
 

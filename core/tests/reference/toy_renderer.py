@@ -182,7 +182,10 @@ class ToyChatRenderer:
         call = ToolCall(id=f"call_{n}", name=payload["name"], arguments=arguments)
         return ParsedToolCall(status="ok", raw=raw, call=call)
 
-    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
+    def parse_response(
+        self, token_ids: Sequence[int], tools: Sequence[ToolSpec] | None = None
+    ) -> ParsedResponse:
+        # Its calls carry JSON arguments, typed by the text itself: the offered tools add nothing.
         ids = list(token_ids)
         stops = [i for i, t in enumerate(ids) if t in (IM_END, END_OF_TEXT)]
         stopped = bool(stops)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -479,17 +480,20 @@ class GatewayApp:
         )
         if body.stream:
             renderer = self.engine.renderer
+            parse = functools.partial(renderer.parse_response, tools=tools)
 
             def writer_for(trace_id: str) -> protocol.ChatStream:
                 calls = None
                 if isinstance(renderer, StreamsToolCalls):
                     calls = protocol.StreamedText(
-                        renderer.tool_call_stream(), renderer.decode, renderer.stop_token_ids()
+                        renderer.tool_call_stream(tools=tools),
+                        renderer.decode,
+                        renderer.stop_token_ids(),
                     )
                 return protocol.ChatStream(
                     trace_id=trace_id,
                     model=self.model,
-                    parse=self.engine.renderer.parse_response,
+                    parse=parse,
                     decode=self._decode_one,
                     logprobs=bool(body.logprobs),
                     include_usage=bool(body.stream_options and body.stream_options.include_usage),
@@ -527,7 +531,7 @@ class GatewayApp:
                     body=body,
                     choice=choice,
                     tools=tools,
-                    parse=self.engine.renderer.parse_response,
+                    parse=functools.partial(self.engine.renderer.parse_response, tools=tools),
                 )
 
             return await self._stream_chat(sid, request, writer_for, response, receive)

@@ -531,7 +531,7 @@ class GatewayEngine:
         Ok calls get ids unique to the trace (``call_<trace id prefix>_<n>``), so an agent that
         keys tool results by id never sees one id twice in a session; a replay reuses them.
         """
-        parsed = self.renderer.parse_response(completion)
+        parsed = self.renderer.parse_response(completion, tools=plan.tools)
         attempts: list[ParsedToolCall] = []
         calls: list[ToolCall] = []
         for attempt in parsed.tool_calls:

@@ -738,9 +738,9 @@ class ChatStream:
     is sampled.
 
     :meth:`piece` takes the tokens sampled since the last call: the partial completion is
-    parsed with ``parse`` (the renderer's ``parse_response``) and the text that can no longer
-    change goes out as ``reasoning_content`` and ``content`` deltas; a tool-call tag is held
-    back until it closes. With ``tool_calls`` (for a renderer that
+    parsed with ``parse`` (the renderer's ``parse_response`` with the request's tools) and the
+    text that can no longer change goes out as ``reasoning_content`` and ``content`` deltas; a
+    tool-call tag is held back until it closes. With ``tool_calls`` (for a renderer that
     :class:`~rllm_core.ports.rendering.StreamsToolCalls`) the renderer's stream reads the reply
     instead, and each tool call goes out as vLLM streams one: its index, id, type and name
     first, then its arguments as they arrive; calls it did not start go out whole at the end.

@@ -32,8 +32,12 @@ class Renderer(Protocol):
       list in the result has the length of ``token_ids``. A renderer configured with
       ``literal_control_tokens`` departs from that only where message text spells a control
       token (``<|im_end|>``): that text is then encoded as ordinary text.
-    - ``parse_response(ids)`` reads sampled completion tokens back into content, reasoning and
-      tool calls; malformed tool calls are returned with a non-``ok`` status, never dropped.
+    - ``parse_response(ids, tools=None)`` reads sampled completion tokens back into content,
+      reasoning and tool calls; malformed tool calls are returned with a non-``ok`` status,
+      never dropped. ``tools`` are the tools the request offered (the gateway passes them): a
+      renderer whose tool-call syntax writes argument values as bare text types each value by
+      its tool's schema; one whose calls carry JSON ignores them. Every implementation accepts
+      the argument; without it values are read as the syntax alone says.
     - ``stop_token_ids()`` lists the ids that end an assistant turn.
     - ``encode(text)`` / ``decode(ids)`` expose the underlying tokenizer for plain text (no
       special tokens added), for completion-style requests and display.
@@ -61,7 +65,9 @@ class Renderer(Protocol):
         add_generation_prompt: bool = False,
     ) -> RenderedTokens: ...
 
-    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse: ...
+    def parse_response(
+        self, token_ids: Sequence[int], tools: Sequence[ToolSpec] | None = None
+    ) -> ParsedResponse: ...
 
     def stop_token_ids(self) -> list[int]: ...
 
@@ -120,9 +126,19 @@ class ToolCallStream(Protocol):
     reasoning as soon as they cannot be the start of a call, a call's start once its name is
     complete, its arguments as they arrive. ``finish()`` flushes what is left at the end of
     the completion. Over a whole completion, the content and reasoning deltas concatenate to
-    the content and reasoning ``parse_response`` gives for the same tokens, the calls started
-    are its ``ok`` calls in order, and each call's argument deltas concatenate to JSON text
-    equal (as a JSON value) to that call's arguments.
+    the content and reasoning ``parse_response`` gives for the same tokens (and the same
+    ``tools``); its ``ok`` calls are started, in order, and each one's argument deltas
+    concatenate to JSON text equal (as a JSON value) to that call's arguments.
+
+    A call is started once its name is read, before the stream can know whether the call will
+    be well formed, so calls that ``parse_response`` reports as attempts that are not ``ok``
+    may have been started too, and part of their arguments sent: a call cut off by
+    ``max_tokens`` (``unterminated``; in a syntax that reads a turn's calls as one attempt,
+    such as Llama 4's pythonic list, every call of that attempt), or one whose arguments turn
+    out malformed after its name (``invalid_json``). Indices count every call started, so such
+    a call shifts the index of the ``ok`` calls after it. No ``ok`` call stands for it: the
+    gateway leaves it out of the finished reply's ``tool_calls`` and flags the trace
+    ``tool_call_invalid``, while a client that streamed has already seen its start.
     """
 
     def feed(self, text: str) -> list[StreamEvent]: ...
@@ -132,9 +148,10 @@ class ToolCallStream(Protocol):
 
 @runtime_checkable
 class StreamsToolCalls(Protocol):
-    """A renderer that reads tool calls while a completion streams: ``tool_call_stream()``
-    returns a fresh :class:`ToolCallStream` for one completion. The gateway then sends each
-    call's name, then its arguments, as they arrive; without it a streamed reply's tool calls
-    go out once the completion ends."""
+    """A renderer that reads tool calls while a completion streams: ``tool_call_stream(tools)``
+    returns a fresh :class:`ToolCallStream` for one completion, reading it as
+    ``parse_response(ids, tools)`` does (``tools``: the tools the request offered, as there).
+    The gateway then sends each call's name, then its arguments, as they arrive; without it a
+    streamed reply's tool calls go out once the completion ends."""
 
-    def tool_call_stream(self) -> ToolCallStream: ...
+    def tool_call_stream(self, tools: Sequence[ToolSpec] | None = None) -> ToolCallStream: ...

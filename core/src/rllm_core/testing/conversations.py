@@ -617,8 +617,13 @@ class SimulatedTurn:
     full: list[int] | None
 
 
-def _as_message(renderer: Renderer, completion: Sequence[int], original: Message) -> Message:
-    parsed = renderer.parse_response(completion)
+def _as_message(
+    renderer: Renderer,
+    completion: Sequence[int],
+    original: Message,
+    tools: Sequence[ToolSpec] | None,
+) -> Message:
+    parsed = renderer.parse_response(completion, tools)
     calls = tuple(
         ToolCall(id=original_call.id, name=got.call.name, arguments=got.call.arguments)
         for got, original_call in zip(parsed.tool_calls, original.tool_calls, strict=False)
@@ -660,7 +665,7 @@ def simulate_rollout(
         cut = cuts.get(k, 0)
         if cut:
             completion = completion[: max(len(completion) - cut, 0)]
-        history.append(_as_message(renderer, completion, target) if cut else target)
+        history.append(_as_message(renderer, completion, target, tools) if cut else target)
         end = assistant_at[n + 1] if n + 1 < len(assistant_at) else len(messages)
         following = list(messages[k + 1 : end])
         bridged = full = None

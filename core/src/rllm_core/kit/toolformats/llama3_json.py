@@ -28,7 +28,7 @@ from rllm_core.kit.toolformats._progress import (
     json_value_end,
 )
 from rllm_core.ports.rendering import ToolCallStream
-from rllm_core.types import ParsedToolCall, ToolCall
+from rllm_core.types import ParsedToolCall, ToolCall, ToolSpec
 
 __all__ = ["LLAMA3_JSON", "PYTHON_TAG", "Llama3Json"]
 
@@ -138,7 +138,10 @@ class Llama3Json:
     vllm_tool_parser = "llama3_json"
     vllm_reasoning_parser: str | None = None
 
-    def split(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+    def split(
+        self, text: str, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[str, str | None, list[ParsedToolCall]]:
+        # The arguments are JSON the model wrote: the offered tools change nothing.
         content, attempts, rest = _read(text)
         return add_trailing(content, text[rest:]), None, attempts
 
@@ -166,7 +169,7 @@ class Llama3Json:
             parts.append(f'{{"name": {name}, "parameters": {call.arguments}}}')
         return content + "; ".join(parts)
 
-    def stream(self) -> ToolCallStream:
+    def stream(self, tools: Sequence[ToolSpec] = ()) -> ToolCallStream:
         return ProgressStream(_progress, self.split)
 
     def detects(self, chat_template: str) -> bool:

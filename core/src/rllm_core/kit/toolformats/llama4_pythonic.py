@@ -32,7 +32,7 @@ from typing import Any
 
 from rllm_core.kit.toolformats._progress import Progress, ProgressStream, add_trailing, held_back
 from rllm_core.ports.rendering import ToolCallStream
-from rllm_core.types import ParsedToolCall, ToolCall
+from rllm_core.types import ParsedToolCall, ToolCall, ToolSpec
 
 __all__ = ["LLAMA4_PYTHONIC", "PYTHON_END", "PYTHON_START", "Llama4Pythonic"]
 
@@ -223,7 +223,11 @@ class Llama4Pythonic:
     vllm_tool_parser = "llama4_pythonic"
     vllm_reasoning_parser: str | None = None
 
-    def split(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+    def split(
+        self, text: str, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[str, str | None, list[ParsedToolCall]]:
+        # The arguments are Python literals, typed by their own syntax: the offered tools
+        # change nothing.
         content, attempts, rest = _read(text)
         return add_trailing(content, text[rest:]), None, attempts
 
@@ -265,7 +269,7 @@ class Llama4Pythonic:
             written.append(f"{call.name}({', '.join(pairs)})")
         return f"{content}[{', '.join(written)}]"
 
-    def stream(self) -> ToolCallStream:
+    def stream(self, tools: Sequence[ToolSpec] = ()) -> ToolCallStream:
         return ProgressStream(_progress, self.split)
 
     def detects(self, chat_template: str) -> bool:

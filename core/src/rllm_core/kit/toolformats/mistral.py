@@ -28,7 +28,7 @@ from rllm_core.kit.toolformats._progress import (
     json_value_end,
 )
 from rllm_core.ports.rendering import ToolCallStream
-from rllm_core.types import ParsedToolCall, ToolCall
+from rllm_core.types import ParsedToolCall, ToolCall, ToolSpec
 
 __all__ = ["ARGS", "CALL_ID", "MISTRAL", "THINK_END", "THINK_START", "TOOL_CALLS", "Mistral"]
 
@@ -161,7 +161,10 @@ class Mistral:
     vllm_tool_parser = "mistral"
     vllm_reasoning_parser: str | None = "mistral"
 
-    def split(self, text: str) -> tuple[str, str | None, list[ParsedToolCall]]:
+    def split(
+        self, text: str, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[str, str | None, list[ParsedToolCall]]:
+        # The arguments are JSON the model wrote: the offered tools change nothing.
         first = text.find(TOOL_CALLS)
         if first < 0:
             content, reasoning = _head(text)
@@ -204,7 +207,7 @@ class Mistral:
             parts += [TOOL_CALLS, call.name, ARGS, call.arguments]
         return "".join(parts)
 
-    def stream(self) -> ToolCallStream:
+    def stream(self, tools: Sequence[ToolSpec] = ()) -> ToolCallStream:
         return ProgressStream(_progress, self.split)
 
     def detects(self, chat_template: str) -> bool:

@@ -550,7 +550,7 @@ class RendererConformance:
         for turn in _turns(conversations):
             message = turn.messages[turn.index]
             r = renderer.render(turn.messages[: turn.index + 1], turn.tools)
-            parsed = renderer.parse_response(sampled_span(r, turn.index))
+            parsed = renderer.parse_response(sampled_span(r, turn.index), turn.tools)
             assert isinstance(parsed, ParsedResponse)
             assert parsed.content == message.content, (
                 f"parse_response read content {parsed.content!r}, rendered {message.content!r}"
@@ -606,7 +606,7 @@ class RendererConformance:
         bad = ToolCall(id="call_2", name="read_file", arguments='{"path": "b.txt"')
         messages = [_user("Read a.txt and b.txt."), _assistant("", good, bad)]
         r = renderer.render(messages, [READ_FILE_TOOL])
-        parsed = renderer.parse_response(sampled_span(r, 1))
+        parsed = renderer.parse_response(sampled_span(r, 1), [READ_FILE_TOOL])
         assert len(parsed.tool_calls) == 2, (
             f"a malformed tool call was dropped: parsed {len(parsed.tool_calls)} of 2"
         )

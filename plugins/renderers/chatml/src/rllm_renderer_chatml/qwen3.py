@@ -103,7 +103,7 @@ class Qwen3Renderer(ChatMLRenderer):
             )
             if THINK_OPEN in since or THINK_CLOSE in since:
                 return False
-        message = assistant_message(self.parse_response(body))
+        message = assistant_message(self.parse_response(body, tools))
         if message is None:
             return False
         reasoning = bool(message.reasoning)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -61,9 +62,7 @@ class ChatMLRenderer:
         self.literal_control_tokens = literal_control_tokens
         self.tool_call_format = toolformats.get(tool_call_format)
         # The template's own reading is the hermes format's, with its reasoning conventions.
-        self._parse_text = (
-            template.parse if tool_call_format == "hermes" else self.tool_call_format.split
-        )
+        self._template_reads = tool_call_format == "hermes"
         tokenizer.require_token("<|im_start|>")
         self.im_end = tokenizer.require_token("<|im_end|>")
         self.end_of_text = tokenizer.require_token("<|endoftext|>")
@@ -105,13 +104,17 @@ class ChatMLRenderer:
     def stop_token_ids(self) -> list[int]:
         return [self.im_end, self.end_of_text]
 
-    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
-        return parse_completion(
-            token_ids, self.stop_token_ids(), self.tokenizer.decode, self._parse_text
-        )
+    def parse_response(
+        self, token_ids: Sequence[int], tools: Sequence[ToolSpec] | None = None
+    ) -> ParsedResponse:
+        if self._template_reads:
+            parse = self.template.parse
+        else:
+            parse = functools.partial(self.tool_call_format.split, tools=tools or ())
+        return parse_completion(token_ids, self.stop_token_ids(), self.tokenizer.decode, parse)
 
-    def tool_call_stream(self) -> ToolCallStream:
-        return self.tool_call_format.stream()
+    def tool_call_stream(self, tools: Sequence[ToolSpec] | None = None) -> ToolCallStream:
+        return self.tool_call_format.stream(tools=tools or ())
 
     # ---------------------------------------------------------------- bridge
 

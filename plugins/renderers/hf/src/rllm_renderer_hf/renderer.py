@@ -385,11 +385,14 @@ class HFRenderer:
     def stop_token_ids(self) -> list[int]:
         return list(self._stops)
 
-    def parse_response(self, token_ids: Sequence[int]) -> ParsedResponse:
-        return parse_completion(token_ids, self._stops, self.decode, self.tool_call_format.split)
+    def parse_response(
+        self, token_ids: Sequence[int], tools: Sequence[ToolSpec] | None = None
+    ) -> ParsedResponse:
+        split = functools.partial(self.tool_call_format.split, tools=tools or ())
+        return parse_completion(token_ids, self._stops, self.decode, split)
 
-    def tool_call_stream(self) -> ToolCallStream:
-        return self.tool_call_format.stream()
+    def tool_call_stream(self, tools: Sequence[ToolSpec] | None = None) -> ToolCallStream:
+        return self.tool_call_format.stream(tools=tools or ())
 
     # ---------------------------------------------------------------- bridge
 
@@ -407,7 +410,7 @@ class HFRenderer:
             known = self._history.get(_digest(prompt))
         if known is None or known[1] != tuple(tools or ()):
             return None
-        said = assistant_message(self.parse_response(completion))
+        said = assistant_message(self.parse_response(completion, tools))
         if said is None:
             return None
         conversation = [*known[0], said, *new_messages]
