@@ -62,7 +62,9 @@ def test_a_hostile_agent_is_graded_on_what_it_did():
     ]
     sampler = ScriptedSampler(replies, renderer=TOY)
     backend = plugins.get("sandbox_backend", "local").build({"isolation": "bwrap"})
-    harness = plugins.get("harness", "shell").build({"max_turns": 3, "max_retries": 0, "max_tokens": 2048})
+    harness = plugins.get("harness", "shell").build(
+        {"max_turns": 3, "max_retries": 0, "max_tokens": 2048}
+    )
     source = plugins.get("task_source", "harbor").build({"path": str(COUNT_LINES)})
     (task,) = source.tasks()
     store = plugins.get("trace_store", "memory").build({})
