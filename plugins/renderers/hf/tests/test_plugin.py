@@ -93,3 +93,20 @@ def test_the_tool_call_format_is_the_templates_unless_set(qwen25_tokenizer_dir):
     content, _, attempts = chosen.tool_call_format.split(plain)
     parsed = chosen.parse_response(chosen.encode(plain))
     assert (parsed.content, list(parsed.tool_calls)) == (content, attempts)
+
+
+def test_a_template_whose_tool_calls_no_format_reads_needs_the_key(qwen25_tokenizer_dir):
+    from rllm_renderer_hf.renderer import HFRenderer
+
+    unknown = (
+        "{% for m in messages %}{{ m.content }}{% for c in m.tool_calls or [] %}"
+        "<<CALL {{ c.function.name }}>>{% endfor %}{% endfor %}"
+    )
+    config = plugin.HFConfig(tokenizer=str(qwen25_tokenizer_dir), chat_template=unknown)
+    with pytest.raises(ValueError, match="renders tool calls in a format rllm-core does not"):
+        HFRenderer(config)
+    chosen = HFRenderer(config.model_copy(update={"tool_call_format": "mistral"}))
+    assert chosen.tool_call_format.name == "mistral"
+    no_tools = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    plain = HFRenderer(config.model_copy(update={"chat_template": no_tools}))
+    assert plain.tool_call_format.name == "hermes"

@@ -58,8 +58,8 @@ class HFConfig(BaseModel):
         description="how completions write tool calls, one of the formats of"
         " rllm_core.kit.toolformats (hermes, qwen3-coder, gpt-oss, glm-4.5, ...; the table in"
         " docs/gateway.md). Unset: the format whose markers the chat template writes; a"
-        " template that shows none is read as 'hermes' (<tool_call> JSON blocks), so set it"
-        " for a model that calls tools any other way",
+        " template that renders no tool calls is read as 'hermes' (<tool_call> JSON blocks);"
+        " one that renders them in a format not recognized is refused until this is set",
     )
     history_size: int = Field(
         default=4096,

@@ -119,6 +119,24 @@ def _digest(ids: Sequence[int]) -> bytes:
     return hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
 
 
+def _template_format(template: object, tokenizer: str) -> str:
+    """The tool-call format a chat template writes: the one whose markers it holds; ``hermes``
+    for a template that renders no tool calls (an agent told its tools in a system prompt is
+    read as writing ``<tool_call>`` blocks). A template that renders tool calls some other way
+    is refused: read with the wrong format, every call would be lost as text."""
+    text = template if isinstance(template, str) else ""
+    found = toolformats.detect(text)
+    if found is not None:
+        return found
+    if "tool_calls" in text:
+        raise ValueError(
+            f"the chat template of {tokenizer!r} renders tool calls in a format rllm-core does"
+            " not recognize; set [renderer] tool_call_format to the model's format, one of:"
+            f" {', '.join(toolformats.names())}"
+        )
+    return "hermes"
+
+
 class HFRenderer:
     """Renders with ``apply_chat_template`` and attributes tokens by rendering incrementally.
 
@@ -160,9 +178,7 @@ class HFRenderer:
         self._stops = self._stop_ids(config.stop_tokens)
         template_text = self._template or self.tokenizer.chat_template
         self.tool_call_format = toolformats.get(
-            config.tool_call_format
-            or (isinstance(template_text, str) and toolformats.detect(template_text))
-            or "hermes"
+            config.tool_call_format or _template_format(template_text, config.tokenizer)
         )
         self._history: OrderedDict[bytes, tuple[tuple[Message, ...], tuple[ToolSpec, ...]]]
         self._history = OrderedDict()
