@@ -79,8 +79,13 @@ def test_streamed_deltas_rebuild_the_whole_reply(qwen3, reply):
     for piece in content + reasoning:
         assert "\ufffd" not in piece
         assert "<tool_call>" not in piece and "<think>" not in piece and "</think>" not in piece
-    streamed_calls = [tc for d in deltas for tc in (d.tool_calls or [])]
-    assert [(tc.function.name, tc.function.arguments) for tc in streamed_calls] == [
+    # A call streams as its name first, then its arguments in pieces, keyed by index.
+    streamed_calls: dict[int, list[str]] = {}
+    for tc in (tc for d in deltas for tc in (d.tool_calls or [])):
+        if tc.function.name:
+            streamed_calls[tc.index] = [tc.function.name, ""]
+        streamed_calls[tc.index][1] += tc.function.arguments or ""
+    assert [tuple(call) for call in streamed_calls.values()] == [
         (tc.function.name, tc.function.arguments) for tc in message.tool_calls or []
     ]
     assert streamed.prompt_token_ids == served.prompt_token_ids

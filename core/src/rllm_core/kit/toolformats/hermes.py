@@ -14,9 +14,10 @@ separated by newlines::
     </tool_call>
 
 Reasoning is read as :func:`~rllm_core.kit.completions.split_think` reads it, from the text
-before the first ``<tool_call>`` (a call ends the reasoning, as in vLLM's ``qwen3`` parser):
-the text up to ``</think>`` even without an opening ``<think>`` (templates that put it in the
-generation prompt), or all of it after a ``<think>`` that never closes.
+before the first ``<tool_call>`` (a call ends the reasoning, as in vLLM's ``qwen3`` parser)
+of a reply that opens with ``<think>``: up to ``</think>``, or all of it when the block never
+closes. With ``opened_think`` (templates that put ``<think>`` in the generation prompt) the
+text up to a ``</think>`` is reasoning without the opening tag too.
 
 Reading keeps every attempt: a block whose JSON does not parse is ``invalid_json``, one
 without a string ``name`` is ``missing_name``, one never closed (a truncated completion) is
@@ -153,7 +154,8 @@ class _Stream:
     ToolCallStream`. The text is kept whole and a position marks what was read; each phase
     sends only what the text after it can no longer change."""
 
-    def __init__(self) -> None:
+    def __init__(self, opened_think: bool = False) -> None:
+        self.opened_think = opened_think
         self.text = ""
         self.pos = 0
         self.phase = "start"
@@ -196,6 +198,9 @@ class _Stream:
             self.pos, self.phase = len(THINK_OPEN), "think"
             return
         if not final and THINK_OPEN.startswith(t):
+            return
+        if not self.opened_think:
+            self.phase = "content"
             return
         close, call = t.find(THINK_CLOSE), t.find(TOOL_CALL_OPEN)
         if close >= 0 and (call < 0 or close < call):
@@ -318,13 +323,21 @@ class Hermes:
     families: tuple[str, ...] = ("Qwen2.5", "Qwen3", "QwQ", "Hermes 2 Pro / 3")
     vllm_tool_parser: str = "hermes"
     vllm_reasoning_parser: str | None = "qwen3"
+    opened_think: bool = False
+    """Whether the generation prompt opens the think block (QwQ, Qwen3 thinking-only
+    templates): then the text before a ``</think>`` is reasoning though it has no ``<think>``.
+    Otherwise only a reply that opens with ``<think>`` has reasoning, and content streams from
+    its first token."""
 
     def split(
         self, text: str, tools: Sequence[ToolSpec] = ()
     ) -> tuple[str, str | None, list[ParsedToolCall]]:
         # The arguments are JSON the model wrote: the offered tools change nothing.
         head, opened, tail = text.partition(TOOL_CALL_OPEN)
-        reasoning, rest = split_think(head)
+        if self.opened_think or head.startswith(THINK_OPEN):
+            reasoning, rest = split_think(head)
+        else:
+            reasoning, rest = None, head
         content, attempts = split_tool_calls(rest + opened + tail)
         return content, reasoning, attempts
 
@@ -334,7 +347,7 @@ class Hermes:
         return head + "\n".join([content, *blocks] if content or not blocks else blocks)
 
     def stream(self, tools: Sequence[ToolSpec] = ()) -> _Stream:
-        return _Stream()
+        return _Stream(self.opened_think)
 
     def detects(self, chat_template: str) -> bool:
         return TOOL_CALL_OPEN in chat_template and '"arguments"' in chat_template

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -17,10 +18,12 @@ import msgspec
 from rllm_core.chat_dicts import message_dicts, tool_dicts
 from rllm_core.kit import toolformats
 from rllm_core.kit.completions import (
+    THINK_OPEN,
     assistant_message,
     parse_completion,
     split_at_stop,
 )
+from rllm_core.kit.toolformats.hermes import Hermes
 from rllm_core.models import resolve_tokenizer
 from rllm_core.ports.rendering import ToolCallStream
 from rllm_core.types import Message, ParsedResponse, RenderedTokens, ToolSpec
@@ -184,6 +187,10 @@ class HFRenderer:
         self._history = OrderedDict()
         self._lock = threading.Lock()
         self._generation_text = self._probe_generation_prompt()
+        if isinstance(self.tool_call_format, Hermes) and self._generation_text.rstrip(
+            "\n"
+        ).endswith(THINK_OPEN):
+            self.tool_call_format = dataclasses.replace(self.tool_call_format, opened_think=True)
         self._control: re.Pattern[str] | None = None
         if config.literal_control_tokens:
             self._setup_literal()
