@@ -11,7 +11,8 @@ import time
 import openai
 import pytest
 from reference.toy_renderer import IM_END
-from rllm_core.gateway.protocol import PARSE_BUDGET_S, TextDeltas
+from rllm_core.gateway import protocol
+from rllm_core.gateway.protocol import PARSE_BUDGET_S, PARSE_SHARE_OF_WAIT, TextDeltas
 from rllm_core.gateway.server import Gateway
 from rllm_core.ports import StreamingSampler
 from rllm_core.testing.samplers import ScriptedSampler
@@ -574,3 +575,24 @@ def test_re_parsing_a_growing_reply_stays_within_its_cpu_budget(toy):
     # Each parse costs at least 1 ms, so the next waits for 1 ms / PARSE_BUDGET_S tokens.
     assert len(calls) <= 400 * PARSE_BUDGET_S / 0.001 + 1
     assert text == ("a b " * 100).rstrip()[: len(text)] and len(text) > 300
+
+
+def test_tokens_that_arrive_slowly_are_each_parsed_however_long_the_reply(toy, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(protocol.time, "perf_counter", lambda: clock[0])
+    parse_s = 0.002
+    calls = []
+
+    def slow_parse(ids):
+        calls.append(len(ids))
+        clock[0] += parse_s
+        return toy.parse_response(ids)
+
+    deltas = TextDeltas(slow_parse)
+    tokens = toy.encode("a b " * 50)
+    for gap_s, expect_every_token in ((2 * parse_s / PARSE_SHARE_OF_WAIT, True), (parse_s, False)):
+        calls.clear()
+        for token in tokens:
+            clock[0] += gap_s
+            deltas.feed([token])
+        assert (len(calls) == len(tokens)) is expect_every_token, (gap_s, len(calls))

@@ -624,6 +624,35 @@ def _stable(text: str) -> str:
 PARSE_BUDGET_S = 50e-6
 """CPU a streamed reply may spend re-parsing per sampled token, on average."""
 
+PARSE_SHARE_OF_WAIT = 0.1
+"""The share of the time between tokens a streamed reply may spend re-parsing: tokens that
+arrive slowly are each parsed, however long the reply."""
+
+
+class _ParseBudget:
+    """When a streamed reply is re-parsed: once the tokens since the last parse have earned
+    its cost at :data:`PARSE_BUDGET_S` each, or the wait since it ended is long enough that a
+    parse takes at most :data:`PARSE_SHARE_OF_WAIT` of it."""
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.cost = 0.0
+        self.ended = time.perf_counter()
+
+    def due(self, tokens: int) -> bool:
+        self.pending += tokens
+        if self.pending * PARSE_BUDGET_S >= self.cost:
+            return True
+        return (time.perf_counter() - self.ended) * PARSE_SHARE_OF_WAIT >= self.cost
+
+    def run(self, parse: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        result = parse()
+        self.ended = time.perf_counter()
+        self.cost = self.ended - started
+        self.pending = 0
+        return result
+
 
 class TextDeltas:
     """The ``reasoning`` and ``content`` text of a reply as it is sampled, handed out only
@@ -632,15 +661,14 @@ class TextDeltas:
 
     The partial reply is parsed whole, so a parse costs more as the reply grows; a new parse
     waits until the tokens since the last one have earned its cost at
-    :data:`PARSE_BUDGET_S` each. A short reply is parsed at every token, a long one every few
-    dozen."""
+    :data:`PARSE_BUDGET_S` each, unless they came slowly (:data:`PARSE_SHARE_OF_WAIT`). A
+    short reply is parsed at every token, a long one sampled fast every few dozen."""
 
     def __init__(self, parse: Callable[[Sequence[int]], Any]) -> None:
         self.parse = parse
         self.ids: list[int] = []
         self.sent = {"reasoning": "", "content": ""}
-        self._pending = 0
-        self._cost = 0.0
+        self._budget = _ParseBudget()
 
     def _deltas(self, texts: dict[str, str], final: bool) -> dict[str, str]:
         out = {}
@@ -655,13 +683,9 @@ class TextDeltas:
     def feed(self, token_ids: Sequence[int]) -> dict[str, str]:
         """The new text once ``token_ids`` were sampled, by field."""
         self.ids.extend(token_ids)
-        self._pending += len(token_ids)
-        if self._pending * PARSE_BUDGET_S < self._cost:
+        if not self._budget.due(len(token_ids)):
             return {}
-        started = time.perf_counter()
-        parsed = self.parse(self.ids)
-        self._cost = time.perf_counter() - started
-        self._pending = 0
+        parsed = self._budget.run(lambda: self.parse(self.ids))
         texts = {"reasoning": parsed.reasoning or ""}
         if not parsed.tool_calls:
             texts["content"] = parsed.content
@@ -679,8 +703,7 @@ class StreamedText:
     of a reply as it is sampled: the text before the first stop token, without a character
     still being decoded. The partial reply is decoded whole (a tokenizer may decode a token
     differently once the next one is known), so, as :class:`TextDeltas` parses, a new decode
-    waits until the tokens since the last one have earned its cost at
-    :data:`PARSE_BUDGET_S` each."""
+    waits on the same budget."""
 
     def __init__(
         self,
@@ -694,15 +717,10 @@ class StreamedText:
         self.ids: list[int] = []
         self.fed = ""
         self.stopped = False
-        self._pending = 0
-        self._cost = 0.0
+        self._budget = _ParseBudget()
 
     def _text(self) -> str:
-        started = time.perf_counter()
-        text = self.decode(self.ids)
-        self._cost = time.perf_counter() - started
-        self._pending = 0
-        return text
+        return self._budget.run(lambda: self.decode(self.ids))
 
     def _feed(self, text: str) -> list[StreamEvent]:
         if not text.startswith(self.fed):
@@ -720,8 +738,7 @@ class StreamedText:
                 self.stopped = True
                 break
             self.ids.append(token)
-        self._pending += len(token_ids)
-        if self._pending * PARSE_BUDGET_S < self._cost and not self.stopped:
+        if not self._budget.due(len(token_ids)) and not self.stopped:
             return []
         return self._feed(self._text().rstrip("\ufffd"))
 
