@@ -160,7 +160,7 @@ def _default(field: FieldInfo) -> str:
 def _rows(model: type[BaseModel]) -> Iterator[tuple[str, str, str, str]]:
     for key, field in model.model_fields.items():
         meaning = (field.description or "").replace("|", "\\|").replace("\n", " ")
-        yield key, _type_name(field.annotation), _default(field), meaning
+        yield field.alias or key, _type_name(field.annotation), _default(field), meaning
 
 
 def _table(model: type[BaseModel], key_prefix: str = "") -> list[str]:
@@ -189,12 +189,17 @@ def plan_keys(manager: PluginManager) -> list[str]:
         if model is None or section in COMPONENT_SECTIONS or section == "loggers":
             keys.append(f"[{section}].name")
             continue
-        keys.extend(f"[{section}].{key}" for key in model.model_fields)
+        keys.extend(f"[{section}].{key}" for key in _written(model))
         for key, sub in _subsections(model):
-            keys.extend(f"[{section}.{key}].{name}" for name in sub.model_fields)
+            keys.extend(f"[{section}.{key}].{name}" for name in _written(sub))
     for component in _first_party_components(manager):
         keys.extend(f"{component.key}.{key}" for key in component.spec.config.model_fields)
     return keys
+
+
+def _written(model: type[BaseModel]) -> list[str]:
+    """The keys of ``model`` as a plan writes them (a field's alias where it has one)."""
+    return [field.alias or key for key, field in model.model_fields.items()]
 
 
 def _subsections(model: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:

@@ -177,8 +177,8 @@ def _section_rows(where: str, section: BaseModel) -> list[tuple[str, str]]:
         if isinstance(value, BaseModel):
             tables.append((f"{where}.{key}", value))
             continue
-        dumped = section.model_dump(mode="json", include={key})[key]
-        rows.append((f"[{where}].{key}", toml_literal(dumped)))
+        dumped = section.model_dump(mode="json", include={key}, by_alias=False)[key]
+        rows.append((f"[{where}].{info.alias or key}", toml_literal(dumped)))
     for name, table in tables:
         rows += _section_rows(name, table)
     return rows

@@ -20,6 +20,9 @@ __all__ = [
     "COMPONENT_SECTIONS",
     "AlgorithmSection",
     "CorrectionSection",
+    "KLSection",
+    "KL_ESTIMATORS",
+    "OverlongSection",
     "ComponentRef",
     "Plan",
     "RolloutSection",
@@ -82,6 +85,25 @@ class RunSection(_Section):
             " how old the policy behind a trained sample may be."
         ),
     )
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Evaluate the current policy on the task source's eval split every N steps and"
+            " after the last (0: never), through the run's gateway and sampler; writes `eval/*`"
+            " metrics."
+        ),
+    )
+    eval_attempts: int = Field(
+        1, ge=1, description="Attempts per eval task (pass@k is reported for k up to this)."
+    )
+    keep_best: str | None = Field(
+        None,
+        description=(
+            "An `eval/*` metric (`eval/pass@1`): the checkpoint of the evaluation where it was"
+            " highest is kept in `checkpoints/best/` besides the latest (needs `eval_every`)."
+        ),
+    )
     deterministic: bool = Field(
         True,
         description=(
@@ -123,6 +145,77 @@ class CorrectionSection(_Section):
     def _both_bounds(self) -> CorrectionSection:
         if (self.mask_low is None) != (self.mask_high is None):
             raise ValueError("set both mask_low and mask_high (the ratio range kept), or neither")
+        return self
+
+
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "low-var-kl")
+"""Per-token estimators of KL(policy || reference) from ``log r = logprob - ref_logprob``:
+``k1`` is ``log r``, ``k2`` is ``(log r)**2 / 2``, ``k3`` is ``exp(-log r) - 1 + log r`` and
+``low-var-kl`` is ``k3`` with ``log r`` clamped to +-20 and the result to +-10 (verl's
+``low_var_kl``)."""
+
+
+class KLSection(_Section):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True
+    )
+
+    coef: float = Field(
+        0.0, ge=0.0, description="Weight of the KL to the reference model (0: off)."
+    )
+    estimator: Literal[KL_ESTIMATORS] = Field(  # type: ignore[valid-type]
+        "low-var-kl",
+        description=(
+            "Per-token KL estimator: `k1` (log ratio), `k2` (half its square), `k3` or"
+            " `low-var-kl` (k3 clamped, as verl's `low_var_kl`)."
+        ),
+    )
+    apply_in: Literal["loss", "reward"] = Field(
+        "loss",
+        alias="in",
+        description=(
+            "`loss`: the KL is a term of the objective, with its gradient; `reward`: it is"
+            " subtracted from each sampled token's advantage, without gradient (a KL penalty"
+            " in the reward)."
+        ),
+    )
+
+    @property
+    def active(self) -> bool:
+        return self.coef > 0
+
+
+class OverlongSection(_Section):
+    mode: Literal["off", "mask", "soft"] = Field(
+        "off",
+        description=(
+            "Completions cut at `[sampling].max_tokens` (finish reason `length`): `mask` leaves"
+            " their episodes' tokens out of the loss; `soft` lowers the reward linearly over the"
+            " last `buffer_tokens` before the limit (DAPO's soft overlong punishment); `off`:"
+            " neither."
+        ),
+    )
+    buffer_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "With `soft`: the penalty grows from 0 at `max_tokens - buffer_tokens` completion"
+            " tokens to `penalty_factor` at `max_tokens`."
+        ),
+    )
+    penalty_factor: float = Field(
+        1.0, ge=0.0, description="With `soft`: the penalty at the length limit."
+    )
+
+    @model_validator(mode="after")
+    def _buffer_for_soft(self) -> OverlongSection:
+        if self.mode == "soft" and self.buffer_tokens is None:
+            raise ValueError("overlong mode 'soft' needs buffer_tokens")
+        if self.mode != "soft" and self.buffer_tokens is not None:
+            raise ValueError(
+                f"buffer_tokens is only used by mode 'soft' (mode is {self.mode!r});"
+                " remove it or set mode = 'soft'"
+            )
         return self
 
 
@@ -198,6 +291,33 @@ class AlgorithmSection(_Section):
     correction: CorrectionSection = Field(
         default_factory=CorrectionSection,
         description="Rollout corrections for the sampler/trainer mismatch, for any loss.",
+    )
+    kl: KLSection = Field(
+        default_factory=KLSection,
+        description=(
+            "KL to the reference model (the trainer's starting weights), in the loss or in"
+            " the reward; see `coef`, `estimator` and `in`."
+        ),
+    )
+    entropy_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description=(
+            "Entropy bonus: this times the policy's mean entropy over sampled tokens is"
+            " subtracted from the objective (0: off)."
+        ),
+    )
+    overlong: OverlongSection = Field(
+        default_factory=OverlongSection,
+        description="What happens to completions cut at the length limit.",
+    )
+    length_penalty: float = Field(
+        0.0,
+        ge=0.0,
+        description=(
+            "Reward shaping: each episode's reward is lowered by this times its sampled tokens"
+            " divided by `[sampling].max_tokens` (0: off)."
+        ),
     )
 
     @model_validator(mode="after")
