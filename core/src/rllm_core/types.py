@@ -361,7 +361,8 @@ class Datum(msgspec.Struct, kw_only=True, frozen=True):
     the sampler's logprobs on action tokens and 0.0 elsewhere. ``advantages`` are per token.
     ``proximal_logprobs``, when set, are the trainer's logprobs of the same tokens computed
     before the batch's first update (``[algorithm].proximal = "recompute"``), 0.0 where no
-    logprob exists.
+    logprob exists. ``ref_logprobs``, when set, are the reference model's logprobs of the same
+    tokens (``[algorithm.kl]`` in the loss), 0.0 where no logprob exists.
     """
 
     token_ids: list[int]
@@ -371,6 +372,7 @@ class Datum(msgspec.Struct, kw_only=True, frozen=True):
     observation_mask: list[bool]
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     proximal_logprobs: list[float] | None = None
+    ref_logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
@@ -379,11 +381,10 @@ class Datum(msgspec.Struct, kw_only=True, frozen=True):
                 raise ValueError(
                     f"Datum.{field} has {len(getattr(self, field))} entries but token_ids has {n}"
                 )
-        if self.proximal_logprobs is not None and len(self.proximal_logprobs) != n:
-            raise ValueError(
-                f"Datum.proximal_logprobs has {len(self.proximal_logprobs)} entries but token_ids"
-                f" has {n}"
-            )
+        for field in ("proximal_logprobs", "ref_logprobs"):
+            values = getattr(self, field)
+            if values is not None and len(values) != n:
+                raise ValueError(f"Datum.{field} has {len(values)} entries but token_ids has {n}")
 
 
 class Sample(msgspec.Struct, kw_only=True, frozen=True):

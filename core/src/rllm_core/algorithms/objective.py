@@ -26,7 +26,13 @@ What one evaluation does, on ``[B, T]`` tensors aligned so position ``t`` descri
 3. **Terms.** The policy loss with coefficient 1, then each auxiliary loss times its
    coefficient; a coefficient of 0 leaves the loss out, so the result equals the policy loss
    alone bitwise.
-4. **Diagnostics** between ``pi_trainer`` and the sampler on the sampled tokens (see
+4. **Regularizers** (:mod:`rllm_core.algorithms.reference_kl`): with ``kl`` in the loss,
+   ``+ kl.coef * aggregate(kl_t)`` from ``ref_logprobs``; with ``entropy_coef``,
+   ``- entropy_coef * aggregate(H_t)`` from ``entropy``; both over action tokens, with the
+   step's normalizers and without correction weights. A coefficient of 0 adds nothing (the
+   result is bitwise the same) and needs no input. Metrics ``kl/ref_mean``, ``kl/ref_max``
+   and ``entropy/mean``.
+5. **Diagnostics** between ``pi_trainer`` and the sampler on the sampled tokens (see
    :class:`OffPolicyStats`), and per-term metrics prefixed with the term's name.
 """
 
@@ -45,6 +51,7 @@ from rllm_core.algorithms.aggregation import (
     make_aggregate,
     step_normalizers,
 )
+from rllm_core.algorithms.reference_kl import ReferenceKL, kl_estimate
 from rllm_core.ports.losses import Loss, LossContext, LossOutput
 
 if TYPE_CHECKING:
@@ -57,6 +64,7 @@ __all__ = [
     "ObjectivePartial",
     "ObjectiveStep",
     "OffPolicyStats",
+    "ReferenceKL",
     "RolloutCorrection",
     "Term",
 ]
@@ -123,6 +131,11 @@ class LossInputs:
 
     ``logprobs`` carry the gradient; ``proximal_logprobs`` are the trainer's logprobs computed
     before the batch's first update (required with ``proximal = "recompute"``, else ``None``).
+    ``ref_logprobs``: the reference model's logprobs of the same tokens, without gradient
+    (required with the KL in the loss, see :attr:`Objective.needs_reference`). ``entropy``:
+    the policy's next-token entropy at each action token's predicting position, with
+    gradient (required with ``entropy_coef > 0``, see :attr:`Objective.needs_entropy`); other
+    positions are ignored.
     """
 
     logprobs: torch.Tensor
@@ -131,6 +144,8 @@ class LossInputs:
     action_mask: torch.Tensor
     observation_mask: torch.Tensor
     proximal_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,8 @@ class Objective:
     """What a trainer minimises; see the module docstring.
 
     ``terms`` holds the policy loss first (coefficient 1), then the auxiliary losses with a
-    nonzero coefficient; names are unique (repeats get ``-2``, ``-3`` suffixes).
+    nonzero coefficient; names are unique (repeats get ``-2``, ``-3`` suffixes). ``kl`` and
+    ``entropy_coef`` are the regularizers (off by default).
     """
 
     policy: Term
@@ -147,6 +163,8 @@ class Objective:
     norm_length: float | None = None
     proximal: str = "rollout"
     correction: RolloutCorrection = field(default_factory=RolloutCorrection)
+    kl: ReferenceKL = field(default_factory=ReferenceKL)
+    entropy_coef: float = 0.0
     terms: tuple[Term, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -159,6 +177,14 @@ class Objective:
             raise ValueError(
                 f"unknown proximal mode {self.proximal!r}; valid: {', '.join(PROXIMAL_MODES)}"
             )
+        coef = self.entropy_coef
+        if (
+            isinstance(coef, bool)
+            or not isinstance(coef, int | float)
+            or not math.isfinite(coef)
+            or coef < 0
+        ):
+            raise ValueError(f"entropy_coef must be a finite number >= 0 (0: off), got {coef!r}")
         for index, term in enumerate(self.aux):
             coef = term.coef
             if (
@@ -211,6 +237,17 @@ class Objective:
         port's ``reads_observations``); when not, a trainer may compute action positions only."""
         return any(getattr(t.loss, "reads_observations", True) for t in self.terms)
 
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the run computes the reference model's logprobs (the KL is on, in the
+        loss or in the reward)."""
+        return self.kl.active
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether a trainer must pass ``LossInputs.entropy`` (``entropy_coef > 0``)."""
+        return self.entropy_coef > 0
+
     def begin(
         self,
         action_masks: Sequence[torch.Tensor],
@@ -248,6 +285,7 @@ class ObjectiveStep:
         )
         self._sums: dict[str, float] = defaultdict(float)
         self._means = _WeightedMeans()
+        self._maxima: dict[str, float] = {}
         self.offpolicy = OffPolicyStats()
 
     def evaluate(self, inputs: LossInputs) -> torch.Tensor:
@@ -297,8 +335,52 @@ class ObjectiveStep:
             self._sums[f"{term.name}/loss"] += float(value.detach())
             total = value if total is None else total + term.coef * value
         assert total is not None
+        total = self._regularize(total, inputs, action)
         self._sums["loss"] += float(total.detach())
         return total
+
+    def _regularize(
+        self, total: torch.Tensor, inputs: LossInputs, action: torch.Tensor
+    ) -> torch.Tensor:
+        import torch
+
+        objective = self.objective
+        tokens = float(action.sum())
+        if objective.kl.in_loss:
+            if inputs.ref_logprobs is None:
+                raise ValueError(
+                    "[algorithm.kl] in = 'loss' needs the reference model's logprobs"
+                    " (LossInputs.ref_logprobs); the backend did not pass them"
+                )
+            zero = torch.zeros_like(inputs.logprobs)
+            # Masking the inputs, not the estimate, keeps padding's gradient finite (k3 of a
+            # meaningless log-ratio can overflow).
+            values = kl_estimate(
+                torch.where(action, inputs.logprobs, zero),
+                torch.where(action, inputs.ref_logprobs.to(zero.dtype), zero),
+                objective.kl.estimator,
+            )
+            total = total + objective.kl.coef * self._action(values, inputs.action_mask)
+            if tokens:
+                selected = values.detach()[action].double()
+                self._means.add("kl/ref_mean", float(selected.mean()), tokens)
+                self._max("kl/ref_max", float(selected.max()))
+        if objective.needs_entropy:
+            if inputs.entropy is None:
+                raise ValueError(
+                    "[algorithm].entropy_coef > 0 needs the policy's entropy"
+                    " (LossInputs.entropy); the backend did not pass it"
+                )
+            entropy = torch.where(action, inputs.entropy, torch.zeros_like(inputs.entropy))
+            total = total - objective.entropy_coef * self._action(entropy, inputs.action_mask)
+            if tokens:
+                self._means.add(
+                    "entropy/mean", float(entropy.detach()[action].double().mean()), tokens
+                )
+        return total
+
+    def _max(self, name: str, value: float) -> None:
+        self._maxima[name] = max(self._maxima.get(name, -math.inf), value)
 
     def _correction_weights(
         self, log_ratio: torch.Tensor, action: torch.Tensor
@@ -334,9 +416,10 @@ class ObjectiveStep:
     def metrics(self) -> dict[str, float]:
         """``loss`` (the total), ``<name>/loss`` and each term's own metrics as
         ``<name>/<metric>`` (means over micro-batches weighted by the tokens the term reduced
-        over), ``correction/*`` when a correction is on, ``offpolicy/*`` (see
+        over), ``correction/*`` when a correction is on, ``kl/ref_mean``, ``kl/ref_max`` and
+        ``entropy/mean`` when those regularizers are in the loss, ``offpolicy/*`` (see
         :class:`OffPolicyStats`), and ``action_tokens`` / ``observation_tokens``."""
-        out = dict(self._sums) | self._means.result() | self.offpolicy.result()
+        out = dict(self._sums) | self._means.result() | self._maxima | self.offpolicy.result()
         out["action_tokens"] = float(self.action_tokens)
         out["observation_tokens"] = float(self.observation_tokens)
         return out
@@ -353,6 +436,7 @@ class ObjectiveStep:
             weights=dict(means._weights),
             plain={name: list(values) for name, values in means._plain.items()},
             offpolicy=self.offpolicy.partial(),
+            maxima=dict(self._maxima),
         )
 
     def merge(self, partials: Sequence[ObjectivePartial]) -> None:
@@ -363,7 +447,10 @@ class ObjectiveStep:
         sums: dict[str, float] = defaultdict(float)
         means = _WeightedMeans()
         offpolicy = OffPolicyStats()
+        maxima: dict[str, float] = {}
         for part in partials:
+            for name, value in part.maxima.items():
+                maxima[name] = max(maxima.get(name, -math.inf), value)
             for name, value in part.sums.items():
                 sums[name] += value
             for name, values in part.plain.items():
@@ -372,6 +459,7 @@ class ObjectiveStep:
                 means._plain[name].extend(values)
             offpolicy.absorb(part.offpolicy)
         self._sums, self._means, self.offpolicy = sums, means, offpolicy
+        self._maxima = maxima
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +472,7 @@ class ObjectivePartial:
     weights: dict[str, float]
     plain: dict[str, list[float]]
     offpolicy: dict[str, float]
+    maxima: dict[str, float] = field(default_factory=dict)
 
 
 class OffPolicyStats:

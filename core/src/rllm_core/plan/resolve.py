@@ -157,6 +157,7 @@ class _Resolver:
         self.refuse_sampler()
         self.refuse_native_loss()
         self.refuse_unreachable_gateway()
+        self.refuse_regularizers()
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
         modes = trainer.spec.trait("proximal_modes") if trainer else None
@@ -174,6 +175,13 @@ class _Resolver:
                     hint='use proximal = "rollout" or a trainer that recomputes logprobs',
                 )
             )
+
+    def refuse_regularizers(self) -> None:
+        """The KL to the reference model and the entropy bonus need a trainer that computes
+        them (:mod:`rllm_core.plan.regularizer_check`)."""
+        from rllm_core.plan.regularizer_check import regularizer_issues
+
+        self.issues.extend(regularizer_issues(self.plan, self.components, self.path))
 
     def refuse_sft_keys(self) -> None:
         """An ``[sft]`` plan (``rllm-core sft``) trains on examples: the sections of RL runs

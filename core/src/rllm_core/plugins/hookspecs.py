@@ -217,6 +217,10 @@ def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
         "packs_sequences": Trait(False, choices=(True, False)),
         "hosted_model": Trait(False, choices=(True, False)),
         "native_losses": Trait((), choices=NATIVE_KERNELS),
+        "reference_kl": Trait((), choices=("loss", "reward")),
+        "reference_kl_refusal": Trait(""),
+        "entropy": Trait(False, choices=(True, False)),
+        "entropy_refusal": Trait(""),
     },
 )
 def rllm_trainer_backends() -> Iterable[ComponentSpec]:
@@ -246,7 +250,14 @@ def rllm_trainer_backends() -> Iterable[ComponentSpec]:
     custom-loss path (see :mod:`rllm_core.algorithms.native_losses`); such a backend implements
     :class:`~rllm_core.ports.LossRouting`, its config has the key ``loss_path``, and ``plan
     check`` refuses ``loss_path = "native"`` for a plan whose
-    objective has no such kernel, with the reason.
+    objective has no such kernel, with the reason. The trait ``reference_kl`` (default empty)
+    lists the ``[algorithm.kl].in`` placements the backend honours (it implements
+    :class:`~rllm_core.ports.ReferenceScorer`, and with ``"loss"`` passes
+    ``LossInputs.ref_logprobs`` from the datums' ``ref_logprobs``); the trait ``entropy``
+    (default False) says that it passes ``LossInputs.entropy`` when the objective
+    ``needs_entropy``. ``plan check`` refuses ``[algorithm.kl] coef > 0`` and
+    ``entropy_coef > 0`` elsewhere, quoting ``reference_kl_refusal`` / ``entropy_refusal``
+    (a reason, default empty) when the backend gives one.
 
     Example::
 

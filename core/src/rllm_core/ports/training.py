@@ -21,6 +21,7 @@ __all__ = [
     "ParallelSettings",
     "ParallelTrainer",
     "PolicyFollower",
+    "ReferenceScorer",
     "Sampler",
     "StreamingSampler",
     "SupervisedTrainer",
@@ -192,6 +193,24 @@ class LogprobScorer(Protocol):
     """
 
     def compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class ReferenceScorer(Protocol):
+    """What a trainer backend may also offer: logprobs under the reference model, for the KL
+    of ``[algorithm.kl]``.
+
+    ``compute_ref_logprobs(datums)`` returns, per datum, the logprob of each token given those
+    before it (0.0 at position 0) under the reference model: the policy's starting weights
+    (with LoRA, the model with its adapters disabled), at the temperature the backend trains
+    with, without gradient and without changing any state. The reference never moves, so a
+    run calls it once per batch, before the batch's first update. A backend offering it
+    declares the trait ``reference_kl`` in its spec (the placements it honours, ``("loss",
+    "reward")`` or a part); ``plan check`` refuses ``[algorithm.kl] coef > 0`` elsewhere. A
+    backend that passes ``LossInputs.entropy`` declares the trait ``entropy``.
+    """
+
+    def compute_ref_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]: ...
 
 
 @runtime_checkable

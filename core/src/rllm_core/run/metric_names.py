@@ -23,11 +23,14 @@ from fnmatch import fnmatchcase
 __all__ = [
     "ACCURACY",
     "ACTION_TOKENS",
+    "ENTROPY_MEAN",
     "EPISODES",
     "GROUPS",
     "GROUPS_FILTERED",
     "GROUPS_SAMPLED",
     "INFRA_FAILURES",
+    "KL_REF_MAX",
+    "KL_REF_MEAN",
     "LEARNING_RATE",
     "OBSERVATION_TOKENS",
     "OPTIMIZER_STEP",
@@ -72,6 +75,11 @@ ACTION_TOKENS = "action_tokens"
 OBSERVATION_TOKENS = "observation_tokens"
 OPTIMIZER_STEP = "step"
 LEARNING_RATE = "learning_rate"
+KL_REF_MEAN = "kl/ref_mean"
+"""Mean KL estimate to the reference model over action tokens (``[algorithm.kl]``)."""
+KL_REF_MAX = "kl/ref_max"
+ENTROPY_MEAN = "entropy/mean"
+"""Mean next-token entropy of the policy over action tokens (``entropy_coef > 0``)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,10 @@ PASS_RULES: tuple[tuple[str, PassRule], ...] = (
     ("*/skipped_step", PassRule(Reduction.SUM)),  # optimizer steps a backend skipped
     (OPTIMIZER_STEP, PassRule(Reduction.LAST)),
     (LEARNING_RATE, PassRule(Reduction.LAST)),
+    # In the loss, each pass measures the policy it updates; in the reward, one value per step.
+    (KL_REF_MAX, PassRule(Reduction.MAX)),
+    (KL_REF_MEAN, PassRule(Reduction.MEAN)),
+    (ENTROPY_MEAN, PassRule(Reduction.MEAN)),
     ("offpolicy/*_min", PassRule(Reduction.MIN, first_epoch=True)),
     ("offpolicy/*_max", PassRule(Reduction.MAX, first_epoch=True)),
     ("offpolicy/*", PassRule(Reduction.MEAN, first_epoch=True)),

@@ -6,6 +6,13 @@ once, before the first update, and travel with the datums as ``proximal_logprobs
 ``"rollout"`` (the default) the sampler's logprobs are the ratio denominator and nothing is
 recomputed.
 
+With ``[algorithm.kl]`` on, the trainer's reference logprobs of every datum
+(:class:`~rllm_core.ports.ReferenceScorer`) are computed once, before the first update, after
+the proximal ones: in the loss they travel with the datums as ``ref_logprobs``; in the reward
+they lower each action token's advantage by ``coef * kl_t`` there and then
+(:func:`~rllm_core.algorithms.reference_kl.penalize_advantages`), and the step reports
+``kl/ref_mean`` and ``kl/ref_max`` of that batch.
+
 The step's metrics merge those of its ``forward_backward`` and ``optim_step`` calls by the
 rules declared with their names in :data:`rllm_core.run.metric_names.PASS_RULES`:
 ``offpolicy/*``, ``correction/*``, the token and sequence counts and a backend's counts of
@@ -25,6 +32,7 @@ from typing import Any
 import msgspec
 
 from rllm_core.algorithms.objective import Objective, RolloutCorrection, Term
+from rllm_core.algorithms.reference_kl import ReferenceKL, penalize_advantages
 from rllm_core.plan import ResolvedPlan
 from rllm_core.run.metric_names import ACTION_TOKENS, Reduction, pass_rule
 from rllm_core.types import Datum
@@ -61,6 +69,12 @@ def build_objective(
             mask_low=correction.mask_low,
             mask_high=correction.mask_high,
         ),
+        kl=ReferenceKL(
+            coef=algorithm.kl.coef,
+            estimator=algorithm.kl.estimator,
+            apply_in=algorithm.kl.apply_in,
+        ),
+        entropy_coef=algorithm.entropy_coef,
     )
 
 
@@ -96,6 +110,9 @@ async def update_policy(
             msgspec.structs.replace(datum, proximal_logprobs=[float(v) for v in values])
             for datum, values in zip(datums, scored, strict=True)
         ]
+    reference_metrics: dict[str, float] = {}
+    if objective.needs_reference:
+        datums, reference_metrics = await _with_reference(trainer, datums, objective, call)
     slices = split_mini_batches(datums, mini_batches)
     passes: list[tuple[int, Mapping[str, float], Mapping[str, float]]] = []
     for epoch in range(epochs):
@@ -105,7 +122,29 @@ async def update_policy(
             passes.append((epoch, fb, opt))
             if after_step is not None:
                 await after_step()
-    return merge_pass_metrics(passes)
+    return merge_pass_metrics(passes) | reference_metrics
+
+
+async def _with_reference(
+    trainer: Any,
+    datums: Sequence[Datum],
+    objective: Objective,
+    call: Callable[[Callable[[], Any]], Awaitable[Any]],
+) -> tuple[list[Datum], dict[str, float]]:
+    scorer = getattr(trainer, "compute_ref_logprobs", None)
+    if scorer is None:
+        raise TypeError(
+            f"[algorithm.kl] coef > 0 needs reference logprobs, which trainer"
+            f" {type(trainer).__name__} cannot compute (no compute_ref_logprobs); set"
+            " [algorithm.kl] coef = 0 or use a trainer backend with the reference_kl trait"
+        )
+    scored = await call(functools.partial(scorer, list(datums)))
+    if objective.kl.in_reward:
+        return penalize_advantages(datums, scored, objective.kl)
+    return [
+        msgspec.structs.replace(datum, ref_logprobs=[float(v) for v in values])
+        for datum, values in zip(datums, scored, strict=True)
+    ], {}
 
 
 def merge_pass_metrics(
