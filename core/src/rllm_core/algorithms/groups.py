@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rllm_core.algorithms.datums import merge_trajectory
+from rllm_core.algorithms.shaping import RewardShaping, mask_actions
 from rllm_core.ports.losses import AdvantageEstimator, AdvantageResult
 from rllm_core.types import Datum, Episode, Sample
 
@@ -47,6 +48,8 @@ class DatumReport:
     - ``trajectories``, ``steps``, ``datums``, ``steps_per_datum``: over what the batch holds
       (dropped groups excluded); ``steps_per_datum`` is 0.0 without datums.
     - ``advantage_metrics``: the estimator's metrics for this call.
+    - ``shaping_metrics``: the reward shaping's, under their own names
+      (:meth:`~rllm_core.algorithms.shaping.RewardShaping.metrics`); empty without shaping.
     """
 
     groups: int = 0
@@ -63,15 +66,17 @@ class DatumReport:
     reward_min: float = 0.0
     reward_max: float = 0.0
     advantage_metrics: Mapping[str, float] = field(default_factory=dict)
+    shaping_metrics: Mapping[str, float] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
         """Every figure as a float, the estimator's under ``advantage/<name>``, for loggers."""
         out = {
             name: float(getattr(self, name))
             for name in self.__dataclass_fields__
-            if name != "advantage_metrics"
+            if name not in ("advantage_metrics", "shaping_metrics")
         }
         out.update({f"advantage/{k}": float(v) for k, v in self.advantage_metrics.items()})
+        out.update({k: float(v) for k, v in self.shaping_metrics.items()})
         return out
 
 
@@ -115,8 +120,10 @@ class DatumBuilder:
     computation and are then dropped when ``drop_zero_variance_groups`` is true.
 
     Each sample's ``weight_version`` is the smallest among its datum's steps (the oldest
-    policy that contributed), ``reward`` its episode's reward. Each datum's metadata holds,
-    besides what :func:`~rllm_core.algorithms.datums.merge_trajectory` records, the
+    policy that contributed), ``reward`` its episode's reward. With an active ``shaping``
+    the estimator sees the shaped rewards and the datums of masked episodes have no action
+    (:mod:`rllm_core.algorithms.shaping`); ``reward`` stays the raw one. Each datum's
+    metadata holds, besides what :func:`~rllm_core.algorithms.datums.merge_trajectory` records, the
     ``episode_id``, ``group_id``, ``task_id`` and ``session_id`` of its episode, its
     ``reward`` and its ``advantage``.
 
@@ -128,10 +135,15 @@ class DatumBuilder:
     """
 
     def __init__(
-        self, estimator: AdvantageEstimator, *, drop_zero_variance_groups: bool = False
+        self,
+        estimator: AdvantageEstimator,
+        *,
+        drop_zero_variance_groups: bool = False,
+        shaping: RewardShaping | None = None,
     ) -> None:
         self.estimator = estimator
         self.drop_zero_variance_groups = drop_zero_variance_groups
+        self.shaping = shaping if shaping is not None and shaping.active else None
         self._finalized = 0
 
     @property
@@ -150,7 +162,13 @@ class DatumBuilder:
             episode.trace_counts.incomplete_chains for episodes in groups for episode in episodes
         )
         finalized = [group for group in prepared if group.scored]
-        rewards = [[episode.reward for episode in group.scored] for group in finalized]
+        raw = [[episode.reward for episode in group.scored] for group in finalized]
+        shaped = (
+            [[self.shaping.shape(e) for e in group.scored] for group in finalized]
+            if self.shaping
+            else []
+        )
+        rewards = [[s.reward for s in group] for group in shaped] if self.shaping else raw
         result = self.estimator.compute(rewards) if rewards else AdvantageResult(advantages=[])
         self._check_shape(rewards, result.advantages)
 
@@ -176,7 +194,16 @@ class DatumBuilder:
             kept_trajectories += trajectories
             kept_steps += steps
 
-        all_rewards = [r for group_rewards in rewards for r in group_rewards]
+        shaping_metrics: dict[str, float] = {}
+        if self.shaping is not None:
+            pairs = [
+                (e, s)
+                for group, shapes in zip(finalized, shaped, strict=True)
+                for e, s in zip(group.scored, shapes, strict=True)
+            ]
+            samples, masked = mask_actions(samples, {e.episode_id for e, s in pairs if s.masked})
+            shaping_metrics = self.shaping.metrics([s for _, s in pairs], masked=masked)
+        all_rewards = [r for group_rewards in raw for r in group_rewards]
         reward_avg, reward_min, reward_max = _stats(all_rewards)
         report = DatumReport(
             groups=len(finalized),
@@ -193,6 +220,7 @@ class DatumBuilder:
             reward_min=reward_min,
             reward_max=reward_max,
             advantage_metrics=dict(result.metrics),
+            shaping_metrics=shaping_metrics,
         )
         return DatumBatch(samples=tuple(samples), report=report)
 

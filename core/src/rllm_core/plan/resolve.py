@@ -157,6 +157,7 @@ class _Resolver:
         self.refuse_sampler()
         self.refuse_native_loss()
         self.refuse_unreachable_gateway()
+        self.refuse_shaping()
         self.refuse_regularizers()
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
@@ -182,6 +183,13 @@ class _Resolver:
         from rllm_core.plan.regularizer_check import regularizer_issues
 
         self.issues.extend(regularizer_issues(self.plan, self.components, self.path))
+
+    def refuse_shaping(self) -> None:
+        """Overlong settings the reward shaping cannot honour
+        (:mod:`rllm_core.plan.shaping_check`)."""
+        from rllm_core.plan.shaping_check import shaping_issues
+
+        self.issues.extend(shaping_issues(self.plan, self.path))
 
     def refuse_sft_keys(self) -> None:
         """An ``[sft]`` plan (``rllm-core sft``) trains on examples: the sections of RL runs

@@ -20,6 +20,13 @@ import enum
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from rllm_core.algorithms.shaping import (
+    LENGTH_PENALTY_MEAN,
+    OVERLONG_MASKED,
+    OVERLONG_PENALTY_MEAN,
+)
+from rllm_core.algorithms.shaping import TRUNCATED as SAMPLES_TRUNCATED
+
 __all__ = [
     "ACCURACY",
     "ACTION_TOKENS",
@@ -32,12 +39,16 @@ __all__ = [
     "KL_REF_MAX",
     "KL_REF_MEAN",
     "LEARNING_RATE",
+    "LENGTH_PENALTY_MEAN",
     "OBSERVATION_TOKENS",
     "OPTIMIZER_STEP",
+    "OVERLONG_MASKED",
+    "OVERLONG_PENALTY_MEAN",
     "PASS_RULES",
     "REWARD_MEAN",
     "ROLLOUT_S",
     "SAMPLER_BUSY_S",
+    "SAMPLES_TRUNCATED",
     "SECURITY_DENIED",
     "SEQUENCES",
     "SUMMARY",
@@ -140,6 +151,9 @@ ROLLOUT_S = "time/rollout_s"
 TRAIN_S = "time/train_s"
 SAMPLER_BUSY_S = "time/sampler_busy_s"
 SECURITY_DENIED = "security/denied"
+# SAMPLES_TRUNCATED (scored episodes with a model call cut at the length limit), and with
+# reward shaping OVERLONG_MASKED, OVERLONG_PENALTY_MEAN and LENGTH_PENALTY_MEAN, are named
+# in rllm_core.algorithms.shaping, which measures them.
 
 SUMMARY: tuple[tuple[str, str, Reduction], ...] = (
     ("reward_first", REWARD_MEAN, Reduction.MEAN_FIRST),
@@ -148,6 +162,7 @@ SUMMARY: tuple[tuple[str, str, Reduction], ...] = (
     ("episodes", EPISODES, Reduction.SUM),
     ("infra_failures", INFRA_FAILURES, Reduction.SUM),
     ("security_denied", SECURITY_DENIED, Reduction.SUM),
+    ("truncated", SAMPLES_TRUNCATED, Reduction.SUM),
     ("tokens_sampled", TOKENS_SAMPLED, Reduction.SUM),
     ("tokens_trained", TOKENS_TRAINED, Reduction.SUM),
     ("groups", GROUPS, Reduction.SUM),

@@ -24,6 +24,12 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
 - ``security/denied``: requests the gateway refused to the step's episodes' session tokens
   (another session's routes, an admin route): what the agents tried beyond their reach. Each
   refusal is also a WARNING line in ``run.log``.
+- ``samples/truncated``: scored episodes with a model call cut at ``[sampling].max_tokens``
+  (finish reason ``length``); with ``[algorithm.overlong]`` or ``length_penalty`` also
+  ``samples/overlong_masked``, ``reward/overlong_penalty_mean`` and
+  ``reward/length_penalty_mean`` from the datum builder's report
+  (:mod:`rllm_core.algorithms.shaping`). ``reward/mean`` and the other reward statistics are
+  the raw rewards.
 - ``tokens/sampled`` (completion tokens of scored episodes), ``tokens/trained`` (tokens of the
   datums), ``tokens/sampled_per_s`` (over the rollout phase), ``tokens/trained_per_s`` (over
   the train phase).
@@ -59,9 +65,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rllm_core.algorithms.datums import HISTORY_BREAK_REASONS
+from rllm_core.algorithms.shaping import RewardShaping, truncated
 from rllm_core.run.metric_names import (
     ROLLOUT_S,
     SAMPLER_BUSY_S,
+    SAMPLES_TRUNCATED,
     SECURITY_DENIED,
     SUMMARY,
     Reduction,
@@ -170,6 +178,7 @@ def rollout_metrics(
         SECURITY_DENIED: float(sum(e.denied for e in episodes)),
         "tools/calls": float(sum(e.trace_counts.tool_calls for e in episodes)),
         "tools/invalid": float(sum(e.trace_counts.tool_calls_invalid for e in episodes)),
+        SAMPLES_TRUNCATED: float(sum(truncated(e) for e in episodes)),
         "tokens/sampled": float(sampled),
         "tokens/sampled_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
         "time/rollout_s": rollout_s,
@@ -190,7 +199,11 @@ def rollout_metrics(
     if sampler_busy_s is not None:
         line["time/sampler_busy_s"] = sampler_busy_s
         line["sampler_utilization"] = sampler_busy_s / rollout_s if rollout_s > 0 else 0.0
-    line |= {k: float(v) for k, v in report.items() if k.startswith("advantage/")}
+    line |= {
+        k: float(v)
+        for k, v in report.items()
+        if k.startswith(("advantage/", "samples/", "reward/"))
+    }
     return line
 
 
@@ -241,10 +254,15 @@ def memory_metrics() -> dict[str, float]:
     return line
 
 
-def episode_record(step: int, episode: Episode) -> dict[str, Any]:
-    """The ``episodes.jsonl`` record of one scored episode: its task, reward, termination,
-    signals and the trace ids of each trajectory (its lineage, in order)."""
-    return {
+def episode_record(
+    step: int, episode: Episode, shaping: RewardShaping | None = None
+) -> dict[str, Any]:
+    """The ``episodes.jsonl`` record of one scored episode: its task, reward (the harness's,
+    unshaped), termination, signals, whether a model call was ``truncated`` and the trace ids
+    of each trajectory (its lineage, in order). With ``shaping`` it also holds
+    ``shaped_reward``, the reward the advantages were computed from, and ``overlong_masked``,
+    whether its actions were left out of the loss."""
+    record = {
         "step": step,
         "episode_id": episode.episode_id,
         "task_id": episode.task_id,
@@ -260,7 +278,13 @@ def episode_record(step: int, episode: Episode) -> dict[str, Any]:
             {"lineage_id": t.lineage_id, "trace_ids": [s.trace_id for s in t.steps]}
             for t in episode.trajectories
         ],
+        "truncated": truncated(episode),
     }
+    if shaping is not None:
+        shaped = shaping.shape(episode)
+        record["shaped_reward"] = shaped.reward
+        record["overlong_masked"] = shaped.masked
+    return record
 
 
 def episode_version(episode: Episode) -> int:

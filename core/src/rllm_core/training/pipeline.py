@@ -342,7 +342,7 @@ class RolloutProducer:
                 ),
             )
             | sampled.metrics(),
-            episodes=[episode_record(step, e) for e in episodes],
+            episodes=[episode_record(step, e, self.builder.shaping) for e in episodes],
         )
         return ticket, group_versions(built.samples)
 

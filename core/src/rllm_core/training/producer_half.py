@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rllm_core.algorithms import DatumBuilder
+from rllm_core.algorithms.shaping import RewardShaping
 from rllm_core.plan import Plan
 from rllm_core.ports import SampleBuffer
 from rllm_core.ports.training import BusyClock
@@ -74,7 +75,11 @@ class ProducerHalf:
             )
         )
         drop = algorithm.drop_zero_variance_groups or algorithm.filter_groups != "none"
-        builder = DatumBuilder(self.parts.components.advantage, drop_zero_variance_groups=drop)
+        builder = DatumBuilder(
+            self.parts.components.advantage,
+            drop_zero_variance_groups=drop,
+            shaping=RewardShaping.from_plan(self.plan),
+        )
         return self.rollouts.runner, builder
 
     def policy_sync(self) -> Callable[[], Awaitable[Any]] | None:
