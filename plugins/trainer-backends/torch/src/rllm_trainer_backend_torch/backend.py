@@ -140,6 +140,7 @@ class TorchBackend:
         self._pending = False
         self._interrupt = threading.Event()
         self._sampler: Any = None
+        self._reference: torch.nn.Module | None = None
         self._closed = False
 
     @property
@@ -275,42 +276,52 @@ class TorchBackend:
         return self.config.share_prefixes and batch.position_ids is None
 
     def _micro_step(self, micro: Collated, step: ObjectiveStep) -> None:
-        logprobs = self._micro_logprobs(micro, self.model, step.objective.reads_observations)
-        step.evaluate(self._loss_inputs(micro, logprobs)).backward()
+        logprobs, entropy = self._micro_logprobs(micro, self.model, step.objective)
+        step.evaluate(self._loss_inputs(micro, logprobs, entropy)).backward()
 
     def _micro_logprobs(
-        self, micro: Collated, model: torch.nn.Module, observations: bool
-    ) -> torch.Tensor:
+        self, micro: Collated, model: torch.nn.Module, objective: Objective
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The micro-batch's logprobs and, when the objective has an entropy bonus, the
+        entropies at the same positions (one forward pass for both)."""
         needed = micro.action_mask != 0
-        if observations:
+        if objective.reads_observations:
             needed |= micro.observation_mask != 0
+        entropy = objective.needs_entropy
         if self._shares_prefixes(micro):
-            return shared_prefix_logprobs(
+            out = shared_prefix_logprobs(
                 model,
                 micro.token_ids,
                 micro.lengths,
                 device=self.device,
                 temperature=self.config.logprob_temperature,
                 needed=needed,
+                entropy=entropy,
             )
-        return token_logprobs(
-            model,
-            micro.token_ids.to(self.device),
-            temperature=self.config.logprob_temperature,
-            needed=needed.to(self.device),
-            position_ids=_on(micro.position_ids, self.device),
-        )
+        else:
+            out = token_logprobs(
+                model,
+                micro.token_ids.to(self.device),
+                temperature=self.config.logprob_temperature,
+                needed=needed.to(self.device),
+                position_ids=_on(micro.position_ids, self.device),
+                entropy=entropy,
+            )
+        return out if entropy else (out, None)
 
-    def _loss_inputs(self, micro: Collated, logprobs: torch.Tensor) -> LossInputs:
+    def _loss_inputs(
+        self, micro: Collated, logprobs: torch.Tensor, entropy: torch.Tensor | None = None
+    ) -> LossInputs:
         device = self.device
-        proximal = micro.proximal_logprobs
         return LossInputs(
             logprobs=logprobs,
             rollout_logprobs=micro.rollout_logprobs.to(device),
             advantages=micro.advantages.to(device),
             action_mask=micro.action_mask.to(device),
             observation_mask=micro.observation_mask.to(device),
-            proximal_logprobs=None if proximal is None else proximal.to(device),
+            proximal_logprobs=_on(micro.proximal_logprobs, device),
+            ref_logprobs=_on(micro.ref_logprobs, device),
+            entropy=entropy,
         )
 
     def _shared_forward_backward(self, batch: Collated, step: ObjectiveStep, group: Group) -> None:
@@ -332,17 +343,19 @@ class TorchBackend:
                     real = index < len(mine)
                     micro = mine[index] if real else filler
                     with self._gradient_sync(index == rounds - 1):
-                        logprobs = self._micro_logprobs(
-                            micro, self._train_model, step.objective.reads_observations
+                        logprobs, entropy = self._micro_logprobs(
+                            micro, self._train_model, step.objective
                         )
                         total = None
                         if real and failure is None:
                             try:
-                                total = step.evaluate(self._loss_inputs(micro, logprobs))
+                                total = step.evaluate(self._loss_inputs(micro, logprobs, entropy))
                             except Exception as exc:
                                 failure = exc
                         if total is None:
                             total = logprobs.sum() * 0.0
+                            if entropy is not None:
+                                total = total + entropy.sum() * 0.0
                         (total * group.world_size).backward()
             except BaseException as exc:
                 failure = failure or exc
@@ -368,7 +381,32 @@ class TorchBackend:
         self._check_open()
         return self._run("compute_logprobs", list(datums))
 
-    def _compute_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+    def compute_ref_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+        """Each datum's per-token logprobs under the reference model
+        (:class:`~rllm_core.ports.ReferenceScorer`), in eval mode and without gradient, at
+        ``logprob_temperature``: with LoRA the policy with its adapters disabled (one more
+        forward pass, no copy); with full training a frozen copy of ``config.model`` as loaded,
+        made on the first call (the starting weights: the memory of a second model, held only
+        by runs with ``[algorithm.kl] coef > 0``)."""
+        self._check_open()
+        return self._run("compute_ref_logprobs", list(datums))
+
+    def _compute_ref_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+        if self.config.lora.full:
+            return self._compute_logprobs(datums, model=self._reference_model())
+        with self.model.disable_adapter():
+            return self._compute_logprobs(datums)
+
+    def _reference_model(self) -> torch.nn.Module:
+        if self._reference is None:
+            from rllm_trainer_backend_torch.loading import load_reference
+
+            self._reference = load_reference(self.config, self.device)
+        return self._reference
+
+    def _compute_logprobs(
+        self, datums: Sequence[Datum], model: torch.nn.Module | None = None
+    ) -> list[list[float]]:
         batch = collate(datums, vocab_size=self._vocab_size, max_length=self._context_length)
         micros = list(self._micro_batches(batch))
         rounds = len(micros)
@@ -376,7 +414,8 @@ class TorchBackend:
         if group is not None:
             rounds = -(-len(micros) // group.world_size)
             micros = [micros[index] for index in share(len(micros), group.world_size, group.rank)]
-        model = self.model if self._strategy != "fsdp" else self._train_model
+        if model is None:
+            model = self.model if self._strategy != "fsdp" else self._train_model
         out: list[list[float]] = []
         with self._computing(), torch.no_grad():
             for index in range(rounds):
@@ -760,6 +799,7 @@ class TorchBackend:
         self.model = None
         self._train_model = None
         self._full_model = None
+        self._reference = None
         self.optimizer.state.clear()
         self._parameters = {}
         if self.device.type == "cuda":

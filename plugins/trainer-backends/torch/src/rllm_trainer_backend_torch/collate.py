@@ -27,8 +27,8 @@ class Collated:
     """A batch of datums as CPU tensors, right-padded to the longest one.
 
     ``token_ids`` is int64; the rest are float32. Padding holds token 0, logprob 0, advantage 0
-    and mask 0. ``lengths[b]`` is the unpadded length of row ``b``. ``proximal_logprobs`` is
-    ``None`` unless every datum carries them.
+    and mask 0. ``lengths[b]`` is the unpadded length of row ``b``. ``proximal_logprobs`` and
+    ``ref_logprobs`` are each ``None`` unless every datum carries them.
     """
 
     token_ids: torch.Tensor
@@ -39,6 +39,7 @@ class Collated:
     lengths: torch.Tensor
     proximal_logprobs: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -72,6 +73,7 @@ class Collated:
                 if self.proximal_logprobs is None
                 else self.proximal_logprobs[rows, :width],
                 position_ids=None if self.position_ids is None else self.position_ids[rows, :width],
+                ref_logprobs=None if self.ref_logprobs is None else self.ref_logprobs[rows, :width],
             )
 
     def _slice_end(
@@ -129,7 +131,8 @@ def collate(datums: Sequence[Datum], *, vocab_size: int, max_length: int | None)
     return Collated(
         token_ids=token_ids,
         lengths=lengths,
-        proximal_logprobs=_proximal(datums, shape),
+        proximal_logprobs=_carried(datums, "proximal_logprobs", shape),
+        ref_logprobs=_carried(datums, "ref_logprobs", shape),
         position_ids=position_ids,
         **floats,
     )
@@ -171,19 +174,18 @@ def count_examples(datums: Sequence[Datum]) -> int:
     return total
 
 
-def _proximal(datums: Sequence[Datum], shape: tuple[int, int]) -> torch.Tensor | None:
-    carried = [d.proximal_logprobs is not None for d in datums]
+def _carried(datums: Sequence[Datum], field: str, shape: tuple[int, int]) -> torch.Tensor | None:
+    carried = [getattr(d, field) is not None for d in datums]
     if not any(carried):
         return None
     if not all(carried):
         missing = carried.index(False)
         raise ValueError(
-            f"datum {missing} has no proximal_logprobs while others do; recompute them for the"
-            " whole batch"
+            f"datum {missing} has no {field} while others do; compute them for the whole batch"
         )
     out = torch.zeros(shape, dtype=torch.float32)
     for index, datum in enumerate(datums):
-        values = datum.proximal_logprobs
+        values = getattr(datum, field)
         assert values is not None
         out[index, : len(values)] = torch.tensor(values, dtype=torch.float32)
     return out

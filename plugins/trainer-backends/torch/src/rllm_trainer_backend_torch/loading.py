@@ -18,6 +18,7 @@ __all__ = [
     "DTYPES",
     "fix_mmap_threshold",
     "load_policy",
+    "load_reference",
     "release_free_memory",
     "resolve_device",
     "seed_everything",
@@ -86,6 +87,18 @@ def load_policy(config: TorchBackendConfig, device: torch.device) -> torch.nn.Mo
         model = _add_lora(model, config)
     model.eval()
     return model
+
+
+def load_reference(config: TorchBackendConfig, device: torch.device) -> torch.nn.Module:
+    """``config.model`` as :func:`load_policy` loads it before any adapter, frozen (no
+    parameter requires grad) and in eval mode: the reference of ``[algorithm.kl]`` for full
+    training, whose policy weights move away from it."""
+    from transformers import AutoModelForCausalLM
+
+    folder = resolve_model(config.model)
+    model = AutoModelForCausalLM.from_pretrained(str(folder))
+    model = model.to(device=device, dtype=DTYPES[config.dtype])
+    return model.requires_grad_(False).eval()
 
 
 def _enable_checkpointing(model: torch.nn.Module) -> None:

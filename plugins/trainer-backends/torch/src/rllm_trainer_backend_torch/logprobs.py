@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from rllm_core.algorithms.reference_kl import entropy_from_logits
 
 from rllm_trainer_backend_torch.prefix_tree import PrefixTree
 
@@ -28,7 +29,8 @@ def token_logprobs(
     temperature: float = 1.0,
     needed: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
-) -> torch.Tensor:
+    entropy: bool = False,
+) -> Any:
     """``[B, T]`` float32 logprobs: position ``t`` holds ``log p(token_ids[:, t] | tokens < t)``
     under ``softmax(logits / temperature)``; position 0 holds 0.
 
@@ -49,13 +51,19 @@ def token_logprobs(
     (transformers' ``create_causal_mask``) reads every restart as a sequence boundary and makes
     the causal mask block-diagonal: each sequence's logprobs equal those it has alone. A
     position whose id is 0 holds logprob 0, with no gradient, as position 0 does.
+
+    With ``entropy``, returns ``(logprobs, entropy)``: ``entropy[:, t]`` is the entropy of the
+    same tempered distribution that gives position ``t`` its logprob (the one predicting token
+    ``t``), with gradient, and 0 wherever the logprob is 0 by construction.
     """
     if needed is not None:
         rows, columns = (needed[:, 1:] != 0).nonzero(as_tuple=True)
         if 0 < len(rows) < needed.numel() - needed.shape[0]:
             predicted = _needed_logprobs(
-                model, token_ids, rows, columns + 1, temperature, position_ids
+                model, token_ids, rows, columns + 1, temperature, position_ids, entropy
             )
+            if entropy:
+                return tuple(_zero_starts(p, position_ids) for p in predicted)
             return _zero_starts(predicted, position_ids)
     logits = model(input_ids=token_ids, position_ids=position_ids, use_cache=False).logits.float()
     if temperature != 1.0:
@@ -63,8 +71,13 @@ def token_logprobs(
     # Position t of the logits predicts token t + 1; the last position predicts nothing and
     # is given any valid target, then dropped.
     targets = torch.nn.functional.pad(token_ids[:, 1:], (0, 1))
-    predicted = target_logprobs(logits, targets)
-    return _zero_starts(torch.nn.functional.pad(predicted[:, :-1], (1, 0)), position_ids)
+    predicted = _zero_starts(
+        torch.nn.functional.pad(target_logprobs(logits, targets)[:, :-1], (1, 0)), position_ids
+    )
+    if not entropy:
+        return predicted
+    entropies = torch.nn.functional.pad(entropy_from_logits(logits[:, :-1]), (1, 0))
+    return predicted, _zero_starts(entropies, position_ids)
 
 
 def _zero_starts(logprobs: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
@@ -81,7 +94,8 @@ def _needed_logprobs(
     columns: torch.Tensor,
     temperature: float,
     position_ids: torch.Tensor | None,
-) -> torch.Tensor:
+    entropy: bool = False,
+) -> Any:
     # The hidden state at position t - 1 predicts the token at t.
     def gather(module: torch.nn.Module, args: tuple) -> tuple:
         return (args[0][rows, columns - 1].unsqueeze(0), *args[1:])
@@ -97,8 +111,11 @@ def _needed_logprobs(
     if temperature != 1.0:
         logits = logits / temperature
     predicted = target_logprobs(logits, token_ids[rows, columns])
-    out = predicted.new_zeros(token_ids.shape)
-    return out.index_put((rows, columns), predicted)
+    out = predicted.new_zeros(token_ids.shape).index_put((rows, columns), predicted)
+    if not entropy:
+        return out
+    entropies = entropy_from_logits(logits)
+    return out, entropies.new_zeros(token_ids.shape).index_put((rows, columns), entropies)
 
 
 def shared_prefix_logprobs(
@@ -109,8 +126,10 @@ def shared_prefix_logprobs(
     device: torch.device | str = "cpu",
     temperature: float = 1.0,
     needed: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The same ``[B, T]`` logprobs as :func:`token_logprobs` (with ``needed``), computed in
+    entropy: bool = False,
+) -> Any:
+    """The same ``[B, T]`` logprobs as :func:`token_logprobs` (with ``needed``; with
+    ``entropy``, the pair of logprobs and entropies), computed in
     one forward pass over the rows packed as a :class:`~rllm_trainer_backend_torch.prefix_tree.
     PrefixTree`: a prefix several rows share runs once, its gradient the sum of theirs.
 
@@ -127,7 +146,7 @@ def shared_prefix_logprobs(
     columns = columns + 1
     out = torch.zeros(token_ids.shape, dtype=torch.float32, device=device)
     if len(rows) == 0:
-        return out
+        return (out, out.clone()) if entropy else out
     nodes, which = tree.index[rows, columns].unique(return_inverse=True)
     parents = tree.parents[nodes].to(device)
 
@@ -150,7 +169,11 @@ def shared_prefix_logprobs(
     if temperature != 1.0:
         logits = logits / temperature
     predicted = target_logprobs(logits, tree.token_ids[nodes].to(device))
-    return out.index_put((rows.to(device), columns.to(device)), predicted[which.to(device)])
+    where = (rows.to(device), columns.to(device))
+    logprobs = out.index_put(where, predicted[which.to(device)])
+    if not entropy:
+        return logprobs
+    return logprobs, out.index_put(where, entropy_from_logits(logits)[which.to(device)])
 
 
 def check_maskable_attention(model: torch.nn.Module) -> None:

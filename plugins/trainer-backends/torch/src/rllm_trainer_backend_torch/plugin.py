@@ -260,5 +260,7 @@ def rllm_trainer_backends() -> Iterator[ComponentSpec]:
             "publishes_weights": True,
             "exports_weights": True,
             "packs_sequences": True,
+            "reference_kl": ("loss", "reward"),
+            "entropy": True,
         },
     )
