@@ -56,12 +56,27 @@ def test_quickstart_plan_trains_on_exactly_the_sampled_tokens(
     assert before.keys() == after.keys() and before
     assert any(before[k] != after[k] for k in before)
 
+    # eval_every = 5 of 2 steps: the held-out split is evaluated after the last step only, and
+    # that step's checkpoint is the best by eval/pass@1.
+    assert not any(key.startswith("eval/") for key in metrics[0])
+    assert (metrics[1]["eval/tasks_scored"], metrics[1]["eval/episodes"]) == (1.0, 1.0)
+    assert metrics[1]["eval/pass@1"] in (0.0, 1.0)
+    evals = [json.loads(line) for line in (run_dir / "evals.jsonl").read_text().splitlines()]
+    assert [(e["step"], [r["task_id"] for r in e["results"]]) for e in evals] == [(2, ["h-1"])]
+    assert (run_dir / "eval.png").is_file()
+    best = json.loads((run_dir / "checkpoints" / "best" / "best.json").read_text())
+    assert (best["step"], best["metric"]) == (2, "eval/pass@1")
+    assert best["value"] == metrics[1]["eval/pass@1"]
+    assert trainable_weights(run_dir / "checkpoints" / "best") == after
+    assert json.loads((run_dir / "summary.json").read_text())["best"] == best
+
     from rllm_trace_store_deltachain.store import DeltaChainTraceStore
 
     store = DeltaChainTraceStore(run_dir / "traces")
     try:
         datums = [json.loads(line) for line in (run_dir / "datums.jsonl").read_text().splitlines()]
         assert len(datums) == sum(int(m["datums"]) for m in metrics)
+        assert not [d for d in datums if ".eval-" in d["session_id"]]
         for datum in datums:
             traces = store.session(datum["session_id"])
             assert len(traces) == 1

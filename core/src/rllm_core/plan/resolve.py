@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from rllm_core.addresses import is_local_only
 from rllm_core.errors import ComponentConflictError, PlanError, PlanIssue, UnknownComponentError
+from rllm_core.plan.eval_check import eval_issues
 from rllm_core.plan.load import issues_from_validation, load_plan
 from rllm_core.plan.schema import ComponentRef, Plan, component_sections, waiting_groups_bound
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
@@ -159,6 +160,7 @@ class _Resolver:
         self.refuse_unreachable_gateway()
         self.refuse_shaping()
         self.refuse_regularizers()
+        self.issues.extend(eval_issues(plan, self.components, self.path))
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
         modes = trainer.spec.trait("proximal_modes") if trainer else None

@@ -39,6 +39,9 @@ RL_SECTIONS = (
 RL_RUN_KEYS = {
     "steps": "an SFT run's length is [sft].epochs over its examples",
     "pipeline": "an SFT run has no rollouts to pipeline",
+    "eval_every": "an SFT run evaluates with [sft].eval_every",
+    "eval_attempts": "an SFT run evaluates its eval data's loss, not attempts",
+    "keep_best": "an SFT run keeps no best checkpoint",
 }
 
 

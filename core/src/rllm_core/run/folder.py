@@ -7,11 +7,13 @@ Layout of ``<output_dir>/<name>-<YYYYmmdd-HHMMSS>/``::
     numerics.json        what bitwise reproducibility depends on (rllm_core.numerics)
     metrics.jsonl        one JSON object per training step
     episodes.jsonl       one JSON object per scored episode
+    evals.jsonl          [run].eval_every: one JSON object per evaluation (step, summary,
+                         per-task results; rllm_core.evaluation.during_run)
     queue.jsonl          async pipeline: one JSON object per rollout batch put in the sample
                          buffer (rllm_core.training.pipeline.Ticket)
     traces/              the trace store (when the plan's store keeps files)
     checkpoints/         cuts of trainer and loop state (see rllm_core.run.checkpoints)
-    reward.png loss.png  plots, rewritten after every step
+    reward.png loss.png  plots, rewritten after every step (eval.png too with eval_every)
     summary.json         written when the run ends
     run.log              library warnings and captured ``warnings`` (rllm_core.run.runlog)
 """
@@ -163,8 +165,9 @@ class RunFolder:
         return rows
 
     def truncate_after(self, step: int) -> None:
-        """Drop metric and episode lines of steps after ``step`` (work a resumed run redoes)."""
-        for path in (self.metrics, self.episodes):
+        """Drop metric, episode and evaluation lines of steps after ``step`` (work a resumed
+        run redoes)."""
+        for path in (self.metrics, self.episodes, self.path / "evals.jsonl"):
             if path.is_file():
                 self.rewrite(
                     path, [row for row in self.read_jsonl(path) if int(row["step"]) <= step]

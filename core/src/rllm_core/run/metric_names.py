@@ -8,6 +8,11 @@ Two reductions happen in a run, and both read their rules here:
   (each datum's first pass).
 - **over a run's steps** (:data:`SUMMARY`): what ``summary.json`` reports of ``metrics.jsonl``.
 
+The ``eval/*`` metrics of an evaluation during a run (``[run].eval_every``) are neither: the
+step that evaluates writes them once (:data:`EVAL_PREFIX`, named in
+:mod:`rllm_core.plan.eval_check`), and ``summary.json`` reports the last evaluation and the
+best checkpoint.
+
 A name is matched against the patterns in order (``fnmatch``: ``*`` matches anything, ``/``
 included); the first that matches decides. A loss that reports ``<loss>/entropy_min`` gets the
 minimum, ``<loss>/dropped_overlong`` the first epoch's sum, anything else the mean weighted by
@@ -26,12 +31,16 @@ from rllm_core.algorithms.shaping import (
     OVERLONG_PENALTY_MEAN,
 )
 from rllm_core.algorithms.shaping import TRUNCATED as SAMPLES_TRUNCATED
+from rllm_core.plan.eval_check import EVAL_PREFIX
 
 __all__ = [
     "ACCURACY",
     "ACTION_TOKENS",
     "ENTROPY_MEAN",
     "EPISODES",
+    "EVAL_MEAN_REWARD",
+    "EVAL_PASS_1",
+    "EVAL_PREFIX",
     "GROUPS",
     "GROUPS_FILTERED",
     "GROUPS_SAMPLED",
@@ -151,6 +160,8 @@ ROLLOUT_S = "time/rollout_s"
 TRAIN_S = "time/train_s"
 SAMPLER_BUSY_S = "time/sampler_busy_s"
 SECURITY_DENIED = "security/denied"
+EVAL_PASS_1 = EVAL_PREFIX + "pass@1"
+EVAL_MEAN_REWARD = EVAL_PREFIX + "mean_reward"
 # SAMPLES_TRUNCATED (scored episodes with a model call cut at the length limit), and with
 # reward shaping OVERLONG_MASKED, OVERLONG_PENALTY_MEAN and LENGTH_PENALTY_MEAN, are named
 # in rllm_core.algorithms.shaping, which measures them.

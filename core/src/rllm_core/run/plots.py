@@ -1,4 +1,6 @@
-"""``reward.png`` and ``loss.png`` from the metrics lines, drawn headless with matplotlib.
+"""``reward.png`` and ``loss.png`` from the metrics lines, drawn headless with matplotlib, and
+``eval.png`` (every ``eval/pass@*`` and ``eval/mean_reward`` by step) once a step has
+evaluated (``[run].eval_every``).
 
 matplotlib is optional: without it :func:`write_plots` returns a message saying how to get
 the plots and the run goes on.
@@ -68,4 +70,23 @@ def write_plots(rows: Sequence[Mapping[str, Any]], folder: Path) -> str | None:
     fig.tight_layout()
     fig.savefig(folder / "loss.png")
     plt.close(fig)
+    _eval_plot(plt, rows, folder)
     return None
+
+
+def _eval_plot(plt: Any, rows: Sequence[Mapping[str, Any]], folder: Path) -> None:
+    keys = sorted(
+        {k for r in rows for k in r if k.startswith("eval/pass@") or k == "eval/mean_reward"}
+    )
+    if not keys:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key in keys:
+        xs, ys = series(rows, key)
+        ax.plot(xs, ys, marker="o", label=key.removeprefix("eval/"))
+    ax.set_xlabel("step")
+    ax.set_ylabel("eval split")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(folder / "eval.png")
+    plt.close(fig)

@@ -75,6 +75,7 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from rllm_core.evaluation.during_run import RunEvaluator
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.ports import SampleBuffer
@@ -129,6 +130,7 @@ class TrainingLoop:
         self._stop = False
         self._asynchronous = resolved.plan.run.pipeline == "async"
         self._kept: list[Ticket] = []
+        self.evaluator: RunEvaluator | None = None
         self.buffer: SampleBuffer = (
             components.sample_buffer
             if components.sample_buffer is not None
@@ -238,6 +240,8 @@ class TrainingLoop:
         if self._phase == "train":
             self.trainer.interrupt()
         self.producer.cancel()
+        if self.evaluator is not None:
+            self.evaluator.cancel()
         if self._wait_task is not None:
             self._wait_task.cancel()
 
@@ -257,6 +261,8 @@ class TrainingLoop:
             state = self._initial_state()
             runner, builder = await self.producer.open(rollouts)
             self.trainer.policy_sync = self.producer.policy_sync()
+            evaluator = RunEvaluator.for_run(self.parts, self.producer.rollouts, run_id=self.run_id)
+            self.evaluator = self.trainer.evaluator = evaluator
         except BaseException:
             await rollouts.aclose()
             self.observers.close_loggers()
@@ -291,6 +297,10 @@ class TrainingLoop:
                         if not done:
                             break
                         life.after_step(state)
+                        if self.evaluator is not None:
+                            self.evaluator.keep_best(
+                                state, self.checkpoints, lambda s: life.checkpoint(s, "scheduled")
+                            )
                         self.producer.trained(state.step)
                 finally:
                     await self.producer.stop()
@@ -304,6 +314,8 @@ class TrainingLoop:
                     status, exit_code = "finished", 0
                 life.final_checkpoint(state, torn_step=self.trainer.torn_step)
                 summary = life.summary(status)
+                if self.evaluator is not None:
+                    summary |= self.evaluator.summary()
                 if failure is not None:
                     summary["reason"] = str(failure)
                     summary["failure"] = failure.to_dict()

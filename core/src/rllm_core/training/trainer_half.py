@@ -22,6 +22,7 @@ from typing import Any
 from rllm_core.algorithms.native_losses import LossRoute, NativeLossError
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import TrainingInterrupted
+from rllm_core.evaluation.during_run import RunEvaluator
 from rllm_core.plan import Plan
 from rllm_core.ports import SampleBuffer
 from rllm_core.ports.training import Interruptible, LossRouting
@@ -64,6 +65,7 @@ class TrainerHalf:
         self.torn_step: int | None = None
         self.loss_route: LossRoute | None = None
         self.policy_sync: Callable[[], Awaitable[Any]] | None = None
+        self.evaluator: RunEvaluator | None = None
         self.step_ended = time.monotonic()
         self._routed_trainer: Any = None
         self._objective: Objective | None = None
@@ -224,6 +226,7 @@ class TrainerHalf:
             return False
         if watermark > self.buffer.committed():
             await asyncio.to_thread(self.buffer.commit, watermark)
+        evaluated = await self.evaluator.evaluate(step) if self.evaluator is not None else {}
         now = time.monotonic()
         line = (
             {"step": step}
@@ -235,6 +238,7 @@ class TrainerHalf:
                 step_s=now - self.step_ended,
                 weight_version=self.c.trainer.weight_version,
             )
+            | evaluated
         )
         if pipeline_metrics:
             line |= {
