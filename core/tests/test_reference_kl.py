@@ -456,3 +456,29 @@ def _inputs(logprobs, mask, *, ref_logprobs=None, entropy=None) -> LossInputs:
         ref_logprobs=ref_logprobs,
         entropy=entropy,
     )
+
+
+def test_the_installed_backends_declare_what_they_compute(installed_plugin_manager):
+    """torch computes both; the hosted backends are refused, each issue saying why."""
+    from types import SimpleNamespace
+
+    from rllm_core.plan.regularizer_check import regularizer_issues
+    from rllm_core.plan.schema import AlgorithmSection
+
+    plan = SimpleNamespace(
+        algorithm=AlgorithmSection(kl={"coef": 0.1, "in": "reward"}, entropy_coef=0.1)
+    )
+    specs = {
+        record.spec.name: record.spec
+        for record in installed_plugin_manager.components("trainer_backend")
+    }
+    assert {"torch", "tinker", "fireworks"} <= set(specs)
+    for name, spec in specs.items():
+        trainer = SimpleNamespace(name=name, spec=spec)
+        issues = regularizer_issues(plan, {"[trainer]": trainer}, "plan.toml")
+        if name == "torch":
+            assert issues == []
+        elif name in ("tinker", "fireworks"):
+            kl, entropy = issues
+            assert "asks its service for no base-model logprobs" in str(kl)
+            assert "not the logits an entropy needs" in str(entropy)

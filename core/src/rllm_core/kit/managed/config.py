@@ -45,7 +45,8 @@ def managed_trainer_spec(
 ) -> ComponentSpec:
     """The ``trainer_backend`` component ``name``: a backend on a hosted model that publishes
     its weights, takes ``seed`` and ``logprob_temperature`` from the run, and runs every kernel
-    of :data:`~rllm_core.algorithms.native_losses.NATIVE_KERNELS` natively."""
+    of :data:`~rllm_core.algorithms.native_losses.NATIVE_KERNELS` natively; ``plan check``
+    refuses the reference KL and the entropy bonus with it, saying why."""
     return ComponentSpec(
         kind="trainer_backend",
         name=name,
@@ -57,6 +58,13 @@ def managed_trainer_spec(
             "publishes_weights": True,
             "hosted_model": True,
             "native_losses": NATIVE_KERNELS,
+            "reference_kl_refusal": (
+                "the backend scores tokens under the policy it trains only and asks its service"
+                " for no base-model logprobs"
+            ),
+            "entropy_refusal": (
+                "its service returns per-token logprobs, not the logits an entropy needs"
+            ),
         },
         credentials=(credential,),
     )
