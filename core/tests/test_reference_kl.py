@@ -24,7 +24,7 @@ from rllm_core.plugins import ComponentSpec, hookimpl
 from rllm_core.ports import LossContext, LossOutput
 from rllm_core.run.metric_names import Reduction, pass_rule
 from rllm_core.testing.suites.reference import REFERENCE_MODES, reference_inputs, verl_agg_loss
-from rllm_core.training.update import update_policy
+from rllm_core.training.update import build_objective, update_policy
 from rllm_core.types import Datum
 
 # ---------------------------------------------------------------- verl's formulas
@@ -428,6 +428,9 @@ def test_plan_check_refuses_what_the_trainer_cannot_compute(plan_builder, regula
         {"algorithm": {"kl": {"coef": 0.1}, "entropy_coef": 0.01}, "trainer": "full"}
     )
     assert resolved.plan.algorithm.entropy_coef == 0.01
+    objective = build_objective(resolved, Zero(), [])
+    assert objective.kl == ReferenceKL(0.1, "low-var-kl", "loss")
+    assert objective.entropy_coef == 0.01 and objective.needs_reference
     plan_builder.resolve({"algorithm": {"kl": {"coef": 0.0}}, "trainer": "bare"})
 
 
