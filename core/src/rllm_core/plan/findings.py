@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from rllm_core.errors import ModelError, ModelNotCachedError, PlanError, PlanIssue
 from rllm_core.plan.load import read_plan_file
 from rllm_core.plan.resolve import ResolvedComponent, ResolvedPlan
+from rllm_core.plan.teacher import teacher_issues
 from rllm_core.plugins.specs import Credential, PlanPath
 
 __all__ = ["Findings", "find_problems", "note_issue"]
@@ -57,6 +58,7 @@ def find_problems(resolved: ResolvedPlan, *, environ: Mapping[str, str] | None =
     check = _Check(resolved, os.environ if environ is None else environ)
     for component in resolved:
         check.component(component)
+    check.errors.extend(teacher_issues(resolved))
     for note in resolved.notes:
         check.warnings.append(note_issue(note, resolved.path))
     return Findings(errors=tuple(check.errors), warnings=tuple(check.warnings))

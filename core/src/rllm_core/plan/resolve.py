@@ -20,6 +20,7 @@ from rllm_core.errors import ComponentConflictError, PlanError, PlanIssue, Unkno
 from rllm_core.plan.eval_check import eval_issues
 from rllm_core.plan.load import issues_from_validation, load_plan
 from rllm_core.plan.schema import ComponentRef, Plan, component_sections, waiting_groups_bound
+from rllm_core.plan.teacher import resolve_teacher
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import ComponentSpec, Kind
 
@@ -136,6 +137,7 @@ class _Resolver:
             self.resolve(
                 algorithm.advantage, Kind.ADVANTAGE_ESTIMATOR, section="algorithm", key="advantage"
             )
+            resolve_teacher(self)
         for index, ref in enumerate(algorithm.aux_losses):
             self.resolve(
                 ref, Kind.LOSS, section="algorithm", key=f"aux_losses[{index}]", role="auxiliary"

@@ -136,12 +136,19 @@ def rllm_losses() -> Iterable[ComponentSpec]:
     """
 
 
-@component_hookspec("advantage_estimator", port=AdvantageEstimator)
+@component_hookspec(
+    "advantage_estimator",
+    port=AdvantageEstimator,
+    traits={"teacher": Trait(False, choices=(True, False))},
+)
 def rllm_advantage_estimators() -> Iterable[ComponentSpec]:
     """Yield the advantage estimators this plugin provides.
 
     A plan selects one with ``[algorithm].advantage``. The factory returns an
-    :class:`~rllm_core.ports.AdvantageEstimator`.
+    :class:`~rllm_core.ports.AdvantageEstimator`. The trait ``teacher`` (default False) says
+    that the estimator distills a teacher: its config has the key ``teacher`` (a trainer
+    backend's table, resolved and built as ``[algorithm].advantage.teacher``) and the
+    estimator implements :class:`~rllm_core.ports.TokenAdvantages`.
 
     Example::
 

@@ -15,6 +15,7 @@ from rllm_core.ports.losses import (
     LossContext,
     LossOutput,
     NativeLoss,
+    TokenAdvantages,
 )
 from rllm_core.ports.rendering import Renderer, StreamsToolCalls, ToolCallStream
 from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
@@ -69,6 +70,7 @@ __all__ = [
     "PolicyFollower",
     "Renderer",
     "StreamsToolCalls",
+    "TokenAdvantages",
     "ToolCallStream",
     "SampleBuffer",
     "Sampler",

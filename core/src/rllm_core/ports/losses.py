@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
+    from rllm_core.types import Datum
+
 __all__ = [
     "AdvantageEstimator",
     "AdvantageResult",
@@ -19,6 +21,7 @@ __all__ = [
     "LossOutput",
     "NATIVE_KERNELS",
     "NativeLoss",
+    "TokenAdvantages",
 ]
 
 Aggregate = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
@@ -132,6 +135,43 @@ class AdvantageEstimator(Protocol):
     """
 
     def compute(self, rewards: Sequence[Sequence[float]]) -> AdvantageResult: ...
+
+
+@runtime_checkable
+class TokenAdvantages(Protocol):
+    """What an advantage estimator may also offer: per-token advantages from a teacher model's
+    logprobs of the tokens the policy sampled (on-policy distillation).
+
+    Contract:
+
+    - The estimator's spec has the trait ``teacher`` (true), and its config the key
+      ``teacher``: a table with ``name``, a trainer backend that scores tokens
+      (:class:`~rllm_core.ports.LogprobScorer`), and that backend's keys. The plan resolves it
+      as the component ``[algorithm].advantage.teacher`` and the run builds it.
+    - The run first merges datums with the reward advantages of ``compute`` (one per episode,
+      on each of its action tokens), then asks the teacher for ``teacher_logprobs =
+      teacher.compute_logprobs(datums)``, then calls ``token_advantages(datums,
+      teacher_logprobs)`` and trains on what it returns instead of ``datum.advantages``.
+    - ``teacher_logprobs[d][t]`` is the teacher's logprob of token ``t`` of datum ``d`` given
+      the tokens before it; ``datums[d].logprobs[t]`` is the sampler's (the student's) on
+      action tokens.
+    - The result has one list per datum, as long as its ``token_ids``; every value is finite
+      and exactly 0.0 wherever ``action_mask`` is false (prompts, observations: only sampled
+      tokens carry the teacher's signal). The same input gives the same output.
+
+    Example (``coef`` times the negative reverse-KL estimate, on action tokens)::
+
+        def token_advantages(self, datums, teacher_logprobs):
+            return [
+                [self.coef * (t - s) if a else 0.0
+                 for t, s, a in zip(teacher, d.logprobs, d.action_mask)]
+                for d, teacher in zip(datums, teacher_logprobs)
+            ]
+    """
+
+    def token_advantages(
+        self, datums: Sequence[Datum], teacher_logprobs: Sequence[Sequence[float]]
+    ) -> list[list[float]]: ...
 
 
 NATIVE_KERNELS: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")

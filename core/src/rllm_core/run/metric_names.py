@@ -25,6 +25,7 @@ import enum
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from rllm_core.algorithms.distill import DISTILL_REVERSE_KL, DISTILL_TEACHER_LOGPROB
 from rllm_core.algorithms.shaping import (
     LENGTH_PENALTY_MEAN,
     OVERLONG_MASKED,
@@ -36,6 +37,8 @@ from rllm_core.plan.eval_check import EVAL_PREFIX
 __all__ = [
     "ACCURACY",
     "ACTION_TOKENS",
+    "DISTILL_REVERSE_KL",
+    "DISTILL_TEACHER_LOGPROB",
     "ENTROPY_MEAN",
     "EPISODES",
     "EVAL_MEAN_REWARD",
@@ -165,6 +168,9 @@ EVAL_MEAN_REWARD = EVAL_PREFIX + "mean_reward"
 # SAMPLES_TRUNCATED (scored episodes with a model call cut at the length limit), and with
 # reward shaping OVERLONG_MASKED, OVERLONG_PENALTY_MEAN and LENGTH_PENALTY_MEAN, are named
 # in rllm_core.algorithms.shaping, which measures them.
+# With a teacher (on-policy distillation), each step's line has DISTILL_REVERSE_KL (the mean of
+# student minus teacher logprob over sampled tokens) and DISTILL_TEACHER_LOGPROB, named in
+# rllm_core.algorithms.distill, which measures them.
 
 SUMMARY: tuple[tuple[str, str, Reduction], ...] = (
     ("reward_first", REWARD_MEAN, Reduction.MEAN_FIRST),

@@ -101,9 +101,10 @@ class TrainingLoop:
     """One run of a resolved plan with built components, writing into ``folder``: the
     producer half and the trainer half in one process, on the run lifecycle.
 
-    ``record_datums`` also writes ``datums.jsonl`` (every trained datum's token ids, masks and
-    provenance), for checking what the trainer saw against the traces. ``plugins`` is the
-    manager whose lifecycle hooks fire (the process-wide one by default).
+    ``record_datums`` also writes ``datums.jsonl`` (every trained datum's token ids, masks,
+    logprobs, advantages and provenance), for checking what the trainer saw against the
+    traces. ``plugins`` is the manager whose lifecycle hooks fire (the process-wide one by
+    default).
     """
 
     def __init__(

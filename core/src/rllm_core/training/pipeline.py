@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 
 from rllm_core.algorithms import DatumBuilder
+from rllm_core.algorithms.distill import TeacherScoring
 from rllm_core.ports import SampleBuffer
 from rllm_core.rollout import RolloutBatch, RolloutRunner, check_failures
 from rllm_core.rollout.dynamic import sample_informative
@@ -180,7 +181,9 @@ class RolloutProducer:
     trains every batch before it. Cancelling ``run`` cancels every batch in flight.
     ``sampler_busy`` reads the sampler's busy clock (:class:`~rllm_core.ports.BusyClock`)
     for a pipeline whose batches never overlap (a lead of 0): each batch's line then has
-    ``time/sampler_busy_s`` and ``sampler_utilization``.
+    ``time/sampler_busy_s`` and ``sampler_utilization``. ``scoring`` (on-policy
+    distillation) replaces each built batch's advantages with a teacher's per-token ones and
+    adds its ``distill/*`` metrics to the batch's line.
     """
 
     def __init__(
@@ -202,6 +205,7 @@ class RolloutProducer:
         filter_groups: str = "none",
         max_sample_batches: int = 1,
         sampler_busy: Callable[[], float | None] = lambda: None,
+        scoring: TeacherScoring | None = None,
     ) -> None:
         self.runner = runner
         self.builder = builder
@@ -219,6 +223,7 @@ class RolloutProducer:
         self.filter_groups = filter_groups
         self.max_sample_batches = max_sample_batches
         self.sampler_busy = sampler_busy
+        self.scoring = scoring
         self.waited_s = 0.0
         """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
         self._failed = False
@@ -322,6 +327,9 @@ class RolloutProducer:
         busy_after = self.sampler_busy()
         batch = sampled.batch
         built = self.builder.build(batch.groups)
+        distilled: dict[str, float] = {}
+        if self.scoring is not None:
+            built, distilled = await self.scoring.ascore(built)
         episodes = sampled.episodes
         ticket = Ticket(
             step=step,
@@ -341,7 +349,8 @@ class RolloutProducer:
                     else None
                 ),
             )
-            | sampled.metrics(),
+            | sampled.metrics()
+            | distilled,
             episodes=[episode_record(step, e, self.builder.shaping) for e in episodes],
         )
         return ticket, group_versions(built.samples)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rllm_core.algorithms import DatumBuilder
+from rllm_core.algorithms.distill import TeacherScoring
 from rllm_core.algorithms.shaping import RewardShaping
 from rllm_core.plan import Plan
 from rllm_core.ports import SampleBuffer
@@ -25,6 +26,7 @@ from rllm_core.rollout import RolloutRunner
 from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
 from rllm_core.run.parts import RunParts
 from rllm_core.run.state import DataOrder, LoopState
+from rllm_core.training.distill import teacher_scoring
 from rllm_core.training.pipeline import RolloutProducer, StepGate, Ticket, TicketQueue
 from rllm_core.types import Task
 
@@ -54,6 +56,7 @@ class ProducerHalf:
         self.producer: RolloutProducer | None = None
         self.task: asyncio.Task[None] | None = None
         self.rollouts: RolloutContext | None = None
+        self.scoring: TeacherScoring | None = None
 
     @property
     def plan(self) -> Plan:
@@ -80,6 +83,7 @@ class ProducerHalf:
             drop_zero_variance_groups=drop,
             shaping=RewardShaping.from_plan(self.plan),
         )
+        self.scoring = teacher_scoring(self.parts)
         return self.rollouts.runner, builder
 
     def policy_sync(self) -> Callable[[], Awaitable[Any]] | None:
@@ -132,6 +136,7 @@ class ProducerHalf:
             filter_groups=algorithm.filter_groups,
             max_sample_batches=algorithm.max_sample_batches,
             sampler_busy=self.sampler_busy if lead == 0 else lambda: None,
+            scoring=self.scoring,
         )
         self.task = asyncio.ensure_future(self.producer.run())
 

@@ -312,6 +312,7 @@ def _datum_rows(step: int, datums: Any) -> list[dict[str, Any]]:
             "token_ids": list(d.token_ids),
             "action_mask": list(d.action_mask),
             "logprobs": list(d.logprobs),
+            "advantages": list(d.advantages),
         }
         for d in datums
     ]

@@ -20,12 +20,15 @@ ESTIMATOR_CASES = [
     ("reinforce", {"baseline": 0.5}),
     ("reinforce-plus-plus-baseline", {}),
     ("prpo", {"std": "population"}),
+    ("distill", {"teacher": {"name": "torch"}, "reward_coef": 1.0}),
 ]
 
 
 def _case_id(case: tuple[str, dict[str, Any]]) -> str:
     name, options = case
-    return name + "".join(f"-{key}={value}" for key, value in sorted(options.items()))
+    return name + "".join(
+        f"-{key}={value}" for key, value in sorted(options.items()) if key != "teacher"
+    )
 
 
 class TestAdvantageEstimators(AdvantageEstimatorConformance):

@@ -11,7 +11,7 @@ from rllm_advantage_estimator_grpo import plugin
 from rllm_core.plugins import Kind, PluginManager
 
 DISTRIBUTION = "rllm-advantage-estimator-grpo"
-ESTIMATOR_NAMES = ["grpo", "prpo", "reinforce", "reinforce-plus-plus-baseline", "rloo"]
+ESTIMATOR_NAMES = ["distill", "grpo", "prpo", "reinforce", "reinforce-plus-plus-baseline", "rloo"]
 ALL_SPECS = list(plugin.rllm_advantage_estimators())
 
 

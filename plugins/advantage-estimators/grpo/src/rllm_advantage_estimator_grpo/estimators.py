@@ -18,8 +18,10 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 from rllm_core.ports import AdvantageResult
+from rllm_core.types import Datum
 
 from rllm_advantage_estimator_grpo.plugin import (
+    DistillConfig,
     GRPOConfig,
     PRPOConfig,
     ReinforceAdvantageConfig,
@@ -27,7 +29,7 @@ from rllm_advantage_estimator_grpo.plugin import (
     StdKind,
 )
 
-__all__ = ["GRPO", "PRPO", "RLOO", "Reinforce", "ReinforcePlusPlusBaseline"]
+__all__ = ["GRPO", "Distill", "PRPO", "RLOO", "Reinforce", "ReinforcePlusPlusBaseline"]
 
 
 def _validated(rewards: Sequence[Sequence[float]]) -> list[list[float]]:
@@ -226,3 +228,43 @@ class PRPO:
         mean = _mean(flat)
         denominator = _std(flat, mean, self.config.std) + self.config.epsilon
         return _result([_scaled([r - mean for r in group], denominator) for group in groups], zero)
+
+
+class Distill:
+    """On-policy distillation (:class:`~rllm_core.ports.TokenAdvantages`): each token the
+    policy sampled gets ``coef * (teacher_logprob - student_logprob)``, the negative of the
+    per-token estimate of KL(student || teacher), with ``student_logprob`` the sampler's
+    logprob recorded when the token was sampled; every other token gets 0.0. No discount: a
+    token's advantage is its own term only.
+
+    ``compute`` gives each episode ``reward_coef`` times its GRPO advantage (0.0 with the
+    default ``reward_coef = 0``); the run merges it onto the episode's sampled tokens before
+    ``token_advantages`` adds the teacher's signal to it.
+
+    Reference: Agarwal et al., "On-Policy Distillation of Language Models" (arXiv
+    2306.13649); Gu et al., "MiniLLM" (arXiv 2306.08543).
+    """
+
+    def __init__(self, config: DistillConfig) -> None:
+        self.config = config
+        self._grpo = GRPO(GRPOConfig())
+
+    def compute(self, rewards: Sequence[Sequence[float]]) -> AdvantageResult:
+        result = self._grpo.compute(rewards)
+        coef = self.config.reward_coef
+        scaled = [[coef * a for a in group] for group in result.advantages]
+        return _result(scaled, result.zero_variance_groups)
+
+    def token_advantages(
+        self, datums: Sequence[Datum], teacher_logprobs: Sequence[Sequence[float]]
+    ) -> list[list[float]]:
+        coef = self.config.coef
+        return [
+            [
+                base + coef * (float(teacher) - float(student)) if action else 0.0
+                for base, teacher, student, action in zip(
+                    datum.advantages, scored, datum.logprobs, datum.action_mask, strict=True
+                )
+            ]
+            for datum, scored in zip(datums, teacher_logprobs, strict=True)
+        ]

@@ -8,12 +8,13 @@ Imports only ``rllm_core``, pydantic and the standard library; the estimators
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, NoConfig, hookimpl, lazy
 
 __all__ = [
+    "DistillConfig",
     "GRPOConfig",
     "PRPOConfig",
     "ReinforceAdvantageConfig",
@@ -75,6 +76,42 @@ class PRPOConfig(_Config):
     std: StdKind = Field("sample", description=_STD_DESCRIPTION)
 
 
+class DistillConfig(_Config):
+    """On-policy distillation: a teacher model scores the tokens the policy sampled; each
+    sampled token's advantage is ``coef * (teacher_logprob - student_logprob)`` (the negative
+    per-token reverse-KL estimate), plus ``reward_coef`` times the GRPO advantage of its
+    episode's reward."""
+
+    teacher: dict[str, Any] = Field(
+        description=(
+            "The teacher: a table with `name`, a trainer backend that scores tokens (`torch`:"
+            " `model` is a catalog name, a local folder or a Hub id), and that backend's keys."
+            " Its tokenizer must be the student's. `logprob_temperature` defaults to"
+            " [sampling].temperature."
+        ),
+    )
+    coef: float = Field(
+        1.0, gt=0.0, description="Scale of the per-token teacher signal."
+    )
+    reward_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description=(
+            "Weight of the GRPO advantage of the episode's reward (group mean, over the group"
+            " std) added to every sampled token's advantage; 0: the teacher alone."
+        ),
+    )
+
+    @field_validator("teacher")
+    @classmethod
+    def _named(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("name"), str) or not value["name"]:
+            raise ValueError(
+                'the teacher is a table with a name, such as { name = "torch", model = "..." }'
+            )
+        return value
+
+
 @hookimpl
 def rllm_advantage_estimators() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
@@ -111,4 +148,12 @@ def rllm_advantage_estimators() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_advantage_estimator_grpo.estimators:PRPO"),
         config=PRPOConfig,
         summary="reward minus batch mean, divided by batch std",
+    )
+    yield ComponentSpec(
+        kind="advantage_estimator",
+        name="distill",
+        factory=lazy("rllm_advantage_estimator_grpo.estimators:Distill"),
+        config=DistillConfig,
+        summary="on-policy distillation: teacher minus student logprob on each sampled token",
+        traits={"teacher": True},
     )
