@@ -30,7 +30,8 @@ from rllm_core.run.launch import in_one_process
     metavar="PATH",
     help=(
         "A run folder (its latest checkpoint) or a checkpoint folder of a run"
-        " (checkpoints/objects/cuts/<cut>) to load before sampling (default: the base model)."
+        " (checkpoints/objects/cuts/<cut>, or checkpoints/best with [run].keep_best) to load"
+        " before sampling (default: the base model)."
     ),
 )
 @click.option(

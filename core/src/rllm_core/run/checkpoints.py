@@ -50,8 +50,8 @@ __all__ = [
 
 CHECKPOINT_FOLDERS = (
     "the run folder itself for its latest checkpoint, or"
-    " checkpoints/objects/cuts/<step>-<incarnation> in it; checkpoints/step-N of a run written"
-    " before cuts"
+    " checkpoints/objects/cuts/<step>-<incarnation> in it, or checkpoints/best (a run with"
+    " [run].keep_best); checkpoints/step-N of a run written before cuts"
 )
 """Where a run's checkpoint folders are, for messages that ask for one."""
 
