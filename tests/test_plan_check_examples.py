@@ -26,6 +26,12 @@ EXPECTED = {
         "examples/sft-then-rl/sft.toml's [sft].export writes it",
         "run `rllm-core sft examples/sft-then-rl/sft.toml` first",
     ],
+    "examples/distill/teacher.toml": ["rllm-core models pull smollm2-135m-instruct"],
+    "examples/distill/plan.toml": [
+        "[algorithm].advantage.teacher.model: './runs/teacher-model'",
+        "examples/distill/teacher.toml's [sft].export writes it",
+        "run `rllm-core sft examples/distill/teacher.toml` first",
+    ],
     "examples/agent-quickstart/sft.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/agent-quickstart/rl.toml": [
         "[trainer].model: './runs/sft-model'",
@@ -51,6 +57,7 @@ def test_every_example_plan_is_listed():
     plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/sft-then-rl/*.toml")}
     plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/vllm-sampler/*.toml")}
     plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/agent-quickstart/*.toml")}
+    plans |= {str(p.relative_to(ROOT)) for p in ROOT.glob("examples/distill/*.toml")}
     assert plans == set(EXPECTED)
 
 

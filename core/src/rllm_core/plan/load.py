@@ -404,12 +404,13 @@ def _components(data: dict[str, Any]) -> Iterable[tuple[Kind, dict[str, Any], _K
     keys to resolve)."""
     algorithm = data.get("algorithm")
     if isinstance(algorithm, dict):
+        advantage = algorithm.get("advantage")
+        if isinstance(advantage, dict) and isinstance(advantage.get("teacher"), dict):
+            # Before the estimator's own table, whose rebasing copies this one.
+            yield Kind.TRAINER_BACKEND, advantage["teacher"], ("algorithm", "advantage", "teacher")
         for key, kind in (("loss", Kind.LOSS), ("advantage", Kind.ADVANTAGE_ESTIMATOR)):
             if isinstance(algorithm.get(key), dict):
                 yield kind, algorithm[key], ("algorithm", key)
-        advantage = algorithm.get("advantage")
-        if isinstance(advantage, dict) and isinstance(advantage.get("teacher"), dict):
-            yield Kind.TRAINER_BACKEND, advantage["teacher"], ("algorithm", "advantage", "teacher")
         aux = algorithm.get("aux_losses")
         if isinstance(aux, list):
             for index, table in enumerate(aux):
