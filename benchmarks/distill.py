@@ -32,11 +32,11 @@ METHODS = ("distill", "grpo")
 
 
 def teacher_command(out: Path) -> list[str]:
-    return [str(RLLM), "sft", str(TEACHER_PLAN), "--plain", "--set", f'sft.export="{out}"']
+    return [str(RLLM), "sft", str(TEACHER_PLAN), "--json", "--set", f'sft.export="{out}"']
 
 
 def run_command(out: Path, method: str, teacher: Path, args: argparse.Namespace) -> list[str]:
-    command = [str(RLLM), "run", str(PLAN), "--plain"]
+    command = [str(RLLM), "run", str(PLAN), "--json"]
     settings = [
         f'run.output_dir="{out / method}"',
         f"run.steps={args.steps}",
@@ -57,9 +57,11 @@ def eval_command(out: Path, teacher: Path) -> list[str]:
         str(RLLM),
         "eval",
         str(PLAN),
-        "--plain",
+        "--json",
         "--set",
         f'trainer.model="{teacher}"',
+        "--set",
+        f'algorithm.advantage.teacher.model="{teacher}"',
         "--set",
         f'run.output_dir="{out / "teacher-eval"}"',
     ]

@@ -104,7 +104,7 @@ class TeacherScoring:
                 if not math.isfinite(value) or (value != 0.0 and not action):
                     raise ValueError(
                         f"{type(self.estimator).__name__} gave datum {d} token {t} the"
-                        f" advantage {value!r}; token advantages must be finite and 0.0 off"
+                        f" advantage {value!r}; token advantages must be finite and 0 off"
                         " the action mask"
                     )
         samples = tuple(
