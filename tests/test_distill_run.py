@@ -147,3 +147,12 @@ def test_plan_check_refuses_a_teacher_that_cannot_score_tokens(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     messages = [e["message"] for e in json.loads(done.stdout)["errors"]]
     assert any("'tinker' cannot score tokens" in m for m in messages), messages
+
+
+def test_plan_check_refuses_training_keys_in_the_teacher(tmp_path):
+    plan = distill_plan(tmp_path, '{ name = "torch", learning_rate = 1e-5 }')
+    done = run_cli("plan", "check", "--json", str(plan), cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (error,) = json.loads(done.stdout)["errors"]
+    assert error["key"] == "advantage.teacher.learning_rate"
+    assert "never trains or samples" in error["message"]

@@ -7,7 +7,8 @@ as the component ``[algorithm].advantage.teacher`` (so the run builds it like ev
 filling ``logprob_temperature`` from ``[sampling].temperature`` and ``deterministic`` from
 ``[run].deterministic`` where the backend takes them from the run and the table does not set
 them; it refuses a backend that cannot score tokens (the trait ``proximal_modes`` without
-``"recompute"``: no :class:`~rllm_core.ports.LogprobScorer`).
+``"recompute"``: no :class:`~rllm_core.ports.LogprobScorer`) and the training and sampling keys
+nothing reads in a teacher (:data:`TEACHER_IDLE_KEYS`).
 
 :func:`tokenizer_issue` compares the teacher model's tokenizer with the student renderer's:
 the teacher scores the student's token ids, so both must give every id the same token.
@@ -25,7 +26,30 @@ from rllm_core.errors import ModelError, PlanIssue
 from rllm_core.plan.schema import ComponentRef, Plan
 from rllm_core.plugins.specs import Kind
 
-__all__ = ["resolve_teacher", "teacher_issues", "tokenizer_issue", "vocabulary"]
+__all__ = [
+    "TEACHER_IDLE_KEYS",
+    "resolve_teacher",
+    "teacher_issues",
+    "tokenizer_issue",
+    "vocabulary",
+]
+
+TEACHER_IDLE_KEYS = (
+    "learning_rate",
+    "betas",
+    "eps",
+    "weight_decay",
+    "max_grad_norm",
+    "lr_schedule",
+    "warmup_steps",
+    "total_steps",
+    "gradient_checkpointing",
+    "max_batch_size",
+    "prefix_cache_mb",
+    "parallel",
+)
+"""Keys of a trainer backend that only training or sampling read: a teacher does neither, so
+``plan check`` refuses them in its table."""
 
 
 class _Resolver(Protocol):
@@ -48,6 +72,18 @@ def resolve_teacher(resolver: _Resolver) -> None:
     plan = resolver.plan
     key = f"advantage.{TEACHER_KEY}"
     before = len(resolver.issues)
+    for idle in sorted(set(table) & set(TEACHER_IDLE_KEYS)):
+        resolver.issues.append(
+            PlanIssue(
+                path=resolver.path,
+                section="algorithm",
+                key=f"{key}.{idle}",
+                value=table[idle],
+                message="a teacher only scores the student's tokens: it never trains or samples,"
+                " so nothing reads this key",
+                hint="remove it from the teacher's table",
+            )
+        )
     try:
         spec = resolver.manager.get_record(Kind.TRAINER_BACKEND, table["name"]).spec
     except Exception:
