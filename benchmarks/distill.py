@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
-    out = (args.out or Path(tempfile.mkdtemp(prefix="distill-bench-"))).absolute()
+    if args.out is None:
+        args.out = Path("<out>") if args.dry_run else Path(tempfile.mkdtemp(prefix="distill-"))
+    out = args.out.absolute()
     teacher = (args.teacher or out / "teacher-model").absolute()
     commands = [] if args.teacher else [teacher_command(teacher)]
     commands += [run_command(out, m, teacher, args) for m in METHODS]

@@ -368,3 +368,14 @@ def test_terminus_2_benchmark_answers_help_dry_run_and_times_a_few_commands() ->
         assert figures["direct"]["count"] == figures["bridge"]["count"] == 3
         assert figures["bridge"]["median_ms"] > 0
     assert "episode" not in report
+
+
+def test_distill_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Path) -> None:
+    _answers_help("distill.py", "--json", "--steps", "--teacher", "--dry-run", "--out")
+    result = _run("distill.py", "--dry-run", "--steps", "3", "--out", tmp_path)
+    commands = result.stdout.splitlines()
+    assert [line.split()[1] for line in commands] == ["sft", "run", "run", "eval"]
+    assert all("run.steps=3" in line and "run.eval_every=1" in line for line in commands[1:3])
+    assert "algorithm.advantage.teacher.model=" in commands[1]
+    assert 'algorithm.advantage={ name = "grpo", normalize_std = true }' in commands[2]
+    assert list(tmp_path.iterdir()) == []
