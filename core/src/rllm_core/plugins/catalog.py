@@ -26,6 +26,7 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "reinforce": "rllm-advantage-estimator-grpo",
         "reinforce-plus-plus-baseline": "rllm-advantage-estimator-grpo",
         "prpo": "rllm-advantage-estimator-grpo",
+        "distill": "rllm-advantage-estimator-grpo",
     },
     Kind.RENDERER: {
         "chatml": "rllm-renderer-chatml",
