@@ -77,6 +77,13 @@ def test_the_spec_is_a_hosted_trainer_backend_running_every_native_kernel():
         "publishes_weights": True,
         "hosted_model": True,
         "native_losses": NATIVE_KERNELS,
+        "reference_kl_refusal": (
+            "the backend scores tokens under the policy it trains only and asks its service "
+            "for no base-model logprobs"
+        ),
+        "entropy_refusal": (
+            "its service returns per-token logprobs, not the logits an entropy needs"
+        ),
     }
 
 
