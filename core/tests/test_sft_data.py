@@ -196,3 +196,71 @@ def test_long_and_untrained_examples_are_dropped_and_counted() -> None:
     assert f"1 example(s) longer than [sft].max_length = {limit} tokens were dropped" in warnings[0]
     assert "a:2" in warnings[0] and "a:3" in warnings[1]
     assert short.messages[0] == Message(role="system", content="Be brief.")
+
+
+TWO_ANSWERS = {
+    "messages": [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "five", "trainable": False},
+        {"role": "user", "content": "Wrong, again."},
+        {"role": "assistant", "content": "4"},
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            {"role": "user", "content": "hi", "trainable": True},
+            "messages[2].trainable is true on a user message; only assistant messages",
+        ),
+        (
+            {"role": "tool", "content": "x", "trainable": True},
+            "messages[2].trainable is true on a tool message",
+        ),
+        (
+            {"role": "assistant", "content": "x", "trainable": "no"},
+            "messages[2].trainable is 'no' (str); use true or false",
+        ),
+        (
+            {"role": "assistant", "content": "x", "trainable": 0},
+            "messages[2].trainable is 0 (int); use true or false",
+        ),
+    ],
+)
+def test_a_bad_trainable_flag_names_file_line_and_message(tmp_path: Path, message, expected):
+    row = {"messages": [*ROWS[0]["messages"][1:], message]}
+    row["messages"].append({"role": "assistant", "content": "ok"})
+    path = write_jsonl(tmp_path / "flags.jsonl", [ROWS[0], row])
+    with pytest.raises(DataError, match=r"flags\.jsonl:2: messages\[2\]\.trainable") as caught:
+        load_examples(str(path), format="chat-jsonl", **FIELDS)
+    assert expected in str(caught.value)
+
+
+def test_trainable_false_keeps_an_answer_in_context_and_trains_none_of_it(tmp_path: Path):
+    renderer = ToyChatRenderer()
+    rows = [TWO_ANSWERS, {"messages": [*TWO_ANSWERS["messages"][:2]]}]
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    examples = load_examples(str(path), format="chat-jsonl", **FIELDS)
+    assert examples[0].untrained == frozenset({1})
+    # trainable: false on a user message is allowed (it is never trained anyway).
+    user_false = {"role": "user", "content": "hi", "trainable": False}
+    assert chat_example({"messages": [user_false, *TWO_ANSWERS["messages"][3:]]}, "a:1", **FIELDS)
+    kept, report = tokenize(examples, renderer, max_length=None)
+    assert report.untrained == [f"{path}:2"]
+    assert "(none, or all marked trainable: false)" in report.warnings(None, "[sft] data")[0]
+    (example,) = kept
+    rendered = renderer.render(list(examples[0].messages))
+    assert example.token_ids == tuple(rendered.token_ids)
+    assert "five" in renderer.decode(list(example.token_ids))
+    pairs = zip(example.token_ids, example.trained, strict=True)
+    trained = renderer.decode([t for t, m in pairs if m])
+    assert "4" in trained and "five" not in trained
+    expected = [
+        m and i != 1 for m, i in zip(rendered.sampled_mask, rendered.message_indices, strict=True)
+    ]
+    assert list(example.trained) == expected
+    # the renderer did mark the untrained answer as sampled: the flag is what removed it
+    marks = zip(rendered.sampled_mask, rendered.message_indices, strict=True)
+    assert any(m for m, i in marks if i == 1)

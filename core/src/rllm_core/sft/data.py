@@ -1,9 +1,14 @@
 """Where SFT examples come from: chat JSONL, ``datasets`` files, or a run's episodes.
 
 A chat example is an OpenAI-shaped conversation: ``messages`` (``role``, ``content``, an
-assistant's ``tool_calls``, a tool message's ``tool_call_id``) and optional ``tools``
-(``{"type": "function", "function": {...}}``). Every error names the file, the line or row and
-the field.
+assistant's ``tool_calls``, a tool message's ``tool_call_id``, a message's ``trainable``) and
+optional ``tools`` (``{"type": "function", "function": {...}}``). Every error names the file,
+the line or row and the field.
+
+``trainable`` overrides, per message, the rule that assistant messages are trained: an
+assistant message with ``"trainable": false`` stays in the context but trains no token. Only
+assistant messages can be trained (in a run the model writes nothing else), so ``true`` on any
+other role is refused.
 """
 
 from __future__ import annotations
@@ -38,11 +43,13 @@ class DataError(Exception):
 
 @dataclass(frozen=True)
 class ChatExample:
-    """One conversation to render; ``origin`` says where it came from (``file:line``)."""
+    """One conversation to render; ``origin`` says where it came from (``file:line``).
+    ``untrained`` holds the indices of the assistant messages marked ``"trainable": false``."""
 
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     origin: str
+    untrained: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,22 @@ def _message(raw: Any, where: str) -> Message:
     )
 
 
+def _trainable(raw: Mapping[str, Any], where: str) -> bool:
+    """Whether the message ``raw`` (already checked by :func:`_message`) is trained."""
+    role = _ROLES[str(raw.get("role"))]
+    flag = raw.get("trainable")
+    if flag is None:
+        return role == "assistant"
+    if not isinstance(flag, bool):
+        raise DataError(f"{where}.trainable is {flag!r} ({type(flag).__name__}); use true or false")
+    if flag and role != "assistant":
+        raise DataError(
+            f"{where}.trainable is true on a {raw.get('role')} message; only assistant"
+            " messages are trained (the model writes nothing else in a run): remove the key"
+        )
+    return flag
+
+
 def _tool(raw: Any, where: str) -> ToolSpec:
     function = raw.get("function", raw) if isinstance(raw, Mapping) else None
     if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
@@ -140,13 +163,19 @@ def chat_example(record: Any, origin: str, *, messages_field: str, tools_field: 
     messages = tuple(
         _message(m, f"{origin}: {messages_field}[{n}]") for n, m in enumerate(raw_messages)
     )
+    trained = [
+        _trainable(m, f"{origin}: {messages_field}[{n}]") for n, m in enumerate(raw_messages)
+    ]
+    untrained = frozenset(
+        n for n, m in enumerate(messages) if m.role == "assistant" and not trained[n]
+    )
     specs = tuple(_tool(t, f"{origin}: {tools_field}[{n}]") for n, t in enumerate(tools))
     if not any(m.role == "assistant" for m in messages):
         raise DataError(
             f"{origin}: no assistant message; SFT trains on assistant turns, so each example"
             " needs at least one"
         )
-    return ChatExample(messages=messages, tools=specs, origin=origin)
+    return ChatExample(messages=messages, tools=specs, origin=origin, untrained=untrained)
 
 
 def _plain(value: Any) -> Any:

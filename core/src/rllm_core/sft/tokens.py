@@ -2,8 +2,9 @@
 
 A chat example is rendered with the plan's renderer, as the gateway renders prompts during a
 run, and trained on the tokens the renderer marks as sampled (``RenderedTokens.sampled_mask``:
-assistant content and its closing token); system, user and tool messages and the template's
-scaffold are context only. So an SFT run and an RL run of the same renderer see the same
+assistant content and its closing token), except those of an assistant message marked
+``"trainable": false``; system, user and tool messages and the template's scaffold are context
+only. So an SFT run and an RL run of the same renderer see the same
 tokens.
 
 A supervised :class:`~rllm_core.types.Datum` has ``action_mask`` = the trained tokens,
@@ -43,16 +44,23 @@ class TokenizeReport:
         if self.untrained:
             out.append(
                 f"{what}: {len(self.untrained)} example(s) had no assistant token to train on"
-                f" and were dropped (first: {self.untrained[0]})"
+                " (none, or all marked trainable: false) and were dropped"
+                f" (first: {self.untrained[0]})"
             )
         return out
 
 
 def render_example(renderer: Renderer, example: ChatExample) -> TokenExample:
+    """``example`` rendered, trained on the sampled tokens of every assistant message not in
+    ``example.untrained`` (the renderer attributes each token to its message)."""
     rendered = renderer.render(list(example.messages), tools=list(example.tools) or None)
+    skip = example.untrained
     return TokenExample(
         token_ids=tuple(rendered.token_ids),
-        trained=tuple(bool(m) for m in rendered.sampled_mask),
+        trained=tuple(
+            bool(m) and i not in skip
+            for m, i in zip(rendered.sampled_mask, rendered.message_indices, strict=True)
+        ),
         origin=example.origin,
     )
 
