@@ -8,6 +8,7 @@ import pytest
 from rllm_core.evaluation import EvalFolder, checkpoint_state_dir, summarize, task_results
 from rllm_core.evaluation.display import Tally, summary_line
 from rllm_core.evaluation.runner import CheckpointNotFound
+from rllm_core.inspection.episodes import read_episodes
 from rllm_core.rollout import InfraFailure, RolloutBatch, RolloutEvent
 from rllm_core.types import Episode, Task, Termination
 
@@ -92,7 +93,7 @@ def test_results_folder_files(tmp_path):
     assert folder.path.parent == tmp_path / "runs"
     assert folder.path.name.startswith("quick-start-eval-")
     summary = summarize(results, attempts=3, wall_s=1.0)
-    folder.write_results(results, summary)
+    folder.write_results(results, summary, [e for group in rollouts.groups for e in group])
     lines = [json.loads(x) for x in folder.results.read_text().splitlines()]
     assert lines[0] == {
         "task_id": "a",
@@ -103,6 +104,15 @@ def test_results_folder_files(tmp_path):
         "infra_failures": [],
     }
     assert lines[3]["rewards"] == [] and lines[3]["pass@1"] is None
+    # one record per scored attempt, as a run folder's episodes.jsonl (what `traces show` reads)
+    episodes = read_episodes(folder)
+    assert [(e["episode_id"], e["reward"], e["step"]) for e in episodes[:3]] == [
+        ("e-a-1", 1.0, 0),
+        ("e-a-0", 0.0, 0),
+        ("e-a-2", 1.0, 0),
+    ]
+    assert len(episodes) == 8 and episodes[3]["termination"] == "max_turns"
+    assert episodes[0]["session_id"] == "e-a-1" and episodes[0]["trajectories"] == []
     assert json.loads(folder.summary.read_text())["pass@3"] == pytest.approx(2 / 3)
     assert "pass@3 0.667  pass@1 0.389  mean reward 0.562" in summary_line(summary)
 

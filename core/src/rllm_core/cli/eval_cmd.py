@@ -196,7 +196,7 @@ def _evaluate(
         "checkpoint": str(state_dir.parent) if state_dir is not None else None,
         "eval_dir": str(folder.path),
     }
-    folder.write_results(outcome.results, summary)
+    folder.write_results(outcome.results, summary, outcome.episodes)
     display.finish(summary)
     return summary, outcome.failure
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from rllm_core.rollout import (
 from rllm_core.rollout.context import open_rollouts, rollout_settings
 from rllm_core.run.checkpoints import CHECKPOINT_FOLDERS, TRAINER_DIR, checkpoint_folder
 from rllm_core.run.components import Components
-from rllm_core.types import Task
+from rllm_core.types import Episode, Task
 
 __all__ = ["CheckpointNotFound", "EvalResult", "Evaluation", "checkpoint_state_dir"]
 
@@ -63,11 +63,13 @@ def checkpoint_state_dir(path: str | Path) -> Path:
 @dataclass
 class EvalResult:
     """Per-task results in task order and the summary (see :mod:`.scoring`); ``failure`` is
-    set when every attempt failed on infrastructure."""
+    set when every attempt failed on infrastructure. ``episodes`` are the scored attempts, in
+    task order, then attempt order."""
 
     results: list[TaskResult]
     summary: dict[str, Any]
     failure: TooManyFailedRollouts | None = None
+    episodes: list[Episode] = field(default_factory=list)
 
 
 class Evaluation:
@@ -125,4 +127,9 @@ class Evaluation:
             failure = failure_report(
                 batch, context="evaluation", rule="so no attempt was scored", tasks=self.tasks
             )
-        return EvalResult(results=results, summary=summary, failure=failure)
+        episodes = [
+            e
+            for group in batch.groups
+            for e in sorted(group, key=lambda e: int(e.metadata.get("index", 0)))
+        ]
+        return EvalResult(results=results, summary=summary, failure=failure, episodes=episodes)
