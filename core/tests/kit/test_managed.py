@@ -4,6 +4,7 @@ for, and ServiceCalls' timeout, retries and counts, on fake futures."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from concurrent.futures import Future
 from types import SimpleNamespace
 
@@ -12,6 +13,7 @@ from pydantic import ConfigDict, ValidationError
 from rllm_core.kit.managed import (
     ManagedServiceSettings,
     ServiceCalls,
+    lost_answer,
     retry_after_s,
     retryable_status,
     service_metrics,
@@ -113,6 +115,66 @@ def test_a_wait_past_the_request_timeout_fails_once_with_the_key_to_raise():
     ):
         calls().call(submit, "a step")
     assert len(pending) == 1
+
+
+def lost_in_a_wrapper() -> Exception:
+    try:
+        raise ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC]")
+    except ssl.SSLError as exc:
+        try:
+            raise RuntimeError("request failed") from exc
+        except RuntimeError as wrapped:
+            return wrapped
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (ssl.SSLError(1, "bad record mac"), True),
+        (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), True),
+        (TimeoutError("read timed out"), True),
+        (lost_in_a_wrapper(), True),
+        (ValueError("bad datum"), False),
+        (ConnectionResetError("peer"), False),
+    ],
+)
+def test_a_lost_answer_is_a_tls_error_or_a_timeout_among_the_causes(error, lost):
+    assert lost_answer(error) is lost
+
+
+def test_a_lost_answer_is_retried_only_for_an_idempotent_request():
+    read = Submitter(ssl.SSLError(1, "bad record mac"), TimeoutError("read timed out"))
+    retries: list[int] = []
+    assert calls().call(read, "scoring", retries, idempotent=True) == "ok"
+    assert read.calls == 3 and retries == [1, 2]
+    step = Submitter(ssl.SSLError(1, "bad record mac"))
+    with pytest.raises(ssl.SSLError):
+        calls().call(step, "optim_step")
+    assert step.calls == 1
+
+
+def test_an_idempotent_request_is_sent_again_after_a_wait_past_the_request_timeout():
+    pending: list[Future] = []
+
+    def submit() -> Future:
+        pending.append(Future() if len(pending) < 1 else done("ok"))
+        return pending[-1]
+
+    assert calls().call(submit, "loading a checkpoint", idempotent=True) == "ok"
+    assert len(pending) == 2
+
+
+def test_sampling_retries_a_lost_answer():
+    service = calls()
+    failures = [ssl.SSLError(1, "bad record mac"), TimeoutError()]
+
+    async def once() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "sample"
+
+    assert asyncio.run(service.sample(once, "a sampling request")) == "sample"
+    assert service.take_sampler_retries() == 2
 
 
 def test_sampling_retries_are_counted_until_taken():

@@ -4,6 +4,7 @@ in the step's metrics; a 400 fails at once."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import pytest
 from fake_fireworks import FakeService, reply
@@ -122,3 +123,26 @@ def test_sampler_retries_are_counted_in_the_next_optim_step(service):
         asyncio.run(backend.sampler().sample(SampleRequest(prompt_token_ids=[1])))
     assert backend.optim_step()["fireworks/sampler_retries"] == 2.0
     assert backend.optim_step()["fireworks/sampler_retries"] == 0.0
+
+
+def test_a_lost_answer_is_retried_for_reads_and_saves_but_not_for_a_step(service, tmp_path):
+    backend = backend_over(service)
+    training = service.training
+    lost = ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC]")
+    scoring = failing(training, "forward", lost, TimeoutError("read timed out"))
+    assert len(backend.compute_logprobs(DATUMS)[0]) == 3 and len(scoring) == 3
+    saving = failing(training, "save_state", TimeoutError("read timed out"))
+    backend.save_state(str(tmp_path / "cut"))
+    assert len(saving) == 2
+    fb_calls = failing(training, "forward_backward_custom", ssl.SSLError(1, "bad record mac"))
+    with pytest.raises(ssl.SSLError):
+        backend.forward_backward(DATUMS, Objective.of(Reinforce()))
+    assert fb_calls == [1] and training.sent_inputs == []
+    backend.forward_backward(DATUMS, Objective.of(Reinforce()))
+    step_calls = failing(training, "optim_step", TimeoutError("read timed out"))
+    with pytest.raises(TimeoutError):
+        backend.optim_step()
+    assert step_calls == [1] and training.steps == 0
+    publishing = failing(training, "save_weights_for_sampler", lost)
+    backend.optim_step()
+    assert len(publishing) == 2 and backend.weight_version == 1

@@ -10,6 +10,7 @@ constructor and training client in.
 from rllm_core.kit.managed.calls import (
     ManagedServiceSettings,
     ServiceCalls,
+    lost_answer,
     retry_after_s,
     retryable_status,
     service_metrics,
@@ -18,6 +19,7 @@ from rllm_core.kit.managed.calls import (
 __all__ = [
     "ManagedServiceSettings",
     "ServiceCalls",
+    "lost_answer",
     "retry_after_s",
     "retryable_status",
     "service_metrics",

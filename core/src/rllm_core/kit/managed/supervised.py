@@ -164,7 +164,9 @@ def compute_logprobs(
     for index, datum in enumerate(datums):
         check_datum(index, datum, trainable=False)
     sent = [to_sdk(datum, [0.0] * (len(datum.token_ids) - 1)) for datum in datums]
-    output = calls.call(lambda: training.forward(sent, "cross_entropy"), "computing logprobs")
+    output = calls.call(
+        lambda: training.forward(sent, "cross_entropy"), "computing logprobs", idempotent=True
+    )
     return scored_logprobs(output.loss_fn_outputs, datums, calls.service)
 
 

@@ -282,7 +282,9 @@ class FireworksBackend:
         self._check_open()
         self._saves += 1
         name = f"rllm-state-step{self._steps}-{self._saves}"
-        checkpoint = self.calls.call(lambda: self._training.save_state(name), "save_state").path
+        checkpoint = self.calls.call(
+            lambda: self._training.save_state(name), "save_state", idempotent=True
+        ).path
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         state = {
@@ -315,7 +317,9 @@ class FireworksBackend:
                     f" {getattr(self.config, key)!r}; load it with the same [trainer] settings"
                 )
         self.calls.call(
-            lambda: self._training.load_state_with_optimizer(state["checkpoint"]), "load_state"
+            lambda: self._training.load_state_with_optimizer(state["checkpoint"]),
+            "load_state",
+            idempotent=True,
         )
         self._steps = int(state["optimizer_steps"])
         self._pending = None
@@ -337,7 +341,10 @@ class FireworksBackend:
         self._publishes += 1
         name = f"rllm-weights-v{version}-{self._publishes}"
         saved = self.calls.call(
-            lambda: self._training.save_weights_for_sampler(name), "publishing weights", retries
+            lambda: self._training.save_weights_for_sampler(name),
+            "publishing weights",
+            retries,
+            idempotent=True,
         )
         previous = self._gate.switch(
             lambda: self._training.create_sampling_client(saved.path),

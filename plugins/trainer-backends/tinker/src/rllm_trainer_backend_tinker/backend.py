@@ -290,6 +290,7 @@ class TinkerBackend:
                 name, ttl_seconds=self.config.checkpoint_ttl_s, overwrite=True
             ),
             f"saving checkpoint {name!r}",
+            idempotent=True,
         )
         write_state(
             path,
@@ -336,6 +337,7 @@ class TinkerBackend:
             lambda: self._training.save_weights_and_get_sampling_client(),
             "publishing sampler weights",
             retries,
+            idempotent=True,
         )
 
     def _check_open(self) -> None:

@@ -6,6 +6,11 @@ request that failed on the server's side (``RequestFailedError`` of category ``s
 Anything else (a 400, bad credentials, a validation error, a request the server refused as
 the user's fault) fails at once. How long a failed answer asks to wait is read by
 :func:`rllm_core.kit.managed.retry_after_s`.
+
+A request that changes nothing when run twice (sampling, scoring logprobs, publishing weights,
+saving or loading a checkpoint) is also retried after a lost answer, an ``ssl.SSLError`` or a
+timeout (:func:`rllm_core.kit.managed.lost_answer`); ``forward_backward`` and ``optim_step``
+are not, since the service may have applied them already.
 """
 
 from __future__ import annotations
