@@ -12,9 +12,12 @@ torch = pytest.importorskip("torch")
 
 from rllm_core.algorithms.aggregation import (  # noqa: E402
     AGGREGATION_MODES,
+    MaskAwareAggregate,
     make_aggregate,
+    seq_reduce,
     step_normalizers,
 )
+from rllm_core.ports import LossContext  # noqa: E402
 
 # Row 0 has 2 selected tokens, row 1 has 4, row 2 none: the step has 6 tokens, 2 sequences.
 VALUES = [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [9.0, 10.0, 11.0, 12.0]]
@@ -180,9 +183,88 @@ def test_norm_length_must_be_finite_and_positive(bad: object) -> None:
         )
 
 
-def test_norm_length_is_ignored_by_other_modes() -> None:
-    aggregate = make_aggregate("token-mean", total_tokens=4, total_sequences=2, norm_length=8)
-    assert aggregate.norm_length is None
+def test_norm_length_is_kept_for_a_call_that_names_the_norm_mode() -> None:
+    aggregate = make_aggregate("token-mean", total_tokens=6, total_sequences=2, norm_length=4)
+    values, mask = _batch()
+    assert aggregate(values, mask, mode="seq-mean-token-sum-norm").item() == 3.625
+    assert make_aggregate("token-mean", total_tokens=6, total_sequences=2).norm_length is None
+
+
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
+def test_a_call_may_name_another_mode_with_the_same_normalizers(mode: str) -> None:
+    # Built for token-mean, asked for each mode: the hand-computed values of that mode.
+    aggregate = make_aggregate("token-mean", total_tokens=6, total_sequences=2, norm_length=4)
+    values, mask = _batch()
+    value, grad_row0, grad_row1 = EXPECTED[mode]
+    out = aggregate(values, mask, mode=mode)
+    out.backward()
+    assert out.item() == pytest.approx(value, abs=1e-12)
+    assert values.grad is not None
+    assert values.grad[0, 0].item() == pytest.approx(grad_row0, abs=1e-12)
+    assert values.grad[1, 3].item() == pytest.approx(grad_row1, abs=1e-12)
+    assert values.grad[2].abs().sum().item() == 0.0 and values.grad[0, 2:].abs().sum() == 0.0
+
+
+def test_a_call_naming_an_unknown_mode_or_the_norm_mode_without_a_length_is_refused() -> None:
+    aggregate = make_aggregate("token-mean", total_tokens=6, total_sequences=2)
+    values, mask = _batch()
+    with pytest.raises(ValueError, match=r"aggregate\(mode='token-sum'\).*valid modes"):
+        aggregate(values, mask, mode="token-sum")
+    with pytest.raises(ValueError, match=r"\[algorithm\]\.norm_length"):
+        aggregate(values, mask, mode="seq-mean-token-sum-norm")
+
+
+def test_the_mask_aware_aggregate_passes_the_mode_to_the_side_it_picks() -> None:
+    values, mask = _batch()
+    observation = torch.zeros_like(mask)
+    observation[2, 0] = 1.0
+    aggregate = MaskAwareAggregate(
+        action=make_aggregate("token-mean", total_tokens=6, total_sequences=2),
+        observation=make_aggregate("token-mean", total_tokens=1, total_sequences=1),
+        action_mask=mask,
+        observation_mask=observation,
+    )
+    assert aggregate(values, mask, mode="seq-mean-token-sum").item() == 14.5
+    assert aggregate(values, observation, mode="seq-mean-token-sum").item() == 9.0
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"), [("sum", [3.0, 26.0, 0.0]), ("mean", [1.5, 6.5, 0.0])]
+)
+def test_seq_reduce_gives_one_value_per_sequence(how: str, expected: list[float]) -> None:
+    values, mask = _batch()
+    values.data[0, 3] = float("nan")  # outside the mask: never reaches the result
+    out = seq_reduce(values, mask, how)
+    assert out.tolist() == expected
+    out.sum().backward()
+    assert values.grad is not None
+    per_token = [1.0, 1.0] if how == "sum" else [0.5, 0.25]
+    assert values.grad[0].tolist() == [per_token[0], per_token[0], 0.0, 0.0]
+    assert values.grad[1].tolist() == [per_token[1]] * 4
+    assert values.grad[2].tolist() == [0.0] * 4
+
+
+def test_seq_reduce_refuses_an_unknown_reduction_and_mismatched_shapes() -> None:
+    values, mask = _batch()
+    with pytest.raises(ValueError, match=r"how='max'.*valid: sum, mean"):
+        seq_reduce(values, mask, "max")
+    with pytest.raises(ValueError, match=r"\(3, 4\) and mask \(3,\)"):
+        seq_reduce(values, mask[:, 0])
+
+
+def test_the_loss_context_reduces_over_its_action_mask_by_default() -> None:
+    values, mask = _batch()
+    ctx = LossContext(
+        logprobs=values,
+        old_logprobs=values.detach(),
+        rollout_logprobs=values.detach(),
+        advantages=torch.zeros_like(mask),
+        action_mask=mask,
+        observation_mask=torch.ones_like(mask) - mask,
+        aggregate=make_aggregate("token-mean", total_tokens=6, total_sequences=2),
+    )
+    assert ctx.seq_reduce(values, how="sum").tolist() == [3.0, 26.0, 0.0]
+    assert ctx.seq_reduce(values, ctx.observation_mask).tolist() == [3.5, 0.0, 10.5]
 
 
 @pytest.mark.parametrize(

@@ -161,6 +161,32 @@ def test_truncated_importance_sampling_weighs_action_tokens_without_gradient():
     assert 0 < metrics["correction/tis_capped_fraction"] < 1
 
 
+class SeqSumReinforce:
+    """``-A * logprobs`` reduced with ``seq-mean-token-sum`` whatever the plan's mode."""
+
+    def __call__(self, ctx: LossContext) -> LossOutput:
+        per_token = -ctx.advantages * ctx.logprobs
+        return LossOutput(loss=ctx.aggregate(per_token, ctx.action_mask, mode="seq-mean-token-sum"))
+
+
+def test_a_loss_naming_its_mode_gets_the_steps_normalizers_and_the_correction_weights():
+    correction = RolloutCorrection(tis_cap=1.2)
+    named, _ = evaluate(
+        Objective.of(SeqSumReinforce(), correction=correction, aggregation="token-mean"),
+        inputs(shift=0.5),
+    )
+    plan_mode, _ = evaluate(
+        Objective.of(Recorder(), correction=correction, aggregation="seq-mean-token-sum"),
+        inputs(shift=0.5),
+    )
+    assert named.item() == plan_mode.item()
+    token_mean, _ = evaluate(
+        Objective.of(Recorder(), correction=correction, aggregation="token-mean"),
+        inputs(shift=0.5),
+    )
+    assert named.item() != token_mean.item()
+
+
 def test_icepop_masks_tokens_whose_ratio_leaves_the_range():
     batch = inputs(shift=0.5)
     total, metrics = evaluate(

@@ -19,6 +19,11 @@ A mask entry selects its token when it is nonzero. Values at unselected position
 the result, even when they are not finite, and receive exactly zero gradient. When a normalizer
 is zero the step has no selected token, and the aggregate is 0 rather than NaN.
 
+An aggregate reduces with its own mode unless the call names another (``aggregate(values,
+mask, mode="seq-mean-token-sum")``): the step's normalizers serve every mode, so a loss that
+reduces a term its own way stays invariant to the micro-batch split. :func:`seq_reduce` gives
+the per-sequence sums or means those modes are built from.
+
 This module imports torch only for type checking, so plan validation can read
 :data:`AGGREGATION_MODES` without it.
 """
@@ -31,6 +36,8 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import TYPE_CHECKING
 
+from rllm_core.ports.losses import SEQ_REDUCTIONS, seq_reduce
+
 if TYPE_CHECKING:
     import torch
 
@@ -38,7 +45,9 @@ __all__ = [
     "AGGREGATION_MODES",
     "MaskAwareAggregate",
     "StepAggregate",
+    "SEQ_REDUCTIONS",
     "make_aggregate",
+    "seq_reduce",
     "step_normalizers",
 ]
 
@@ -78,8 +87,8 @@ class StepAggregate:
 
     ``total_tokens`` and ``total_sequences`` count over the WHOLE step (see
     :func:`step_normalizers`), not over the micro-batch being reduced. ``norm_length`` is the
-    constant length of ``seq-mean-token-sum-norm``: required there, ignored (stored as ``None``)
-    by the other modes. Invalid arguments raise ``ValueError`` on construction.
+    constant length of ``seq-mean-token-sum-norm``: required when that is the mode, kept for a
+    call that asks for it otherwise. Invalid arguments raise ``ValueError`` on construction.
     """
 
     mode: str
@@ -104,10 +113,10 @@ class StepAggregate:
         object.__setattr__(self, "norm_length", self._checked_norm_length())
 
     def _checked_norm_length(self) -> float | None:
-        if self.mode != "seq-mean-token-sum-norm":
-            return None
         length = self.norm_length
         if length is None:
+            if self.mode != "seq-mean-token-sum-norm":
+                return None
             raise ValueError(
                 "aggregation mode 'seq-mean-token-sum-norm' needs norm_length, the constant"
                 " length each sequence's token sum is divided by (for example the maximum"
@@ -122,24 +131,35 @@ class StepAggregate:
             raise ValueError(f"norm_length must be a finite positive number, got {length!r}")
         return float(length)
 
-    def __call__(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Reduce ``values`` ``[B, T]`` over ``mask`` ``[B, T]`` to a 0-dim tensor."""
+    def __call__(
+        self, values: torch.Tensor, mask: torch.Tensor, *, mode: str | None = None
+    ) -> torch.Tensor:
+        """Reduce ``values`` ``[B, T]`` over ``mask`` ``[B, T]`` to a 0-dim tensor, with this
+        aggregate's mode or the ``mode`` named (one of :data:`AGGREGATION_MODES`)."""
+        mode = self.mode if mode is None else mode
+        if mode not in AGGREGATION_MODES:
+            raise ValueError(
+                f"aggregate(mode={mode!r}) is not an aggregation mode; valid modes:"
+                f" {', '.join(AGGREGATION_MODES)}"
+            )
         if values.dim() != 2 or values.shape != mask.shape:
             raise ValueError(
                 f"aggregate expects values and mask of the same [B, T] shape, got values"
                 f" {tuple(values.shape)} and mask {tuple(mask.shape)}"
             )
-        selected = mask != 0
-        masked = values.where(selected, 0.0)
-        if self.mode == "token-mean":
-            return masked.sum() / _nonzero(self.total_tokens)
-        if self.mode == "seq-mean-token-sum":
-            return masked.sum() / _nonzero(self.total_sequences)
-        if self.mode == "seq-mean-token-sum-norm":
-            assert self.norm_length is not None  # set by __post_init__ for this mode
-            return masked.sum() / _nonzero(self.total_sequences * self.norm_length)
-        tokens = selected.sum(dim=-1).clamp(min=1).to(values.dtype)
-        return (masked.sum(dim=-1) / tokens).sum() / _nonzero(self.total_sequences)
+        if mode == "seq-mean-token-mean":
+            return seq_reduce(values, mask, "mean").sum() / _nonzero(self.total_sequences)
+        total = values.where(mask != 0, 0.0).sum()
+        if mode == "token-mean":
+            return total / _nonzero(self.total_tokens)
+        if mode == "seq-mean-token-sum":
+            return total / _nonzero(self.total_sequences)
+        if self.norm_length is None:
+            raise ValueError(
+                "aggregate(mode='seq-mean-token-sum-norm') needs the constant norm_length; set"
+                " [algorithm].norm_length in the plan"
+            )
+        return total / _nonzero(self.total_sequences * self.norm_length)
 
 
 def make_aggregate(
@@ -184,8 +204,11 @@ class MaskAwareAggregate:
         self._action_mask = action_mask
         self._observation_mask = observation_mask
 
-    def __call__(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return (self.observation if self.is_observation(mask) else self.action)(values, mask)
+    def __call__(
+        self, values: torch.Tensor, mask: torch.Tensor, *, mode: str | None = None
+    ) -> torch.Tensor:
+        side = self.observation if self.is_observation(mask) else self.action
+        return side(values, mask, mode=mode)
 
     def is_observation(self, mask: torch.Tensor) -> bool:
         if mask is self._observation_mask:

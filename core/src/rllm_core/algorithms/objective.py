@@ -585,13 +585,15 @@ class _CorrectedAggregate(MaskAwareAggregate):
         self._weights = weights
         self.selected = 0
 
-    def __call__(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, values: torch.Tensor, mask: torch.Tensor, *, mode: str | None = None
+    ) -> torch.Tensor:
         self.selected += int((mask != 0).sum())
         if self.is_observation(mask):
-            return self.observation(values, mask)
+            return self.observation(values, mask, mode=mode)
         if self._weights is not None and values.shape == self._weights.shape:
             values = values * self._weights
-        return self.action(values, mask)
+        return self.action(values, mask, mode=mode)
 
 
 class _WeightedMeans:

@@ -21,18 +21,50 @@ __all__ = [
     "LossOutput",
     "NATIVE_KERNELS",
     "NativeLoss",
+    "SEQ_REDUCTIONS",
     "TokenAdvantages",
+    "seq_reduce",
 ]
 
-Aggregate = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
-"""``aggregate(values, mask) -> scalar``: reduces per-token values ``[B, T]`` over ``mask``
-with the plan's aggregation mode (``token-mean``, ``seq-mean-token-mean``, ``seq-mean-token-sum``,
-``seq-mean-token-sum-norm``). The trainer supplies it with normalizers computed over the whole
-optimizer step, so a loss that reduces through it is invariant to how the step is split into
-micro-batches. The normalizers are those of the mask passed: called with the context's
-``observation_mask`` (or any mask selecting exactly the same tokens) it counts observation
-tokens and sequences; called with any other mask (``action_mask``, or a mask derived from it)
-it counts action tokens and sequences."""
+Aggregate = Callable[..., "torch.Tensor"]
+"""``aggregate(values, mask, *, mode=None) -> scalar``: reduces per-token values ``[B, T]``
+over ``mask`` with the plan's aggregation mode (``token-mean``, ``seq-mean-token-mean``,
+``seq-mean-token-sum``, ``seq-mean-token-sum-norm``), or with the mode a call names
+(``mode="seq-mean-token-sum"``; the norm mode needs the plan's ``norm_length``). The trainer
+supplies it with normalizers computed over the whole optimizer step, so a loss that reduces
+through it, in any mode, is invariant to how the step is split into micro-batches. The
+normalizers are those of the mask passed: called with the context's ``observation_mask`` (or
+any mask selecting exactly the same tokens) it counts observation tokens and sequences; called
+with any other mask (``action_mask``, or a mask derived from it) it counts action tokens and
+sequences.
+
+A per-sequence quantity (from :meth:`LossContext.seq_reduce`) enters the loss broadcast back
+to its row's tokens and reduced with ``mode="seq-mean-token-mean"``: that is the mean of the
+quantity over the step's sequences."""
+
+SEQ_REDUCTIONS: tuple[str, ...] = ("sum", "mean")
+"""What :func:`seq_reduce` computes per sequence: the masked sum, or the masked mean."""
+
+
+def seq_reduce(values: torch.Tensor, mask: torch.Tensor, how: str = "mean") -> torch.Tensor:
+    """Reduce per-token ``values`` ``[B, T]`` over ``mask`` ``[B, T]`` to one value per sequence
+    ``[B]``: the sum of the selected values (``how = "sum"``) or their mean (``"mean"``). A row
+    without a selected token gives 0. As with the aggregate, values at unselected positions
+    never reach the result and receive exactly zero gradient."""
+    if how not in SEQ_REDUCTIONS:
+        raise ValueError(
+            f"seq_reduce(how={how!r}) is not a reduction; valid: {', '.join(SEQ_REDUCTIONS)}"
+        )
+    if values.dim() != 2 or values.shape != mask.shape:
+        raise ValueError(
+            f"seq_reduce expects values and mask of the same [B, T] shape, got values"
+            f" {tuple(values.shape)} and mask {tuple(mask.shape)}"
+        )
+    selected = mask != 0
+    sums = values.where(selected, 0.0).sum(dim=-1)
+    if how == "sum":
+        return sums
+    return sums / selected.sum(dim=-1).clamp(min=1).to(values.dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +83,11 @@ class LossContext:
     - ``observation_mask``: 1.0 on environment tokens after the first prompt (tool and
       terminal output the policy conditions on), 0.0 elsewhere.
     - ``aggregate``: see :data:`Aggregate`.
+
+    :meth:`seq_reduce` gives per-sequence sums or means (a sequence-level ratio, a sequence's
+    KL); a loss whose formula needs one aggregation mode pins it (see :data:`Aggregate`'s
+    ``mode`` and the loss config's optional ``pinned_aggregation()``, documented in
+    ``docs/plugins/losses.md``).
     """
 
     logprobs: torch.Tensor
@@ -60,6 +97,13 @@ class LossContext:
     action_mask: torch.Tensor
     observation_mask: torch.Tensor
     aggregate: Aggregate
+
+    def seq_reduce(
+        self, values: torch.Tensor, mask: torch.Tensor | None = None, how: str = "mean"
+    ) -> torch.Tensor:
+        """:func:`seq_reduce` over ``mask`` (the action mask when omitted): one value per
+        sequence, ``[B]``."""
+        return seq_reduce(values, self.action_mask if mask is None else mask, how)
 
 
 @dataclass(frozen=True, slots=True)
