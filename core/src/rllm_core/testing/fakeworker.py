@@ -76,6 +76,7 @@ class _Fault:
     status: int
     retry_after: str | None
     message: str
+    after_s: float = 0.0
 
 
 _encode = msgspec.json.Encoder().encode
@@ -123,11 +124,13 @@ class FakeWorker:
         count: int = 1,
         retry_after: float | str | None = None,
         message: str = "injected failure",
+        after_s: float = 0.0,
     ) -> None:
-        """Answer the next ``count`` completion requests with ``status`` (and ``Retry-After``)."""
+        """Answer the next ``count`` completion requests with ``status`` (and ``Retry-After``),
+        each ``after_s`` seconds after it came in (a generation that ran that long, then failed)."""
         header = None if retry_after is None else str(retry_after)
         for _ in range(count):
-            self._faults.append(_Fault(status, header, message))
+            self._faults.append(_Fault(status, header, message, after_s))
 
     def start(self) -> str:
         return self.server.start()
@@ -182,6 +185,8 @@ class FakeWorker:
             self.requests.append(_decode_raw.decode(raw))
         if self._faults:
             fault = self._faults.popleft()
+            if fault.after_s:
+                await asyncio.sleep(fault.after_s)
             headers = []
             if fault.retry_after is not None:
                 headers.append((b"retry-after", fault.retry_after.encode()))

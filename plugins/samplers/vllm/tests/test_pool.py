@@ -155,6 +155,23 @@ def test_the_retry_budget_bounds_retries_that_would_go_on(workers):
     assert "retry_budget_s=0.4, next wait" in message
 
 
+def test_the_retry_budget_counts_from_the_first_failure_not_the_request_start(workers):
+    # The generation runs 0.6 s before failing, past the 0.3 s budget: it is still retried.
+    worker = workers()
+    worker.fail_next(503, after_s=0.6, message="engine crashed mid-generation")
+
+    async def main():
+        retry = RetrySettings(retries=3, retry_backoff_s=0.01, retry_backoff_max_s=0.01)
+        pool = HttpWorkerPool([worker.url], retry=retry, retry_budget_s=0.3, health_interval_s=0)
+        try:
+            return await sample_with(pool)
+        finally:
+            await pool.aclose()
+
+    assert run(main()).finish_reason == "stop"
+    assert len(worker.requests) == 2
+
+
 def test_a_retry_after_beyond_the_budget_gives_up_at_once(workers):
     worker = workers()
     worker.fail_next(429, retry_after=30, message="come back later")

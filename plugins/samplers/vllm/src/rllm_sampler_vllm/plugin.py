@@ -168,8 +168,8 @@ class VllmSamplerConfig(RetrySettings):
     retry_budget_s: float = Field(
         default=60.0,
         gt=0,
-        description="total seconds a completion may spend on retries and on waiting for a"
-        " server to come back, on top of the retries limit",
+        description="seconds a completion may spend on retries and on waiting for a server to"
+        " come back, counted from its first failure, on top of the retries limit",
     )
     weights_dir: str | None = Field(
         default=None,

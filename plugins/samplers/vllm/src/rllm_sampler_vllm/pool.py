@@ -11,10 +11,11 @@ Failures: a connection error marks the worker down and the request moves to anot
 once (or, when none is up, after a backoff); a ``429`` or ``5xx`` answer is retried after the
 worker's ``Retry-After`` (seconds or an HTTP date) or a jittered backoff, through
 :func:`rllm_core.kit.retry.retry_async`. Retries are bounded by ``retries`` and by
-``retry_budget_s`` of total time. A background task checks ``GET {worker}/health`` every
-``health_interval_s`` and brings workers back. When no worker is up the request waits for one
-within the budget, then fails with :class:`~rllm_core.errors.UpstreamUnavailableError`, which
-names every worker and its last error.
+``retry_budget_s``, counted from the request's first failure (or from the moment it first
+found no worker up), so a long generation that fails late is retried like a short one. A
+background task checks ``GET {worker}/health`` every ``health_interval_s`` and brings workers
+back. When no worker is up the request waits for one within the budget, then fails with
+:class:`~rllm_core.errors.UpstreamUnavailableError`, which names every worker and its last error.
 """
 
 from __future__ import annotations
@@ -390,12 +391,19 @@ class HttpWorkerPool:
         if request.request_id:
             headers = {**headers, "x-request-id": request.request_id}
         started = loop.time()
+        # The budget bounds the time spent recovering, not the generation: it starts at the
+        # first failure, so a completion that ran past it before failing still gets its retries.
+        first_failure: float | None = None
         failures: list[str] = []
         attempts = 0
 
         async def attempt() -> SampleResult:
-            nonlocal attempts, policy, body
-            worker = await self._worker_for(key, started)
+            nonlocal attempts, policy, body, first_failure
+            worker = self._pick(key)
+            if worker is None:
+                if first_failure is None:
+                    first_failure = loop.time()
+                worker = await self._worker_for(key, first_failure)
             if worker.restoring is not None:
                 error = await self._restore_worker(worker)
                 if error is not None:
@@ -418,7 +426,10 @@ class HttpWorkerPool:
                 raise
 
         def within_budget(number: int, error: BaseException, delay: float) -> None:
-            if loop.time() - started + delay > self.retry_budget_s:
+            nonlocal first_failure
+            if first_failure is None:
+                first_failure = loop.time()
+            if loop.time() - first_failure + delay > self.retry_budget_s:
                 raise _OverBudget(delay)
 
         try:
@@ -526,16 +537,17 @@ class HttpWorkerPool:
             weight_version=policy.version if version is None else version,
         )
 
-    async def _worker_for(self, key: str | None, started: float) -> _Worker:
-        """The worker for ``key``, waiting for one to come back within the retry budget."""
+    async def _worker_for(self, key: str | None, since: float) -> _Worker:
+        """The worker for ``key``, waiting for one to come back within the retry budget
+        counted from ``since`` (the request's first failure)."""
         loop = asyncio.get_running_loop()
         while True:
             worker = self._pick(key)
             if worker is not None:
                 return worker
-            remaining = started + self.retry_budget_s - loop.time()
+            remaining = since + self.retry_budget_s - loop.time()
             if remaining <= 0:
-                raise self._unavailable(started)
+                raise self._unavailable(since)
             await self._wait_for_health(remaining)
 
     async def _post(
