@@ -251,7 +251,7 @@ def test_serve_with_the_real_plugins_writes_a_trace_directory(tmp_path, workers)
         environment(),
     )
     try:
-        assert "(plain mode, renderer chatml)" in served.banner[0]
+        assert "(cumulative mode, renderer chatml)" in served.banner[0]
         assert "auth: none (loopback only)" in "\n".join(served.banner)
         api = openai.OpenAI(base_url=f"{served.url}/sessions/real/v1", api_key="x")
         api.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
@@ -310,7 +310,7 @@ def test_conflicting_token_mode_flags_are_a_usage_error_naming_both(flags, named
 @pytest.mark.parametrize(
     ("token_mode", "cumulative", "plain", "mode", "warning"),
     [
-        (None, False, False, "plain", None),
+        (None, False, False, "cumulative", None),
         ("cumulative", False, False, "cumulative", None),
         (None, False, True, "plain", "--plain is deprecated"),
         (None, True, False, "cumulative", "--cumulative is deprecated"),
@@ -329,6 +329,22 @@ def test_token_mode_from_the_new_and_the_deprecated_flags(
     else:
         assert warning in stderr
         assert f"use --token-mode {mode}" in stderr
+
+
+def test_serve_and_a_plan_default_to_the_same_token_mode():
+    import inspect
+
+    from click.testing import CliRunner
+    from rllm_core.cli.gateway_cmd import _token_mode, gateway
+    from rllm_core.gateway.server import Gateway
+    from rllm_core.plan.schema import GatewaySection
+
+    planned = GatewaySection().token_mode
+    assert _token_mode(None, False, False) == planned
+    served = inspect.signature(Gateway).parameters["cumulative"].default
+    assert ("cumulative" if served else "plain") == planned
+    shown = CliRunner().invoke(gateway, ["serve", "--help"], terminal_width=200).output
+    assert f"[default: {planned}]" in " ".join(shown.split())
 
 
 @pytest.mark.parametrize("literal", [False, True])

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from rllm_core.cli.output import EXIT_USAGE, console, err_console, fail
+from rllm_core.plan.schema import GatewaySection
 
 __all__ = ["gateway"]
 
@@ -50,6 +51,9 @@ def _build(kind: str, name: str, values: dict[str, Any], *, needed_by: str | Non
 
 
 TOKEN_MODES = ("plain", "cumulative")
+DEFAULT_TOKEN_MODE: str = GatewaySection.model_fields["token_mode"].default
+"""A plan's ``[gateway].token_mode`` default: a gateway served alone records the tokens a run's
+gateway would."""
 
 
 def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: bool) -> str:
@@ -70,7 +74,7 @@ def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: b
             EXIT_USAGE,
         )
     if not legacy:
-        return token_mode or "plain"
+        return token_mode or DEFAULT_TOKEN_MODE
     flag, mode = legacy[0]
     if token_mode is not None and token_mode != mode:
         fail(
@@ -125,7 +129,7 @@ def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: b
     type=click.Choice(TOKEN_MODES),
     default=None,
     help="plain: render the whole conversation every call; cumulative: extend the previous"
-    " call's prompt and sampled tokens.  [default: plain]",
+    f" call's prompt and sampled tokens (a plan's default).  [default: {DEFAULT_TOKEN_MODE}]",
 )
 @click.option("--cumulative", "legacy_cumulative", is_flag=True, hidden=True)
 @click.option("--plain", "legacy_plain", is_flag=True, hidden=True)
