@@ -162,6 +162,7 @@ class _Resolver:
         self.refuse_unreachable_gateway()
         self.refuse_shaping()
         self.refuse_regularizers()
+        self.refuse_aggregation()
         self.issues.extend(eval_issues(plan, self.components, self.path))
         trainer = self.components.get("[trainer]")
         proximal = plan.algorithm.proximal
@@ -187,6 +188,14 @@ class _Resolver:
         from rllm_core.plan.regularizer_check import regularizer_issues
 
         self.issues.extend(regularizer_issues(self.plan, self.components, self.path))
+
+    def refuse_aggregation(self) -> None:
+        """A loss that pins its aggregation mode against the plan's
+        (:mod:`rllm_core.plan.aggregation_check`)."""
+        from rllm_core.plan.aggregation_check import aggregation_issues, aggregation_notes
+
+        self.issues.extend(aggregation_issues(self.plan, self.components, self.path))
+        self.notes.extend(aggregation_notes(self.plan, self.components, self.path))
 
     def refuse_shaping(self) -> None:
         """Overlong settings the reward shaping cannot honour

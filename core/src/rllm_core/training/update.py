@@ -34,6 +34,7 @@ import msgspec
 from rllm_core.algorithms.objective import Objective, RolloutCorrection, Term
 from rllm_core.algorithms.reference_kl import ReferenceKL, penalize_advantages
 from rllm_core.plan import ResolvedPlan
+from rllm_core.plan.aggregation_check import effective_aggregation
 from rllm_core.run.metric_names import ACTION_TOKENS, Reduction, pass_rule
 from rllm_core.types import Datum
 
@@ -44,7 +45,9 @@ def build_objective(
     resolved: ResolvedPlan, loss: Any, aux_losses: Sequence[tuple[Any, float]]
 ) -> Objective:
     """The objective of a resolved plan from its built losses (``aux_losses`` in plan order);
-    each term is named after the component the plan selected."""
+    each term is named after the component the plan selected. It reduces with the mode a loss
+    pins when the plan leaves ``[algorithm].aggregation`` unset
+    (:mod:`rllm_core.plan.aggregation_check`)."""
     algorithm = resolved.plan.algorithm
     policy = resolved.get("[algorithm].loss")
     aux_names = [c.name for c in resolved if c.where.startswith("[algorithm].aux_losses")]
@@ -61,7 +64,7 @@ def build_objective(
             Term(name, instance, coef)
             for name, (instance, coef) in zip(aux_names, aux_losses, strict=True)
         ),
-        aggregation=algorithm.aggregation,
+        aggregation=effective_aggregation(resolved.plan, resolved.components),
         norm_length=algorithm.norm_length,
         proximal=algorithm.proximal,
         correction=RolloutCorrection(
