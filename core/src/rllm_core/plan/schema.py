@@ -410,6 +410,15 @@ class GatewaySection(_Section):
             " conversation again."
         ),
     )
+    max_prompt_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Refuse a model call whose prompt has more tokens than this with a 400"
+            " (`prompt_too_long`) before sampling, as `gateway serve --max-prompt-tokens`"
+            " does; the agent sees an OpenAI `BadRequestError` (unset: no limit)."
+        ),
+    )
 
 
 class SftSection(_Section):

@@ -8,9 +8,9 @@
 
 :func:`open_rollouts` starts a loopback :class:`~rllm_core.gateway.server.Gateway` as a task on
 the running loop, on the one sampler of the context and ``components.renderer``, recording into
-``components.trace_store``, in the plan's ``[gateway].token_mode``, on ``[gateway].host`` and
-``[gateway].port``. The sampler is the plan's ``[sampler]`` (``components.sampler``) when it
-has one, kept on the trainer's policy by a
+``components.trace_store``, in the plan's ``[gateway].token_mode``, refusing prompts over
+``[gateway].max_prompt_tokens``, on ``[gateway].host`` and ``[gateway].port``. The sampler is
+the plan's ``[sampler]`` (``components.sampler``) when it has one, kept on the trainer's policy by a
 :class:`~rllm_core.rollout.policy_sync.PolicySync` (``RolloutContext.policy``) that has synced
 once before the block starts (unless the caller syncs itself; a training run syncs again after
 every optimizer step);
@@ -104,6 +104,7 @@ async def open_rollouts(
         sampler=sampler,
         trace_store=components.trace_store,
         cumulative=plan.gateway.token_mode == "cumulative",
+        max_prompt_tokens=plan.gateway.max_prompt_tokens,
         host=plan.gateway.host,
         port=plan.gateway.port,
     )
