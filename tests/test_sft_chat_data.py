@@ -47,3 +47,28 @@ def test_trainable_false_trains_none_of_the_answer_and_its_close(tmp_path, smoll
     assert not any(b and not a for a, b in zip(plain.trained, masked.trained, strict=True))
     pairs = zip(plain.token_ids, removed, strict=True)
     assert smol.decode([t for t, r in pairs if r]) == "It is five.<|im_end|>"
+
+
+def test_imported_think_blocks_train_as_the_qwen3_renderer_writes_them(
+    tmp_path, qwen3_tokenizer_dir
+):
+    from click.testing import CliRunner
+    from rllm_core.cli import main
+
+    qwen3 = renderer("qwen3", qwen3_tokenizer_dir)
+    source = tmp_path / "field.jsonl"
+    content = "<think>\nTwo and two.\n</think>\n\n4"
+    row = {
+        "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": content}]
+    }
+    source.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "train.jsonl"
+    result = CliRunner().invoke(main, ["dataset", "import", str(source), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (example,), report = tokenize(
+        load_examples(str(out), format="auto", **FIELDS), qwen3, max_length=None
+    )
+    assert report.kept == 1
+    assert example.origin == f"{out}:1"
+    # the separate reasoning renders back into the think block the dataset had, all trained
+    assert trained_text(qwen3, example) == content + "<|im_end|>"

@@ -12,6 +12,7 @@ import click
 
 from rllm_core import __version__
 from rllm_core.cli.checkpoints_cmd import checkpoints
+from rllm_core.cli.dataset_cmd import dataset
 from rllm_core.cli.docs_cmd import docs
 from rllm_core.cli.eval_cmd import eval_
 from rllm_core.cli.gateway_cmd import gateway
@@ -38,6 +39,7 @@ main.add_command(plugins)
 main.add_command(plan)
 main.add_command(run)
 main.add_command(sft)
+main.add_command(dataset)
 main.add_command(eval_)
 main.add_command(docs)
 main.add_command(gateway)
