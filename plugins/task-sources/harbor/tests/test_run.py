@@ -30,6 +30,7 @@ from task_sandbox import GOOD_TOML, RootedBackend, RootedSandbox, write_task
 
 LOGS = '"$SANDBOX_ROOT/logs/verifier"'
 TMP_LOGS = '"$SANDBOX_ROOT/tmp/rllm/logs/verifier"'
+TMP_JSON = '"$SANDBOX_ROOT/tmp/rllm/reward.json"'
 
 
 def run(coro):
@@ -115,6 +116,13 @@ def test_logs_verifier_beats_tmp_rllm(tmp_path):
     assert verify(tmp_path, script) == Grade(reward=0.75)
 
 
+def test_tmp_rllm_reward_json_is_the_last_resort(tmp_path):
+    fallback = f"""mkdir -p "$SANDBOX_ROOT/tmp/rllm"; echo '{{"reward": 0.5}}' > {TMP_JSON}\n"""
+    assert verify(tmp_path, fallback) == Grade(reward=0.5)
+    beaten = fallback + f"mkdir -p {TMP_LOGS}; echo 0.25 > {TMP_LOGS}/reward.txt\n"
+    assert verify(tmp_path / "2", beaten) == Grade(reward=0.25)
+
+
 def test_failing_tests_with_a_reward_file_give_that_reward(tmp_path):
     assert verify(tmp_path, f"echo 0 > {LOGS}/reward.txt; exit 3\n") == Grade(reward=0.0)
 
@@ -130,6 +138,7 @@ def test_missing_reward_file_after_exit_0(tmp_path):
         "/tmp/rllm/logs/verifier/reward.json",
         "/tmp/rllm/logs/verifier/rewards.json",
         "/tmp/rllm/logs/verifier/reward.txt",
+        "/tmp/rllm/reward.json",
     ]
     assert "task t: tests/test.sh exited 0 but wrote none of" in str(info.value)
 
@@ -189,7 +198,8 @@ def test_every_verifier_error_is_a_verifier_error():
 
 def test_stale_reward_written_by_the_agent_is_removed(tmp_path):
     agent = (
-        f"mkdir -p {LOGS} {TMP_LOGS}; echo 1 > {LOGS}/reward.txt; echo 1 > {TMP_LOGS}/reward.txt"
+        f"mkdir -p {LOGS} {TMP_LOGS}; echo 1 > {LOGS}/reward.txt; echo 1 > {TMP_LOGS}/reward.txt;"
+        f""" echo '{{"reward": 1}}' > {TMP_JSON}"""
     )
     with pytest.raises(RewardFileMissing):
         verify(tmp_path, "true\n", before=agent)

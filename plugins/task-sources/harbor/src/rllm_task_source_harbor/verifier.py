@@ -4,7 +4,9 @@ Contract: ``tests/`` is uploaded to ``/tests`` only now, after the agent finishe
 whatever the agent left there, every reward file of :data:`REWARD_FILES` with the folders
 holding them, and any link it put in their place are removed; ``bash /tests/test.sh`` runs
 as the verifier user, in the workdir, with ``[verifier].env`` and the verifier timeout; the
-reward is read from the first existing of :data:`REWARD_FILES` (see :func:`parse_reward` for
+reward is read from the first existing of :data:`REWARD_FILES`: ``reward.json``, then
+``rewards.json``, then ``reward.txt`` in ``/logs/verifier``, then the same in
+``/tmp/rllm/logs/verifier``, then ``/tmp/rllm/reward.json`` (see :func:`parse_reward` for
 which named reward of a ``reward.json`` is trained on). Anything that keeps a reward from
 being read is a ``VerifierError``, never a reward of 0. The agent's processes are gone by
 then: the rollout ends them first (see :class:`rllm_core.ports.EndsProcesses`).
@@ -37,6 +39,7 @@ __all__ = ["REWARD_FILES", "TESTS_DIR", "parse_reward", "run_verifier"]
 
 TESTS_DIR = "/tests"
 # rewards.json is read like reward.json (the name Harbor writes); reward.json wins over it.
+# /tmp/rllm/reward.json, where some task builders write, is the last resort.
 REWARD_FILES = (
     "/logs/verifier/reward.json",
     "/logs/verifier/rewards.json",
@@ -44,13 +47,14 @@ REWARD_FILES = (
     "/tmp/rllm/logs/verifier/reward.json",
     "/tmp/rllm/logs/verifier/rewards.json",
     "/tmp/rllm/logs/verifier/reward.txt",
+    "/tmp/rllm/reward.json",
 )
 # A parent the agent replaced with a link (or a file) goes first, so that nothing below
 # resolves into a folder it chose.
 _RESET = (
     "set -e; for d in /logs /tmp/rllm /tmp/rllm/logs; do"
     ' if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f "$d"; fi; done;'
-    " rm -rf /tests /logs/verifier /tmp/rllm/logs/verifier;"
+    " rm -rf /tests /logs/verifier /tmp/rllm/logs/verifier /tmp/rllm/reward.json;"
     " mkdir -p /tests /logs/verifier; chmod 0777 /logs/verifier"
 )
 _RESET_TIMEOUT_S = 60.0
