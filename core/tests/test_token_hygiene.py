@@ -7,7 +7,8 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from rllm_core.kit.token_hygiene import Dropped, TokenHygieneSettings, screen
+from rllm_core.kit.token_hygiene import Dropped, TokenHygieneSettings, VocabBound, screen
+from rllm_core.testing.tokenizers import hf_tokenizer
 from rllm_core.types import Datum
 
 VOCAB = 100
@@ -136,3 +137,42 @@ def test_the_vocab_size_setting():
     assert TokenHygieneSettings(vocab_size=151936).vocab_size == 151936
     with pytest.raises(ValueError, match="vocab_size"):
         TokenHygieneSettings(vocab_size=0)
+
+
+def test_the_bound_is_vocab_size_when_set_and_nothing_is_loaded():
+    def sdk_tokenizer():
+        raise AssertionError("no tokenizer is loaded when vocab_size is set")
+
+    assert VocabBound(151936, "unloadable", sdk_tokenizer, "svc")() == 151936
+
+
+def test_without_vocab_size_the_bound_is_the_named_tokenizers_length(smollm2_tokenizer_dir):
+    asked: list[int] = []
+    bound = VocabBound(None, str(smollm2_tokenizer_dir), lambda: asked.append(1), "svc")
+    assert bound() == bound() == len(hf_tokenizer(smollm2_tokenizer_dir)) == 49152
+    assert asked == []
+
+
+def test_without_a_tokenizer_key_the_bound_is_the_services_tokenizers_length(
+    smollm2_tokenizer_dir,
+):
+    asked: list[int] = []
+
+    def sdk_tokenizer():
+        asked.append(1)
+        return hf_tokenizer(smollm2_tokenizer_dir)
+
+    bound = VocabBound(None, None, sdk_tokenizer, "svc")
+    assert (bound(), bound(), asked) == (49152, 49152, [1])
+
+
+def test_no_tokenizer_at_all_is_an_error_naming_the_keys(tmp_path):
+    def sdk_tokenizer():
+        raise ValueError("get_tokenizer() requires a tokenizer_model")
+
+    with pytest.raises(RuntimeError, match=r"svc gave no tokenizer.*\[trainer\]\.vocab_size"):
+        VocabBound(None, None, sdk_tokenizer, "svc")()
+    with pytest.raises(
+        RuntimeError, match=r"(?s)cannot load the tokenizer.*\[trainer\]\.vocab_size"
+    ):
+        VocabBound(None, str(tmp_path), sdk_tokenizer, "svc")()

@@ -5,33 +5,98 @@ model's vocabulary (a sampler on another tokenizer, a corrupted trace) or a datu
 sampled token to train (every completion of the episode came back empty). :func:`screen`
 keeps the others, names each dropped datum's session in a warning, and counts the drops as
 metrics; when nothing is left the backend skips the optimizer step and the weight sync.
+
+The bound on token ids is :class:`VocabBound`: ``vocab_size`` when the plan sets it, else the
+length of the model's tokenizer (``len(tokenizer)``, every id it can decode, added tokens
+included): the one ``tokenizer`` names (a run fills it with ``[renderer].tokenizer``), else
+the one the service's SDK gives for the model it trains.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from rllm_core.plugins.specs import PlanPath
 from rllm_core.types import Datum
 
-__all__ = ["Dropped", "Screened", "TokenHygieneSettings", "screen"]
+__all__ = ["Dropped", "Screened", "TokenHygieneSettings", "VocabBound", "screen"]
 
 
 class TokenHygieneSettings(BaseModel):
-    """The ``vocab_size`` key of a managed trainer backend's config."""
+    """The ``vocab_size`` and ``tokenizer`` keys of a managed trainer backend's config."""
 
     vocab_size: int | None = Field(
         None,
         ge=1,
         description=(
-            "Size of the model's vocabulary (its embedding rows): a datum holding a token id at"
-            " or above it is dropped before the step, with a warning naming its session. Unset:"
-            " only negative ids are dropped."
+            "Size of the model's vocabulary: a datum holding a token id at or above it is"
+            " dropped before the step, with a warning naming its session. Unset: the length of"
+            " the tokenizer (tokenizer, else the one the service names for the model)."
         ),
     )
+    tokenizer: Annotated[str | None, PlanPath(or_name=True, expects="tokenizer")] = Field(
+        None,
+        description=(
+            "The model's tokenizer (a catalog name, a folder or a Hub id), whose length bounds"
+            " the token ids when vocab_size is unset; a run fills it with [renderer].tokenizer."
+        ),
+    )
+
+
+class VocabBound:
+    """The token-id bound a backend screens with (see the module docstring), resolved at the
+    first call and kept: ``vocab_size``, else ``len()`` of the tokenizer ``tokenizer`` names,
+    else ``len()`` of ``sdk_tokenizer()`` (the service SDK's tokenizer of the trained model).
+    Raises ``RuntimeError`` naming ``[trainer].vocab_size`` when no tokenizer can be loaded."""
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        tokenizer: str | None,
+        sdk_tokenizer: Callable[[], Any],
+        service: str,
+    ) -> None:
+        self._value = vocab_size
+        self._tokenizer = tokenizer
+        self._sdk_tokenizer = sdk_tokenizer
+        self._service = service
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            if self._value is None:
+                self._value = self._resolve()
+            return self._value
+
+    def _resolve(self) -> int:
+        if self._tokenizer is not None:
+            from rllm_core.models import resolve_tokenizer
+
+            try:
+                from transformers import AutoTokenizer
+
+                folder = resolve_tokenizer(self._tokenizer)
+                return len(AutoTokenizer.from_pretrained(str(folder)))
+            except Exception as exc:
+                raise RuntimeError(
+                    f"cannot load the tokenizer {self._tokenizer!r} ([trainer].tokenizer) to"
+                    f" bound the token ids sent to {self._service}: {exc}; fix the tokenizer or"
+                    " set [trainer].vocab_size"
+                ) from exc
+        try:
+            return len(self._sdk_tokenizer())
+        except Exception as exc:
+            raise RuntimeError(
+                f"{self._service} gave no tokenizer for the model to bound the token ids sent"
+                f" to it ({type(exc).__name__}: {exc}); set [trainer].vocab_size or"
+                " [trainer].tokenizer (a run fills it with [renderer].tokenizer)"
+            ) from exc
 
 
 @dataclass(frozen=True, slots=True)

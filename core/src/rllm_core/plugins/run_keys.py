@@ -43,6 +43,7 @@ RUN_KEYS: Mapping[str, Mapping[str, str]] = MappingProxyType(
             " must match the sampler's)",
             "total_steps": "an SFT run's step count (its learning-rate schedule's length),"
             " when the plan sets none",
+            "tokenizer": "[renderer].tokenizer, when the plan sets none",
         },
     }
 )

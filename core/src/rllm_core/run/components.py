@@ -10,7 +10,8 @@ folder, a sampler's ``weights_dir`` (where the trainer writes the weights its se
 is the trainer's model folder, and the trainer's ``logprob_temperature`` is
 ``[sampling].temperature`` (recomputed logprobs must match the sampler's; a different value
 written in the plan is replaced, with a note in ``ResolvedPlan.notes``), and its
-``deterministic`` is ``[run].deterministic`` (replaced the same way). The trainer's ``model`` is
+``deterministic`` is ``[run].deterministic`` (replaced the same way), and its ``tokenizer`` (a
+managed backend's bound on token ids) is the renderer's ``tokenizer``. The trainer's ``model`` is
 resolved while preparing, so an uncached model fails before anything is built.
 :func:`build_components` builds the components (``training=False`` for sampling only: no loss or
 advantage needed); :meth:`Components.aclose` closes them."""
@@ -264,6 +265,16 @@ def prepare_plan(
         and model_folder is not None
     ):
         updates["renderer"] = _ref(renderer, tokenizer=model_folder)
+    trainer = updates.get("trainer", trainer)
+    renderer = updates.get("renderer", renderer)
+    if (
+        trainer is not None
+        and renderer is not None
+        and "tokenizer" not in trainer.options
+        and isinstance(renderer.options.get("tokenizer"), str)
+        and _accepts(manager, "trainer", trainer.name, "tokenizer")
+    ):
+        updates["trainer"] = _ref(trainer, tokenizer=renderer.options["tokenizer"])
     if updates:
         plan = plan.model_copy(update=updates)
     resolved = resolve_plan(plan, manager=manager, path=str(plan_path))

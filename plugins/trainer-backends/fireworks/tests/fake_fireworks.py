@@ -35,6 +35,7 @@ import torch
 from fireworks.training.sdk import FiretitanSamplingClient
 from fireworks.training.sdk import types as fw
 from fireworks.training.sdk.sampling import DeploymentSampler, SampledCompletion
+from rllm_core.testing.tokenizers import hf_tokenizer, smollm2_tokenizer_dir
 from rllm_trainer_backend_fireworks.plugin import FireworksBackendConfig
 
 CONFIG = FireworksBackendConfig(
@@ -304,6 +305,10 @@ class FakeTraining:
         sampling = FakeSampling(path=model_path, replies=self.replies, training=self)
         self.samplers.append(sampling)
         return sampling
+
+    def get_tokenizer(self) -> Any:
+        """SmolLM2's tokenizer (49152 ids) stands for the trained model's."""
+        return hf_tokenizer(smollm2_tokenizer_dir())
 
     def save_state(self, name: str) -> Done:
         self.states[f"dcp/{name}"] = self.steps

@@ -67,13 +67,31 @@ def test_bad_datums_are_dropped_and_the_rest_trained(objective: Objective) -> No
     assert backend.weight_version == 1
 
 
-def test_without_vocab_size_only_negative_ids_are_dropped() -> None:
+def test_without_vocab_size_the_tokenizers_length_bounds_the_ids() -> None:
     service = FakeService()
     backend = backend_over(service, loss_path="custom")
-    with pytest.warns(RuntimeWarning, match="session 's-negative'.*token id -1.*negative"):
-        metrics = backend.forward_backward([NEGATIVE, OUT_OF_VOCAB], Objective.of(Reinforce()))
-    assert metrics["fireworks/dropped_datums"] == 1.0
+    past = datum([5, 49152, 7], [False, True, True], "s-past")
+    with pytest.warns(RuntimeWarning) as caught:
+        metrics = backend.forward_backward(
+            [NEGATIVE, OUT_OF_VOCAB, past], Objective.of(Reinforce())
+        )
+    assert [str(w.message).split("'")[1] for w in caught] == ["s-negative", "s-past"]
+    assert "token id 49152 at position 1 is outside [0, 49152)" in str(caught[1].message)
+    assert metrics["fireworks/dropped_out_of_vocab"] == 2.0
     assert [ids for ids, _ in service.training.sent_inputs[0]] == [[5, 60]]
+
+
+def test_a_service_without_a_tokenizer_fails_the_step_naming_vocab_size() -> None:
+    service = FakeService()
+    backend = backend_over(service, loss_path="custom")
+
+    def no_tokenizer() -> None:
+        raise ValueError("get_tokenizer() requires a tokenizer_model")
+
+    service.training.get_tokenizer = no_tokenizer
+    with pytest.raises(RuntimeError, match=r"Fireworks gave no tokenizer.*vocab_size"):
+        backend.forward_backward([OUT_OF_VOCAB], Objective.of(Reinforce()))
+    assert service.training.sent_inputs == []
 
 
 def test_a_step_whose_datums_are_all_dropped_is_skipped() -> None:

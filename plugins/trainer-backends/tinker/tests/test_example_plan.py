@@ -16,6 +16,9 @@ def test_plan_check_accepts_the_tinker_modal_plan():
     components = {c["where"]: c for c in resolved["components"]}
     assert components["[trainer]"]["name"] == "tinker"
     assert components["[trainer]"]["config"]["model"] == "Qwen/Qwen3-8B"
+    # the run bounds the token ids by the renderer's tokenizer (vocab_size is unset)
+    tokenizer = components["[renderer]"]["config"]["tokenizer"]
+    assert components["[trainer]"]["config"]["tokenizer"] == tokenizer == "Qwen/Qwen3-8B"
     assert resolved["notes"] == []
     assert components["[sandbox]"]["name"] == "modal"
     assert components["[harness]"]["name"] == "shell"

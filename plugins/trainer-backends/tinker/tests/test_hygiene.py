@@ -68,13 +68,16 @@ def test_bad_datums_are_dropped_with_a_warning_naming_their_session(service, los
     assert backend.weight_version == 1
 
 
-def test_without_vocab_size_only_negative_ids_are_dropped(service):
+def test_without_vocab_size_the_tokenizers_length_bounds_the_ids(service):
     backend = TinkerBackend(TinkerBackendConfig(), service_client=service)
     negative = datum([0, 1, -3, 3], [F, F, T, T], "s-neg")
-    with pytest.warns(RuntimeWarning, match="session 's-neg'"):
-        metrics = backend.forward_backward([negative, OUT_OF_VOCAB], OBJECTIVE)
+    past = datum([0, 1, 49152], [F, T, T], "s-past")
+    with pytest.warns(RuntimeWarning) as caught:
+        metrics = backend.forward_backward([negative, OUT_OF_VOCAB, past], OBJECTIVE)
+    assert [str(w.message).split("'")[1] for w in caught] == ["s-neg", "s-past"]
+    assert "outside [0, 49152)" in str(caught[1].message)
     assert sent_targets(service) == [[1, VOCAB, 3]]
-    assert metrics["tinker/dropped_out_of_vocab"] == 1.0
+    assert metrics["tinker/dropped_out_of_vocab"] == 2.0
 
 
 def test_clean_datums_pass_without_a_warning(service):

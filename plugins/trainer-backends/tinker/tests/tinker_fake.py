@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import tinker
 import torch
+from rllm_core.testing.tokenizers import hf_tokenizer, smollm2_tokenizer_dir
 from rllm_core.types import Datum
 
 VOCAB = 8
@@ -140,6 +141,10 @@ class FakeTrainingClient:
         self.saved_names: list[tuple[str, int | None, bool]] = []
         self.requests: list[tuple[str, list[tinker.types.Datum]]] = []
         self.kernel_calls: list[tuple[str, list[tinker.types.Datum], dict[str, Any] | None]] = []
+
+    def get_tokenizer(self) -> Any:
+        """SmolLM2's tokenizer stands for the model's (the bigram table folds every id)."""
+        return hf_tokenizer(smollm2_tokenizer_dir())
 
     def _logprobs(self, datum: tinker.types.Datum) -> torch.Tensor:
         targets = datum.loss_fn_inputs["target_tokens"].to_torch().tolist()

@@ -2,9 +2,10 @@
 
 A managed backend trains on a remote service with AdamW, may run the objective in one of the
 service's own loss kernels (``loss_path``), drops datums the service would reject before a step
-(``vocab_size``), retries its requests, and publishes each new version of the weights to a
-sampler on the same service. :class:`ManagedTrainerSettings` holds those keys;
-:func:`managed_trainer_spec` is the component a backend's registry hook yields.
+(``vocab_size``, else the length of ``tokenizer``), retries its requests, and publishes each
+new version of the weights to a sampler on the same service. :class:`ManagedTrainerSettings`
+holds those keys; :func:`managed_trainer_spec` is the component a backend's registry hook
+yields.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ class ManagedTrainerSettings(
     longest wait for one request, ``base_model`` as the old name of ``model``),
     :class:`~rllm_core.kit.trainer_config.AdamWSettings`,
     :class:`~rllm_core.algorithms.native_losses.NativeLossSettings` (``loss_path``) and
-    :class:`~rllm_core.kit.token_hygiene.TokenHygieneSettings` (``vocab_size``); unknown keys
-    are refused, and a config is frozen."""
+    :class:`~rllm_core.kit.token_hygiene.TokenHygieneSettings` (``vocab_size``,
+    ``tokenizer``); unknown keys are refused, and a config is frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -44,9 +45,9 @@ def managed_trainer_spec(
     credential: Credential,
 ) -> ComponentSpec:
     """The ``trainer_backend`` component ``name``: a backend on a hosted model that publishes
-    its weights, takes ``seed`` and ``logprob_temperature`` from the run, and runs every kernel
-    of :data:`~rllm_core.algorithms.native_losses.NATIVE_KERNELS` natively; ``plan check``
-    refuses the reference KL and the entropy bonus with it, saying why."""
+    its weights, takes ``seed``, ``logprob_temperature`` and ``tokenizer`` from the run, and
+    runs every kernel of :data:`~rllm_core.algorithms.native_losses.NATIVE_KERNELS` natively;
+    ``plan check`` refuses the reference KL and the entropy bonus with it, saying why."""
     return ComponentSpec(
         kind="trainer_backend",
         name=name,
@@ -54,7 +55,7 @@ def managed_trainer_spec(
         config=config,
         summary=summary,
         traits={
-            "run_keys": ("seed", "logprob_temperature"),
+            "run_keys": ("seed", "logprob_temperature", "tokenizer"),
             "publishes_weights": True,
             "hosted_model": True,
             "native_losses": NATIVE_KERNELS,

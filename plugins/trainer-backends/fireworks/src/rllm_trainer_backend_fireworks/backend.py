@@ -15,7 +15,7 @@ from rllm_core.algorithms.native_losses import LossRoute, route_objective
 from rllm_core.algorithms.objective import Objective
 from rllm_core.errors import PlanError, PlanIssue
 from rllm_core.kit.managed import ServiceCalls, service_metrics, supervised
-from rllm_core.kit.token_hygiene import screen
+from rllm_core.kit.token_hygiene import VocabBound, screen
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_fireworks.gate import HotLoadGate
@@ -56,10 +56,11 @@ class FireworksBackend:
     the trainer adds no normalization of its own, and the metrics are the same: on the native
     path the objective is evaluated without gradient on the logprobs the kernel returns.
 
-    Before each step the datums the trainer would fail on (token ids outside ``vocab_size``,
-    datums without a sampled token) are dropped with a warning naming their session (see
-    :mod:`rllm_core.kit.token_hygiene`). When a step's calls drop every datum, nothing is sent:
-    its ``optim_step`` neither steps nor publishes, and ``weight_version`` stays.
+    Before each step the datums the trainer would fail on (token ids outside the vocabulary:
+    ``vocab_size``, else the tokenizer's length; datums without a sampled token) are dropped
+    with a warning naming their session (see :mod:`rllm_core.kit.token_hygiene`). When a
+    step's calls drop every datum, nothing is sent: its ``optim_step`` neither steps nor
+    publishes, and ``weight_version`` stays.
 
     After each ``optim_step`` the new weights are saved for sampling while the deployment
     keeps serving the previous ones; then the deployment hot-loads them, and the new sampling
@@ -107,6 +108,9 @@ class FireworksBackend:
             lora_rank=config.lora_rank,
             seed=config.seed,
             lora_alpha=config.lora_alpha,
+        )
+        self._vocab = VocabBound(
+            config.vocab_size, config.tokenizer, lambda: self._training.get_tokenizer(), "Fireworks"
         )
         self._gate = HotLoadGate()
         self._steps = 0
@@ -184,7 +188,7 @@ class FireworksBackend:
                     f" 2 tokens to train (a prompt and a completion): {datum.token_ids}"
                 )
         route = self.loss_route(objective)
-        screened = screen(datums, vocab_size=self.config.vocab_size, service="Fireworks")
+        screened = screen(datums, vocab_size=self._vocab(), service="Fireworks")
         hygiene = screened.metrics("fireworks")
         if not screened.kept:
             if self._pending is None:

@@ -10,7 +10,7 @@ import tinker
 from rllm_core.algorithms.native_losses import LossRoute, route_objective
 from rllm_core.algorithms.objective import Objective
 from rllm_core.kit.managed import ServiceCalls, service_metrics, supervised
-from rllm_core.kit.token_hygiene import screen
+from rllm_core.kit.token_hygiene import VocabBound, screen
 from rllm_core.types import Datum
 
 from rllm_trainer_backend_tinker.batch import build_batch, tinker_datum
@@ -44,7 +44,8 @@ class TinkerBackend:
     logprobs are at temperature 1, so plans sample at temperature 1.
 
     Before each ``forward_backward`` the datums Tinker would fail on (a token id outside
-    ``[0, vocab_size)``, no sampled token) are dropped with a warning naming their session
+    ``[0, vocab_size)``, or without ``vocab_size`` outside the tokenizer's length; no sampled
+    token) are dropped with a warning naming their session
     (:func:`rllm_core.kit.token_hygiene.screen`). When all of a call's datums are dropped,
     nothing is sent, and the next ``optim_step`` (unless another call kept datums) takes no
     step and publishes nothing: the weight version stays.
@@ -88,6 +89,9 @@ class TinkerBackend:
                 train_unembed=config.train_unembed,
             ),
             "creating the LoRA training client",
+        )
+        self._vocab = VocabBound(
+            config.vocab_size, config.tokenizer, lambda: self._training.get_tokenizer(), "Tinker"
         )
         self._sampling_client = self._publish([])
         self._version = 0
@@ -160,7 +164,7 @@ class TinkerBackend:
         """
         self._check_open()
         route = self.loss_route(objective)
-        screened = screen(datums, vocab_size=self.config.vocab_size, service="tinker")
+        screened = screen(datums, vocab_size=self._vocab(), service="tinker")
         hygiene = screened.metrics("tinker")
         if screened.dropped and not screened.kept:
             self._skip_next = True
