@@ -37,6 +37,12 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float(selected.max()) if selected.numel() else 0.0
 
 
+def masked_min(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Smallest value over ``mask`` as a float; 0.0 when the mask is empty."""
+    selected = values.detach()[mask]
+    return float(selected.min()) if selected.numel() else 0.0
+
+
 def fraction(flags: torch.Tensor, mask: torch.Tensor) -> float:
     """Share of ``mask`` positions where ``flags`` is true; 0.0 when the mask is empty."""
     return masked_mean(flags.to(torch.float64), mask)

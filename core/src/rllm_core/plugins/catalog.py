@@ -16,6 +16,7 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
         "cispo": "rllm-loss-ppo",
         "gspo": "rllm-loss-ppo",
         "reinforce": "rllm-loss-ppo",
+        "reinforce-kl": "rllm-loss-ppo",
         "dppo-tv": "rllm-loss-dppo",
         "dppo-kl": "rllm-loss-dppo",
         "echo": "rllm-loss-echo",

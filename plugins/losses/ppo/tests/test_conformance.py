@@ -15,6 +15,17 @@ LOSS_CASES = [
     ("gspo", {"eps_low": 0.2, "eps_high": 0.2}),
     ("reinforce", {}),
     ("reinforce", {"ratio_cap": 2.0}),
+    ("reinforce-kl", {}),
+    (
+        "reinforce-kl",
+        {
+            "direction": "backward",
+            "kl_approx": "k1",
+            "ratio_clamp_min": 0.5,
+            "ratio_clamp_max": 2.0,
+        },
+    ),
+    ("reinforce-kl", {"kl_approx": "k2", "kl_coef": 1.0, "aggregation": "seq-mean-token-sum"}),
 ]
 
 

@@ -11,7 +11,7 @@ from rllm_core.plugins import Kind, PluginManager
 from rllm_loss_ppo import plugin
 
 DISTRIBUTION = "rllm-loss-ppo"
-LOSS_NAMES = ["cispo", "gspo", "ppo-clip", "reinforce"]
+LOSS_NAMES = ["cispo", "gspo", "ppo-clip", "reinforce", "reinforce-kl"]
 ALL_SPECS = list(plugin.rllm_losses())
 
 
@@ -44,6 +44,17 @@ def test_defaults():
     assert plugin.CISPOConfig().model_dump() == {"eps_low": 1.0, "eps_high": 0.28}
     assert plugin.GSPOConfig().model_dump() == {"eps_low": 3e-4, "eps_high": 4e-4}
     assert plugin.ReinforceLossConfig().model_dump() == {"ratio_cap": None}
+    assert plugin.ReinforceKLConfig().model_dump() == {
+        "kl_coef": 0.1,
+        "direction": "forward",
+        "kl_approx": "k3",
+        "ratio_clamp_min": None,
+        "ratio_clamp_max": None,
+        "aggregation": None,
+    }
+    assert plugin.ReinforceKLConfig().pinned_aggregation() is None
+    pinned = plugin.ReinforceKLConfig(aggregation="seq-mean-token-sum")
+    assert pinned.pinned_aggregation() == "seq-mean-token-sum"
 
 
 @pytest.mark.parametrize(
@@ -56,6 +67,12 @@ def test_defaults():
         (plugin.CISPOConfig, {"eps_low": 1.5}),
         (plugin.GSPOConfig, {"eps_high": float("nan")}),
         (plugin.ReinforceLossConfig, {"ratio_cap": 0.0}),
+        (plugin.ReinforceKLConfig, {"kl_coef": -0.1}),
+        (plugin.ReinforceKLConfig, {"direction": "sideways"}),
+        (plugin.ReinforceKLConfig, {"kl_approx": "k4"}),
+        (plugin.ReinforceKLConfig, {"ratio_clamp_min": 1.5}),
+        (plugin.ReinforceKLConfig, {"ratio_clamp_max": 0.5}),
+        (plugin.ReinforceKLConfig, {"aggregation": "token-sum"}),
     ],
 )
 def test_invalid_options_are_rejected_with_the_value(config, values):

@@ -7,15 +7,18 @@ with :func:`rllm_core.lazy`, so torch loads only when a plan builds a loss.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from rllm_core import ComponentSpec, hookimpl, lazy
+from rllm_core.plan.schema import KL_ESTIMATORS, AggregationMode
 from rllm_core.ports import NativeLoss
 
 __all__ = [
     "CISPOConfig",
     "GSPOConfig",
     "PPOClipConfig",
+    "ReinforceKLConfig",
     "ReinforceLossConfig",
     "rllm_losses",
 ]
@@ -131,6 +134,66 @@ class ReinforceLossConfig(_Config):
         return NativeLoss("importance_sampling")
 
 
+class ReinforceKLConfig(_Config):
+    """Importance-sampled REINFORCE with a clamped weight and a KL term anchored on the
+    sampler's logprobs."""
+
+    kl_coef: float = Field(
+        0.1,
+        ge=0.0,
+        description=(
+            "Weight of the KL term between the trained policy and the sampler's logprobs, added"
+            " to the policy-gradient term per action token (0: plain clamped REINFORCE)."
+        ),
+    )
+    direction: Literal["forward", "backward"] = Field(
+        "forward",
+        description=(
+            "Which KL the term estimates on the sampled tokens: `forward`, KL(sampler || policy)"
+            " (log-ratio sampler over policy; the tokens were drawn from the sampler, so k1 and"
+            " k3 are unbiased estimates of it); `backward`, KL(policy || sampler) (log-ratio"
+            " policy over sampler)."
+        ),
+    )
+    kl_approx: Literal[KL_ESTIMATORS] = Field(  # type: ignore[valid-type]
+        "k3",
+        description=(
+            "The per-token KL estimator, as [algorithm.kl] estimator defines them: k1 (the"
+            " log-ratio), k2 (half its square), k3 (exp(-log r) - 1 + log r, never negative),"
+            " low-var-kl (k3 with clamps)."
+        ),
+    )
+    ratio_clamp_min: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Lower bound of the detached importance weight exp(logprobs - old_logprobs)"
+            " (unset: none)."
+        ),
+    )
+    ratio_clamp_max: float | None = Field(
+        None,
+        ge=1.0,
+        description=(
+            "Upper bound of the detached importance weight (truncated importance sampling;"
+            " unset: none)."
+        ),
+    )
+    aggregation: AggregationMode | None = Field(
+        None,
+        description=(
+            "Pin the aggregation mode this loss reduces with: the run then uses it when"
+            " [algorithm].aggregation is unset, and plan check refuses a plan that sets"
+            " another. Unset: the plan's."
+        ),
+    )
+
+    def pinned_aggregation(self) -> str | None:
+        """The aggregation mode this loss pins (``aggregation``), or ``None``."""
+        return self.aggregation
+
+
 # ---------------------------------------------------------------- hooks
 
 
@@ -163,4 +226,11 @@ def rllm_losses() -> Iterator[ComponentSpec]:
         factory=lazy("rllm_loss_ppo.reinforce:Reinforce"),
         config=ReinforceLossConfig,
         summary="importance-sampled REINFORCE: detached ratio times advantage times logprob",
+    )
+    yield ComponentSpec(
+        kind="loss",
+        name="reinforce-kl",
+        factory=lazy("rllm_loss_ppo.reinforce_kl:ReinforceKL"),
+        config=ReinforceKLConfig,
+        summary="clamped importance-sampled REINFORCE plus a KL to the sampler's logprobs",
     )
