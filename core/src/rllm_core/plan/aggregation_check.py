@@ -138,6 +138,6 @@ def aggregation_notes(plan: Plan, components: Mapping[str, Any], path: str) -> l
         return []
     where, name, mode = pins[0]
     return [
-        f"{path}: [algorithm].aggregation is unset and loss {name!r} ({where}) pins {mode!r};"
+        f"{path}: [algorithm].aggregation: unset, and loss {name!r} ({where}) pins {mode!r};"
         f' the run reduces with {mode!r} (set aggregation = "{mode}" to say so in the plan)'
     ]

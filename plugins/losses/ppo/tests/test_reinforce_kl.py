@@ -24,6 +24,12 @@ import math
 
 import pytest
 import torch
+from rllm_core.algorithms.objective import LossInputs
+from rllm_core.plan.load import parse_plan
+from rllm_core.plan.resolve import resolve_plan
+from rllm_core.plugins import PluginManager
+from rllm_core.training.update import build_objective
+from rllm_loss_ppo import plugin
 from rllm_loss_ppo.plugin import ReinforceKLConfig, ReinforceLossConfig
 from rllm_loss_ppo.reinforce import Reinforce
 from rllm_loss_ppo.reinforce_kl import ReinforceKL
@@ -134,3 +140,30 @@ def test_a_pinned_aggregation_overrides_the_context_mode(loss_context_from_lists
     out.loss.backward()
     assert out.loss.item() == pytest.approx(total / 2, abs=1e-12)
     torch.testing.assert_close(leaf.grad, _grad(row0, row1, 2), atol=1e-12, rtol=0)
+
+
+def test_a_plan_leaving_the_aggregation_unset_trains_with_the_pinned_mode():
+    manager = PluginManager(load_entry_points=False)
+    manager.register(plugin, name="ppo", distribution="rllm-loss-ppo")
+    options, total, _ = CASES["forward-k3-clamped"]
+    loss = {"name": "reinforce-kl", "aggregation": "seq-mean-token-sum"} | options
+    resolved = resolve_plan(parse_plan({"algorithm": {"loss": loss}}), manager=manager)
+    objective = build_objective(resolved, resolved.components["[algorithm].loss"].build(), [])
+    assert objective.aggregation == "seq-mean-token-sum"
+
+    def tensor(rows):
+        return torch.tensor(rows, dtype=torch.float64)
+
+    mask = tensor(BATCH["action_mask"])
+    step = objective.begin([mask], [torch.zeros_like(mask)])
+    value = step.evaluate(
+        LossInputs(
+            logprobs=tensor(BATCH["logprobs"]).requires_grad_(),
+            rollout_logprobs=tensor(BATCH["old_logprobs"]),
+            advantages=tensor(BATCH["advantages"]),
+            action_mask=mask,
+            observation_mask=torch.zeros_like(mask),
+        )
+    )
+    assert value.item() == pytest.approx(total / 2, abs=1e-12)
+    assert step.metrics()["reinforce-kl/clamped_fraction"] == pytest.approx(2 / 5)
