@@ -32,7 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from fireworks.training.sdk import FiretitanSamplingClient
+from fireworks.training.sdk import (
+    FiretitanSamplingClient,
+    SaveSamplerResult,
+    validate_output_model_id,
+)
 from fireworks.training.sdk import types as fw
 from fireworks.training.sdk.sampling import DeploymentSampler, SampledCompletion
 from rllm_core.testing.tokenizers import hf_tokenizer, smollm2_tokenizer_dir
@@ -42,6 +46,9 @@ CONFIG = FireworksBackendConfig(
     model="accounts/fireworks/models/qwen3-8b", lora_rank=8, retry_backoff_s=0.0
 )
 """The config of the backends the offline tests build over :class:`FakeService`."""
+
+SESSION = "a1b2c3d4"
+"""The session suffix the fake trainer adds to snapshot names, as the SDK does."""
 
 NATIVE_INPUTS = {"target_tokens", "logprobs", "advantages"}
 """The inputs the trainer's policy kernels read from each datum."""
@@ -176,6 +183,7 @@ class FakeTraining:
     forwards: list[list[fw.Datum]] = field(default_factory=list)
     adam: list[fw.AdamParams] = field(default_factory=list)
     saved_for_sampler: list[str] = field(default_factory=list)
+    final_saves: list[tuple[str, str | None, int]] = field(default_factory=list)
     samplers: list[FakeSampling] = field(default_factory=list)
     states: dict[str, int] = field(default_factory=dict)
     loaded: list[str] = field(default_factory=list)
@@ -296,6 +304,15 @@ class FakeTraining:
             self.during_save()
         return Done(fw.SaveWeightsForSamplerResponse(path=f"snapshots/{name}"))
 
+    def save_weights_for_sampler_ext(
+        self, name: str, checkpoint_type: str | None = None
+    ) -> SaveSamplerResult:
+        """As the SDK: the snapshot name carries the session suffix, the answer is no future."""
+        snapshot = f"{name}-{SESSION}"
+        self.saved_for_sampler.append(name)
+        self.final_saves.append((snapshot, checkpoint_type, self.steps))
+        return SaveSamplerResult(path=f"snapshots/{snapshot}", snapshot_name=snapshot)
+
     def create_sampling_client(self, model_path: str) -> Any:
         self.hot_loads.append((model_path, self.running))
         if self.during_hot_load is not None:
@@ -324,7 +341,30 @@ class FakeTraining:
 class FakeService:
     training: FakeTraining = field(default_factory=FakeTraining)
     created: list[dict[str, Any]] = field(default_factory=list)
+    promoted: list[tuple[str, str, str, str]] = field(default_factory=list)
+    models: set[str] = field(default_factory=set)
     closed: bool = False
+    trainer_job_id: str = "job-7f3a"
+
+    def promote_checkpoint(
+        self, job_id: str, checkpoint_id: str, output_model_id: str, base_model: str
+    ) -> dict[str, Any]:
+        """The SDK's checks of the id, then the model the account holds from now on; an id
+        taken already fails as the gateway's 409 does."""
+        if self.closed:
+            raise RuntimeError("the trainer job is torn down")
+        errors = validate_output_model_id(output_model_id)
+        if errors:
+            raise ValueError("\n\n".join(errors))
+        if output_model_id in self.models:
+            raise RuntimeError(f"Failed to promote checkpoint {checkpoint_id!r}: 409 exists")
+        self.models.add(output_model_id)
+        self.promoted.append((job_id, checkpoint_id, output_model_id, base_model))
+        return {
+            "name": f"accounts/acme/models/{output_model_id}",
+            "state": "READY",
+            "kind": "HF_PEFT_ADDON",
+        }
 
     def create_training_client(self, **kwargs: Any) -> FakeTraining:
         self.created.append(kwargs)

@@ -3,7 +3,9 @@
 ``RLLM_FIREWORKS_TEST_MODEL`` picks the base model (default Qwen3-8B). One test samples, trains
 a REINFORCE step and samples again; one takes a PPO step on each loss path (the trainer's
 ``ppo`` kernel, then the custom-loss path) and prints the seconds each step took (run with
-``-s`` to see them); the last takes one supervised step on the trainer's cross_entropy loss.
+``-s`` to see them); one takes one supervised step on the trainer's cross_entropy loss; the
+last trains a step and promotes it with ``promote_final`` (the model it creates stays on the
+account). ``vocab_size`` is Qwen3's: the backends are built without a renderer's tokenizer.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ pytestmark = [
 
 
 MODEL = os.environ.get("RLLM_FIREWORKS_TEST_MODEL", "accounts/fireworks/models/qwen3-8b")
+LIVE = {"model": MODEL, "lora_rank": 8, "vocab_size": 151936}
 
 
 def test_sample_train_step_and_sample_again() -> None:
-    model = MODEL
-    backend = FireworksBackend(FireworksBackendConfig(model=model, lora_rank=8))
+    backend = FireworksBackend(FireworksBackendConfig(**LIVE))
     try:
         sampler = backend.sampler()
         prompt = [9707, 11, 1879]
@@ -69,7 +71,7 @@ def test_sample_train_step_and_sample_again() -> None:
 def test_one_step_on_each_loss_path() -> None:
     """The same PPO objective on both paths: as is it runs in the trainer's 'ppo' kernel; with
     a dual clip too large to bind (same gradient) it runs on the custom-loss path."""
-    backend = FireworksBackend(FireworksBackendConfig(model=MODEL, lora_rank=8))
+    backend = FireworksBackend(FireworksBackendConfig(**LIVE))
     try:
         prompt = [9707, 11, 1879]
         request = SampleRequest(prompt_token_ids=prompt, params=SamplingParams(max_tokens=16))
@@ -106,9 +108,34 @@ def test_one_step_on_each_loss_path() -> None:
 
 
 def test_one_supervised_step() -> None:
-    backend = FireworksBackend(FireworksBackendConfig(model=MODEL, lora_rank=8))
+    backend = FireworksBackend(FireworksBackendConfig(**LIVE))
     try:
         prompt, answer = [9707, 11, 1879], [358, 1079, 6247, 13]
         check_one_supervised_step(backend, prompt, answer, "fireworks")
     finally:
         backend.close()
+
+
+def test_promote_final_leaves_a_model_after_close() -> None:
+    model_id = f"rllm-live-{int(time.time())}"
+    backend = FireworksBackend(
+        FireworksBackendConfig(**LIVE, promote_final=True, promoted_model_id=model_id)
+    )
+    try:
+        prompt = [9707, 11, 1879]
+        request = SampleRequest(prompt_token_ids=prompt, params=SamplingParams(max_tokens=8))
+        result = asyncio.run(backend.sampler().sample(request))
+        n = len(result.completion_token_ids)
+        datum = Datum(
+            token_ids=prompt + result.completion_token_ids,
+            logprobs=[0.0] * len(prompt) + result.logprobs,
+            advantages=[0.0] * len(prompt) + [1.0] * n,
+            action_mask=[False] * len(prompt) + [True] * n,
+            observation_mask=[False] * (len(prompt) + n),
+        )
+        backend.forward_backward([datum], Objective.of(Reinforce()))
+        backend.optim_step()
+    finally:
+        backend.close()
+    assert backend.promoted_model is not None
+    assert backend.promoted_model.endswith(f"/models/{model_id}")

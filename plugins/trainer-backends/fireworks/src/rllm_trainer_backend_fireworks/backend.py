@@ -4,8 +4,11 @@ a deployment that hot-loads each new version of the weights."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,8 @@ from rllm_trainer_backend_fireworks.sampler import FireworksSampler
 from rllm_trainer_backend_fireworks.transient import is_transient
 
 __all__ = ["STATE_FILE", "FireworksBackend"]
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = "fireworks-state.json"
 """The file ``save_state`` writes into its folder: the trainer checkpoint's remote path and
@@ -81,6 +86,11 @@ class FireworksBackend:
     its retries as ``fireworks/retries``; ``optim_step`` reports its own (publishing included)
     as ``fireworks/retries`` and the sampler's since the previous step as
     ``fireworks/sampler_retries``.
+
+    With ``promote_final``, :meth:`close` first promotes the final weights (see
+    :meth:`promote_final`) when at least one optimizer step was taken, then tears the job
+    down; a failed promotion is logged as an error naming what to do and does not keep the
+    job up.
     """
 
     def __init__(self, config: FireworksBackendConfig, *, service: Any = None) -> None:
@@ -119,6 +129,7 @@ class FireworksBackend:
         self._sampler_path = ""
         self._closed = False
         self._route: tuple[Objective, LossRoute] | None = None
+        self.promoted_model: str | None = None
         # What the forward_backward calls since the last optim_step did: None (no call),
         # "skip" (every call dropped all its datums) or "train".
         self._pending: str | None = None
@@ -329,9 +340,63 @@ class FireworksBackend:
         self._pending = None
         self._publish(int(state["weight_version"]), [])
 
+    def promote_final(self) -> str:
+        """Save the current weights as a sampler checkpoint of type ``base`` (the whole
+        adapter, or every weight with ``lora_rank = 0``) and promote it to the Fireworks model
+        ``promoted_model_id`` (unset: ``rllm-<trainer job id>-step<N>``) with ``model`` as its
+        base; returns the model's resource name, also kept in :attr:`promoted_model` and
+        logged. The save is retried like any publish; the promotion is not sent twice."""
+        self._check_open()
+        step = self._steps
+        saved = self.calls.call(
+            lambda: _done(
+                self._training.save_weights_for_sampler_ext(
+                    f"rllm-final-step{step}", checkpoint_type="base"
+                )
+            ),
+            "saving the final weights",
+            idempotent=True,
+        )
+        job = self._service.trainer_job_id
+        model_id = self.config.promoted_model_id or _model_id(job, step)
+        model = self.calls.call(
+            lambda: _done(
+                self._service.promote_checkpoint(
+                    job, saved.snapshot_name, model_id, self.config.model
+                )
+            ),
+            "promoting the final weights",
+        )
+        name = str(model.get("name") or model_id)
+        self.promoted_model = name
+        log.warning(
+            "promoted the final weights (step %d, checkpoint %s of trainer job %s) to the"
+            " Fireworks model %s; it stays on the account until deleted",
+            step,
+            saved.snapshot_name,
+            job,
+            name,
+        )
+        return name
+
     def close(self) -> None:
+        """Promote the final weights when ``promote_final`` asks (see the class docstring),
+        then close the sampling client and the service, which tears down the trainer job and
+        the deployment the backend created."""
         if self._closed:
             return
+        if self.config.promote_final and self._steps > 0:
+            try:
+                self.promote_final()
+            except Exception as exc:
+                log.error(
+                    "promote_final: promoting the final weights (step %d) failed: %s: %s; the"
+                    " trainer job is torn down now, so resume from the last checkpoint and"
+                    " promote it again, or set promoted_model_id to an id not taken",
+                    self._steps,
+                    type(exc).__name__,
+                    exc,
+                )
         self._closed = True
         for resource in (self._gate.client, self._service):
             closer = getattr(resource, "close", None)
@@ -364,6 +429,20 @@ class FireworksBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this Fireworks backend is closed; build a new one from the plan")
+
+
+def _done(value: Any) -> Future[Any]:
+    """A finished future of ``value``: the SDK answers these calls at once, not by future."""
+    future: Future[Any] = Future()
+    future.set_result(value)
+    return future
+
+
+def _model_id(job: str, step: int) -> str:
+    """``rllm-<job>-step<N>`` in the characters a Fireworks model id allows, at most 63."""
+    suffix = f"-step{step}"
+    stem = re.sub(r"[^a-z0-9-]+", "-", f"rllm-{job.rsplit('/', 1)[-1].lower()}").strip("-")
+    return stem[: 63 - len(suffix)].rstrip("-") + suffix
 
 
 def _connect(config: FireworksBackendConfig) -> Any:

@@ -73,6 +73,22 @@ class FireworksBackendConfig(ManagedTrainerSettings):
         description="Environment variable that holds the training-scoped Fireworks API key.",
     )
     base_url: str | None = Field(None, description="Fireworks API URL; unset uses the SDK default.")
+    promote_final: bool = Field(
+        False,
+        description=(
+            "When the run ends after at least one optimizer step, save the final weights and"
+            " promote them to a permanent Fireworks model (a LoRA addon of model, or a full"
+            " model with lora_rank = 0) before the trainer job is torn down; run.log names it."
+        ),
+    )
+    promoted_model_id: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9-]{1,63}$",
+        description=(
+            "Id of the model promote_final creates (1-63 of a-z, 0-9, '-'); unset:"
+            " rllm-<trainer job id>-step<N>. An id that exists already fails the promotion."
+        ),
+    )
 
 
 @hookimpl
