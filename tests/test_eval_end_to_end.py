@@ -131,6 +131,22 @@ def test_eval_on_a_checkpoint_and_on_the_base_model(smollm2_model_dir, tmp_path)
     resolved = json.loads((base_folder / "plan.resolved.json").read_text())
     assert resolved["plan"]["sampling"]["temperature"] == 0.0
 
+    # the attempts, as episodes.jsonl lists them, become chat JSONL for SFT
+    episodes = [json.loads(x) for x in (base_folder / "episodes.jsonl").read_text().splitlines()]
+    assert [e["task_id"] for e in episodes] == ids[:2]
+    exported = run_cli(
+        tmp_path, "dataset", "from-eval", report["run_folder"], "-o", "sft.jsonl", "--json"
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert json.loads(exported.stdout)["rows"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    assert [(r["episode_id"], r["reward"]) for r in rows] == [
+        (e["episode_id"], e["reward"]) for e in episodes
+    ]
+    for row, task in zip(rows, EVAL_TASKS, strict=False):
+        assert task["question"] in row["messages"][-2]["content"]
+        assert row["messages"][-1]["role"] == "assistant"
+
 
 def test_eval_with_a_missing_checkpoint_exits_2_naming_it(tmp_path):
     missing = tmp_path / "runs" / "nowhere" / "checkpoints" / "step-3"
