@@ -15,6 +15,8 @@ environment.
 ``client.faults[method]`` is a queue of exceptions: the next calls of that method (by name,
 such as ``"create"``, ``"exec"``, ``"download_file"``, ``"get_session_command"``) raise them
 in order before doing anything. ``client.calls`` records ``(method, detail)`` of every call.
+``client.builds`` records, for each creation from a declarative ``Image`` (a Dockerfile), the
+Dockerfile and the build-context files read while ``create`` runs, as the SDK uploads them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from daytona import (
     CreateSandboxFromImageParams,
     CreateSandboxFromSnapshotParams,
     ExecuteResponse,
+    Image,
     ListSandboxesQuery,
     SessionExecuteRequest,
     SessionExecuteResponse,
@@ -325,6 +328,22 @@ class FakeSandbox:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
+def _uploaded(image: Image) -> tuple[str, dict[str, bytes]]:
+    """What ``create`` sends for a declarative ``Image``: its Dockerfile, and each context
+    entry read from this machine as the SDK's upload reads it (a folder file by file), by
+    archive path; a missing source fails as the upload would."""
+    files: dict[str, bytes] = {}
+    for context in image._context_list:
+        source = Path(context.source_path)
+        if source.is_dir():
+            for file in sorted(p for p in source.rglob("*") if p.is_file()):
+                name = f"{context.archive_path.rstrip('/')}/{file.relative_to(source)}"
+                files[name] = file.read_bytes()
+        else:
+            files[context.archive_path] = source.read_bytes()
+    return image.dockerfile(), files
+
+
 class FakeDaytona:
     """``AsyncDaytona`` over local subprocesses."""
 
@@ -332,6 +351,7 @@ class FakeDaytona:
         self.root = str(root)
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.created: list[CreateSandboxFromImageParams | CreateSandboxFromSnapshotParams] = []
+        self.builds: list[tuple[str, dict[str, bytes]]] = []
         self.create_timeouts: list[float] = []
         self.faults: dict[str, list[BaseException]] = defaultdict(list)
         self.calls: list[tuple[str, Any]] = []
@@ -355,6 +375,9 @@ class FakeDaytona:
         on_snapshot_create_logs: Any = None,
     ) -> FakeSandbox:
         self.enter("create", params)
+        image = getattr(params, "image", None)
+        if image is not None and not isinstance(image, str):
+            self.builds.append(_uploaded(image))
         self.created.append(params)
         self.create_timeouts.append(timeout)
         sandbox = FakeSandbox(self, f"sb{next(self._ids)}", params)

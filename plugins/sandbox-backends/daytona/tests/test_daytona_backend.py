@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,12 +129,76 @@ def test_mapped_image_and_no_image_use_snapshots_without_resources() -> None:
     assert "resources" not in CreateSandboxFromSnapshotParams.model_fields
 
 
-def test_a_dockerfile_without_an_image_or_a_bad_user_cannot_be_created() -> None:
+def test_a_bad_user_cannot_be_created() -> None:
     backend = DaytonaBackend(fast_config())
-    with pytest.raises(errors.SandboxCreateError, match="FROM"):
-        backend.create_params(SandboxSpec(dockerfile="FROM alpine\nRUN true\n"))
     with pytest.raises(errors.SandboxCreateError, match="not a valid account name"):
         backend.create_params(SandboxSpec(image="alpine", user="bad user;"))
+
+
+DOCKERFILE = "FROM alpine:3.20\nCOPY app/ /app/\nCOPY run.sh /run.sh\nRUN chmod +x /run.sh\n"
+
+
+def task_environment(folder: Path) -> Path:
+    """A task's environment folder: its Dockerfile and the files it copies."""
+    (folder / "app").mkdir(parents=True)
+    (folder / "app" / "main.py").write_text("print('hi')\n")
+    (folder / "run.sh").write_text("#!/bin/sh\n")
+    (folder / "Dockerfile").write_text(DOCKERFILE)
+    return folder
+
+
+def test_a_dockerfile_is_built_with_its_build_context(fake_client: FakeDaytona, tmp_path) -> None:
+    context = task_environment(tmp_path / "environment")
+    backend = DaytonaBackend(fast_config(), client=fake_client)
+    spec = SandboxSpec(
+        dockerfile=DOCKERFILE, context_dir=str(context), workdir=str(tmp_path / "w"), cpu=1.5
+    )
+
+    async def body() -> None:
+        async with await backend.create(spec):
+            pass
+
+    run(body())
+    (params,) = fake_client.created
+    assert isinstance(params, CreateSandboxFromImageParams)
+    assert params.resources == Resources(cpu=2, memory=2, disk=10)
+    ((dockerfile, files),) = fake_client.builds
+    assert dockerfile == DOCKERFILE
+    assert files == {"app/main.py": b"print('hi')\n", "run.sh": b"#!/bin/sh\n"}
+
+
+def test_another_dockerfile_is_built_from_a_copy_of_its_context(
+    fake_client: FakeDaytona, tmp_path
+) -> None:
+    context = task_environment(tmp_path / "environment")
+    replaced = DOCKERFILE.replace("RUN chmod", "RUN echo built && chmod")
+    backend = DaytonaBackend(fast_config(), client=fake_client)
+    spec = SandboxSpec(dockerfile=replaced, context_dir=str(context), workdir=str(tmp_path / "w"))
+
+    async def body() -> None:
+        async with await backend.create(spec):
+            pass
+
+    run(body())
+    ((dockerfile, files),) = fake_client.builds
+    assert dockerfile == replaced and sorted(files) == ["app/main.py", "run.sh"]
+    assert (context / "Dockerfile").read_text() == DOCKERFILE
+    no_context = SandboxSpec(dockerfile="FROM alpine\nRUN true\n", workdir=str(tmp_path / "w"))
+    run(backend.create(no_context))
+    assert fake_client.builds[1] == ("FROM alpine\nRUN true\n", {})
+
+
+def test_a_dockerfile_copying_from_outside_its_context_or_a_missing_context_is_refused(
+    tmp_path,
+) -> None:
+    backend = DaytonaBackend(fast_config())
+    context = task_environment(tmp_path / "environment")
+    escaping = SandboxSpec(dockerfile="FROM alpine\nCOPY ../secret /s\n", context_dir=str(context))
+    with pytest.raises(errors.SandboxCreateError, match=r"build context .*environment"):
+        backend.create_params(escaping, tmp_path / "scratch")
+    missing = SandboxSpec(dockerfile=DOCKERFILE, context_dir=str(tmp_path / "nowhere"))
+    with pytest.raises(errors.SandboxCreateError, match="nowhere is not a directory"):
+        backend.create_params(missing, tmp_path / "scratch2")
 
 
 def test_run_label_is_fresh_per_backend_unless_configured() -> None:

@@ -3,6 +3,7 @@ paths, and over real Daytona when ``DAYTONA_API_KEY`` is set."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import posixpath
 from typing import Any, ClassVar
@@ -121,3 +122,27 @@ class TestDaytonaLive(_NoProcessEnd):
     @pytest.fixture
     def sandbox_spec(self) -> SandboxSpec:
         return SandboxSpec(workdir="/tmp/rllm-conformance", lifetime_s=900)
+
+
+@pytest.mark.live
+def test_live_daytona_builds_a_dockerfile_with_its_context(tmp_path) -> None:
+    """Daytona builds a task's Dockerfile, copying a file of its build context into the
+    image; needs ``DAYTONA_API_KEY``."""
+    if not os.environ.get("DAYTONA_API_KEY"):
+        pytest.skip("DAYTONA_API_KEY is not set: the live Daytona tests need an API key")
+    context = tmp_path / "environment"
+    context.mkdir()
+    (context / "marker.txt").write_text("built from the context\n")
+    dockerfile = "FROM alpine:3.20\nCOPY marker.txt /opt/marker.txt\n"
+    (context / "Dockerfile").write_text(dockerfile)
+    backend = DaytonaBackend(DaytonaSandboxConfig(output_limit_bytes=LIMIT))
+    spec = SandboxSpec(
+        dockerfile=dockerfile, context_dir=str(context), workdir="/tmp/w", lifetime_s=900
+    )
+
+    async def body() -> None:
+        async with await backend.create(spec) as sb:
+            result = await sb.exec("cat /opt/marker.txt", timeout=60)
+            assert result.stdout == "built from the context\n"
+
+    asyncio.run(asyncio.wait_for(body(), 900))

@@ -18,15 +18,20 @@ import logging
 import math
 import posixpath
 import shlex
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from daytona import (
     CreateSandboxFromImageParams,
     CreateSandboxFromSnapshotParams,
+    DaytonaError,
     DaytonaTimeoutError,
+    Image,
     ListSandboxesQuery,
     Resources,
     SessionExecuteRequest,
@@ -425,14 +430,18 @@ class DaytonaBackend:
         }
 
     def create_params(
-        self, spec: SandboxSpec
+        self, spec: SandboxSpec, scratch: Path | None = None
     ) -> CreateSandboxFromImageParams | CreateSandboxFromSnapshotParams:
         """The SDK's creation parameters for ``spec``.
 
         - ``image`` set: built from the image with ``Resources`` in whole units (cpu cores
           and memory/disk GiB, each rounded up); an image listed in ``snapshots`` starts from
           that snapshot instead (Daytona ignores resources for snapshots).
-        - no image: the ``snapshot`` config (or Daytona's default snapshot).
+        - ``dockerfile`` without an image: Daytona builds it (``Image.from_dockerfile``, with
+          the same ``Resources``), its ``COPY`` sources uploaded from the build context
+          ``context_dir`` (see :meth:`dockerfile_image`; ``scratch`` is a folder that outlives
+          the creation call, needed unless ``context_dir`` holds that very Dockerfile).
+        - neither: the ``snapshot`` config (or Daytona's default snapshot).
         - ``lifetime_s`` becomes ``ttl_minutes`` (rounded up), ``auto_stop_minutes`` the idle
           stop, and a stopped sandbox is deleted at once (``auto_delete_interval=0``).
         - ``network="none"`` blocks all network (``network_block_all``); ``network="gateway"``
@@ -442,11 +451,6 @@ class DaytonaBackend:
           ``gateway_url`` it blocks all network.
         - ``env`` is set on the sandbox and also exported in every command.
         """
-        if spec.dockerfile and not spec.image:
-            raise SandboxCreateError(
-                "the daytona backend boots an image: set the spec's image (a Dockerfile's FROM"
-                " line) and replay its RUN steps, or map it to a snapshot"
-            )
         if spec.user is not None:
             try:
                 validate_user(spec.user)
@@ -476,32 +480,74 @@ class DaytonaBackend:
             return CreateSandboxFromSnapshotParams(
                 snapshot=self.config.snapshots[spec.image], **common
             )
-        if spec.image:
+        if spec.image or spec.dockerfile:
             resources = Resources(
                 cpu=max(1, math.ceil(spec.cpu)),
                 memory=_gib(spec.memory_mb),
                 disk=_gib(spec.disk_mb),
             )
-            return CreateSandboxFromImageParams(image=spec.image, resources=resources, **common)
+            image = spec.image or self.dockerfile_image(spec, scratch)
+            return CreateSandboxFromImageParams(image=image, resources=resources, **common)
         return CreateSandboxFromSnapshotParams(snapshot=self.config.snapshot, **common)
 
-    async def create(self, spec: SandboxSpec) -> DaytonaSandbox:
-        """Create a sandbox for ``spec`` and its workdir (owned by ``spec.user`` when set)."""
-        params = self.create_params(spec)
-        client = await self.client()
-        async with self._create_slots():
-            await self._pacer.wait()
-            try:
-                created = await self.retrying(
-                    "create Daytona sandbox",
-                    "create",
-                    lambda: client.create(
-                        params.model_copy(deep=True), timeout=self.config.create_timeout_s
-                    ),
+    def dockerfile_image(self, spec: SandboxSpec, scratch: Path | None) -> Image:
+        """``spec.dockerfile`` as a Daytona ``Image`` whose build context is ``context_dir``
+        (unset: an empty one). The SDK reads the context from the Dockerfile's folder, so the
+        context's own ``Dockerfile`` is used when it holds the same text; otherwise the
+        context is copied under ``scratch`` with the Dockerfile beside it. ``COPY`` sources
+        outside the context are refused (``strict_context``), as Docker refuses them. Raises
+        ``SandboxCreateError`` naming the context when it is not a folder or the SDK refuses
+        the Dockerfile."""
+        assert spec.dockerfile is not None
+        context = Path(spec.context_dir) if spec.context_dir else None
+        if context is not None and not context.is_dir():
+            raise SandboxCreateError(
+                f"the Dockerfile's build context {context} is not a directory; the task source"
+                " must point context_dir at the folder holding the files it copies"
+            )
+        own = context / "Dockerfile" if context is not None else None
+        if own is not None and own.is_file() and own.read_text() == spec.dockerfile:
+            path = own
+        else:
+            if scratch is None:
+                raise ValueError(
+                    "create_params needs a scratch folder to build a Dockerfile that is not"
+                    " its context's own Dockerfile"
                 )
-            except SandboxError as error:
-                await self._delete_half_created(error.__cause__, client)
-                raise
+            build = scratch / "build"
+            if context is not None:
+                shutil.copytree(context, build, symlinks=True)
+            else:
+                build.mkdir()
+            path = build / "Dockerfile"
+            path.write_text(spec.dockerfile)
+        try:
+            return Image.from_dockerfile(path, strict_context=True)
+        except DaytonaError as exc:
+            raise SandboxCreateError(
+                f"Daytona cannot build the Dockerfile with the build context"
+                f" {context or '(empty)'}: {exc}; copy only files inside the context"
+            ) from exc
+
+    async def create(self, spec: SandboxSpec) -> DaytonaSandbox:
+        """Create a sandbox for ``spec`` and its workdir (owned by ``spec.user`` when set);
+        a Dockerfile's build context is uploaded while the sandbox is created."""
+        with tempfile.TemporaryDirectory(prefix="rllm-daytona-") as scratch:
+            params = self.create_params(spec, Path(scratch))
+            client = await self.client()
+            async with self._create_slots():
+                await self._pacer.wait()
+                try:
+                    created = await self.retrying(
+                        "create Daytona sandbox",
+                        "create",
+                        lambda: client.create(
+                            params.model_copy(deep=True), timeout=self.config.create_timeout_s
+                        ),
+                    )
+                except SandboxError as error:
+                    await self._delete_half_created(error.__cause__, client)
+                    raise
         sandbox = DaytonaSandbox(backend=self, sdk_sandbox=created, spec=spec)
         self._sandboxes.append(sandbox)
         await self._make_workdir(sandbox, spec)

@@ -39,7 +39,8 @@ class DaytonaSandboxConfig(RetrySettings):
     )
     snapshot: str | None = Field(
         default=None,
-        description="snapshot for specs that name no image; unset uses Daytona's default snapshot",
+        description="snapshot for specs that name neither an image nor a Dockerfile; unset uses"
+        " Daytona's default snapshot",
     )
     snapshots: dict[str, str] = Field(
         default_factory=dict,
