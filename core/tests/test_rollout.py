@@ -14,11 +14,16 @@ import pytest
 from reference.rollout_stack import gateway_runner
 from reference.toy_renderer import IM_END, ToyChatRenderer
 from rllm_core.errors import (
+    RewardFileInvalid,
+    RewardFileMissing,
     SandboxAuthError,
     SandboxCreateError,
     SandboxGone,
+    SandboxStartTimeout,
     TaskSetupError,
+    TaskSetupTimeout,
     VerifierCrashed,
+    VerifierTimeout,
 )
 from rllm_core.gateway.engine import is_session_id
 from rllm_core.gateway.server import Gateway
@@ -30,12 +35,14 @@ from rllm_core.rollout import (
     RolloutSettings,
     SessionGateway,
     SessionKey,
+    TooManyVerifierTimeouts,
     infra_outcome,
     rollout_session_id,
 )
 from rllm_core.rollout.seeding import SeededGateway, session_seed
 from rllm_core.testing.samplers import ScriptedSampler, scripted_logprob
 from rllm_core.types import (
+    DEFAULT_MASK,
     ExecResult,
     Grade,
     HarnessOutcome,
@@ -51,8 +58,18 @@ PLUGINS = PluginManager()
 TOY = ToyChatRenderer()
 
 
+SCRIPTED_MASK = DEFAULT_MASK - {Termination.NO_MODEL_CALL}
+"""The mask of these tests: their scripted harnesses make no model call (no_model_call's own
+tests pass the default)."""
+
+
 def settings(**overrides: Any) -> RolloutSettings:
-    values: dict[str, Any] = {"group_size": 2, "max_concurrency": 4, "max_infra_retries": 1}
+    values: dict[str, Any] = {
+        "group_size": 2,
+        "max_concurrency": 4,
+        "max_infra_retries": 1,
+        "mask": SCRIPTED_MASK,
+    }
     values.update(overrides)
     return RolloutSettings(**values)
 
@@ -205,7 +222,7 @@ def test_a_model_server_failure_is_retried_on_a_fresh_session(jsonl_source):
     assert "model server failed (status 500)" in (events[1].error or "")
 
 
-def test_an_empty_reply_is_the_models_error_and_is_scored(jsonl_source):
+def test_empty_replies_end_no_model_call_which_is_masked_by_default(jsonl_source):
     (task,) = [t for t in jsonl_source.tasks("train") if t.task_id == "add"]
     batch, _ = asyncio.run(
         run_batch(
@@ -213,7 +230,26 @@ def test_an_empty_reply_is_the_models_error_and_is_scored(jsonl_source):
             sampler=ScriptedSampler(lambda request: "", renderer=TOY),
             harness=single_turn(),
             source=jsonl_source,
-            rollout=settings(group_size=2),
+            rollout=settings(group_size=2, mask=DEFAULT_MASK),
+        )
+    )
+    assert batch.groups == [[]] and batch.retries == 2
+    assert [(f.termination, f.attempt) for f in batch.infra_failures] == [
+        (Termination.NO_MODEL_CALL, 1),
+        (Termination.NO_MODEL_CALL, 1),
+    ]
+    assert "got an empty reply" in batch.infra_failures[0].error
+
+
+def test_unmasked_no_model_call_is_graded_as_the_policys_failure(jsonl_source):
+    (task,) = [t for t in jsonl_source.tasks("train") if t.task_id == "add"]
+    batch, _ = asyncio.run(
+        run_batch(
+            [task],
+            sampler=ScriptedSampler(lambda request: "", renderer=TOY),
+            harness=single_turn(),
+            source=jsonl_source,
+            rollout=settings(group_size=2, mask=SCRIPTED_MASK),
         )
     )
     assert [(e.termination, e.reward) for e in batch.groups[0]] == [
@@ -412,6 +448,18 @@ def test_a_rollout_failing_on_every_attempt_is_excluded_not_scored():
             Termination.VERIFIER_ERROR,
         ),
         (SandboxGone("gone during grading"), Termination.SANDBOX_ERROR),
+        (
+            VerifierTimeout("test.sh ran 5 s", task_id="t", timeout_s=5),
+            Termination.VERIFIER_TIMEOUT,
+        ),
+        (
+            RewardFileInvalid("not a number", task_id="t", path="reward.txt", content="x"),
+            Termination.GRADING_ERROR,
+        ),
+        (
+            RewardFileMissing("no reward file", task_id="t", searched=["reward.txt"]),
+            Termination.GRADING_ERROR,
+        ),
     ],
 )
 def test_grading_failures_are_infrastructure(error, termination):
@@ -456,6 +504,125 @@ def test_create_and_setup_failures_are_infrastructure():
     assert [e.session_id for e in batch.groups[0]] == ["run-1-s0-t-0-a2"]
     assert batch.retries == 2
     assert len(backend.sandboxes) == 2 and all(s.closed for s in backend.sandboxes)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        SandboxStartTimeout("the sandbox did not start in 60 s"),
+        TaskSetupTimeout("build ran 9 s", task_id="t", command="make", exit_code=None, output=""),
+    ],
+)
+def test_an_environment_that_does_not_start_in_time_has_its_own_reason(error):
+    class Preparing(FakeSource):
+        async def prepare(self, task: Task, sandbox: Any) -> None:
+            if isinstance(error, TaskSetupTimeout):
+                raise error
+
+    backend = FakeBackend(fail_creates=isinstance(error, SandboxStartTimeout), error=error)
+    batch, _ = asyncio.run(
+        run_batch(
+            [sandboxed("t")],
+            harness=FakeHarness(done),
+            source=Preparing(),
+            backend=backend,
+            rollout=settings(group_size=1, max_infra_retries=0),
+        )
+    )
+    (failure,) = batch.infra_failures
+    assert failure.termination is Termination.ENVIRONMENT_START_TIMEOUT
+
+
+def test_an_agent_setup_timeout_from_the_harness_is_masked():
+    def behaviour(task: Task, call: int) -> HarnessOutcome:
+        return HarnessOutcome(
+            termination=Termination.AGENT_SETUP_TIMEOUT, metadata={"error": "install ran 60 s"}
+        )
+
+    batch, _ = asyncio.run(
+        run_batch(
+            [sandboxed("t")],
+            harness=FakeHarness(behaviour),
+            source=FakeSource(),
+            backend=FakeBackend(),
+            rollout=settings(group_size=1, max_infra_retries=1),
+        )
+    )
+    (failure,) = batch.infra_failures
+    assert (failure.termination, failure.attempt) == (Termination.AGENT_SETUP_TIMEOUT, 1)
+    assert failure.error == "the harness ended with agent_setup_timeout: install ran 60 s"
+
+
+def test_an_unmasked_reason_is_scored_zero_at_once_and_a_masked_one_is_retried():
+    def timeouts() -> FakeSource:
+        return FakeSource(
+            grade_errors=[VerifierTimeout("ran 5 s", task_id="t", timeout_s=5) for _ in range(2)]
+        )
+
+    unmasked = SCRIPTED_MASK - {Termination.VERIFIER_TIMEOUT}
+    batch, _ = asyncio.run(
+        run_batch(
+            [sandboxed("t")],
+            harness=FakeHarness(done),
+            source=timeouts(),
+            backend=FakeBackend(),
+            rollout=settings(group_size=1, max_infra_retries=1, mask=unmasked),
+        )
+    )
+    (episode,) = batch.groups[0]
+    assert (episode.termination, episode.reward, episode.signals) == (
+        Termination.VERIFIER_TIMEOUT,
+        0.0,
+        {},
+    )
+    assert episode.metadata["harness"]["error"] == "VerifierTimeout: ran 5 s"
+    assert batch.retries == 0 and batch.infra_failures == []
+    masked, _ = asyncio.run(
+        run_batch(
+            [sandboxed("t")],
+            harness=FakeHarness(done),
+            source=timeouts(),
+            backend=FakeBackend(),
+            rollout=settings(group_size=1, max_infra_retries=1),
+        )
+    )
+    assert masked.groups == [[]] and masked.retries == 1
+    assert [f.termination for f in masked.infra_failures] == [Termination.VERIFIER_TIMEOUT]
+
+
+def test_a_mask_naming_a_policy_reason_is_refused():
+    with pytest.raises(ValueError, match="mask holds done, the policy's own reason"):
+        settings(mask=frozenset({Termination.DONE}))
+
+
+def test_verifier_timeouts_past_the_cap_stop_the_run_naming_the_tasks_and_the_key():
+    class Slow(FakeSource):
+        async def grade(self, task: Task, outcome: HarnessOutcome, sandbox: Any) -> Grade:
+            if task.task_id == "fine":
+                return Grade(reward=1.0)
+            raise VerifierTimeout("ran 5 s", task_id=task.task_id, timeout_s=5)
+
+    async def main() -> None:
+        async with gateway_runner(
+            renderer=TOY,
+            source=Slow(),
+            harness=FakeHarness(done),
+            backend=FakeBackend(),
+            store=memory_store(),
+            settings=settings(group_size=1, max_concurrency=1, max_verifier_timeouts=2),
+        ) as (runner, _):
+            batch = await runner.run([sandboxed("slow"), sandboxed("fine")], step=1)
+            assert batch.infra_failures[0].termination is Termination.VERIFIER_TIMEOUT
+            await runner.run([sandboxed("hang")], step=2)
+
+    with pytest.raises(TooManyVerifierTimeouts) as info:
+        asyncio.run(main())
+    assert info.value.timeouts == {"slow": 2, "hang": 1}
+    message = str(info.value)
+    assert "3 rollout attempts ended verifier_timeout" in message
+    assert "[rollout].max_verifier_timeouts = 2" in message
+    assert "'slow' (2 times), 'hang' (1 time)" in message
+    assert info.value.to_dict()["kind"] == "verifier_timeout"
 
 
 def test_only_the_task_source_prepares_the_sandbox():

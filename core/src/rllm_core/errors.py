@@ -31,6 +31,7 @@ __all__ = [
     "SandboxError",
     "SandboxFileNotFound",
     "SandboxGone",
+    "SandboxStartTimeout",
     "SandboxTransientError",
     "SchedulerGaveUp",
     "StaleIncarnationError",
@@ -38,6 +39,7 @@ __all__ = [
     "TaskFormatError",
     "TaskProblem",
     "TaskSetupError",
+    "TaskSetupTimeout",
     "TrainingInterrupted",
     "UnknownComponentError",
     "UpstreamError",
@@ -199,6 +201,11 @@ class SandboxCreateError(SandboxError):
     """The backend could not create the sandbox (bad image, quota, invalid resources)."""
 
 
+class SandboxStartTimeout(SandboxCreateError):
+    """The sandbox did not start within the backend's limit (the episode ends
+    ``environment_start_timeout``)."""
+
+
 class SandboxGone(SandboxError):
     """The sandbox was terminated or no longer exists; create a new one."""
 
@@ -277,6 +284,11 @@ class TaskSetupError(RllmError):
         self.command = command
         self.exit_code = exit_code
         self.output = output
+
+
+class TaskSetupTimeout(TaskSetupError):
+    """Building the task's environment in the sandbox ran past its build timeout (the episode
+    ends ``environment_start_timeout``)."""
 
 
 class VerifierError(RllmError):

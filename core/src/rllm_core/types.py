@@ -22,6 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 __all__ = [
+    "DEFAULT_MASK",
     "HISTORY_EDITED",
     "HISTORY_REASONS",
     "HISTORY_SUMMARIZED",
@@ -281,7 +282,17 @@ HISTORY_REASONS = (HISTORY_TRUNCATED, HISTORY_SUMMARIZED, HISTORY_EDITED)
 
 
 class Termination(enum.StrEnum):
-    """Why an episode ended. Infrastructure reasons are retried, never scored."""
+    """Why an episode ended.
+
+    The policy's reasons (``done``, ``max_turns``, ``timeout``, ``context_length``,
+    ``format_error``, ``model_error``) are always scored. The infrastructure reasons are where
+    the rollout itself failed: ``sandbox_error``, ``environment_start_timeout`` (the sandbox or
+    the task's environment build did not come up in time), ``agent_setup_timeout`` (installing
+    or starting the agent ran past its limit), ``verifier_error`` (the verifier crashed),
+    ``verifier_timeout``, ``grading_error`` (the verifier ran but its reward could not be
+    read) and ``no_model_call`` (the agent made no model call, or every completion it got was
+    empty: zero tokens). Each of them is masked, that is retried and then left out of
+    training, unless ``[rollout].mask`` leaves it out (see :data:`DEFAULT_MASK`)."""
 
     DONE = "done"
     MAX_TURNS = "max_turns"
@@ -291,10 +302,31 @@ class Termination(enum.StrEnum):
     MODEL_ERROR = "model_error"
     SANDBOX_ERROR = "sandbox_error"
     VERIFIER_ERROR = "verifier_error"
+    ENVIRONMENT_START_TIMEOUT = "environment_start_timeout"
+    AGENT_SETUP_TIMEOUT = "agent_setup_timeout"
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    GRADING_ERROR = "grading_error"
+    NO_MODEL_CALL = "no_model_call"
 
     @property
     def is_infrastructure(self) -> bool:
-        return self in (Termination.SANDBOX_ERROR, Termination.VERIFIER_ERROR)
+        """Whether the rollout failed rather than the policy (a reason ``[rollout].mask`` may
+        name)."""
+        return self in DEFAULT_MASK
+
+
+DEFAULT_MASK: frozenset[Termination] = frozenset(
+    {
+        Termination.SANDBOX_ERROR,
+        Termination.VERIFIER_ERROR,
+        Termination.ENVIRONMENT_START_TIMEOUT,
+        Termination.AGENT_SETUP_TIMEOUT,
+        Termination.VERIFIER_TIMEOUT,
+        Termination.GRADING_ERROR,
+        Termination.NO_MODEL_CALL,
+    }
+)
+"""The infrastructure reasons, every one masked by default (``[rollout].mask``'s default)."""
 
 
 class Step(msgspec.Struct, kw_only=True, frozen=True):

@@ -1,7 +1,7 @@
 """Finished groups of episodes -> advantages -> datums and samples for the buffer.
 
 :class:`DatumBuilder` takes the episodes of one or more task groups, leaves out the episodes
-that ended for an infrastructure reason (they are retried, never scored), asks an advantage
+that ended for a masked reason (``mask``: retried, never scored), asks an advantage
 estimator for one advantage per remaining episode, prefix-merges every trajectory with its
 episode's advantage (:func:`~rllm_core.algorithms.datums.merge_trajectory`) and returns the
 samples with a :class:`DatumReport`. Each finalized group logs one INFO line on the logger
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from rllm_core.algorithms.datums import merge_trajectory
 from rllm_core.algorithms.shaping import RewardShaping, mask_actions
 from rllm_core.ports.losses import AdvantageEstimator, AdvantageResult
-from rllm_core.types import Datum, Episode, Sample
+from rllm_core.types import DEFAULT_MASK, Datum, Episode, Sample, Termination
 
 __all__ = ["DatumBatch", "DatumBuilder", "DatumReport"]
 
@@ -39,7 +39,8 @@ class DatumReport:
       finalized); ``zero_variance_groups``: those whose scored rewards are all equal (a group
       of one included), counted whether or not they are dropped; ``dropped_groups``: those
       left out of the batch for it.
-    - ``infrastructure_episodes``: episodes left out for an infrastructure termination;
+    - ``infrastructure_episodes``: episodes left out for a masked termination (the builder's
+      ``mask``, ``[rollout].mask``);
       ``incomplete_chains``: traces left out of the episodes' trajectories for a missing
       ancestor (summed from ``Episode.trace_counts.incomplete_chains``).
     - ``episodes``, ``reward_avg``, ``reward_min``, ``reward_max``: over every scored episode
@@ -140,8 +141,10 @@ class DatumBuilder:
         *,
         drop_zero_variance_groups: bool = False,
         shaping: RewardShaping | None = None,
+        mask: frozenset[Termination] = DEFAULT_MASK,
     ) -> None:
         self.estimator = estimator
+        self.mask = mask
         self.drop_zero_variance_groups = drop_zero_variance_groups
         self.shaping = shaping if shaping is not None and shaping.active else None
         self._finalized = 0
@@ -224,15 +227,14 @@ class DatumBuilder:
         )
         return DatumBatch(samples=tuple(samples), report=report)
 
-    @staticmethod
-    def _prepare(index: int, episodes: Sequence[Episode]) -> _Group:
+    def _prepare(self, index: int, episodes: Sequence[Episode]) -> _Group:
         group_ids = sorted({episode.group_id for episode in episodes})
         if len(group_ids) > 1:
             raise ValueError(
                 f"groups[{index}] mixes group ids {', '.join(map(repr, group_ids))}; pass the"
                 " episodes of each task group as their own sequence"
             )
-        scored = [e for e in episodes if not e.termination.is_infrastructure]
+        scored = [e for e in episodes if e.termination not in self.mask]
         first = episodes[0] if episodes else None
         return _Group(
             task_id=first.task_id if first else "",

@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from rllm_core.algorithms.aggregation import AGGREGATION_MODES
 from rllm_core.docs_site import docs_page
 from rllm_core.plugins.specs import Kind, PlanPath
+from rllm_core.types import Termination
 
 __all__ = [
     "AggregationMode",
@@ -353,6 +361,36 @@ class RolloutSection(_Section):
             " step's rollouts failed on infrastructure after their retries (1: never stop)."
         ),
     )
+    mask: list[str] = Field(
+        default_factory=lambda: [str(reason) for reason in Termination if reason.is_infrastructure],
+        description=(
+            "Infrastructure reasons whose rollouts are masked: retried, then left out of"
+            " their group (never trained, outside the group baseline). A reason left out is"
+            " scored as the policy's failure, reward 0; without `no_model_call` an agent that"
+            " made no model call keeps its harness's ending and is graded. Known:"
+            " sandbox_error, verifier_error, environment_start_timeout, agent_setup_timeout,"
+            " verifier_timeout, grading_error, no_model_call (default: all of them)."
+        ),
+    )
+    max_verifier_timeouts: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Stop the run (exit 1) once more rollout attempts than this ended"
+            " `verifier_timeout`, naming each task (unset: no limit)."
+        ),
+    )
+
+    @field_validator("mask")
+    @classmethod
+    def _known_reasons(cls, mask: list[str]) -> list[str]:
+        known = [str(reason) for reason in Termination if reason.is_infrastructure]
+        for reason in mask:
+            if reason not in known:
+                policy = reason in {str(r) for r in Termination}
+                why = "is the policy's own reason and always scored" if policy else "is unknown"
+                raise ValueError(f"{reason!r} {why}; a mask names any of {', '.join(known)}")
+        return list(dict.fromkeys(mask))
 
 
 def waiting_groups_bound(batch_size: int, max_policy_age: int, versions_per_step: int) -> int:

@@ -19,9 +19,11 @@ from rllm_core.rollout.classify import (
     classify_exception,
     infra_outcome,
     model_server_failed,
+    no_model_call,
 )
 from rllm_core.rollout.failures import (
     TooManyFailedRollouts,
+    TooManyVerifierTimeouts,
     check_failures,
     failure_hint,
     failure_report,
@@ -44,11 +46,13 @@ __all__ = [
     "SessionGateway",
     "SessionKey",
     "TooManyFailedRollouts",
+    "TooManyVerifierTimeouts",
     "check_failures",
     "classify_exception",
     "failure_hint",
     "failure_report",
     "infra_outcome",
     "model_server_failed",
+    "no_model_call",
     "rollout_session_id",
 ]

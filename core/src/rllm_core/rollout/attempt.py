@@ -19,7 +19,12 @@ from rllm_core.numerics import inherited_environment
 from rllm_core.ports.agents import Harness, TaskSource
 from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
 from rllm_core.ports.storage import TraceStore
-from rllm_core.rollout.classify import InfraError, classify_exception, infra_outcome
+from rllm_core.rollout.classify import (
+    InfraError,
+    classify_exception,
+    infra_outcome,
+    no_model_call,
+)
 from rllm_core.rollout.gateway import SessionGateway
 from rllm_core.rollout.network import agent_endpoint, sandbox_spec
 from rllm_core.rollout.settings import RolloutSettings
@@ -60,7 +65,12 @@ class AttemptRunner:
     """Runs single attempts for :class:`~rllm_core.rollout.RolloutRunner`.
 
     :meth:`run` returns the scored episode or raises :class:`InfraError` for an
-    infrastructure failure (see :mod:`rllm_core.rollout.classify`); any other exception (a
+    infrastructure failure whose reason ``settings.mask`` names (see
+    :mod:`rllm_core.rollout.classify`). An infrastructure reason the mask leaves out is scored
+    as the policy's failure: reward 0 (no grade exists), the error in the metadata's
+    ``harness.error``. With ``no_model_call`` left out, an episode without a model call is
+    not told apart: it keeps the harness's termination and is graded as any other.
+    Any other exception (a
     bug in a harness or task source, ``SandboxAuthError``) propagates unchanged. Whatever
     happens, including cancellation, the sandbox is closed and the gateway forgets the
     session's live state; its traces stay in the trace store.
@@ -89,6 +99,7 @@ class AttemptRunner:
         began = time.monotonic()
         self.gateway.configure_session(session_id, enforced=self.settings.enforced)
         sandbox: Sandbox | None = None
+        outcome: HarnessOutcome | None = None
         try:
             try:
                 sandbox = await self._create(task, session_id)
@@ -97,58 +108,103 @@ class AttemptRunner:
                     await sandbox.mark_processes()
                 outcome = await self._play(task, session_id, sandbox)
                 await self._end_agent(sandbox)
+                if Termination.NO_MODEL_CALL in self.settings.mask:
+                    outcome = no_model_call(outcome, self.trace_store.session(session_id))
                 failure = infra_outcome(outcome)
                 if failure is not None:
                     raise failure
                 grade = await self._grade(task, outcome, sandbox)
-            except InfraError:
-                raise
+            except InfraError as failure:
+                if self._masked(failure.termination):
+                    raise
+                termination, error = failure.termination, str(failure)
             except Exception as exc:
                 termination = classify_exception(exc)
                 if termination is None:
                     raise
-                raise InfraError(f"{type(exc).__name__}: {exc}", termination=termination) from exc
-            traces = self.trace_store.session(session_id)
-            denied = self.gateway.denied(session_id)
-            if denied:
-                log.warning(
-                    "session %s (task %r): the gateway refused %d request(s) beyond its"
-                    " token's reach; the 'denied' lines of rllm_core.gateway name each",
-                    session_id,
-                    task.task_id,
-                    denied,
+                error = f"{type(exc).__name__}: {exc}"
+                if self._masked(termination):
+                    raise InfraError(error, termination=termination) from exc
+            else:
+                termination, error = outcome.termination, None
+            if error is not None:
+                # An unmasked infrastructure reason: the policy's failure, reward 0.
+                grade = Grade(reward=0.0)
+                metadata = dict(outcome.metadata) if outcome is not None else {}
+                outcome = HarnessOutcome(
+                    termination=termination,
+                    turns=outcome.turns if outcome is not None else 0,
+                    metadata=metadata | {"error": error},
                 )
-            tool_calls, tool_calls_invalid = count_tool_calls(traces)
-            return Episode(
-                episode_id=session_id,
-                task_id=task.task_id,
-                group_id=f"{step}-{task.task_id}",
+            return self._episode(
+                task,
+                outcome,
+                grade,
+                step=step,
+                index=index,
+                attempt=attempt,
                 session_id=session_id,
-                trajectories=trajectories_from_traces(traces),
-                reward=float(grade.reward),
-                termination=outcome.termination,
-                signals=dict(grade.signals),
-                trace_counts=TraceCounts(
-                    incomplete_chains=count_incomplete_chains(traces),
-                    history_breaks=count_history_breaks(traces),
-                    tool_calls=tool_calls,
-                    tool_calls_invalid=tool_calls_invalid,
-                ),
-                denied=denied,
-                metadata={
-                    "harness": dict(outcome.metadata),
-                    "turns": outcome.turns,
-                    "answer": outcome.answer,
-                    "step": step,
-                    "index": index,
-                    "attempt": attempt,
-                    "duration_s": time.monotonic() - began,
-                },
+                began=began,
             )
         finally:
             if sandbox is not None:
                 await close_sandbox(sandbox, self.settings.close_timeout_s, session_id)
             self.gateway.release_session(session_id)
+
+    def _masked(self, termination: Termination) -> bool:
+        """Whether an attempt that failed with ``termination`` is masked (retried, excluded)
+        rather than scored: always for a model server failure (``model_error``)."""
+        return not termination.is_infrastructure or termination in self.settings.mask
+
+    def _episode(
+        self,
+        task: Task,
+        outcome: HarnessOutcome,
+        grade: Grade,
+        *,
+        step: int,
+        index: int,
+        attempt: int,
+        session_id: str,
+        began: float,
+    ) -> Episode:
+        traces = self.trace_store.session(session_id)
+        denied = self.gateway.denied(session_id)
+        if denied:
+            log.warning(
+                "session %s (task %r): the gateway refused %d request(s) beyond its"
+                " token's reach; the 'denied' lines of rllm_core.gateway name each",
+                session_id,
+                task.task_id,
+                denied,
+            )
+        tool_calls, tool_calls_invalid = count_tool_calls(traces)
+        return Episode(
+            episode_id=session_id,
+            task_id=task.task_id,
+            group_id=f"{step}-{task.task_id}",
+            session_id=session_id,
+            trajectories=trajectories_from_traces(traces),
+            reward=float(grade.reward),
+            termination=outcome.termination,
+            signals=dict(grade.signals),
+            trace_counts=TraceCounts(
+                incomplete_chains=count_incomplete_chains(traces),
+                history_breaks=count_history_breaks(traces),
+                tool_calls=tool_calls,
+                tool_calls_invalid=tool_calls_invalid,
+            ),
+            denied=denied,
+            metadata={
+                "harness": dict(outcome.metadata),
+                "turns": outcome.turns,
+                "answer": outcome.answer,
+                "step": step,
+                "index": index,
+                "attempt": attempt,
+                "duration_s": time.monotonic() - began,
+            },
+        )
 
     def _spec(self, task: Task, session_id: str) -> SandboxSpec | None:
         """The task's environment with the network the harness needs (see
@@ -232,5 +288,5 @@ class AttemptRunner:
         raise InfraError(
             f"grading task {task.task_id!r} ran past its {deadline_s:g} s deadline (the task's"
             f" verifier timeout plus {self.settings.deadline_margin_s:g} s)",
-            termination=Termination.VERIFIER_ERROR,
+            termination=Termination.VERIFIER_TIMEOUT,
         )

@@ -1,19 +1,32 @@
-"""Which rollout failures are the infrastructure's fault (retried, never scored).
+"""Which rollout failures are the infrastructure's fault, and the reason each one ends with.
 
-Infrastructure:
+Infrastructure (see :class:`~rllm_core.types.Termination`):
 
-- a ``SandboxError`` while creating, preparing or using the sandbox (except
-  ``SandboxAuthError``: credentials are a configuration problem, so it aborts the batch);
-- a ``TaskSetupError`` (the task's replayed setup failed: the episode cannot start);
-- a ``VerifierError`` while grading (the verifier produced no reward);
-- a harness outcome ending with ``sandbox_error`` or ``verifier_error``;
+- ``environment_start_timeout``: a ``SandboxStartTimeout`` (the backend's sandbox did not start
+  in time) or a ``TaskSetupTimeout`` (the task's environment build ran past its limit);
+- ``sandbox_error``: any other ``SandboxError`` while creating, preparing or using the sandbox
+  (except ``SandboxAuthError``: credentials are a configuration problem, so it aborts the
+  batch), and any other ``TaskSetupError`` (the task's replayed setup failed);
+- ``verifier_timeout``: a ``VerifierTimeout``, or grading past its deadline;
+- ``grading_error``: a ``RewardFileMissing`` or ``RewardFileInvalid`` (the verifier ran but its
+  reward could not be read);
+- ``verifier_error``: any other ``VerifierError`` (the verifier crashed);
+- a harness outcome ending with one of those reasons or ``agent_setup_timeout`` (the harness
+  could not install or start its agent in time);
+- ``no_model_call``: a harness outcome ``done``, ``max_turns``, ``format_error`` or
+  ``model_error`` (not a server failure) from a session whose traces hold no model call, or
+  only empty replies (no completion tokens, or a reply with neither text nor tool calls):
+  :func:`no_model_call`. ``timeout`` and ``context_length`` keep their own, more telling
+  reason;
 - a harness outcome ending with ``model_error`` whose metadata says the model server failed:
   ``status`` 500 or above, or ``error_type`` ``APIConnectionError`` / ``APITimeoutError``
-  (the keys the bundled harnesses record for a failed call).
+  (the keys the bundled harnesses record for a failed call). This one is always masked.
 
-Every other termination (``done``, ``max_turns``, ``timeout``, ``context_length``,
-``format_error``, a ``model_error`` from the model itself such as an empty reply) is the
-policy's and is scored.
+``[rollout].mask`` (:class:`~rllm_core.rollout.RolloutSettings`'s ``mask``) names the
+infrastructure reasons that are masked: retried, then left out of training. One it leaves out
+is scored as the policy's failure (see :class:`~rllm_core.rollout.AttemptRunner`). Every other
+termination (``done``, ``max_turns``, ``timeout``, ``context_length``, ``format_error``, a
+``model_error`` from the model itself) is the policy's and is scored.
 """
 
 from __future__ import annotations
@@ -21,8 +34,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rllm_core.errors import SandboxAuthError, SandboxError, TaskSetupError, VerifierError
-from rllm_core.types import HarnessOutcome, Termination
+import msgspec
+
+from rllm_core.errors import (
+    RewardFileInvalid,
+    RewardFileMissing,
+    SandboxAuthError,
+    SandboxError,
+    SandboxStartTimeout,
+    TaskSetupError,
+    TaskSetupTimeout,
+    VerifierError,
+    VerifierTimeout,
+)
+from rllm_core.types import HarnessOutcome, Termination, Trace
 
 __all__ = [
     "CONNECTION_ERROR_TYPES",
@@ -30,6 +55,7 @@ __all__ = [
     "classify_exception",
     "infra_outcome",
     "model_server_failed",
+    "no_model_call",
 ]
 
 CONNECTION_ERROR_TYPES = frozenset({"APIConnectionError", "APITimeoutError"})
@@ -49,8 +75,14 @@ def classify_exception(exc: BaseException) -> Termination | None:
     infrastructure failure (and must propagate)."""
     if isinstance(exc, SandboxAuthError):
         return None
+    if isinstance(exc, (SandboxStartTimeout, TaskSetupTimeout)):
+        return Termination.ENVIRONMENT_START_TIMEOUT
     if isinstance(exc, (SandboxError, TaskSetupError)):
         return Termination.SANDBOX_ERROR
+    if isinstance(exc, VerifierTimeout):
+        return Termination.VERIFIER_TIMEOUT
+    if isinstance(exc, (RewardFileMissing, RewardFileInvalid)):
+        return Termination.GRADING_ERROR
     if isinstance(exc, VerifierError):
         return Termination.VERIFIER_ERROR
     return None
@@ -78,3 +110,33 @@ def infra_outcome(outcome: HarnessOutcome) -> InfraError | None:
             f"the model server failed ({what}){suffix}", termination=Termination.MODEL_ERROR
         )
     return None
+
+
+def _empty(trace: Trace) -> bool:
+    if not trace.record.completion_token_ids:
+        return True
+    delta = trace.record.messages_delta
+    reply = delta[-1] if delta and delta[-1].role == "assistant" else None
+    return reply is not None and not reply.content.strip() and not reply.tool_calls
+
+
+def no_model_call(outcome: HarnessOutcome, traces: list[Trace]) -> HarnessOutcome:
+    """``outcome`` ended ``no_model_call`` when its session's ``traces`` hold no model call or
+    only empty replies (see the module docstring); else ``outcome`` unchanged. The harness's
+    own termination is kept in the metadata as ``harness_termination``."""
+    ended = outcome.termination
+    if ended.is_infrastructure or ended in (Termination.TIMEOUT, Termination.CONTEXT_LENGTH):
+        return outcome
+    if ended is Termination.MODEL_ERROR and model_server_failed(outcome.metadata):
+        return outcome
+    if any(not _empty(trace) for trace in traces):
+        return outcome
+    what = (
+        "the agent made no model call"
+        if not traces
+        else f"every one of the agent's {len(traces)} model call(s) got an empty reply"
+    )
+    metadata = {**outcome.metadata, "harness_termination": str(ended), "error": what}
+    return msgspec.structs.replace(
+        outcome, termination=Termination.NO_MODEL_CALL, metadata=metadata
+    )

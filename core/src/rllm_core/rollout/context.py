@@ -38,7 +38,7 @@ from rllm_core.rollout.records import RolloutEvent
 from rllm_core.rollout.runner import RolloutRunner
 from rllm_core.rollout.seeding import SeededGateway
 from rllm_core.rollout.settings import RolloutSettings
-from rllm_core.types import SamplingParams
+from rllm_core.types import SamplingParams, Termination
 
 if TYPE_CHECKING:
     from rllm_core.run.components import Components
@@ -59,13 +59,16 @@ class RolloutContext:
 
 
 def rollout_settings(plan: Plan, *, group_size: int) -> RolloutSettings:
-    """``group_size`` rollouts per task with the plan's ``[rollout]`` concurrency and
-    infrastructure retries, enforcing its ``[sampling]`` on every session."""
+    """``group_size`` rollouts per task with the plan's ``[rollout]`` concurrency,
+    infrastructure retries, mask and verifier-timeout cap, enforcing its ``[sampling]`` on
+    every session."""
     sampling = plan.sampling
     return RolloutSettings(
         group_size=group_size,
         max_concurrency=plan.rollout.max_concurrency,
         max_infra_retries=plan.rollout.max_infra_retries,
+        mask=frozenset(Termination(reason) for reason in plan.rollout.mask),
+        max_verifier_timeouts=plan.rollout.max_verifier_timeouts,
         enforced=SamplingParams(
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,

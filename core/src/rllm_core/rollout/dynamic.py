@@ -25,17 +25,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from rllm_core.rollout.records import RolloutBatch
-from rllm_core.types import Episode, Task
+from rllm_core.types import DEFAULT_MASK, Episode, Task, Termination
 
 __all__ = ["FILTER_MODES", "SampledStep", "informative", "sample_informative"]
 
 FILTER_MODES = ("none", "zero-variance")
 
 
-def informative(group: Sequence[Episode]) -> bool:
-    """Whether a group's scored episodes carry a group-relative signal: two or more, with
-    rewards that differ."""
-    rewards = [episode.reward for episode in group if not episode.termination.is_infrastructure]
+def informative(group: Sequence[Episode], mask: frozenset[Termination] = DEFAULT_MASK) -> bool:
+    """Whether a group's scored episodes (those whose termination ``mask`` does not name)
+    carry a group-relative signal: two or more, with rewards that differ."""
+    rewards = [episode.reward for episode in group if episode.termination not in mask]
     return len(rewards) >= 2 and any(reward != rewards[0] for reward in rewards)
 
 
@@ -80,10 +80,12 @@ async def sample_informative(
     filter_groups: str = "none",
     max_sample_batches: int = 1,
     check: Callable[[RolloutBatch, list[Task]], None] = lambda batch, tasks: None,
+    mask: frozenset[Termination] = DEFAULT_MASK,
 ) -> SampledStep:
     """Roll out ``first`` with ``run``, then, with ``filter_groups = "zero-variance"``, as
     many more tasks from ``take(n)`` as the module docstring says. ``check`` sees each round's
-    batch and tasks (it raises to end the step, as too many failed rollouts do)."""
+    batch and tasks (it raises to end the step, as too many failed rollouts do); ``mask`` is
+    the rollouts' ``[rollout].mask`` (see :func:`informative`)."""
     if filter_groups not in FILTER_MODES:
         raise ValueError(f"filter_groups {filter_groups!r} is not one of {FILTER_MODES}")
     tasks = list(first)
@@ -97,7 +99,7 @@ async def sample_informative(
         groups.extend(batch.groups)
         if filter_groups == "none":
             break
-        found = sum(1 for group in groups if informative(group))
+        found = sum(1 for group in groups if informative(group, mask))
         missing = batch_size - found
         if missing <= 0 or len(rounds) >= max_sample_batches:
             break
@@ -112,8 +114,8 @@ async def sample_informative(
         tasks.extend(round_tasks)
 
     episodes = [episode for group in groups for episode in group]
-    signal = [group for group in groups if informative(group)]
-    flat = [group for group in groups if group and not informative(group)]
+    signal = [group for group in groups if informative(group, mask)]
+    flat = [group for group in groups if group and not informative(group, mask)]
     kept = groups if filter_groups == "none" else signal[:batch_size] + flat
     merged = RolloutBatch(
         groups=kept,

@@ -11,13 +11,19 @@ kind, the task, the failure's own error (a verifier's output tail) and what to d
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rllm_core.rollout.records import InfraFailure, RolloutBatch
 from rllm_core.types import Task, Termination
 
-__all__ = ["TooManyFailedRollouts", "check_failures", "failure_hint", "failure_report"]
+__all__ = [
+    "TooManyFailedRollouts",
+    "TooManyVerifierTimeouts",
+    "check_failures",
+    "failure_hint",
+    "failure_report",
+]
 
 
 class TooManyFailedRollouts(Exception):
@@ -51,9 +57,45 @@ class TooManyFailedRollouts(Exception):
         }
 
 
+class TooManyVerifierTimeouts(TooManyFailedRollouts):
+    """More rollout attempts ended ``verifier_timeout`` over a run than
+    ``[rollout].max_verifier_timeouts`` allows. ``timeouts`` counts them per task id, in the
+    order the tasks first timed out; ``limit`` is the cap."""
+
+    def __init__(self, *, timeouts: Mapping[str, int], limit: int) -> None:
+        total = sum(timeouts.values())
+        named = ", ".join(
+            f"{task!r} ({count} time{'s' if count > 1 else ''})" for task, count in timeouts.items()
+        )
+        message = (
+            f"{total} rollout attempt{'s' if total > 1 else ''} ended verifier_timeout in this"
+            f" run, more than [rollout].max_verifier_timeouts = {limit} allows; the verifier of"
+            f" task {named} ran past its timeout.\n"
+            "What to do: raise the task's verifier timeout ([verifier].timeout_sec in its"
+            " task.toml) or make its tests faster, or raise [rollout].max_verifier_timeouts"
+            " (leave it unset for no limit)."
+        )
+        Exception.__init__(self, message)
+        self.timeouts = dict(timeouts)
+        self.limit = limit
+        self.failures = []
+        self.rollouts = total
+        self.example = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": "verifier_timeout",
+            "task_id": next(iter(self.timeouts)),
+            "tasks": dict(self.timeouts),
+            "error": str(self),
+            "failed": sum(self.timeouts.values()),
+            "limit": self.limit,
+        }
+
+
 def failure_hint(termination: Termination, task: Task | None) -> str:
     """What to do about rollouts that keep failing with ``termination``."""
-    if termination is Termination.VERIFIER_ERROR:
+    if termination in (Termination.VERIFIER_ERROR, Termination.GRADING_ERROR):
         task_dir = task.data.get("task_dir") if task is not None else None
         if task_dir:
             return (
@@ -64,6 +106,20 @@ def failure_hint(termination: Termination, task: Task | None) -> str:
         return "fix the task's verifier so that it produces a reward"
     if termination is Termination.SANDBOX_ERROR:
         return "fix the sandbox backend or the task's environment (the error says which failed)"
+    if termination is Termination.ENVIRONMENT_START_TIMEOUT:
+        return (
+            "raise the limit the error names (the backend's start timeout, or the task's"
+            " [environment].build_timeout_sec) or use a prebuilt image"
+        )
+    if termination is Termination.AGENT_SETUP_TIMEOUT:
+        return "raise the harness's install timeout or make its install script faster"
+    if termination is Termination.VERIFIER_TIMEOUT:
+        return "raise the task's verifier timeout ([verifier].timeout_sec) or speed up its tests"
+    if termination is Termination.NO_MODEL_CALL:
+        return (
+            "check that the agent reaches the model (its base URL and key) and that the model"
+            " answers with text; or take no_model_call out of [rollout].mask to score it"
+        )
     return "check that the model server behind the trainer backend is up and answering"
 
 

@@ -13,11 +13,12 @@ from rllm_core.ports.sandboxes import SandboxBackend
 from rllm_core.ports.storage import TraceStore
 from rllm_core.rollout.attempt import AttemptRunner
 from rllm_core.rollout.classify import InfraError
+from rllm_core.rollout.failures import TooManyVerifierTimeouts
 from rllm_core.rollout.gateway import SessionGateway
 from rllm_core.rollout.records import EventKind, InfraFailure, RolloutBatch, RolloutEvent
 from rllm_core.rollout.sessions import SessionKey
 from rllm_core.rollout.settings import RolloutSettings
-from rllm_core.types import Episode, Task
+from rllm_core.types import Episode, Task, Termination
 
 __all__ = ["RolloutRunner"]
 
@@ -52,9 +53,12 @@ class RolloutRunner:
     termination, and metadata ``incomplete_chains``, ``harness`` (the outcome's metadata),
     ``turns``, ``answer``, ``step``, ``index``, ``attempt`` and ``duration_s``.
 
-    Failures are classified by :mod:`rllm_core.rollout.classify`. An infrastructure failure is
-    retried with a fresh session and sandbox up to ``max_infra_retries`` times, then the
-    rollout is excluded and recorded in ``RolloutBatch.infra_failures``; it is never scored.
+    Failures are classified by :mod:`rllm_core.rollout.classify`. An infrastructure failure
+    whose reason ``settings.mask`` names (all of them by default) is retried with a fresh
+    session and sandbox up to ``max_infra_retries`` times, then the rollout is excluded and
+    recorded in ``RolloutBatch.infra_failures``; it is never scored. One the mask leaves out
+    is scored as the policy's failure at once (see
+    :class:`~rllm_core.rollout.attempt.AttemptRunner`).
     Scored terminations get whatever ``task_source.grade`` returns for their outcome: the runner
     never substitutes a reward (the ``jsonl`` source scores a missing answer as an empty reply,
     a Harbor verifier grades the sandbox as the agent left it). Any other exception from a
@@ -65,6 +69,11 @@ class RolloutRunner:
     cancelled, every in-flight rollout is cancelled, sandboxes are closed (each within
     ``close_timeout_s``), and ``CancelledError`` is raised once they are done or after
     ``cancel_timeout_s``, whichever comes first.
+
+    ``settings.max_verifier_timeouts`` caps the attempts that end ``verifier_timeout`` (masked
+    or scored) over the runner's life, every batch together: one more raises
+    :class:`~rllm_core.rollout.TooManyVerifierTimeouts` (naming each task and its count),
+    which cancels the batch like any other error.
 
     ``on_event`` receives a :class:`~rllm_core.rollout.RolloutEvent` for every attempt started,
     rollout finished, attempt retried and rollout failed; an exception it raises is logged and
@@ -91,6 +100,7 @@ class RolloutRunner:
         self.gateway = gateway
         self.trace_store = trace_store
         self._limit: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._verifier_timeouts: dict[str, int] = {}
         self._attempts = AttemptRunner(
             task_source=task_source,
             harness=harness,
@@ -204,7 +214,9 @@ class RolloutRunner:
                 except InfraError as failure:
                     error = str(failure)
                     termination = failure.termination
+                    self._count_verifier_timeout(task, termination)
                 else:
+                    self._count_verifier_timeout(task, episode.termination)
                     progress.done += 1
                     emit("finished", reward=episode.reward, termination=episode.termination)
                     return episode
@@ -243,6 +255,17 @@ class RolloutRunner:
                 session_id=session_id,
             )
         raise AssertionError("unreachable: the last attempt returns")
+
+    def _count_verifier_timeout(self, task: Task, termination: Termination) -> None:
+        """Count a ``verifier_timeout`` attempt; raise :class:`TooManyVerifierTimeouts` past
+        ``settings.max_verifier_timeouts``."""
+        if termination is not Termination.VERIFIER_TIMEOUT:
+            return
+        counts = self._verifier_timeouts
+        counts[task.task_id] = counts.get(task.task_id, 0) + 1
+        limit = self.settings.max_verifier_timeouts
+        if limit is not None and sum(counts.values()) > limit:
+            raise TooManyVerifierTimeouts(timeouts=counts, limit=limit)
 
     def _emit(self, event: RolloutEvent) -> None:
         if self.on_event is None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from rllm_core.types import SamplingParams
+from rllm_core.types import DEFAULT_MASK, SamplingParams, Termination
 
-__all__ = ["RolloutSettings"]
+__all__ = ["RolloutSettings", "known_mask_reasons"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,13 @@ class RolloutSettings:
     - ``cancel_timeout_s``: after a cancellation, how long ``run`` waits for in-flight
       rollouts to clean up before it raises anyway.
     - ``retry_delay_s``: pause before a retried attempt.
+    - ``mask``: the infrastructure reasons (:data:`~rllm_core.types.DEFAULT_MASK`, all of
+      them by default) whose attempts are masked: retried, then excluded. An attempt that
+      ends with an infrastructure reason left out of it is scored as the policy's failure,
+      not retried (see :class:`~rllm_core.rollout.attempt.AttemptRunner`).
+    - ``max_verifier_timeouts``: stop (raise
+      :class:`~rllm_core.rollout.TooManyVerifierTimeouts`) once more attempts than this ended
+      ``verifier_timeout`` over the runner's life; ``None``: no limit.
     """
 
     group_size: int
@@ -35,6 +42,8 @@ class RolloutSettings:
     close_timeout_s: float = 30.0
     cancel_timeout_s: float = 30.0
     retry_delay_s: float = 0.0
+    mask: frozenset[Termination] = field(default=DEFAULT_MASK)
+    max_verifier_timeouts: int | None = None
 
     def __post_init__(self) -> None:
         if self.group_size < 1:
@@ -43,7 +52,22 @@ class RolloutSettings:
             raise ValueError(f"max_concurrency must be at least 1, got {self.max_concurrency}")
         if self.max_infra_retries < 0:
             raise ValueError(f"max_infra_retries must be 0 or more, got {self.max_infra_retries}")
+        policy = sorted(str(reason) for reason in self.mask if not reason.is_infrastructure)
+        if policy:
+            raise ValueError(
+                f"mask holds {', '.join(policy)}, the policy's own reason(s), which are always"
+                f" scored; a mask names infrastructure reasons only: {known_mask_reasons()}"
+            )
+        if self.max_verifier_timeouts is not None and self.max_verifier_timeouts < 0:
+            raise ValueError(
+                f"max_verifier_timeouts must be 0 or more, got {self.max_verifier_timeouts}"
+            )
         for name in ("deadline_margin_s", "close_timeout_s", "cancel_timeout_s", "retry_delay_s"):
             value = getattr(self, name)
             if not value >= 0:
                 raise ValueError(f"{name} must be 0 or more seconds, got {value}")
+
+
+def known_mask_reasons() -> str:
+    """The reasons a mask may name, comma-separated, in declaration order."""
+    return ", ".join(str(reason) for reason in Termination if reason.is_infrastructure)

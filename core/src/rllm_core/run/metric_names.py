@@ -67,6 +67,7 @@ __all__ = [
     "TOKENS",
     "TOKENS_SAMPLED",
     "TOKENS_TRAINED",
+    "TERMINATION_PREFIX",
     "TRAIN_S",
     "ZERO_VARIANCE_GROUPS",
     "PassRule",
@@ -163,6 +164,10 @@ ROLLOUT_S = "time/rollout_s"
 TRAIN_S = "time/train_s"
 SAMPLER_BUSY_S = "time/sampler_busy_s"
 SECURITY_DENIED = "security/denied"
+TERMINATION_PREFIX = "termination/"
+"""``termination/<reason>``: each step's share of rollouts that ended with ``<reason>`` (every
+:class:`~rllm_core.types.Termination`, 0.0 included). A rate, so ``summary.json`` sums none of
+them; a step's line has one value each, never reduced over its calls."""
 EVAL_PASS_1 = EVAL_PREFIX + "pass@1"
 EVAL_MEAN_REWARD = EVAL_PREFIX + "mean_reward"
 # SAMPLES_TRUNCATED (scored episodes with a model call cut at the length limit), and with

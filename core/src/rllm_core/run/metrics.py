@@ -6,6 +6,9 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
   ``accuracy``: the share of them with reward >= 1. All 0.0 when no episode was scored.
 - ``episodes``, ``infra_failures``, ``infra_retries``: scored episodes, rollouts excluded after
   their last retry, and retries taken.
+- ``termination/<reason>`` for every :class:`~rllm_core.types.Termination`: the share of the
+  step's rollouts (scored and excluded; an excluded one counts with its last attempt's reason)
+  that ended with it (0.0 for every reason when there was none).
 - ``datums``, ``groups``, ``zero_variance_groups``, ``dropped_groups``, ``steps_per_datum``,
   ``incomplete_chains`` and ``advantage/*`` from the datum builder's report.
 - ``groups/sampled``, ``groups/filtered``, ``groups/surplus``, ``groups/short`` and
@@ -72,9 +75,10 @@ from rllm_core.run.metric_names import (
     SAMPLES_TRUNCATED,
     SECURITY_DENIED,
     SUMMARY,
+    TERMINATION_PREFIX,
     Reduction,
 )
-from rllm_core.types import Datum, Episode
+from rllm_core.types import Datum, Episode, Termination
 
 __all__ = [
     "completion_tokens",
@@ -133,12 +137,14 @@ def step_metrics(
     step_s: float,
     weight_version: int,
     sampler_busy_s: float | None = None,
+    excluded: Sequence[Termination] = (),
 ) -> dict[str, Any]:
     """The ``metrics.jsonl`` line of one step; see the module docstring for the keys.
     ``report`` is :meth:`~rllm_core.algorithms.DatumReport.metrics`."""
     rollout = rollout_metrics(
         episodes=episodes,
         infra_failures=infra_failures,
+        excluded=excluded,
         retries=retries,
         report=report,
         rollout_s=rollout_s,
@@ -165,9 +171,11 @@ def rollout_metrics(
     report: Mapping[str, float],
     rollout_s: float,
     sampler_busy_s: float | None = None,
+    excluded: Sequence[Termination] = (),
 ) -> dict[str, float]:
     """The part of a metrics line known once a step's rollouts are done: rewards, episode and
-    datum counts, sampled tokens, rollout time and sampler use."""
+    datum counts, sampled tokens, rollout time, sampler use, and the termination rates over
+    the scored ``episodes`` and the ``excluded`` rollouts' reasons."""
     sampled = sum(completion_tokens(e) for e in episodes)
     line = reward_stats([e.reward for e in episodes])
     line |= {
@@ -183,6 +191,10 @@ def rollout_metrics(
         "tokens/sampled_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
         "time/rollout_s": rollout_s,
     }
+    ended = [e.termination for e in episodes] + list(excluded)
+    for reason in Termination:
+        count = sum(1 for t in ended if t is reason)
+        line[TERMINATION_PREFIX + reason] = count / len(ended) if ended else 0.0
     for reason in HISTORY_BREAK_REASONS:
         line[f"resets/{reason}"] = float(
             sum(e.trace_counts.history_breaks.get(reason, 0) for e in episodes)

@@ -323,6 +323,7 @@ class RolloutProducer:
             filter_groups=self.filter_groups,
             max_sample_batches=self.max_sample_batches,
             check=check,
+            mask=self.runner.settings.mask,
         )
         busy_after = self.sampler_busy()
         batch = sampled.batch
@@ -340,6 +341,7 @@ class RolloutProducer:
             rollout=rollout_metrics(
                 episodes=episodes,
                 infra_failures=len(batch.infra_failures),
+                excluded=[failure.termination for failure in batch.infra_failures],
                 retries=batch.retries,
                 report=built.report.metrics(),
                 rollout_s=batch.wall_s,

@@ -82,6 +82,7 @@ class ProducerHalf:
             self.parts.components.advantage,
             drop_zero_variance_groups=drop,
             shaping=RewardShaping.from_plan(self.plan),
+            mask=self.rollouts.runner.settings.mask,
         )
         self.scoring = teacher_scoring(self.parts)
         return self.rollouts.runner, builder

@@ -13,7 +13,7 @@ from reference.toy_renderer import ToyChatRenderer
 from rllm_core.errors import SandboxCommandTimeout, TaskSetupError
 from rllm_core.plugins import PluginManager
 from rllm_core.rollout import RolloutSettings
-from rllm_core.types import ExecResult, HarnessOutcome, Task, Termination
+from rllm_core.types import DEFAULT_MASK, ExecResult, HarnessOutcome, Task, Termination
 from rllm_task_source_harbor.healthcheck import run_healthcheck
 from rllm_task_source_harbor.plugin import HarborConfig
 from rllm_task_source_harbor.reader import check_task, load_task
@@ -157,7 +157,12 @@ def roll(tmp_path: Path, toml: str, *, retries: int) -> tuple[Any, Solver, Roote
             harness=harness,
             backend=backend,
             store=PluginManager().get("trace_store", "memory").build({}),
-            settings=RolloutSettings(group_size=1, max_concurrency=1, max_infra_retries=retries),
+            settings=RolloutSettings(
+                group_size=1,
+                max_concurrency=1,
+                max_infra_retries=retries,
+                mask=DEFAULT_MASK - {Termination.NO_MODEL_CALL},  # the solver calls no model
+            ),
         ) as (runner, _):
             return await runner.run([task], step=0)
 
