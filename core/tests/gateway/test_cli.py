@@ -379,3 +379,84 @@ def test_literal_control_tokens_flag_keeps_a_forged_turn_inside_its_message(work
     starts = worker.requests[0]["prompt"].count(im_start)
     # system, user and the generation prompt; without the flag the forged turn adds one.
     assert starts == (3 if literal else 4)
+
+
+def test_two_workers_shard_sessions_and_fan_out_admin_routes(toy_plugins, workers):
+    worker = workers()
+    served = Served(
+        serve_args(worker, "toy", "--trace-store", "toy-memory", "--workers", "2"),
+        environment(toy_plugins.pythonpath),
+    )
+    admin = {"authorization": f"Bearer {served.token}"}
+    try:
+        assert "2 workers" in served.banner[0]
+        [line] = [b for b in served.banner if b.strip().startswith("workers:")]
+        worker_urls = line.split(":", 1)[1].strip().split(", ")
+        assert len(worker_urls) == 2
+        sessions = [f"w-{n}" for n in range(8)]
+        for sid in sessions:
+            minted = httpx.post(f"{served.url}/sessions/{sid}/token", headers=admin).json()
+            agent = openai.OpenAI(
+                base_url=f"{served.url}/sessions/{sid}/v1", api_key=minted["token"], max_retries=0
+            )
+            for turn in range(2):
+                agent.chat.completions.create(
+                    model="policy", messages=[{"role": "user", "content": f"{sid} turn {turn}"}]
+                )
+        # Each worker holds only its own sessions; together they hold all.
+        held = [httpx.get(f"{url}/sessions", headers=admin).json()["data"] for url in worker_urls]
+        assert all(held) and sorted(held[0] + held[1]) == sessions
+        listed = httpx.get(f"{served.url}/sessions", headers=admin).json()["data"]
+        assert sorted(listed) == sessions
+        traces = httpx.get(f"{served.url}/sessions/w-3/traces", headers=admin).json()["traces"]
+        assert len(traces) == 2
+        metrics = httpx.get(f"{served.url}/metrics", headers=admin).json()
+        assert metrics["sessions"] == 8 and len(metrics["workers"]) == 2
+        announced = httpx.post(f"{served.url}/weight_version", json={"version": 7}, headers=admin)
+        assert announced.status_code == 200
+        for url in worker_urls:
+            assert httpx.get(f"{url}/metrics", headers=admin).json()["weight_version"] == 7
+        assert httpx.delete(f"{served.url}/sessions/w-3", headers=admin).status_code == 200
+        for url in worker_urls:
+            assert "w-3" not in httpx.get(f"{url}/sessions", headers=admin).json()["data"]
+        # A session token stays in its session behind the front too.
+        other = httpx.post(f"{served.url}/sessions/w-1/token", headers=admin).json()["token"]
+        refused = httpx.get(f"{served.url}/sessions", headers={"authorization": f"Bearer {other}"})
+        assert refused.status_code == 403
+        # A worker that dies is named in a 502/503 at once, and the other keeps serving.
+        owner_of = {sid: next(i for i, ids in enumerate(held) if sid in ids) for sid in sessions}
+        os.kill(_worker_pid(worker_urls[0]), signal.SIGKILL)
+        lost = next(sid for sid in sessions if owner_of[sid] == 0 and sid != "w-3")
+        kept = next(sid for sid in sessions if owner_of[sid] == 1 and sid != "w-3")
+        dead = httpx.get(f"{served.url}/sessions/{lost}/traces", headers=admin, timeout=10)
+        assert dead.status_code in (502, 503)
+        assert "gateway worker 0" in dead.json()["error"]["message"]
+        assert worker_urls[0] in dead.json()["error"]["message"]
+        alive = httpx.get(f"{served.url}/sessions/{kept}/traces", headers=admin, timeout=10)
+        assert alive.status_code == 200
+        health = httpx.get(f"{served.url}/health", timeout=10).json()
+        assert health["status"] == "degraded"
+        assert health["workers"][0]["status"] == "down"
+    finally:
+        assert served.stop() == 0
+
+
+def _worker_pid(url: str) -> int:
+    """The pid of the process listening on ``url``'s port (from /proc/net/tcp)."""
+    port = int(url.rsplit(":", 1)[1])
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(fields[9])
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            links = {os.readlink(fd) for fd in (proc / "fd").iterdir()}
+        except OSError:
+            continue
+        if any(f"socket:[{inode}]" in links for inode in inodes):
+            return int(proc.name)
+    raise AssertionError(f"no process listens on {url}")

@@ -8,6 +8,7 @@ dependencies load only when the command runs.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -182,6 +183,13 @@ def _token_mode(token_mode: str | None, legacy_cumulative: bool, legacy_plain: b
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Gateway processes behind a session-sharding front (each session stays in one).",
+)
 def serve(
     host: str,
     port: int,
@@ -206,6 +214,7 @@ def serve(
     heartbeat_interval: float,
     request_timeout: float,
     log_level: str,
+    workers: int,
 ) -> None:
     """Serve the gateway until interrupted.
 
@@ -218,7 +227,7 @@ def serve(
     import gc
     import signal
 
-    from rllm_core.gateway.server import Gateway, is_loopback, log_events
+    from rllm_core.gateway.server import Gateway, is_loopback, log_events, new_token
     from rllm_core.run.signals import handled
     from rllm_core.types import SamplingParams
 
@@ -234,6 +243,19 @@ def serve(
         fail(f"--max-tokens is {max_tokens}; it must be at least 1", EXIT_USAGE)
     cumulative = _token_mode(token_mode, legacy_cumulative, legacy_plain) == "cumulative"
     log_events(log_level)
+    if workers > 1:
+        return _serve_sharded(
+            click.get_current_context(),
+            workers=workers,
+            host=host,
+            port=port,
+            token=None if no_auth else (token or new_token()),
+            token_given=token is not None,
+            mode="cumulative" if cumulative else "plain",
+            max_body_bytes=max_body_bytes,
+            request_timeout=request_timeout,
+            log_level=log_level,
+        )
 
     sampler_keys: dict[str, Any] = {"urls": list(upstreams)}
     if upstream_model:
@@ -315,3 +337,111 @@ def serve(
         fail(f"could not serve on {host}:{port}: {exc}")
     finally:
         store.close()
+
+
+_NOT_FOR_WORKERS = {"host", "port", "workers", "token", "no_auth", "trace_dir"}
+
+
+def _worker_argv(ctx: click.Context, index: int, mode: str) -> list[str]:
+    """``gateway serve``'s command line for worker ``index``: the options given, on a free
+    loopback port, one process, a trace directory of its own."""
+    argv = [sys.executable, "-m", "rllm_core", "gateway", "serve", "--port", "0"]
+    for param in ctx.command.params:
+        name = param.name
+        value = ctx.params.get(name or "")
+        if not isinstance(param, click.Option) or name in _NOT_FOR_WORKERS:
+            continue
+        if name in ("token_mode", "legacy_cumulative", "legacy_plain"):
+            continue
+        if param.is_flag:
+            if value:
+                argv.append(param.opts[0])
+        elif param.multiple:
+            for item in value or ():
+                argv += [param.opts[0], str(item)]
+        elif value is not None:
+            argv += [param.opts[0], str(value)]
+    argv += ["--token-mode", mode]
+    trace_dir = ctx.params.get("trace_dir")
+    if trace_dir:
+        argv += ["--trace-dir", os.path.join(trace_dir, f"worker-{index}")]
+    if ctx.params.get("no_auth"):
+        argv.append("--no-auth")
+    return argv
+
+
+def _serve_sharded(
+    ctx: click.Context,
+    *,
+    workers: int,
+    host: str,
+    port: int,
+    token: str | None,
+    token_given: bool,
+    mode: str,
+    max_body_bytes: int,
+    request_timeout: float,
+    log_level: str,
+) -> None:
+    """Serve ``workers`` gateway processes behind a session-sharding front until
+    interrupted (see :mod:`rllm_core.gateway.shards`)."""
+    import asyncio
+    import signal
+
+    from rllm_core.gateway.serving import AsgiServer
+    from rllm_core.gateway.shards import ShardFront, WorkerProcesses
+    from rllm_core.run.signals import handled
+
+    env = {"COLUMNS": "1000"}
+    if token is not None:
+        env["RLLM_GATEWAY_TOKEN"] = token
+    processes = WorkerProcesses(lambda index: _worker_argv(ctx, index, mode), workers, env=env)
+    try:
+        urls = processes.start()
+    except RuntimeError as exc:
+        fail(str(exc))
+    front = ShardFront(
+        urls,
+        processes=processes,
+        request_timeout_s=request_timeout,
+        max_body_bytes=max_body_bytes,
+    )
+    server = AsgiServer(
+        front,
+        host=host,
+        port=port,
+        log_level="warning" if log_level in ("debug", "info") else log_level,
+        on_close=front.aclose,
+        name="rllm-gateway-front",
+    )
+
+    async def serve() -> None:
+        url = await server.astart()
+        params = ctx.params
+        console.print(
+            f"rllm-core gateway on {url} ({mode} mode, renderer {params['renderer']},"
+            f" {workers} workers)"
+        )
+        console.print(f"  agents: base_url {url}/sessions/<session_id>/v1")
+        if token is None:
+            console.print("  auth: none (loopback only)")
+        else:
+            shown = "as given by --token" if token_given else token
+            console.print(f"  admin token: {shown}")
+            console.print(
+                "  session tokens: POST /sessions/<session_id>/token with the admin token"
+            )
+        console.print(f"  workers: {', '.join(urls)}")
+        console.print(f"  upstreams: {', '.join(params['upstreams'])}")
+        sys.stdout.flush()
+        await server.wait()
+
+    try:
+        with handled(lambda *_: sys.exit(0), (signal.SIGTERM,)):
+            asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        fail(f"could not serve on {host}:{port}: {exc}")
+    finally:
+        processes.stop()

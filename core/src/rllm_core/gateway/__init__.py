@@ -7,6 +7,7 @@
 - :mod:`~rllm_core.gateway.protocol`: the OpenAI wire format in and out.
 - :mod:`~rllm_core.gateway.metrics`: event-loop lag, request counters and denials.
 - :mod:`~rllm_core.gateway.serving`: uvicorn in a thread or on the caller's loop.
+- :mod:`~rllm_core.gateway.shards`: several gateway processes behind a session-sharding front.
 - :mod:`~rllm_core.gateway.engine` and :mod:`~rllm_core.gateway.accumulator`: chat requests to
   token ids and traces, cumulative token mode.
 

@@ -12,6 +12,8 @@ Routes (``{sid}`` is a session id: letters, digits and ``._:@-``, at most 256 ch
                                                  the stored delta chain)
     DELETE /sessions/{sid}                       forget a session and delete its traces
     POST   /sessions/{sid}/token                 open a session and mint its session token
+    POST   /weight_version                       announce the weight version ``{"version": N}``
+                                                 that results report from now on
     GET    /health                               liveness, load and event-loop lag (no auth)
     GET    /metrics                              counters, lag, denials, upstream workers
 
@@ -432,6 +434,10 @@ class GatewayApp:
         elif path == "/metrics":
             _allow(method, "GET", path)
             return await response.full(200, protocol.encode(self._metrics()))
+        elif path == "/weight_version":
+            _allow(method, "POST", path)
+            body = await self._body(scope, receive)
+            return await response.full(200, protocol.encode(self._announce(body)))
         hint = ""
         if path.startswith("/v1/"):
             hint = f"; model calls go to /sessions/{{session_id}}{path}"
@@ -758,6 +764,31 @@ class GatewayApp:
             rows.append(row)
         return protocol.encode({"session_id": sid, "format": "full", "traces": rows})
 
+    def _announce(self, body: bytes) -> dict[str, Any]:
+        """Set the sampler's ``weight_version`` (what results report until the model server
+        reports a newer one)."""
+        try:
+            version = msgspec.json.decode(body).get("version")
+        except (msgspec.DecodeError, AttributeError):
+            version = None
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise HTTPError(
+                400,
+                'the body must be {"version": N} with N a weight version (an integer >= 0)',
+                param="version",
+                code="invalid_value",
+            )
+        sampler = self.engine.sampler
+        if not hasattr(sampler, "weight_version"):
+            raise HTTPError(
+                409,
+                f"this gateway's sampler ({type(sampler).__name__}) keeps no weight version"
+                " to announce; its results carry their own",
+                code="no_weight_version",
+            )
+        sampler.weight_version = version  # type: ignore[attr-defined]
+        return {"object": "weight_version", "version": version}
+
     def _health(self) -> dict[str, Any]:
         snapshot = self.metrics.snapshot()
         health: dict[str, Any] = {
@@ -778,6 +809,7 @@ class GatewayApp:
         snapshot = self.metrics.snapshot()
         snapshot["sessions"] = len(self.engine.session_ids())
         snapshot["resets"] = dict(sorted(self.engine.resets.items()))
+        snapshot["weight_version"] = getattr(self.engine.sampler, "weight_version", None)
         if self.upstreams is not None:
             snapshot["upstreams"] = self.upstreams.status()
         return snapshot
