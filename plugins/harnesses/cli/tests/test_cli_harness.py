@@ -288,10 +288,10 @@ def test_a_failed_install_stops_before_the_invocation(fake_sandbox):
     assert outcome.metadata["output_tail"] == "fetching\nno such package\n"
 
 
-def test_an_install_past_its_timeout_is_a_sandbox_error(fake_sandbox):
+def test_an_install_past_its_timeout_is_an_agent_setup_timeout(fake_sandbox):
     sandbox = fake_sandbox(lambda call, files: "timeout" if "install" in call.command else None)
     outcome = run(cli(install="sleep 1000", install_timeout_s=5), sandbox)
-    assert outcome.termination is Termination.SANDBOX_ERROR
+    assert outcome.termination is Termination.AGENT_SETUP_TIMEOUT
     assert outcome.metadata["stage"] == "install"
     assert outcome.metadata["error_type"] == "SandboxCommandTimeout"
     assert "ran past its 5 s timeout" in outcome.metadata["error"]

@@ -280,7 +280,7 @@ TAXONOMY = [
         "exec",
         errors.SandboxCommandTimeout,
     ),
-    (DaytonaTimeoutError("did not start"), "create", errors.SandboxCreateError),
+    (DaytonaTimeoutError("did not start"), "create", errors.SandboxStartTimeout),
     (DaytonaTimeoutError("gateway", status_code=504), "file", errors.SandboxTransientError),
     (DaytonaBadRequestError("bad image", status_code=400), "create", errors.SandboxCreateError),
     (DaytonaBadRequestError("is a directory", status_code=400), "file", errors.SandboxError),
@@ -401,7 +401,7 @@ def test_a_timed_out_start_deletes_the_half_created_sandbox(fake_client: FakeDay
         timeout = DaytonaTimeoutError("did not start")
         timeout._attach_sandbox_id(stale.id)
         fake_client.faults["create"].append(timeout)
-        with pytest.raises(errors.SandboxCreateError) as caught:
+        with pytest.raises(errors.SandboxStartTimeout) as caught:
             await backend.create(SandboxSpec())
         assert caught.value.__cause__ is timeout
         assert stale.state == "destroyed"

@@ -17,6 +17,7 @@ from rllm_core.errors import (
     RewardFileMissing,
     TaskFormatError,
     TaskSetupError,
+    TaskSetupTimeout,
     VerifierCrashed,
     VerifierError,
     VerifierTimeout,
@@ -374,7 +375,7 @@ def test_setup_past_the_build_timeout_is_a_setup_error(tmp_path):
     toml = "[environment]\nbuild_timeout_sec = 0.5\n"
     dockerfile = "FROM x\nRUN sleep 20\n"
     task = load_task(write_task(tmp_path / "tasks", "t", toml=toml, dockerfile=dockerfile))
-    with pytest.raises(TaskSetupError, match=r"setup step 1/1 ran past the 0.5 s build timeout"):
+    with pytest.raises(TaskSetupTimeout, match=r"setup step 1/1 ran past the 0.5 s build timeout"):
         run(in_sandbox(tmp_path, task, lambda sb: prepare_sandbox(task, sb)))
 
 

@@ -36,11 +36,20 @@ _NOT_STARTED = (126, 127)  # the shell could not execute or find the agent
 
 
 class _Failed(Exception):
-    """A step failed in a way that ends the episode as a sandbox error."""
+    """A step failed in a way that ends the episode with ``termination`` (a sandbox error
+    unless said otherwise)."""
 
-    def __init__(self, stage: str, message: str, **details: Any) -> None:
+    def __init__(
+        self,
+        stage: str,
+        message: str,
+        *,
+        termination: Termination = Termination.SANDBOX_ERROR,
+        **details: Any,
+    ) -> None:
         super().__init__(message)
         self.stage = stage
+        self.termination = termination
         self.details = details
 
 
@@ -144,7 +153,7 @@ class CliHarness:
             return await self._run(task, llm, sandbox, budget, metadata)
         except _Failed as failed:
             metadata.update(stage=failed.stage, error=str(failed), **failed.details)
-            return HarnessOutcome(termination=Termination.SANDBOX_ERROR, metadata=metadata)
+            return HarnessOutcome(termination=failed.termination, metadata=metadata)
 
     async def _run(
         self,
@@ -254,6 +263,7 @@ class CliHarness:
                     "install",
                     f"the install script ran past its {timeout:g} s timeout;"
                     " raise install_timeout_s or make the script faster",
+                    termination=Termination.AGENT_SETUP_TIMEOUT,
                     error_type=type(exc).__name__,
                 ) from None
         record = {"exit_code": result.exit_code, "duration_s": self.clock() - began}

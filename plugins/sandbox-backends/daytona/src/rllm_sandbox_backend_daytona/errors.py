@@ -9,6 +9,7 @@ gateway or transport timeouts                          ``SandboxTransientError``
 file not found; not found during a file call           ``SandboxFileNotFound``
 not found (404) elsewhere, gone (410), spot eviction   ``SandboxGone``
 process execution timeout during ``exec``              ``SandboxCommandTimeout``
+did not start in time during ``create``                ``SandboxStartTimeout``
 anything else during ``create``                        ``SandboxCreateError``
 anything else                                          ``SandboxError``
 =====================================================  ==============================
@@ -40,7 +41,11 @@ from daytona import (
     DaytonaSpotEvictedError,
     DaytonaTimeoutError,
 )
-from rllm_core.errors import SandboxCreateError, SandboxError, SandboxFileNotFound
+from rllm_core.errors import (
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxStartTimeout,
+)
 from rllm_core.kit.sandboxes import ErrorMap
 
 __all__ = ["Context", "retry_after_s", "translate"]
@@ -82,7 +87,7 @@ def translate(exc: BaseException, *, context: Context, what: str) -> SandboxErro
     if context == "file" and not_found:
         return SandboxFileNotFound(f"{detail}; the path does not exist in the sandbox")
     if context == "create" and isinstance(exc, DaytonaTimeoutError):
-        return SandboxCreateError(
+        return SandboxStartTimeout(
             f"{detail}; the sandbox did not start in time, raise create_timeout_s or use a"
             " prebuilt snapshot"
         )

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from rllm_core.errors import SandboxCreateError
+from rllm_core.errors import SandboxCreateError, SandboxStartTimeout
 from rllm_core.types import NetworkPolicy, SandboxSpec
 
 from rllm_sandbox_backend_local.bwrap import (
@@ -300,13 +300,14 @@ class LocalBackend:
         os.close(out_write)
         failure: str | None = None
         pid: int | None = None
-        ready = False
+        ready = timed_out = False
         try:
             pid, ready = await asyncio.to_thread(
                 _wait_started, info_read, out_read, _START_TIMEOUT_S
             )
         except (OSError, TimeoutError) as exc:
             failure = str(exc)
+            timed_out = isinstance(exc, TimeoutError)
         finally:
             os.close(info_read)
             os.close(out_read)
@@ -314,7 +315,8 @@ class LocalBackend:
             stop_holder(holder, pid)
             with open(log_path, "rb") as f:
                 detail = f.read().decode(errors="replace").strip()
-            raise SandboxCreateError(
+            error = SandboxStartTimeout if timed_out else SandboxCreateError
+            raise error(
                 "bubblewrap could not start the sandbox: "
                 + (detail or failure or f"exit code {holder.returncode}")
             )

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rllm_core.errors import SandboxCommandTimeout, SandboxError, TaskSetupError
+from rllm_core.errors import SandboxCommandTimeout, SandboxError, TaskSetupError, TaskSetupTimeout
 from rllm_core.ports.sandboxes import Sandbox
 from rllm_core.types import Task
 
@@ -31,8 +31,8 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
     shell command (it enters its own ``WORKDIR``), a ``COPY``/``ADD`` step by writing the
     files of ``task.data["context_dir"]`` it names (see
     :func:`~rllm_task_source_harbor.context.copy_context_files`). A step that fails or runs
-    out of time raises ``TaskSetupError`` naming the task, the step and the tail of its
-    output. Last, the task's healthcheck runs (see
+    out of time raises ``TaskSetupError`` (``TaskSetupTimeout`` when out of time) naming the
+    task, the step and the tail of its output. Last, the task's healthcheck runs (see
     :func:`~rllm_task_source_harbor.healthcheck.run_healthcheck`); one that keeps failing
     raises ``TaskSetupError`` too.
     """
@@ -54,7 +54,7 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
         command = step.get("run") or _copy_command(step)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise TaskSetupError(
+            raise TaskSetupTimeout(
                 f"task {task.task_id}: the {budget:g} s build timeout ran out before {name};"
                 " raise [environment].build_timeout_sec",
                 task_id=task.task_id,
@@ -71,7 +71,7 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
                 continue
             result = await sandbox.exec(command, timeout=remaining)
         except SandboxCommandTimeout as exc:
-            raise TaskSetupError(
+            raise TaskSetupTimeout(
                 f"task {task.task_id}: {name} ran past the {budget:g} s build timeout:"
                 f" {command[:200]!r}; raise [environment].build_timeout_sec",
                 task_id=task.task_id,
