@@ -437,8 +437,14 @@ def _serve_sharded(
         await server.wait()
 
     try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
         with handled(lambda *_: sys.exit(0), (signal.SIGTERM,)):
-            asyncio.run(serve())
+            runner(serve())
     except KeyboardInterrupt:
         pass
     except OSError as exc:
