@@ -172,7 +172,8 @@ def test_the_admin_token_reaches_every_route_and_mints_session_tokens(gateway, s
         minted = admin.post("/sessions/m/token")
         assert minted.status_code == 200
         token = minted.json()["token"]
-        assert minted.json() == {"session_id": "m", "token": token}
+        base_url = f"{gateway.base_url}/sessions/m/v1"
+        assert minted.json() == {"session_id": "m", "token": token, "base_url": base_url}
         assert token == gateway.session_token("m")
         assert gateway.engine.is_open("m")
         assert chat(gateway, "m", token) == "fine"
@@ -290,7 +291,9 @@ def test_without_auth_every_route_stays_open(serve, toy):
     assert (endpoint.api_key, gateway.session_token("a")) == ("none", None)
     assert chat(gateway, "a", "anything") == "open"
     with over_http(gateway, None) as client:
-        assert client.post("/sessions/b/token").json() == {"session_id": "b", "token": None}
+        minted = client.post("/sessions/b/token").json()
+        assert (minted["session_id"], minted["token"]) == ("b", None)
+        assert minted["base_url"] == f"{gateway.base_url}/sessions/b/v1"
         assert client.get("/sessions").json()["data"] == ["a", "b"]
         assert client.get("/metrics").status_code == 200
     assert gateway.app.metrics.denied == 0

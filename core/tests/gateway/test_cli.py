@@ -394,11 +394,13 @@ def test_two_workers_shard_sessions_and_fan_out_admin_routes(toy_plugins, worker
         worker_urls = line.split(":", 1)[1].strip().split(", ")
         assert len(worker_urls) == 2
         sessions = [f"w-{n}" for n in range(8)]
-        for sid in sessions:
-            minted = httpx.post(f"{served.url}/sessions/{sid}/token", headers=admin).json()
-            agent = openai.OpenAI(
-                base_url=f"{served.url}/sessions/{sid}/v1", api_key=minted["token"], max_retries=0
-            )
+        minted = {}
+        for n, sid in enumerate(sessions):
+            minted[sid] = httpx.post(f"{served.url}/sessions/{sid}/token", headers=admin).json()
+            # Odd sessions go straight to their worker, even ones through the front.
+            direct = minted[sid]["base_url"]
+            base_url = direct if n % 2 else f"{served.url}/sessions/{sid}/v1"
+            agent = openai.OpenAI(base_url=base_url, api_key=minted[sid]["token"], max_retries=0)
             for turn in range(2):
                 agent.chat.completions.create(
                     model="policy", messages=[{"role": "user", "content": f"{sid} turn {turn}"}]
@@ -406,6 +408,20 @@ def test_two_workers_shard_sessions_and_fan_out_admin_routes(toy_plugins, worker
         # Each worker holds only its own sessions; together they hold all.
         held = [httpx.get(f"{url}/sessions", headers=admin).json()["data"] for url in worker_urls]
         assert all(held) and sorted(held[0] + held[1]) == sessions
+        for index, ids in enumerate(held):
+            for sid in ids:
+                assert minted[sid]["base_url"] == f"{worker_urls[index]}/sessions/{sid}/v1"
+        # On a worker's own address a session token reaches only its session's model routes,
+        # and only on the worker that owns it.
+        sid = held[0][0]
+        bearer = {"authorization": f"Bearer {minted[sid]['token']}"}
+        elsewhere = httpx.get(f"{worker_urls[1]}/sessions/{sid}/v1/models", headers=bearer)
+        assert elsewhere.status_code == 401
+        assert elsewhere.json()["error"]["code"] == "session_closed"
+        neighbour = f"{worker_urls[0]}/sessions/{held[0][1]}/v1/models"
+        assert httpx.get(neighbour, headers=bearer).status_code == 403
+        for route in (f"/sessions/{sid}/traces", "/sessions", "/metrics"):
+            assert httpx.get(f"{worker_urls[0]}{route}", headers=bearer).status_code == 403
         listed = httpx.get(f"{served.url}/sessions", headers=admin).json()["data"]
         assert sorted(listed) == sessions
         traces = httpx.get(f"{served.url}/sessions/w-3/traces", headers=admin).json()["traces"]

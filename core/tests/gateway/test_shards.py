@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rllm_core.gateway.shards import ShardRing
+from rllm_core.gateway.shards import ShardFront, ShardRing
 from rllm_core.testing.samplers import ScriptedSampler
 
 
@@ -28,3 +28,13 @@ def test_weight_version_sets_the_samplers_version_and_refuses_a_bad_body(serve, 
     bad = http("POST", "/weight_version", {"version": -1})
     assert (bad.status, bad.error["param"]) == (400, "version")
     assert http("GET", "/weight_version").status == 405
+
+
+def test_a_sessions_direct_url_is_its_owners_port_under_the_clients_host_name():
+    front = ShardFront(["http://127.0.0.1:9001", "http://127.0.0.1:9002"])
+    sid = "run-s0-task-3-a1"
+    port = 9001 + front.owner(sid)
+    assert front.session_url(sid) == f"http://127.0.0.1:{port}/sessions/{sid}/v1"
+    assert front.session_url(sid, "gw.lan:8000") == f"http://gw.lan:{port}/sessions/{sid}/v1"
+    assert front.session_url(sid, "[::1]") == f"http://[::1]:{port}/sessions/{sid}/v1"
+    assert front.session_url(sid, "10.0.0.5") == f"http://10.0.0.5:{port}/sessions/{sid}/v1"

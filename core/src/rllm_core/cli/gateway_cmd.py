@@ -344,8 +344,10 @@ _NOT_FOR_WORKERS = {"host", "port", "workers", "token", "no_auth", "trace_dir"}
 
 def _worker_argv(ctx: click.Context, index: int, mode: str) -> list[str]:
     """``gateway serve``'s command line for worker ``index``: the options given, on a free
-    loopback port, one process, a trace directory of its own."""
+    port of the front's host (clients reach a session's worker directly), one process, a trace
+    directory of its own."""
     argv = [sys.executable, "-m", "rllm_core", "gateway", "serve", "--port", "0"]
+    argv += ["--host", ctx.params["host"]]
     for param in ctx.command.params:
         name = param.name
         value = ctx.params.get(name or "")
@@ -422,7 +424,10 @@ def _serve_sharded(
             f"rllm-core gateway on {url} ({mode} mode, renderer {params['renderer']},"
             f" {workers} workers)"
         )
-        console.print(f"  agents: base_url {url}/sessions/<session_id>/v1")
+        console.print(
+            f"  agents: base_url {url}/sessions/<session_id>/v1 (through the front), or the"
+            " owning worker's, which POST /sessions/<session_id>/token answers as base_url"
+        )
         if token is None:
             console.print("  auth: none (loopback only)")
         else:

@@ -11,7 +11,8 @@ Routes (``{sid}`` is a session id: letters, digits and ``._:@-``, at most 256 ch
     GET    /sessions/{sid}/traces                traces with full prompt ids (?format=chain:
                                                  the stored delta chain)
     DELETE /sessions/{sid}                       forget a session and delete its traces
-    POST   /sessions/{sid}/token                 open a session and mint its session token
+    POST   /sessions/{sid}/token                 open a session and mint its session token;
+                                                 the answer's ``base_url`` is its OpenAI URL
     POST   /weight_version                       announce the weight version ``{"version": N}``
                                                  that results report from now on
     GET    /health                               liveness, load and event-loop lag (no auth)
@@ -417,7 +418,7 @@ class GatewayApp:
                 return await response.full(200, self._traces(sid, scope))
             if rest == "token":
                 _allow(method, "POST", path)
-                return await response.full(200, self._mint(sid))
+                return await response.full(200, self._mint(sid, scope))
             if rest == "":
                 _allow(method, ("GET", "DELETE"), path)
                 if method == "DELETE":
@@ -717,10 +718,11 @@ class GatewayApp:
             }
         )
 
-    def _mint(self, sid: str) -> bytes:
+    def _mint(self, sid: str, scope: Scope) -> bytes:
         self.engine.open_session(sid)
         token = self.session_tokens.mint(sid) if self.session_tokens is not None else None
-        return protocol.encode({"session_id": sid, "token": token})
+        base_url = f"{_origin(scope)}/sessions/{sid}/v1"
+        return protocol.encode({"session_id": sid, "token": token, "base_url": base_url})
 
     def _stats(self, sid: str) -> bytes:
         try:
@@ -820,6 +822,18 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     gone.set()
+
+
+def _origin(scope: Scope) -> str:
+    """``scheme://host[:port]`` as the client addressed this server (its ``Host`` header),
+    else the bound address."""
+    scheme = scope.get("scheme", "http")
+    for name, value in scope["headers"]:
+        if name == b"host":
+            return f"{scheme}://{value.decode('latin-1')}"
+    host, port = scope.get("server") or ("127.0.0.1", 80)
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}"
 
 
 def _allow(method: str, allowed: str | tuple[str, ...], path: str) -> None:

@@ -1,12 +1,17 @@
 """Several gateway processes behind one session-sharding front (``gateway serve --workers N``).
 
 One gateway process renders, bridges and builds traces on one core. With N workers, N
-``gateway serve`` processes listen on loopback ports and a thin front, :class:`ShardFront`,
-serves the public address:
+``gateway serve`` processes listen on free ports of the front's host and a thin front,
+:class:`ShardFront`, serves the public address:
 
-- A session's routes (``/sessions/{id}/...``) go to the worker that owns the session id on a
-  consistent-hash ring (:class:`ShardRing`), so a session's lineage, token accumulator and
-  traces stay in one process.
+- A session belongs to the worker that owns its id on a consistent-hash ring
+  (:class:`ShardRing`), so its lineage, token accumulator and traces stay in one process.
+- A client reaches that worker directly: ``POST /sessions/{id}/token`` (admin token) answers
+  with the owner's ``base_url`` (its port, under the host name the client gave the front), and
+  :meth:`ShardFront.session_url` gives the same in Python. Direct traffic costs the front
+  nothing; every worker checks tokens itself.
+- A session's routes (``/sessions/{id}/...``) sent to the front are relayed to the owner, for
+  clients that reach only the front's port.
 - ``DELETE /sessions/{id}`` and every write outside a session (``POST /weight_version``) fan
   out to every worker; the answer is the owner's (a session deleted anywhere counts as deleted).
 - ``GET /sessions`` and ``GET /metrics`` gather from every worker: the session lists joined,
@@ -258,6 +263,24 @@ class ShardFront:
         """The index of the worker that serves ``session_id``."""
         return self.ring.owner(session_id)
 
+    def session_url(self, session_id: str, host: str | None = None) -> str:
+        """The OpenAI ``base_url`` of ``session_id`` on the worker that owns it,
+        ``http://HOST:PORT/sessions/{id}/v1``: a client that uses it skips the front. ``host``
+        is the name by which the client reaches this machine (default: the worker's bound
+        address); the port is the worker's."""
+        url = self.urls[self.owner(session_id)]
+        if host is not None:
+            url = f"http://{_with_port(host, url.rsplit(':', 1)[1])}"
+        return f"{url}/sessions/{session_id}/v1"
+
+    def _worker_host(self, index: int, scope: Scope) -> str:
+        """``host:port`` of worker ``index`` under the name the client gave the front."""
+        port = self.urls[index].rsplit(":", 1)[1]
+        for name, value in scope["headers"]:
+            if name == b"host":
+                return _with_port(value.decode("latin-1"), port)
+        return self.urls[index].split("://", 1)[1]
+
     def _name(self, index: int) -> str:
         if self.processes is not None and index < len(self.processes.processes):
             return self.processes.describe(index)
@@ -283,6 +306,10 @@ class ShardFront:
                 owner = self.owner(parts[2])
                 if method == "DELETE" and len(parts) == 3:
                     return await self._fan_out(method, target, headers, body, send, owner)
+                if method == "POST" and len(parts) == 4 and parts[3] == "token":
+                    # The owner answers with its own address as this client reaches it, so the
+                    # session's traffic goes there without passing through the front.
+                    headers.append((b"host", self._worker_host(owner, scope).encode()))
                 return await self._forward(owner, method, target, headers, body, receive, send)
             if path in ("/sessions", "/metrics", "/health") and method in ("GET", "HEAD"):
                 return await self._gather(path, target, headers, send)
@@ -473,6 +500,18 @@ class ShardFront:
             ids = list(dict.fromkeys(sid for body in bodies for sid in body["data"]))
             return await _full(send, 200, _encode({"object": "list", "data": ids}))
         return await _full(send, 200, _encode(_sum_metrics(bodies)))
+
+
+def _with_port(host: str, port: str) -> str:
+    """``host`` (a ``Host`` header: a name, an IPv4 or a bracketed IPv6 address, with or
+    without a port) with its port replaced by ``port``."""
+    if host.startswith("["):
+        name = host[: host.index("]") + 1]
+    elif host.count(":") > 1:
+        name = f"[{host}]"
+    else:
+        name = host.split(":", 1)[0]
+    return f"{name}:{port}"
 
 
 def _sum_metrics(bodies: list[dict[str, Any]]) -> dict[str, Any]:
