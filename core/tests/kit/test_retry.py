@@ -116,6 +116,41 @@ def test_async_retries_await_what_a_lambda_returns():
     assert result == "got ok" and flaky.calls == 2
 
 
+def test_async_first_failure_counts_as_the_first_attempt():
+    seen: list[int] = []
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    def run(failures: int, error: BaseException, retries: int) -> Flaky:
+        flaky = Flaky(failures, error)
+
+        async def call() -> str:
+            return flaky()
+
+        asyncio.run(
+            retry_async(
+                call,
+                RetrySettings(retries=retries),
+                transient=transient,
+                what="x",
+                on_retry=lambda n, e, d: seen.append(n),
+                sleep=sleep,
+            )
+        )
+        return flaky
+
+    assert run(2, ConnectionError("reset"), 2).calls == 3 and seen == [1, 2] and len(waits) == 2
+    with pytest.raises(ConnectionError):
+        run(1, ConnectionError("reset"), 0)
+    with pytest.raises(ConnectionError):
+        run(5, ConnectionError("reset"), 1)
+    with pytest.raises(ValueError):
+        run(1, ValueError("bad"), 3)
+    assert seen == [1, 2, 1] and len(waits) == 3
+
+
 def test_pacer_spaces_concurrent_callers_in_order():
     now = [0.0]
     slept: list[float] = []

@@ -116,9 +116,20 @@ async def retry_async(
 
     ``call`` may be any callable that returns an awaitable (a lambda included), not only a
     coroutine function."""
+    # The first attempt runs outside tenacity: building its retrying object costs more than a
+    # gateway's whole upstream call, and most calls succeed at once. A first failure is handed
+    # to tenacity as its first attempt's outcome, so waits, logs and counts are unchanged.
+    try:
+        return await call()
+    except BaseException as exc:
+        if settings.retries == 0 or not transient(exc):
+            raise
+        first: list[BaseException] = [exc]
 
     # tenacity awaits only coroutine functions; a lambda's coroutine would be returned as is.
     async def attempt() -> T:
+        if first:
+            raise first.pop()
         return await call()
 
     retrying = tenacity.AsyncRetrying(
