@@ -154,8 +154,11 @@ def test_a_trainer_that_cannot_start_gives_up_after_max_failures(smollm2_model_d
 
     store_root = tmp_path / "store"
     shared = SharedRun(FileObjectStore(store_root), "quickstart")
-    ticket = Ticket(step=1, first=0, count=4, groups=2, data={}, rollout={})
-    shared.put_ticket(ticket)
+    # Two batches wait: all that max_policy_age = 1 lets wait, where the trainer starts.
+    for step in (1, 2):
+        shared.put_ticket(
+            Ticket(step=step, first=4 * (step - 1), count=4, groups=2, data={}, rollout={})
+        )
     shared.store.put(shared.key("cuts", "LATEST"), b"written by something else")
     plan = _plan(tmp_path, f'\n[object_store]\nname = "file"\nroot = "{store_root}"\n')
     plan.write_text(plan.read_text() + "max_failures = 2\n")

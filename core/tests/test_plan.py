@@ -405,6 +405,24 @@ def test_fidelity_keys_validate_with_located_errors(plan_builder):
     assert "set both mask_low and mask_high" in str(info.value)
 
 
+def test_a_start_threshold_given_both_in_groups_and_as_alpha_is_refused(
+    plan_builder, stores, trainers
+):
+    with pytest.raises(PlanError) as info:
+        plan_builder.resolve(
+            {
+                "run": {"pipeline": "async"},
+                "algorithm": {"max_policy_age": 1, "batch_size": 2},
+                "trainer": "publishing",
+                "object_store": {"name": "file"},
+                "scheduler": {"q_on_groups": 4, "alpha": 0.5},
+            }
+        )
+    (only,) = info.value.issues
+    assert only.location == "[scheduler].alpha"
+    assert "keep one" in str(only)
+
+
 def test_a_trainer_start_threshold_the_age_bound_never_lets_wait_is_refused(
     plan_builder, stores, trainers
 ):

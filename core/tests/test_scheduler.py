@@ -162,6 +162,22 @@ def test_settings_default_and_bound_q_on() -> None:
         SchedulerSettings(batch_groups=4, poll_s=0)
 
 
+def test_q_on_defaults_to_what_the_age_bound_lets_wait_and_alpha_takes_a_fraction() -> None:
+    def settings(**keys: Any) -> SchedulerSettings:
+        return SchedulerSettings(batch_groups=4, max_policy_age=2, versions_per_round=1, **keys)
+
+    assert settings().q_on == settings().max_backlog_groups == 12, "A_hard + 1 = 3 batches"
+    assert settings(alpha=0.5).q_on == 6
+    assert settings(alpha=0.4).q_on == 5, "rounded up"
+    assert settings(alpha=0.1).q_on == 4, "at least one batch"
+    assert settings(alpha=1.0).q_on == 12
+    assert settings(q_on_groups=8).q_on == 8
+    with pytest.raises(ValueError, match=r"\[scheduler\].alpha = 0: use a fraction"):
+        settings(alpha=0)
+    with pytest.raises(ValueError, match=r"q_on_groups = 8 and \[scheduler\].alpha = 0.5"):
+        settings(q_on_groups=8, alpha=0.5)
+
+
 def test_settings_from_a_plan() -> None:
     plan = parse_plan(
         {
@@ -174,6 +190,14 @@ def test_settings_from_a_plan() -> None:
     assert (config.q_on, config.max_backlog_groups) == (12, 12)
     assert (config.idle_stop_s, config.idle_fallback_s, config.max_failures) == (None, 90.0, 5)
     assert config.poll_s == 1.0
+    plan = parse_plan(
+        {
+            "run": {"pipeline": "async"},
+            "algorithm": {"batch_size": 4, "max_policy_age": 4, "mini_batches": 2},
+            "scheduler": {"alpha": 0.5},
+        }
+    )
+    assert SchedulerSettings.from_plan(plan).q_on == 6
 
 
 def test_policy_decisions_carry_their_inputs() -> None:
@@ -218,7 +242,8 @@ def test_starts_when_the_backlog_reaches_q_on() -> None:
     arrivals = [EPOCH + 10.0 * i for i in range(1, 9)] + [EPOCH + 5000.0] * 8
     world = World(arrivals=arrivals, batch=4)
     trainer = FakeTrainer(world)
-    config = SchedulerSettings(batch_groups=4, max_policy_age=1, q_on_groups=8, poll_s=1.0)
+    # Unset, q_on is the 8 groups the age bound lets wait (max_policy_age 1: two batches).
+    config = SchedulerSettings(batch_groups=4, max_policy_age=1, poll_s=1.0)
     store = MemoryObjectStore()
     outcome = asyncio.run(controller(store, world, trainer, config).run())
 

@@ -378,6 +378,15 @@ class _Resolver:
                 "add an [object_store] section, or remove [scheduler]",
             )
         q_on = plan.scheduler.q_on_groups
+        if q_on is not None and plan.scheduler.alpha is not None:
+            self.issue(
+                "scheduler",
+                "alpha",
+                plan.scheduler.alpha,
+                "q_on_groups and alpha both set when the trainer starts",
+                "keep one: q_on_groups in groups, or alpha as a fraction of what the age bound"
+                " lets wait",
+            )
         if q_on is not None and plan.object_store is not None and plan.run.pipeline == "async":
             algorithm = plan.algorithm
             least = algorithm.batch_size

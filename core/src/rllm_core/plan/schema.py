@@ -405,8 +405,19 @@ class SchedulerSection(_Section):
         None,
         ge=1,
         description=(
-            "Start the trainer once this many groups wait in the buffer (default: one batch,"
-            " `[algorithm].batch_size`)."
+            "Start the trainer once this many groups wait in the buffer (default: all the age"
+            " bound lets wait, `batch_size * (max_policy_age // (mini_batches * epochs) + 1)`,"
+            " times `alpha`); between one batch and that bound."
+        ),
+    )
+    alpha: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description=(
+            "Start the trainer once this fraction of what the age bound lets wait is in the"
+            " buffer (rounded up, at least one batch; unset: 1, the whole bound); instead of"
+            " `q_on_groups`."
         ),
     )
     idle_stop_s: float | None = Field(

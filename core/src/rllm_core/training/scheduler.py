@@ -4,7 +4,8 @@ The trainer is the expensive part of an asynchronous run, so it runs only while 
 something to train. Rule S1 (:class:`S1Policy`), given the groups waiting in the sample
 buffer (the backlog):
 
-- start the trainer once the backlog reaches ``q_on_groups`` (one batch by default);
+- start the trainer once the backlog reaches ``Q_on`` (by default all the age bound lets wait,
+  see below);
 - while it runs it trains round after round; once less than a batch waits it idles, and after
   idling ``idle_stop_s`` seconds (default: ``T_s``, how long the last incarnation took from
   start to ready) it stops with a cut: an idle trainer costs as much per second as starting a
@@ -14,10 +15,12 @@ buffer (the backlog):
 - after ``max_failures`` incarnations in a row fail without training a round, the controller
   raises :class:`~rllm_core.errors.SchedulerGaveUp`.
 
-``q_on_groups`` is at most what the age bound lets wait: the sampler starts batch ``r`` only
-once step ``r - 1 - lead`` is trained (``lead = max_policy_age // (mini_batches * epochs)``),
-so with the trainer stopped at most ``(lead + 1) * batch_size`` groups can wait; a larger
-threshold would never be reached.
+``Q_on`` is at most what the age bound lets wait: the sampler starts batch ``r`` only once
+step ``r - 1 - lead`` is trained (``lead = max_policy_age // (mini_batches * epochs)``, the
+hard age bound ``A_hard`` in steps), so with the trainer stopped at most ``(A_hard + 1) *
+batch_size`` groups can wait; a larger threshold would never be reached. ``Q_on`` defaults to
+that bound, so that each start-up is paid for with as many rounds as can wait; ``alpha`` takes
+a fraction of it (rounded up, at least one batch) and ``q_on_groups`` sets it in groups.
 
 The journal (:class:`SchedulerJournal`) holds one JSON object per record under
 ``<prefix>/journal/<n:012d>``, each written with ``put_if_absent`` so that two controllers
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -67,6 +71,7 @@ _PLAN_KEYS = {
     "max_policy_age": "[algorithm].max_policy_age",
     "versions_per_round": "[algorithm].mini_batches x epochs",
     "q_on_groups": "[scheduler].q_on_groups",
+    "alpha": "[scheduler].alpha",
     "idle_stop_s": "[scheduler].idle_stop_s",
     "idle_fallback_s": "[scheduler].idle_fallback_s",
     "max_failures": "[scheduler].max_failures",
@@ -81,16 +86,18 @@ class SchedulerSettings:
 
     ``batch_groups`` is the number of groups one round trains (``[algorithm].batch_size``),
     ``max_policy_age`` and ``versions_per_round`` (``mini_batches * epochs``) give the age
-    bound. ``q_on_groups`` defaults to one batch, ``idle_stop_s`` to the measured start-up
-    time (``idle_fallback_s`` before one was measured). ``poll_s`` is how often the
-    controller looks at the backlog while nothing happens. Invalid settings raise
-    ``ValueError`` naming the plan key each comes from.
+    bound. The start threshold is ``q_on_groups`` when set, else ``alpha`` (default 1) times
+    what the age bound lets wait, rounded up and at least one batch; ``idle_stop_s`` defaults
+    to the measured start-up time (``idle_fallback_s`` before one was measured). ``poll_s`` is
+    how often the controller looks at the backlog while nothing happens. Invalid settings
+    raise ``ValueError`` naming the plan key each comes from.
     """
 
     batch_groups: int
     max_policy_age: int = 0
     versions_per_round: int = 1
     q_on_groups: int | None = None
+    alpha: float | None = None
     idle_stop_s: float | None = None
     idle_fallback_s: float = 60.0
     max_failures: int = 3
@@ -112,6 +119,17 @@ class SchedulerSettings:
         ):
             if seconds is not None and not seconds > 0:
                 raise ValueError(f"{_PLAN_KEYS[name]} = {seconds}: use a positive number")
+        if self.alpha is not None:
+            if not 0 < self.alpha <= 1:
+                raise ValueError(
+                    f"[scheduler].alpha = {self.alpha}: use a fraction of what the age bound"
+                    " lets wait, above 0 and at most 1"
+                )
+            if self.q_on_groups is not None:
+                raise ValueError(
+                    f"[scheduler].q_on_groups = {self.q_on_groups} and [scheduler].alpha ="
+                    f" {self.alpha} both set the start threshold: keep one"
+                )
         q_on, most = self.q_on, self.max_backlog_groups
         if q_on < self.batch_groups:
             raise ValueError(
@@ -131,7 +149,10 @@ class SchedulerSettings:
     @property
     def q_on(self) -> int:
         """The backlog, in groups, that starts the trainer."""
-        return self.batch_groups if self.q_on_groups is None else self.q_on_groups
+        if self.q_on_groups is not None:
+            return self.q_on_groups
+        alpha = 1.0 if self.alpha is None else self.alpha
+        return max(self.batch_groups, math.ceil(round(alpha * self.max_backlog_groups, 9)))
 
     @property
     def max_backlog_groups(self) -> int:
@@ -147,6 +168,7 @@ class SchedulerSettings:
             max_policy_age=algorithm.max_policy_age,
             versions_per_round=algorithm.mini_batches * algorithm.epochs,
             q_on_groups=section.q_on_groups,
+            alpha=section.alpha,
             idle_stop_s=section.idle_stop_s,
             idle_fallback_s=section.idle_fallback_s,
             max_failures=section.max_failures,
