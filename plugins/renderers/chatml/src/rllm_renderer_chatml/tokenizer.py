@@ -24,7 +24,6 @@ import os
 import re
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from itertools import accumulate
 from pathlib import Path
 from typing import NamedTuple
 
@@ -259,30 +258,42 @@ class TextTokenizer:
     def _render(self, pieces: Sequence[Piece], units: list[Unit] | None = None) -> RenderedTokens:
         """:meth:`render` of non-empty pieces, unit by unit (``units``: the units of their
         joined text, when already cut)."""
-        ends = list(accumulate(len(p.text) for p in pieces))
+        if units is None:
+            units = self._units("".join(p.text for p in pieces))
+        # Tokens are attributed to spans: neighbouring pieces of one message with the same
+        # sampled flag (a turn's header, its text and its close) form one span, as their
+        # tokens are attributed alike. A token belongs to the span its start falls in, so only
+        # a unit that crosses a span end needs its tokens' start offsets, and the attribution
+        # lists are written a span at a time.
+        ends: list[int] = []
+        owners: list[tuple[int, bool]] = []
+        end = 0
+        for p in pieces:
+            end += len(p.text)
+            owner = (p.message, p.sampled)
+            if owners and owners[-1] == owner:
+                ends[-1] = end
+            else:
+                ends.append(end)
+                owners.append(owner)
         ids: list[int] = []
         indices: list[int] = []
         sampled: list[bool] = []
-        last = len(pieces) - 1
-        piece = count = 0
+        last = len(owners) - 1
+        span = count = 0
         trims = self._trims
-        # Tokens are counted per piece and the attribution lists written a piece at a time.
-        # A token belongs to the piece its start falls in, so only a unit that crosses a
-        # piece end needs its tokens' start offsets.
-        if units is None:
-            units = self._units("".join(p.text for p in pieces))
         for base, text, encoded in units:
-            while piece < last and base >= ends[piece]:
-                owner = pieces[piece]
-                indices += [owner.message] * count
-                sampled += [owner.sampled] * count
-                piece += 1
+            while span < last and base >= ends[span]:
+                message, flag = owners[span]
+                indices += [message] * count
+                sampled += [flag] * count
+                span += 1
                 count = 0
             unit_ids = encoded.ids
             ids += unit_ids
             n = len(unit_ids)
             unit_end = base + len(text)
-            if piece == last or unit_end < ends[piece] or (unit_end == ends[piece] and not trims):
+            if span == last or unit_end < ends[span] or (unit_end == ends[span] and not trims):
                 count += n
                 continue
             starts = encoded.starts
@@ -291,19 +302,19 @@ class TextTokenizer:
                 starts = self._segments.starts(text, encoded)
             done = 0
             while done < n:
-                upto = n if piece == last else bisect_left(starts, ends[piece] - base, done)
+                upto = n if span == last else bisect_left(starts, ends[span] - base, done)
                 count += upto - done
                 done = upto
                 if done < n:
-                    owner = pieces[piece]
-                    indices += [owner.message] * count
-                    sampled += [owner.sampled] * count
-                    piece += 1
+                    message, flag = owners[span]
+                    indices += [message] * count
+                    sampled += [flag] * count
+                    span += 1
                     count = 0
         if count:
-            owner = pieces[piece]
-            indices += [owner.message] * count
-            sampled += [owner.sampled] * count
+            message, flag = owners[span]
+            indices += [message] * count
+            sampled += [flag] * count
         return RenderedTokens(token_ids=ids, message_indices=indices, sampled_mask=sampled)
 
 
