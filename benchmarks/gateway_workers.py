@@ -2,17 +2,21 @@
 
 The load is ``gateway_overhead.py``'s W1 (64 concurrent sessions x 10 turns of ~200-word user
 messages, the whole conversation sent every turn) against the same fake vLLM worker, for each
-worker count (default 1, 2 and 4) and each token mode. Reported per row: requests/s, p50 and
-p99 latency, and the CPU per request of the whole gateway (the front and its workers, from
-/proc) and of the front alone. One worker runs no front. The goal: 2 workers >= 1.6x the
-requests/s of one; it needs a core per worker plus the front's share, besides the fake
-worker's and the client's.
+worker count (default 1, 2 and 4) and each token mode. Each session starts as a real client
+does: ``POST /sessions/{id}/token`` on the gateway's address, then its turns go to the
+``base_url`` that answer names (the owning worker's; ``--route front`` sends them through the
+front instead, to measure its relay). Reported per row: requests/s, p50 and p99 latency, the
+CPU per request of the whole gateway (the front and its workers, from /proc) and of the front
+alone, and requests per gateway CPU-second (a fairer figure than requests/s when other jobs
+share the machine). One worker runs no front. The goal: 2 workers >= 1.6x the requests/s of
+one; it needs a core per worker besides the fake worker's and the client's.
 
 Usage::
 
     python benchmarks/gateway_workers.py                 # a table
     python benchmarks/gateway_workers.py --json          # one JSON object
     python benchmarks/gateway_workers.py --workers 1,2 --modes plain --repeat 1
+    python benchmarks/gateway_workers.py --dry-run       # the gateway commands, nothing started
 
 Linux only (CPU time from /proc).
 """
@@ -49,28 +53,40 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def run(count: int, mode: str, worker_url: str, tokenizer: str, args: Any) -> dict[str, Any]:
-    port = free_port()
-    command = [
+def command(count: int, mode: str, port: int, worker_url: str, tokenizer: str) -> list[str]:
+    """The ``gateway serve`` command line of one row."""
+    return [
         *(sys.executable, "-m", "rllm_core.cli", "gateway", "serve", "--port", str(port)),
         *("--upstream", worker_url, "--renderer", "chatml", "--tokenizer", tokenizer),
         *("--trace-store", "memory", "--no-auth", "--log-level", "warning"),
         *("--token-mode", mode, "--workers", str(count)),
     ]
-    gateway = Process(command, "rllm-core gateway on")
+
+
+async def session(client, front: Origin, sid: str, turns: int, args: Any, rng, phase) -> None:
+    """One client session: ask the gateway where the session lives, then talk to it there."""
+    minted = await client.request("POST", front, f"/sessions/{sid}/token")
+    if minted.status != 200:
+        raise RuntimeError(f"the token route answered {minted.status}: {minted.body[:300]!r}")
+    base_url = json.loads(minted.body)["base_url"]
+    direct = args.route == "direct"
+    origin = Origin.parse(base_url.split("/sessions/", 1)[0]) if direct else front
+    await conversation(client, origin, sid, turns, args.words, rng, phase)
+
+
+def run(count: int, mode: str, worker_url: str, tokenizer: str, args: Any) -> dict[str, Any]:
+    import asyncio
+
+    port = free_port()
+    gateway = Process(command(count, mode, port, worker_url, tokenizer), "rllm-core gateway on")
     pids = [gateway.pid, *(children(gateway.pid) if count > 1 else [])]
-    origin = Origin.parse(f"http://127.0.0.1:{port}")
+    front = Origin.parse(f"http://127.0.0.1:{port}")
     rng = random.Random(f"{mode}-{count}")
     try:
 
         async def warm(client, phase):
-            import asyncio
-
             await asyncio.gather(
-                *(
-                    conversation(client, origin, f"warm-{n}", 2, args.words, rng, phase)
-                    for n in range(16)
-                )
+                *(session(client, front, f"warm-{n}", 2, args, rng, phase) for n in range(16))
             )
 
         measure(warm, None)
@@ -78,13 +94,9 @@ def run(count: int, mode: str, worker_url: str, tokenizer: str, args: Any) -> di
         for rep in range(args.repeat):
 
             async def load(client, phase, rep=rep):
-                import asyncio
-
                 await asyncio.gather(
                     *(
-                        conversation(
-                            client, origin, f"load{rep}-{n}", args.turns, args.words, rng, phase
-                        )
+                        session(client, front, f"load{rep}-{n}", args.turns, args, rng, phase)
                         for n in range(args.sessions)
                     )
                 )
@@ -97,6 +109,8 @@ def run(count: int, mode: str, worker_url: str, tokenizer: str, args: Any) -> di
             figures["front_cpu_ms_per_request"] = (
                 round(spent[0] / phase.requests * 1000, 3) if count > 1 else 0.0
             )
+            figures["requests_per_gateway_cpu_s"] = round(phase.requests / sum(spent), 1)
+            figures["gateway_cores_busy"] = round(sum(spent) / phase.wall_s, 2)
             rows.append(figures)
     finally:
         gateway.stop()
@@ -112,17 +126,19 @@ def run(count: int, mode: str, worker_url: str, tokenizer: str, args: Any) -> di
 def table(results: dict[str, Any]) -> str:
     lines = [
         f"W1: {results['sessions']} sessions x {results['turns']} turns, ~{results['words']}"
-        f" words a turn; {results['cpu_count']} CPUs, load average before"
-        f" {results['load_average_before']}",
+        f" words a turn, turns sent {results['route']}; {results['cpu_count']} CPUs, load"
+        f" average before {results['load_average_before']}",
         "",
         f"{'mode':<11}{'workers':>8}{'req/s':>9}{'vs 1':>7}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'CPU ms/req':>12}{'front ms/req':>14}",
+        f"{'CPU ms/req':>12}{'front ms/req':>14}{'req/CPU-s':>11}{'cores':>7}{'client ms/req':>15}",
     ]
     for row in results["rows"]:
         lines.append(
             f"{row['mode']:<11}{row['workers']:>8}{row['requests_per_s']:>9.1f}"
             f"{row['speedup']:>6.2f}x{row['p50_ms']:>9.1f}{row['p99_ms']:>9.1f}"
             f"{row['gateway_cpu_ms_per_request']:>12.3f}{row['front_cpu_ms_per_request']:>14.3f}"
+            f"{row['requests_per_gateway_cpu_s']:>11.1f}{row['gateway_cores_busy']:>7.2f}"
+            f"{row['client_cpu_ms_per_request']:>15.3f}"
         )
     lines.append("")
     for mode, speedup in results["two_workers_speedup"].items():
@@ -142,7 +158,24 @@ def main() -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="load runs per row; the median is shown"
     )
+    parser.add_argument(
+        "--route",
+        choices=("direct", "front"),
+        default="direct",
+        help="send each session's turns to the base_url its token answer names (direct), or"
+        " through the front's address (front)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the gateway commands and start nothing"
+    )
     args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",")]
+    if args.dry_run:
+        for mode in args.modes.split(","):
+            for count in counts:
+                line = command(count, mode, 0, "http://127.0.0.1:PORT", "SMOLLM2_TOKENIZER")
+                print(" ".join(["rllm-core", *line[3:]]))
+        return 0
 
     from rllm_core.plugins.manager import PluginManager
     from rllm_core.testing.tokenizers import smollm2_tokenizer_dir
@@ -159,7 +192,6 @@ def main() -> int:
         ],
         "fake worker on",
     )
-    counts = [int(n) for n in args.workers.split(",")]
     rows = []
     try:
         for mode in args.modes.split(","):
@@ -178,6 +210,7 @@ def main() -> int:
         "turns": args.turns,
         "words": args.words,
         "repeat": args.repeat,
+        "route": args.route,
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
         "load_average_before": [round(x, 2) for x in load_before],

@@ -379,3 +379,12 @@ def test_distill_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Pat
     assert "algorithm.advantage.teacher.model=" in commands[1]
     assert 'algorithm.advantage={ name = "grpo", normalize_std = true }' in commands[2]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_gateway_workers_benchmark_answers_help_and_dry_run_starts_nothing() -> None:
+    _answers_help("gateway_workers.py", "--json", "--workers", "--modes", "--route", "--dry-run")
+    result = _run("gateway_workers.py", "--dry-run", "--workers", "1,2", "--modes", "plain")
+    one, two = result.stdout.splitlines()
+    assert all(line.startswith("rllm-core gateway serve") for line in (one, two))
+    assert one.endswith("--workers 1") and two.endswith("--workers 2")
+    assert all("--token-mode plain" in line for line in (one, two))
