@@ -174,7 +174,7 @@ def test_datums_train_exactly_the_renderers_sampled_tokens(tmp_path: Path) -> No
         assert "2+2?" not in text and "sunny" not in text and "Be brief" not in text
 
 
-def test_long_and_untrained_examples_are_dropped_and_counted() -> None:
+def test_long_and_untrained_examples_are_dropped_and_counted_with_overlong_drop() -> None:
     renderer = ToyChatRenderer()
     short = chat_example(ROWS[0], "a:1", **FIELDS)
     long = chat_example(
@@ -189,13 +189,57 @@ def test_long_and_untrained_examples_are_dropped_and_counted() -> None:
     )
     untrained = TokenExample(token_ids=(1, 2, 3), trained=(False, False, False), origin="a:3")
     limit = len(renderer.render(list(short.messages)).token_ids)
-    kept, report = tokenize([short, long, untrained], renderer, max_length=limit)
+    kept, report = tokenize([short, long, untrained], renderer, max_length=limit, overlong="drop")
     assert [e.origin for e in kept] == ["a:1"]
-    assert report.too_long == ["a:2"] and report.untrained == ["a:3"]
+    assert report.too_long == ["a:2"] and report.untrained == ["a:3"] and not report.truncated
     warnings = report.warnings(limit, "[sft] data")
     assert f"1 example(s) longer than [sft].max_length = {limit} tokens were dropped" in warnings[0]
     assert "a:2" in warnings[0] and "a:3" in warnings[1]
     assert short.messages[0] == Message(role="system", content="Be brief.")
+
+
+def test_long_examples_are_truncated_to_max_length_with_their_masks_by_default() -> None:
+    renderer = ToyChatRenderer()
+    short = chat_example(ROWS[0], "a:1", **FIELDS)
+    long = chat_example(
+        {
+            "messages": [
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "four " * 200},
+                {"role": "user", "content": "again"},
+                {"role": "assistant", "content": "four"},
+            ]
+        },
+        "a:2",
+        **FIELDS,
+    )
+    whole = tokenize([long], renderer, max_length=None)[0][0]
+    (short_tokens,), _ = tokenize([short], renderer, max_length=None)
+    limit = len(whole.token_ids) // 2
+    assert len(short_tokens.token_ids) <= limit < len(whole.token_ids)
+    assert whole.trained[limit - 1] and whole.trained[limit], "the cut falls in the long answer"
+    kept, report = tokenize([short, long], renderer, max_length=limit)
+    assert [e.origin for e in kept] == ["a:1", "a:2"]
+    assert kept[1].token_ids == whole.token_ids[:limit]
+    assert kept[1].trained == whole.trained[:limit]
+    assert kept[0] == short_tokens, "short ones untouched"
+    assert report.truncated == ["a:2"] and report.too_long == [] and report.kept == 2
+    datum = supervised_datum(kept[1:])
+    assert len(datum.token_ids) == len(datum.action_mask) == limit
+    # Over the limit, with only prompt tokens in its first 4: nothing left to train.
+    prompt_first = TokenExample(
+        token_ids=tuple(range(9)), trained=(False,) * 4 + (True,) * 5, origin="a:3"
+    )
+    kept, report = tokenize([prompt_first], renderer, max_length=4)
+    assert kept == [] and report.too_long == ["a:3"] and not report.truncated
+    (warning,) = tokenize([short, long], renderer, max_length=limit)[1].warnings(
+        limit, "[sft] data"
+    )
+    assert (
+        f"[sft] data: 1 example(s) longer than [sft].max_length = {limit} tokens were truncated"
+        f" to their first {limit} tokens (first: a:2)"
+    ) in warning
+    assert '[sft].overlong = "drop"' in warning
 
 
 TWO_ANSWERS = {

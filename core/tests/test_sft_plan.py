@@ -70,6 +70,8 @@ def test_an_rl_plan_is_no_sft_plan_and_its_dump_has_no_sft_table(plan_builder, p
         ({"min_reward": 1.0}, "min_reward filters the episodes of from_run"),
         ({"eval_data": "e.jsonl", "eval_fraction": 0.1}, "set eval_data or eval_fraction"),
         ({"packing": True}, "packing fills rows of max_length tokens; set max_length"),
+        ({"overlong": "drop"}, "overlong says what becomes of examples longer than max_length"),
+        ({"max_length": 64, "overlong": "cut"}, "overlong"),
         ({"eval_fraction": 1.0}, "eval_fraction"),
         ({"batch_size": 0}, "batch_size"),
         ({"colour": "blue"}, "colour"),

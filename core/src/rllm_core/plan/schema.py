@@ -534,8 +534,16 @@ class SftSection(_Section):
         None,
         ge=2,
         description=(
-            "Longest example in tokens; longer ones are dropped and counted (never truncated:"
-            " a cut conversation teaches an unfinished turn). Unset: no limit."
+            "Longest example in tokens; a longer one is truncated or dropped (`overlong`),"
+            " and the run warns with the count. Unset: no limit."
+        ),
+    )
+    overlong: Literal["truncate", "drop"] = Field(
+        "truncate",
+        description=(
+            "An example longer than `max_length`: `truncate` trains on its first `max_length`"
+            " tokens (dropped if they hold no assistant token), `drop` leaves it out (a cut"
+            " conversation teaches an unfinished turn)."
         ),
     )
     packing: bool = Field(
@@ -563,6 +571,10 @@ class SftSection(_Section):
             raise ValueError("set eval_data or eval_fraction, not both")
         if self.packing and self.max_length is None:
             raise ValueError("packing fills rows of max_length tokens; set max_length")
+        if "overlong" in self.model_fields_set and self.max_length is None:
+            raise ValueError(
+                "overlong says what becomes of examples longer than max_length; set max_length"
+            )
         return self
 
 

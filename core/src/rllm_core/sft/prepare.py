@@ -56,12 +56,16 @@ def load_sft_data(resolved: ResolvedPlan, renderer: Any) -> SftData:
         source = lambda: load_examples(data, format=sft.format, **options)  # noqa: E731
     else:
         raise DataError("[sft]: set data (a file or folder of examples) or from_run (a run folder)")
-    examples, report = tokenize(source(), renderer, max_length=sft.max_length)
+    examples, report = tokenize(
+        source(), renderer, max_length=sft.max_length, overlong=sft.overlong
+    )
     warnings = report.warnings(sft.max_length, "[sft] data")
     held_out: list[TokenExample] = []
     if sft.eval_data is not None:
         raw = load_examples(sft.eval_data, format=sft.format, key="eval_data", **options)
-        held_out, eval_report = tokenize(raw, renderer, max_length=sft.max_length)
+        held_out, eval_report = tokenize(
+            raw, renderer, max_length=sft.max_length, overlong=sft.overlong
+        )
         warnings += eval_report.warnings(sft.max_length, "[sft].eval_data")
     elif sft.eval_fraction > 0:
         examples, held_out = split_eval(examples, sft.eval_fraction, resolved.plan.run.seed)

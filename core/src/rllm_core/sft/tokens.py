@@ -7,6 +7,10 @@ assistant content and its closing token), except those of an assistant message m
 only. So an SFT run and an RL run of the same renderer see the same
 tokens.
 
+An example longer than ``[sft].max_length`` is truncated to its first ``max_length`` tokens
+and their masks (``overlong = "truncate"``, the default), or dropped (``"drop"``); either way
+the report counts it, and the run warns.
+
 A supervised :class:`~rllm_core.types.Datum` has ``action_mask`` = the trained tokens,
 ``observation_mask`` all false, and ``logprobs`` and ``advantages`` all 0.0: the NLL objective
 (:mod:`rllm_core.algorithms.nll`) and a backend's supervised path read neither.
@@ -16,25 +20,38 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from rllm_core.ports import Renderer
 from rllm_core.sft.data import ChatExample, TokenExample
 from rllm_core.types import Datum
 
-__all__ = ["TokenizeReport", "supervised_datum", "tokenize"]
+__all__ = ["Overlong", "TokenizeReport", "supervised_datum", "tokenize"]
+
+Overlong = Literal["truncate", "drop"]
 
 
 @dataclass
 class TokenizeReport:
-    """What tokenizing kept and dropped: ``too_long`` lists the origins of examples over
-    ``max_length``; ``untrained`` those with no trained token."""
+    """What tokenizing kept, cut and dropped, by the examples' origins: ``truncated`` were
+    over ``max_length`` and kept cut to it; ``too_long`` were over it and dropped (with
+    ``overlong = "drop"``, or when their first ``max_length`` tokens held nothing to train);
+    ``untrained`` had no trained token at all."""
 
     kept: int = 0
+    truncated: list[str] = field(default_factory=list)
     too_long: list[str] = field(default_factory=list)
     untrained: list[str] = field(default_factory=list)
 
     def warnings(self, max_length: int | None, what: str) -> list[str]:
         out = []
+        if self.truncated:
+            out.append(
+                f"{what}: {len(self.truncated)} example(s) longer than [sft].max_length ="
+                f" {max_length} tokens were truncated to their first {max_length} tokens"
+                f" (first: {self.truncated[0]}); raise max_length to train on them whole, or"
+                ' set [sft].overlong = "drop" to leave them out'
+            )
         if self.too_long:
             out.append(
                 f"{what}: {len(self.too_long)} example(s) longer than [sft].max_length ="
@@ -70,9 +87,11 @@ def tokenize(
     renderer: Renderer | None,
     *,
     max_length: int | None,
+    overlong: Overlong = "truncate",
 ) -> tuple[list[TokenExample], TokenizeReport]:
-    """Every example as tokens (chat examples rendered with ``renderer``), dropping those
-    longer than ``max_length`` and those with nothing to train."""
+    """Every example as tokens (chat examples rendered with ``renderer``). One longer than
+    ``max_length`` keeps its first ``max_length`` tokens and their masks (``"truncate"``) or
+    is dropped (``"drop"``); one with nothing to train, truncated or not, is dropped."""
     report = TokenizeReport()
     out = []
     for example in examples:
@@ -81,7 +100,16 @@ def tokenize(
                 raise ValueError("chat examples need a renderer")
             example = render_example(renderer, example)
         if max_length is not None and len(example.token_ids) > max_length:
-            report.too_long.append(example.origin)
+            if overlong == "drop" or not any(example.trained[:max_length]):
+                report.too_long.append(example.origin)
+                continue
+            report.truncated.append(example.origin)
+            example = TokenExample(
+                token_ids=example.token_ids[:max_length],
+                trained=example.trained[:max_length],
+                origin=example.origin,
+            )
+            out.append(example)
         elif not any(example.trained):
             report.untrained.append(example.origin)
         else:
