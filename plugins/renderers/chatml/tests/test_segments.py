@@ -454,3 +454,31 @@ def test_word_path_one_by_one_and_whole_agree(smollm2_tokenizer_dir):
     assert words.starts(words.encode(few), len(few) + 1) is None
     assert not WordEncoder.eligible("caf\u00e9") and not WordEncoder.eligible("a\x0bb")
     assert WordEncoder.eligible("tab\there\r\n ~")
+
+
+@pytest.mark.parametrize("name", ["smol", "qwen25"])
+@SETTINGS
+@given(
+    picks=st.lists(
+        st.one_of(st.integers(0, 2000), st.integers(0, 200_000), st.sampled_from([0, 1, 2])),
+        max_size=40,
+    )
+)
+def test_decode_equals_the_tokenizers_decode(name, picks, request):
+    tokenizer = request.getfixturevalue(name)
+    library = tokenizer._tokenizer
+    ids = [p % library.get_vocab_size() for p in picks]
+    want = library.decode(ids, skip_special_tokens=False)
+    assert tokenizer.decode(ids) == want
+    assert tokenizer.decode(ids) == want  # every ASCII token now known
+
+
+def test_decode_of_an_id_outside_the_vocabulary_is_the_tokenizers(smol):
+    library = smol._tokenizer
+    with pytest.raises(OverflowError):
+        library.decode([-1])
+    with pytest.raises(OverflowError):
+        smol.decode([300, -1])
+    far = [300, 10**7, 301]
+    assert smol.decode(far) == library.decode(far, skip_special_tokens=False)
+    assert 10**7 not in smol._ascii

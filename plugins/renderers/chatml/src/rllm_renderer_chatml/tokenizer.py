@@ -123,6 +123,8 @@ class TextTokenizer:
         """The control tokens: added tokens marked special (``<|im_start|>``, ``<|im_end|>``,
         ...), which literal pieces may spell but never produce."""
         self._control = _alternation(self.control_tokens)
+        self._added_ids = frozenset(self._tokenizer.get_added_tokens_decoder())
+        self._ascii: dict[int, str] | None = {} if _byte_level_decoder(self._tokenizer) else None
         self._added = _alternation(t.content for t in decoder if not t.normalized and t.content)
 
     @property
@@ -138,7 +140,30 @@ class TextTokenizer:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(list(token_ids), skip_special_tokens=False)
+        ids = list(token_ids)
+        texts = self._ascii
+        if texts is not None:
+            try:
+                return "".join(map(texts.__getitem__, ids))
+            except KeyError:
+                self._learn_ascii(ids)
+        return self._tokenizer.decode(ids, skip_special_tokens=False)
+
+    def _learn_ascii(self, ids: list[int]) -> None:
+        """Remember the ids among ``ids`` whose text is ASCII on its own (for :meth:`decode`):
+        a byte-level decoder joins the tokens' bytes and reads them as UTF-8, so a run of such
+        tokens decodes to their texts joined. Added tokens are always left to the tokenizer."""
+        texts = self._ascii
+        assert texts is not None
+        for token in set(ids).difference(texts):
+            if token in self._added_ids or len(texts) >= _MAX_ASCII_TOKENS:
+                continue
+            try:
+                text = self._tokenizer.decode([token], skip_special_tokens=False)
+            except Exception:  # an id outside the vocabulary: the tokenizer's call reports it
+                continue
+            if text.isascii() and (text or self._tokenizer.id_to_token(token) is not None):
+                texts[token] = text
 
     def token_id(self, token: str) -> int | None:
         """The id of a token given by its text, or ``None`` when the vocabulary lacks it."""
@@ -331,6 +356,17 @@ def _alternation(tokens: Iterable[str]) -> re.Pattern[str] | None:
     place (the tokenizer's rule); ``None`` for no tokens."""
     ordered = sorted(set(tokens), key=lambda t: (-len(t), t))
     return re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+
+_MAX_ASCII_TOKENS = 1 << 20
+
+
+def _byte_level_decoder(tokenizer: Tokenizer) -> bool:
+    """Whether ``tokenizer`` decodes with a byte-level decoder alone (no other stage)."""
+    decoder = tokenizer.decoder
+    if decoder is None:
+        return False
+    return json.loads(decoder.__getstate__()).get("type") == "ByteLevel"
 
 
 def _rendered_size(rendered: RenderedTokens) -> int:
