@@ -1,6 +1,8 @@
 """The async pipeline keeps its promises under random latencies: every trained sample is within
-the policy-age bound, no group is trained twice, none is lost but the counted stale drops, and a
-stop at any moment leaves a checkpoint a resumed run continues from.
+the policy-age bound, no group is trained twice, none is lost but the counted stale drops, at
+most ``(1 + lead) * batch_size`` groups are in flight and the next ones start as soon as a step
+frees their places (continuous dispatch), and a stop at any moment leaves a checkpoint a resumed
+run continues from.
 
 The loop runs for real over the gateway, the toy renderer and the single-turn harness; the
 trainer is a fake whose sampler waits a random time per call and reports the version it started
@@ -38,6 +40,7 @@ from rllm_core.run.folder import RunFolder
 from rllm_core.storage.memory_buffer import MemorySampleBuffer
 from rllm_core.testing.samplers import ScriptedSampler
 from rllm_core.training.loop import TrainingLoop
+from rllm_core.training.pipeline import DispatchGate
 from rllm_core.types import Grade, HarnessOutcome, SampleRequest, SampleResult, Task
 
 PLUGINS = PluginManager()
@@ -79,6 +82,10 @@ class PublishingSampler:
         self.in_flight: list[str] = []
         self.most_in_flight = 0
         self.steps_in_flight: set[frozenset[str]] = set()
+        self.started_groups: set[tuple[int, str]] = set()
+        self.most_groups_in_flight = 0
+        self.trained_step = 0
+        """The last step the loop told the producer it trained."""
 
     @property
     def weight_version(self) -> int:
@@ -90,6 +97,12 @@ class PublishingSampler:
         self.in_flight.append(session)
         self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
         self.steps_in_flight.add(frozenset(s.split("-s")[1].split("-")[0] for s in self.in_flight))
+        step, task = session.split("-s")[1].split("-")[:2]
+        self.started_groups.add((int(step), task))
+        trained = self.trained_step
+        self.most_groups_in_flight = max(
+            self.most_groups_in_flight, sum(1 for s, _ in self.started_groups if s > trained)
+        )
         try:
             await asyncio.sleep(self.trainer.rng.uniform(0.0, self.trainer.latency_s))
             result = await self.inner.sample(request)
@@ -154,13 +167,22 @@ def make_loop(
         advantage=PLUGINS.get("advantage_estimator", "grpo").build({}),
         sample_buffer=buffer,
     )
-    return TrainingLoop(
+    loop = TrainingLoop(
         resolved=ResolvedPlan(path=PLAN_PATH, plan=plan),
         components=components,
         folder=folder,
         display=QuietDisplay(Console(file=io.StringIO()), 2),
         resume=resume,
     )
+    trained = loop.producer.trained
+
+    def count_trained(step: int) -> None:
+        sampler = trainer.sampler()
+        sampler.trained_step = max(sampler.trained_step, step)
+        trained(step)
+
+    loop.producer.trained = count_trained  # type: ignore[method-assign]
+    return loop
 
 
 def trained_groups(trainer: SlowTrainer) -> list[str]:
@@ -216,6 +238,67 @@ def test_every_trained_group_is_within_the_bound_once_and_the_rest_are_counted(
     assert max(line["async/policy_age_max"] for line in lines) <= age
     if versions_per_step == 1:
         assert dropped == 0, "the producer's lead keeps every group within the bound"
+    flight = (1 + age) * BATCH
+    assert trainer.sampler().most_groups_in_flight <= flight
+    assert all(0.0 <= line["async/in_flight_groups"] <= flight for line in lines)
+    assert all(0.0 <= line["async/running_rollouts"] <= 64 for line in lines)
+    assert 0.0 < result.summary["in_flight_groups"] <= flight
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lead=st.integers(0, 2),
+    groups_per_step=st.integers(1, 3),
+    steps=st.integers(1, 6),
+    delays=st.lists(st.integers(0, 5), min_size=18, max_size=18),
+)
+def test_dispatch_keeps_the_flight_full_and_every_group_within_the_lead(
+    lead, groups_per_step, steps, delays
+):
+    """Groups complete in a random order (each after a random number of event-loop turns);
+    a step trains once its batch is complete. Every group starts with its step within the
+    lead of the trainer, the flight never exceeds its capacity, and once a step is trained
+    the flight refills to capacity at once, wherever the data allows."""
+    gate = DispatchGate(trained=0, lead=lead, groups_per_step=groups_per_step, first=1)
+    capacity = (1 + lead) * groups_per_step
+    total = steps * groups_per_step
+    started: dict[tuple[int, int], int] = {}
+    done: set[tuple[int, int]] = set()
+
+    async def group(step: int, index: int) -> None:
+        for _ in range(delays[(step * groups_per_step + index) % len(delays)]):
+            await asyncio.sleep(0)
+        done.add((step, index))
+
+    async def dispatch() -> None:
+        async with asyncio.TaskGroup() as groups:
+            for step in range(1, steps + 1):
+                for index in range(groups_per_step):
+                    await gate.acquire(step, index)
+                    assert gate.in_flight.value <= capacity
+                    started[(step, index)] = trained[0]
+                    groups.create_task(group(step, index))
+
+    trained = [0]
+
+    async def train() -> None:
+        for step in range(1, steps + 1):
+            while any((step, i) not in done for i in range(groups_per_step)):
+                await asyncio.sleep(0)
+            trained[0] = step
+            gate.trained(step)
+            for _ in range(3):  # let the dispatcher run
+                await asyncio.sleep(0)
+            left = total - step * groups_per_step
+            assert gate.in_flight.value == min(capacity, left), "the flight was not refilled"
+
+    async def both() -> None:
+        await asyncio.wait_for(asyncio.gather(dispatch(), train()), 10)
+
+    asyncio.run(both())
+    assert len(started) == total and gate.in_flight.value == 0
+    for (step, _), at in started.items():
+        assert step - 1 - at <= lead, "a group started further ahead than the lead allows"
 
 
 def _episodes(folder: RunFolder) -> list[dict[str, Any]]:

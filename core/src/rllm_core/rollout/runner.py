@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rllm_core.ports.agents import Harness, TaskSource
@@ -15,6 +15,7 @@ from rllm_core.rollout.attempt import AttemptRunner
 from rllm_core.rollout.classify import InfraError
 from rllm_core.rollout.failures import TooManyVerifierTimeouts
 from rllm_core.rollout.gateway import SessionGateway
+from rllm_core.rollout.gauge import Gauge
 from rllm_core.rollout.records import EventKind, InfraFailure, RolloutBatch, RolloutEvent
 from rllm_core.rollout.sessions import SessionKey
 from rllm_core.rollout.settings import RolloutSettings
@@ -68,7 +69,8 @@ class RolloutRunner:
     at once (the async pipeline runs batches side by side). When ``run`` is
     cancelled, every in-flight rollout is cancelled, sandboxes are closed (each within
     ``close_timeout_s``), and ``CancelledError`` is raised once they are done or after
-    ``cancel_timeout_s``, whichever comes first.
+    ``cancel_timeout_s``, whichever comes first. ``running`` counts the attempts holding one of
+    those ``max_concurrency`` places now (and its mean over time).
 
     ``settings.max_verifier_timeouts`` caps the attempts that end ``verifier_timeout`` (masked
     or scored) over the runner's life, every batch together: one more raises
@@ -100,6 +102,7 @@ class RolloutRunner:
         self.gateway = gateway
         self.trace_store = trace_store
         self._limit: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self.running = Gauge()
         self._verifier_timeouts: dict[str, int] = {}
         self._attempts = AttemptRunner(
             task_source=task_source,
@@ -110,10 +113,17 @@ class RolloutRunner:
             settings=settings,
         )
 
-    async def run(self, tasks: Sequence[Task], *, step: int) -> RolloutBatch:
+    async def run(
+        self,
+        tasks: Sequence[Task],
+        *,
+        step: int,
+        admit: Callable[[int], Awaitable[None]] | None = None,
+    ) -> RolloutBatch:
         """Roll out every task ``group_size`` times; ``groups`` follows the order of
-        ``tasks``. Raises ``ValueError`` when two tasks share an id (their groups and sessions
-        would collide)."""
+        ``tasks``. ``admit(i)`` is awaited before the rollouts of ``tasks[i]`` start, in order
+        (the async pipeline dispatches group by group). Raises ``ValueError`` when two tasks
+        share an id (their groups and sessions would collide)."""
         seen: set[str] = set()
         for task in tasks:
             if task.task_id in seen:
@@ -128,15 +138,18 @@ class RolloutRunner:
             return RolloutBatch(groups=[], wall_s=time.monotonic() - began)
         progress = _Progress(total=len(tasks) * size)
         limit = self._concurrency()
-        jobs = [
-            asyncio.create_task(
-                self._rollout(task, index, step, limit, progress),
-                name=f"rollout {task.task_id}#{index}",
-            )
-            for task in tasks
-            for index in range(size)
-        ]
+        jobs: list[asyncio.Task[Episode | InfraFailure]] = []
         try:
+            for position, task in enumerate(tasks):
+                if admit is not None:
+                    await admit(position)
+                jobs.extend(
+                    asyncio.create_task(
+                        self._rollout(task, index, step, limit, progress),
+                        name=f"rollout {task.task_id}#{index}",
+                    )
+                    for index in range(size)
+                )
             results = await asyncio.gather(*jobs)
         except BaseException:
             await self._cancel(jobs)
@@ -207,6 +220,7 @@ class RolloutRunner:
 
             async with limit:
                 emit("started")
+                self.running.add(1)
                 try:
                     episode = await self._attempts.run(
                         task, step=step, index=index, attempt=attempt, session_id=session_id
@@ -220,6 +234,8 @@ class RolloutRunner:
                     progress.done += 1
                     emit("finished", reward=episode.reward, termination=episode.termination)
                     return episode
+                finally:
+                    self.running.add(-1)
             if attempt < last:
                 progress.retries += 1
                 log.warning(

@@ -37,6 +37,8 @@ from rllm_core.plan.eval_check import EVAL_PREFIX
 __all__ = [
     "ACCURACY",
     "ACTION_TOKENS",
+    "ASYNC_IN_FLIGHT_GROUPS",
+    "ASYNC_RUNNING_ROLLOUTS",
     "DISTILL_REVERSE_KL",
     "DISTILL_TEACHER_LOGPROB",
     "ENTROPY_MEAN",
@@ -84,7 +86,8 @@ class Reduction(enum.StrEnum):
     MIN = "min"
     MAX = "max"
     MEAN = "mean"
-    """Over a step's calls: weighted by each call's action tokens; over steps: plain."""
+    """Over a step's calls: weighted by each call's action tokens; over steps: plain, over the
+    steps that have the metric."""
     MEAN_FIRST = "mean_first"
     """Over steps: the mean of the first few."""
     MEAN_LAST = "mean_last"
@@ -168,6 +171,12 @@ TERMINATION_PREFIX = "termination/"
 """``termination/<reason>``: each step's share of rollouts that ended with ``<reason>`` (every
 :class:`~rllm_core.types.Termination`, 0.0 included). A rate, so ``summary.json`` sums none of
 them; a step's line has one value each, never reduced over its calls."""
+ASYNC_RUNNING_ROLLOUTS = "async/running_rollouts"
+"""The async pipeline's rollouts running (holding a ``[rollout].max_concurrency`` place), the
+mean over the time since the previous step's line."""
+ASYNC_IN_FLIGHT_GROUPS = "async/in_flight_groups"
+"""The async pipeline's groups in flight (dispatched, their step not yet trained), the mean
+over the time since the previous step's line."""
 EVAL_PASS_1 = EVAL_PREFIX + "pass@1"
 EVAL_MEAN_REWARD = EVAL_PREFIX + "mean_reward"
 # SAMPLES_TRUNCATED (scored episodes with a model call cut at the length limit), and with
@@ -193,5 +202,7 @@ SUMMARY: tuple[tuple[str, str, Reduction], ...] = (
     ("groups_filtered", GROUPS_FILTERED, Reduction.SUM),
     ("rollout_s", ROLLOUT_S, Reduction.SUM),
     ("train_s", TRAIN_S, Reduction.SUM),
+    ("running_rollouts", ASYNC_RUNNING_ROLLOUTS, Reduction.MEAN),
+    ("in_flight_groups", ASYNC_IN_FLIGHT_GROUPS, Reduction.MEAN),
 )
 """``summary.json``'s key, the metric it reduces and how, for an RL run."""

@@ -51,7 +51,9 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
   waiting in the sample buffer when the step's update ended: its ``backlog().groups``),
   ``async/sampler_wait_s`` (how long rollouts waited for the trainer, since the previous line,
   because they were as far ahead as the bound allows) and ``async/trainer_wait_s`` (how long this
-  step waited for its batch). ``time/rollout_s`` is then the batch's rollout time and
+  step waited for its batch), ``async/running_rollouts`` and ``async/in_flight_groups`` (the
+  rollouts running and the groups dispatched but not yet trained, each a mean over the time
+  since the previous line). ``time/rollout_s`` is then the batch's rollout time and
   ``time/step_s`` the time since the previous step ended; ``time/sampler_busy_s`` is absent (batches
   overlap, so the sampler's busy time has no one batch to belong to).
 - ``system/rss_gb``: the process's peak resident memory so far, in GB (10^9 bytes; the
@@ -326,6 +328,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str
             out[key] = math.fsum(float(r.get(name, 0.0)) for r in rows)
         elif reduction is Reduction.LAST:
             out[key] = float(rows[-1][name]) if rows else None
+        elif reduction is Reduction.MEAN:
+            out[key] = mean([float(r[name]) for r in rows if name in r])
         else:
             values = [float(r[name]) for r in rows if name in r]
             out[key] = mean(

@@ -54,8 +54,9 @@ Both pipelines are one step (:meth:`TrainingLoop._step`) over the two halves: th
 (:mod:`rllm_core.training.producer_half`) rolls batches out into the sample buffer
 (``[sample_buffer]``, or one in memory) and the trainer
 (:mod:`rllm_core.training.trainer_half`) trains step ``N`` on batch ``N`` once it is queued
-and commits the buffer's watermark. Batch ``N`` starts once step ``N - 1 - lead`` is trained
-and saved, ``lead = max_policy_age // (mini_batches * epochs)``: ``[run].pipeline = "sync"``
+and commits the buffer's watermark. The groups of batch ``N`` start once step ``N - 1 - lead``
+is trained (and, without lead, saved), ``lead = max_policy_age // (mini_batches * epochs)``,
+at most ``(1 + lead) * batch_size`` groups in flight: ``[run].pipeline = "sync"``
 is a lead of 0 (each batch is rolled out by the policy that trains on it; the metrics line has
 no ``async/*`` keys and ``queue.jsonl`` is not written). With ``[run].pipeline = "async"`` the
 rollouts run ahead of the trainer (:mod:`rllm_core.training.pipeline`) and the trainer drops
@@ -262,6 +263,11 @@ class TrainingLoop:
             state = self._initial_state()
             runner, builder = await self.producer.open(rollouts)
             self.trainer.policy_sync = self.producer.policy_sync()
+            if self._asynchronous:
+                # Versions published are what the age bound counts: no need to wait for the
+                # step's records. Without lead the next batch waits for them, as sampling and
+                # an evaluation would otherwise share the sampler.
+                self.trainer.on_updated = self.producer.trained
             evaluator = RunEvaluator.for_run(self.parts, self.producer.rollouts, run_id=self.run_id)
             self.evaluator = self.trainer.evaluator = evaluator
         except BaseException:
@@ -371,6 +377,7 @@ class TrainingLoop:
             ticket,
             trainer_wait_s=time.monotonic() - waiting,
             sampler_wait_s=self.producer.take_waited,
+            dispatch=self.producer.take_dispatch,
             pipeline_metrics=self._asynchronous,
         )
 

@@ -13,11 +13,16 @@ resumed from batch ``r`` may see a few tasks again or skip them.
 
 The age bound: each step publishes ``mini_batches * epochs`` weight versions, so with
 ``max_policy_age = N`` the trainer can take samples up to ``lead = N // (mini_batches *
-epochs)`` steps old. Batch ``r`` starts only once step ``r - 1 - lead`` is trained
-(:class:`StepGate`): every call of it samples a version at least that new, so no sample
-outlives the bound unless the trainer publishes versions other than expected; the trainer
-still checks each group's age and drops stale ones. At most ``lead`` batches wait in the queue
-besides the one being trained; a producer ahead by that many waits (``async/sampler_wait_s``).
+epochs)`` steps old. Dispatch is continuous, group by group (:class:`DispatchGate`): a group
+of batch ``r`` starts whenever step ``r - 1 - lead`` is trained and fewer than ``(1 + lead) *
+batch_size`` groups are in flight (dispatched, and the step that trains them not yet trained),
+its rollouts as places under ``[rollout].max_concurrency`` free up; every step trained frees
+its batch's places at once, and the next groups start without waiting for a whole batch to
+finish. Every model call of a group of batch ``r`` therefore samples a version at least
+``r - 1 - lead`` steps new, so no sample outlives the bound unless the trainer publishes
+versions other than expected; the trainer still checks each group's age and drops stale ones.
+Groups are dispatched in step order, so that the data order is taken as a step at a time
+would take it. A producer as far ahead as the bound allows waits (``async/sampler_wait_s``).
 
 Versions: every sample of a group carries the group's version, the oldest policy behind any
 model call of any of its episodes, so a group is trained or dropped whole.
@@ -41,11 +46,12 @@ from rllm_core.algorithms.distill import TeacherScoring
 from rllm_core.ports import SampleBuffer
 from rllm_core.rollout import RolloutBatch, RolloutRunner, check_failures
 from rllm_core.rollout.dynamic import sample_informative
+from rllm_core.rollout.gauge import Gauge
 from rllm_core.run.metrics import episode_record, rollout_metrics
 from rllm_core.run.state import DataOrder
 from rllm_core.types import Sample, Task
 
-__all__ = ["RolloutProducer", "StepGate", "Ticket", "TicketQueue", "group_versions"]
+__all__ = ["DispatchGate", "RolloutProducer", "Ticket", "TicketQueue", "group_versions"]
 
 
 @dataclass
@@ -128,12 +134,24 @@ class TicketQueue:
         return None
 
 
-class StepGate:
-    """Lets batch ``r`` start once step ``r - 1 - lead`` is trained."""
+class DispatchGate:
+    """Admits rollout groups one at a time, in dispatch order (batch ``r``'s groups ``0 ..
+    groups_per_step - 1``, then batch ``r + 1``'s, from batch ``first`` on): group ``(r, j)``
+    starts once step ``r - 1 - lead`` is trained and fewer than ``capacity = (1 + lead) *
+    groups_per_step`` groups are in flight. A group is in flight from its admission until
+    :meth:`trained` passes its step; the batches after ``trained`` and before ``first``
+    (queued before a resume, or produced by an earlier sampler) count as in flight from the
+    start. ``in_flight`` is the count (and its mean over time)."""
 
-    def __init__(self, *, trained: int, lead: int) -> None:
+    def __init__(self, *, trained: int, lead: int, groups_per_step: int, first: int) -> None:
         self.lead = lead
+        self.groups_per_step = groups_per_step
+        self.capacity = (1 + lead) * groups_per_step
         self._trained = trained
+        self._next = (first, 0)
+        self._held = {step: groups_per_step for step in range(trained + 1, first)}
+        self.in_flight = Gauge()
+        self.in_flight.add(sum(self._held.values()))
         self._closed = False
         self._changed = asyncio.Event()
 
@@ -143,16 +161,37 @@ class StepGate:
         self._changed.set()
 
     def trained(self, step: int) -> None:
-        self._trained = step
+        """Step ``step`` is trained: its batch and those before it leave the flight."""
+        self._trained = max(self._trained, step)
+        for done in [s for s in self._held if s <= step]:
+            self.in_flight.add(-self._held.pop(done))
         self._changed.set()
 
-    async def wait_for(self, step: int) -> float:
-        """Wait until batch ``step`` may start; returns the seconds waited."""
-        began = time.monotonic()
-        while self._trained < step - 1 - self.lead and not self._closed:
+    def _admits(self, step: int) -> bool:
+        return self._trained >= step - 1 - self.lead and self.in_flight.value < self.capacity
+
+    async def acquire(self, step: int, index: int) -> float:
+        """Wait until group ``index`` of batch ``step`` may start and count it in flight;
+        returns the seconds it waited for the trainer once it was next in order."""
+        waited = 0.0
+        began: float | None = None
+        while not self._closed:
+            if self._next == (step, index):
+                if self._admits(step):
+                    break
+                if began is None:
+                    began = time.monotonic()
             self._changed.clear()
             await self._changed.wait()
-        return time.monotonic() - began
+        if began is not None:
+            waited = time.monotonic() - began
+        if not self._closed:
+            self._held[step] = self._held.get(step, 0) + 1
+            self.in_flight.add(1)
+            last = index + 1 == self.groups_per_step
+            self._next = (step + 1, 0) if last else (step, index + 1)
+            self._changed.set()
+        return waited
 
 
 def group_versions(samples: Sequence[Sample]) -> list[Sample]:
@@ -171,19 +210,20 @@ def group_versions(samples: Sequence[Sample]) -> list[Sample]:
 class RolloutProducer:
     """Rolls out batches ``next_step .. last_step`` into ``buffer``; see the module docstring.
 
-    A batch starts as soon as the gate lets it, even while the one before is still rolling
-    out (the runner's ``max_concurrency`` bounds their rollouts together); batches are
-    appended to the buffer and queued in step order. ``on_ticket`` is called with each ticket
-    once its samples are in the buffer, before the trainer can see it (the run records it
-    there); ``on_start`` with a batch's step and its number of rollouts when it starts.
-    ``run`` ends once ``last_step`` is queued; an error in a batch (too many failed rollouts, a
-    harness bug) is queued in its place and nothing after it, so that the trainer first
-    trains every batch before it. Cancelling ``run`` cancels every batch in flight.
-    ``sampler_busy`` reads the sampler's busy clock (:class:`~rllm_core.ports.BusyClock`)
-    for a pipeline whose batches never overlap (a lead of 0): each batch's line then has
-    ``time/sampler_busy_s`` and ``sampler_utilization``. ``scoring`` (on-policy
-    distillation) replaces each built batch's advantages with a teacher's per-token ones and
-    adds its ``distill/*`` metrics to the batch's line.
+    Each group starts as soon as the gate admits it, even while the batch before is still
+    rolling out (the runner's ``max_concurrency`` bounds every rollout together); batches are
+    appended to the buffer and queued in step order. With ``filter_groups`` the extra rounds
+    of a batch replace its groups with equal rewards and start without asking the gate.
+    ``on_ticket`` is called with each ticket once its samples are in the buffer, before the
+    trainer can see it (the run records it there); ``on_start`` with a batch's step and its
+    number of rollouts when it starts. ``run`` ends once ``last_step`` is queued; an error in
+    a batch (too many failed rollouts, a harness bug) is queued in its place and nothing
+    after it, so that the trainer first trains every batch before it. Cancelling ``run``
+    cancels every batch in flight. ``sampler_busy`` reads the sampler's busy clock
+    (:class:`~rllm_core.ports.BusyClock`) for a pipeline whose batches never overlap (a lead
+    of 0): each batch's line then has ``time/sampler_busy_s`` and ``sampler_utilization``.
+    ``scoring`` (on-policy distillation) replaces each built batch's advantages with a
+    teacher's per-token ones and adds its ``distill/*`` metrics to the batch's line.
     """
 
     def __init__(
@@ -198,7 +238,7 @@ class RolloutProducer:
         batch_size: int,
         max_failed_fraction: float,
         buffer: SampleBuffer,
-        gate: StepGate,
+        gate: DispatchGate,
         queue: TicketQueue,
         on_ticket: Callable[[Ticket], None],
         on_start: Callable[[int, int], None] = lambda step, rollouts: None,
@@ -252,7 +292,7 @@ class RolloutProducer:
         async with asyncio.TaskGroup() as batches:
             while self.next_step <= self.last_step and not self._failed:
                 step = self.next_step
-                waited = await self.gate.wait_for(step)
+                waited = await self.gate.acquire(step, 0)
                 # Added after the await: take_waited may have reset the sum meanwhile.
                 self.waited_s += waited
                 if self._failed:
@@ -314,9 +354,20 @@ class RolloutProducer:
                 batch, max_fraction=self.max_failed_fraction, context=f"step {step}", tasks=tasks
             )
 
+        async def admit(index: int) -> None:
+            if index:  # the first group was admitted before the batch took its tasks
+                self.waited_s += await self.gate.acquire(step, index)
+
+        first_round = functools.partial(self.runner.run, step=step, admit=admit)
+        rounds = [first_round]
+
+        async def run(tasks: list[Task]) -> RolloutBatch:
+            call = rounds.pop() if rounds else functools.partial(self.runner.run, step=step)
+            return await call(tasks)
+
         busy_before = self.sampler_busy()
         sampled = await sample_informative(
-            functools.partial(self.runner.run, step=step),
+            run,
             batch_tasks,
             lambda k: [self.tasks[i] for i in self.data.take(k)],
             batch_size=self.batch_size,

@@ -27,7 +27,7 @@ from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_set
 from rllm_core.run.parts import RunParts
 from rllm_core.run.state import DataOrder, LoopState
 from rllm_core.training.distill import teacher_scoring
-from rllm_core.training.pipeline import RolloutProducer, StepGate, Ticket, TicketQueue
+from rllm_core.training.pipeline import DispatchGate, RolloutProducer, Ticket, TicketQueue
 from rllm_core.types import Task
 
 __all__ = ["ProducerHalf"]
@@ -52,7 +52,7 @@ class ProducerHalf:
         self.run_id = run_id
         self.trainer_call = trainer_call
         self.queue = TicketQueue()
-        self.gate: StepGate | None = None
+        self.gate: DispatchGate | None = None
         self.producer: RolloutProducer | None = None
         self.task: asyncio.Task[None] | None = None
         self.rollouts: RolloutContext | None = None
@@ -110,22 +110,29 @@ class ProducerHalf:
     ) -> None:
         """Queue the batches ``kept`` from before a resume and start rolling out the next
         ones (after ``state.step``, gated by ``trained`` steps, ``state.step`` by default).
-        Batch ``r`` starts once step ``r - 1 - lead`` is trained, ``lead =
-        max_policy_age // (mini_batches * epochs)``: with ``max_policy_age = 0`` (the sync
-        pipeline) each batch is rolled out by the policy that then trains on it."""
+        A group of batch ``r`` starts once step ``r - 1 - lead`` is trained and fewer than
+        ``(1 + lead) * batch_size`` groups are in flight, ``lead = max_policy_age //
+        (mini_batches * epochs)`` (:class:`DispatchGate`): with ``max_policy_age = 0`` (the
+        sync pipeline) each batch is rolled out by the policy that then trains on it."""
         algorithm = self.plan.algorithm
         data = state.data
         for ticket in kept:
             self.queue.put(ticket)
             data = DataOrder.from_dict(ticket.data)
         lead = algorithm.max_policy_age // (algorithm.mini_batches * algorithm.epochs)
-        self.gate = StepGate(trained=state.step if trained is None else trained, lead=lead)
+        next_step = state.step + len(kept) + 1
+        self.gate = DispatchGate(
+            trained=state.step if trained is None else trained,
+            lead=lead,
+            groups_per_step=algorithm.batch_size,
+            first=next_step,
+        )
         self.producer = RolloutProducer(
             runner=runner,
             builder=builder,
             tasks=list(tasks),
             data=DataOrder.from_dict(data.to_dict()),
-            next_step=state.step + len(kept) + 1,
+            next_step=next_step,
             last_step=self.plan.run.steps,
             batch_size=algorithm.batch_size,
             max_failed_fraction=self.plan.rollout.max_failed_fraction,
@@ -149,6 +156,16 @@ class ProducerHalf:
     def take_waited(self) -> float:
         """Seconds the producer waited at the gate since the last call."""
         return self.producer.take_waited() if self.producer is not None else 0.0
+
+    def take_dispatch(self) -> dict[str, float]:
+        """``async/running_rollouts`` and ``async/in_flight_groups``: the rollouts running and
+        the groups in flight, each a mean over the time since the last call."""
+        if self.producer is None or self.gate is None:
+            return {}
+        return {
+            "async/running_rollouts": self.producer.runner.running.take_mean(),
+            "async/in_flight_groups": self.gate.in_flight.take_mean(),
+        }
 
     def cancel(self) -> None:
         if self.task is not None:

@@ -46,7 +46,9 @@ class TrainerHalf:
 
     ``interrupts`` says whether a stop interrupts an update midway (:class:`Interruptible`
     trainers); a trainer role's steps end whole. ``stopping`` is set by the loop on a stop
-    signal; ``policy_sync`` moves a ``[sampler]`` to each new version after an optimizer step.
+    signal; ``policy_sync`` moves a ``[sampler]`` to each new version after an optimizer step;
+    ``on_updated`` is told each step's number once its update has published its versions,
+    before the step is recorded (the async pipeline dispatches more groups then).
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class TrainerHalf:
         self.torn_step: int | None = None
         self.loss_route: LossRoute | None = None
         self.policy_sync: Callable[[], Awaitable[Any]] | None = None
+        self.on_updated: Callable[[int], None] = lambda step: None
         self.evaluator: RunEvaluator | None = None
         self.step_ended = time.monotonic()
         self._routed_trainer: Any = None
@@ -193,12 +196,14 @@ class TrainerHalf:
         *,
         trainer_wait_s: float,
         sampler_wait_s: Callable[[], float] = lambda: 0.0,
+        dispatch: Callable[[], dict[str, float]] = dict,
         pipeline_metrics: bool = True,
     ) -> bool:
         """Train step ``state.step + 1`` on its queued batch ``ticket``; False when a stop
         interrupted the update (the step is not recorded). ``sampler_wait_s`` takes the seconds the
-        producer waited since the last step; ``pipeline_metrics`` adds the ``async/*`` keys
-        (policy ages, stale groups, queue, waits), which a pipeline without lead leaves out."""
+        producer waited since the last step and ``dispatch`` its rollouts running and groups in
+        flight; ``pipeline_metrics`` adds the ``async/*`` keys (policy ages, stale groups, queue,
+        waits, dispatch), which a pipeline without lead leaves out."""
         step = state.step + 1
         algorithm = self.plan.algorithm
         version = self.c.trainer.weight_version
@@ -224,6 +229,7 @@ class TrainerHalf:
         except TrainingInterrupted:
             self.display.warn(f"step {step}: training interrupted; the step is not recorded")
             return False
+        self.on_updated(step)
         if watermark > self.buffer.committed():
             await asyncio.to_thread(self.buffer.commit, watermark)
         evaluated = await self.evaluator.evaluate(step) if self.evaluator is not None else {}
@@ -248,7 +254,7 @@ class TrainerHalf:
                 "async/queue_groups": float(self.buffer.backlog().groups),
                 "async/sampler_wait_s": sampler_wait_s(),
                 "async/trainer_wait_s": trainer_wait_s,
-            }
+            } | dispatch()
         self.step_ended = now
         self.record(line, ticket.episodes, datums)
         state.step = step

@@ -21,6 +21,10 @@ counts are summed over its mini-batches); ``<name>/skipped_step`` is summed over
 (the optimizer steps the backend skipped); ``*_min`` and ``*_max`` keep the extreme; ``step``
 and ``learning_rate`` the last call's; every other figure is the mean over calls weighted by
 their action tokens. ``optimizer_steps`` counts the calls, skipped or not.
+
+A slice's ``forward_backward`` and ``optim_step`` run as one call on the trainer's thread:
+a sampler that shares the weights (the torch backend's) then cannot start sequences between
+them and hold the optimizer step up.
 """
 
 from __future__ import annotations
@@ -120,12 +124,17 @@ async def update_policy(
     passes: list[tuple[int, Mapping[str, float], Mapping[str, float]]] = []
     for epoch in range(epochs):
         for chunk in slices:
-            fb = await call(functools.partial(trainer.forward_backward, chunk, objective))
-            opt = await call(trainer.optim_step)
+            fb, opt = await call(functools.partial(_one_pass, trainer, chunk, objective))
             passes.append((epoch, fb, opt))
             if after_step is not None:
                 await after_step()
     return merge_pass_metrics(passes) | reference_metrics
+
+
+def _one_pass(
+    trainer: Any, chunk: Sequence[Datum], objective: Objective
+) -> tuple[dict[str, float], dict[str, float]]:
+    return trainer.forward_backward(chunk, objective), trainer.optim_step()
 
 
 async def _with_reference(
