@@ -94,6 +94,15 @@ def print_summary_json(summary: Mapping[str, Any], folder: Path, summary_file: P
     ),
 )
 @click.option(
+    "--incarnation",
+    type=click.IntRange(min=1),
+    default=None,
+    help=(
+        "With --role trainer: run this one trainer incarnation as a job of a scheduler"
+        " ([scheduler].launcher), reading its command file from the [object_store]."
+    ),
+)
+@click.option(
     "--record-datums",
     is_flag=True,
     help="Also write datums.jsonl: every trained datum's tokens, masks and logprobs.",
@@ -111,6 +120,7 @@ def run(
     quiet: bool,
     plain: bool,
     role: str,
+    incarnation: int | None,
     record_datums: bool,
     as_json: bool,
 ) -> None:
@@ -128,6 +138,11 @@ def run(
         fail(
             f"--role sampler runs in one process, and torchrun started this one as rank"
             f" {group.rank} of {group.world_size}: start the sampler without torchrun",
+            EXIT_USAGE,
+        )
+    if incarnation is not None and role != "trainer":
+        fail(
+            f"--incarnation {incarnation} is one trainer incarnation: use it with --role trainer",
             EXIT_USAGE,
         )
     if group is not None and group.rank > 0:
@@ -148,6 +163,7 @@ def run(
             group,
             launch_args,
             as_json,
+            incarnation,
         )
 
 
@@ -162,6 +178,7 @@ def _run(
     group: Any,
     launch_args: list[str],
     as_json: bool = False,
+    incarnation: int | None = None,
 ) -> None:
     from rllm_core.cli.run_display import make_display
     from rllm_core.run.folder import RunFolder
@@ -232,6 +249,8 @@ def _run(
                     resume=resume is not None,
                     record_datums=record_datums,
                     warn=lambda message: err_console.print(f"warning: {message}", markup=False),
+                    incarnation=incarnation,
+                    overrides=overrides,
                 )
             finally:
                 display.close()

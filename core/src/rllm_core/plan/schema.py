@@ -442,6 +442,33 @@ class SchedulerSection(_Section):
     poll_s: float = Field(
         1.0, gt=0, description="How often the trainer looks at the shared state for new batches."
     )
+    launcher: Literal["in-process", "local-process"] = Field(
+        "in-process",
+        description=(
+            "`in-process`: each trainer incarnation runs in the `--role trainer` process;"
+            " `local-process`: that process only schedules, and starts each incarnation as a"
+            " process of its own (`rllm-core run --role trainer --incarnation N`)."
+        ),
+    )
+    ready_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "How long a launched trainer incarnation may take from its launch to its ready"
+            " marker before it is released and counted as failed (default 600; only with a"
+            " `launcher` other than `in-process`)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _ready_timeout_needs_a_launcher(self) -> SchedulerSection:
+        if self.ready_timeout_s is not None and self.launcher == "in-process":
+            raise ValueError(
+                f"ready_timeout_s = {self.ready_timeout_s} bounds the start of a launched"
+                ' trainer, and launcher = "in-process" launches none: set launcher ='
+                ' "local-process", or remove ready_timeout_s'
+            )
+        return self
 
 
 class GatewaySection(_Section):

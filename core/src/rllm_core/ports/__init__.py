@@ -22,6 +22,8 @@ from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
 from rllm_core.ports.scheduling import (
     NodeConverter,
     StopTrigger,
+    TrainerJob,
+    TrainerLauncher,
     TrainerLifecycle,
     TrainerReattach,
 )
@@ -77,6 +79,8 @@ __all__ = [
     "Sandbox",
     "SandboxBackend",
     "StopTrigger",
+    "TrainerJob",
+    "TrainerLauncher",
     "StreamingSampler",
     "SupervisedTrainer",
     "TaskSource",

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
-__all__ = ["NodeConverter", "StopTrigger", "TrainerLifecycle", "TrainerReattach"]
+__all__ = [
+    "NodeConverter",
+    "StopTrigger",
+    "TrainerJob",
+    "TrainerLauncher",
+    "TrainerLifecycle",
+    "TrainerReattach",
+]
 
 StopTrigger = Literal["scheduled", "preempt", "manual", "final"]
 """Why a trainer incarnation stops; its last cut records it.
@@ -127,3 +134,65 @@ class NodeConverter(Protocol):
     async def load_release(self, node: str) -> int: ...
 
     async def start_sampler(self, node: str) -> None: ...
+
+
+@runtime_checkable
+class TrainerJob(Protocol):
+    """One trainer incarnation running as a job of its own, as :class:`TrainerLauncher` started
+    it. The scheduler learns that the job is ready, and asks it to stop, through the object
+    store (:mod:`rllm_core.training.island`); the job handle only says whether the job still
+    runs and ends it.
+
+    Contract:
+
+    - ``job_id`` names the job where its launcher runs it (a process id, a sandbox id), for
+      the journal and the operator.
+    - ``wait(timeout_s)`` returns the job's exit status once it has ended, or None when it
+      still runs after ``timeout_s`` seconds (0: look once, without waiting; None: wait until
+      it ends). An exit status of 0 means the job ended as it was asked to.
+    - ``stop(grace_s)`` ends the job: a polite request first (SIGTERM for a process), then,
+      after ``grace_s`` seconds, a forced one. It returns once the job has ended, and does
+      nothing to a job that already has.
+    - ``release()`` frees everything the launcher holds for the job (its machine, container,
+      log handles); it stops a job that still runs without grace. Safe to call more than once.
+      The scheduler releases every job it launched: a stopped one, one that never became
+      ready, and an orphan (one whose heartbeat was lost).
+    """
+
+    job_id: str
+
+    async def wait(self, timeout_s: float | None = None) -> int | None: ...
+
+    async def stop(self, grace_s: float = 10.0) -> None: ...
+
+    async def release(self) -> None: ...
+
+
+@runtime_checkable
+class TrainerLauncher(Protocol):
+    """Starts trainer incarnations as jobs of their own: the trainer on its own island.
+
+    ``launch(incarnation, command_file_uri)`` starts one job that runs the trainer incarnation
+    described by the command file at ``command_file_uri`` and returns its :class:`TrainerJob`
+    as soon as the job is submitted (not once it is ready). ``command_file_uri`` is the key of
+    the command file in the run's object store; the command file (a JSON object written by the
+    scheduler before the launch, :class:`rllm_core.training.island.CommandFile`) says what to
+    run: the plan, the role (``trainer``), the incarnation and the cut it resumes from. The job
+    reads it, restores the cut, writes its ready marker into the object store and trains until
+    the scheduler writes it a stop request. ``launch`` raises when the job could not be
+    submitted; the scheduler counts that incarnation as failed.
+
+    The scheduler launches one incarnation at a time, in increasing order, and releases each
+    job it launched. A job that comes up after a newer incarnation was launched finds the newer
+    command file and exits without training (the incarnation fence of
+    :mod:`rllm_core.run.cuts` would refuse its cuts anyway).
+
+    Example::
+
+        job = await launcher.launch(2, "runs/demo/island/000002/command.json")
+        ...  # the ready marker appears in the object store
+        await job.wait()  # after the stop request
+        await job.release()
+    """
+
+    async def launch(self, incarnation: int, command_file_uri: str) -> TrainerJob: ...

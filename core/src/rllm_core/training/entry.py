@@ -55,11 +55,15 @@ def train(
     resume: bool = False,
     record_datums: bool = False,
     warn: Any = None,
+    incarnation: int | None = None,
+    overrides: tuple[str, ...] = (),
 ) -> RunResult:
     """Train ``resolved`` into ``folder`` as ``role`` (``both``: the one-process loop;
     ``sampler`` / ``trainer``: one side of a split run); ``world_size`` when torchrun started
     this process as rank 0 of several. ``warn`` shows what the run notices before it starts
-    (default: the display's warnings). Raises :class:`~rllm_core.run.start.RunRefused`."""
+    (default: the display's warnings). A trainer runs as ``incarnation`` launched by a
+    scheduler when given; ``overrides`` are the ``--set`` items a scheduling trainer passes on
+    to the incarnations it launches. Raises :class:`~rllm_core.run.start.RunRefused`."""
     warn = warn or display.warn
     run_log = RunLog(folder.log)
     try:
@@ -83,6 +87,7 @@ def train(
             display=display,
             resume=resume,
             record_datums=record_datums,
+            **({"incarnation": incarnation, "overrides": overrides} if role == "trainer" else {}),
         )
 
         async def drive() -> RunResult:

@@ -35,6 +35,7 @@ import functools
 import signal
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,13 @@ from rllm_core.run.observers import RunObservers
 from rllm_core.run.parts import RunParts
 from rllm_core.run.state import DataOrder, LoopState, capture_rngs, restore_rngs, seed_rngs
 from rllm_core.run.trainer_thread import TrainerThread
+from rllm_core.training.island import (
+    DEFAULT_READY_TIMEOUT_S,
+    CommandFile,
+    IslandIncarnation,
+    IslandTrainer,
+    LocalProcessLauncher,
+)
 from rllm_core.training.pipeline import Ticket
 from rllm_core.training.producer_half import ProducerHalf
 from rllm_core.training.scheduler import Controller, SchedulerSettings
@@ -255,10 +263,20 @@ class TrainerRole(_Role):
     """The trainer side of a split run, one incarnation at a time; see the module docstring.
 
     Implements the scheduler's trainer lifecycle (``start``, ``train_round``, ``stop``).
+    With ``incarnation``, it is that one incarnation as a job of its own
+    (:class:`~rllm_core.training.island.IslandIncarnation`); with ``[scheduler].launcher`` other
+    than ``in-process``, it only schedules, and launches each incarnation as such a job
+    (``overrides``: the ``--set`` items the jobs get).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self, *, incarnation: int | None = None, overrides: Sequence[str] = (), **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
+        self.island_incarnation = incarnation
+        self.overrides = list(overrides)
+        self._island: IslandTrainer | None = None
+        self._job: IslandIncarnation | None = None
         self.state: LoopState | None = None
         # A round ends whole: its release and progress follow it.
         self.trainer = TrainerHalf(
@@ -384,16 +402,50 @@ class TrainerRole(_Role):
         self.display.warn("stopping: the trainer cuts after the step in flight")
         signals = self.lifecycle.signals
         received = signals.received if signals is not None else None
+        trigger = "preempt" if received == signal.SIGTERM else "manual"
         if self._controller is not None:
-            self._controller.request_stop("preempt" if received == signal.SIGTERM else "manual")
+            self._controller.request_stop(trigger)
+        if self._job is not None:
+            self._job.request_stop(trigger)
 
     def _summarize(self, status: str, state: LoopState) -> dict[str, Any]:
-        return self.trainer.summarize(status, state) | {"role": "trainer"}
+        if self._island is not None:
+            return {"role": "trainer", "incarnation": self._island.incarnation}
+        summary = self.trainer.summarize(status, state) | {"role": "trainer"}
+        if self._job is not None:
+            summary |= {"incarnation": self._job.incarnation, "ended": self._job.ended}
+        return summary
+
+    def _lifecycle_of_run(self) -> Any:
+        """This process's trainer lifecycle: itself, or launched jobs (the class docstring)."""
+        section = self.plan.scheduler
+        if section.launcher == "in-process":
+            return self
+        launcher = LocalProcessLauncher(self.shared.store, logs=self.folder.path / "island")
+        self._island = IslandTrainer(
+            launcher=launcher,
+            shared=self.shared,
+            command=CommandFile(
+                incarnation=0,
+                run=self.shared.name,
+                plan_path=str(Path(self.resolved.path).resolve()),
+                plan=Path(self.resolved.path).read_text(encoding="utf-8"),
+                overrides=self.overrides,
+                cwd=str(Path.cwd()),
+            ),
+            steps=self.plan.run.steps,
+            ready_timeout_s=section.ready_timeout_s or DEFAULT_READY_TIMEOUT_S,
+            poll_s=section.poll_s,
+        )
+        return self._island
 
     async def run(self) -> RunResult:
+        if self.island_incarnation is not None:
+            return await self._run_job(self.island_incarnation)
         settings = SchedulerSettings.from_plan(self.plan)
+        lifecycle = self._lifecycle_of_run()
         self._controller = Controller(
-            lifecycle=self,
+            lifecycle=lifecycle,
             settings=settings,
             store=self.shared.store,
             prefix=self.shared.key("scheduler"),
@@ -401,6 +453,8 @@ class TrainerRole(_Role):
             data_ended=self._data_ended,
             on_decision=lambda decision: self.display.info(f"scheduler: {decision}"),
         )
+        if self._island is not None:
+            self._island.record = self._controller.record_event
         life = self.lifecycle
         life.begin(life.state)
         status, exit_code, failure = "finished", 0, None
@@ -416,6 +470,8 @@ class TrainerRole(_Role):
             life.crashed(exc)
             raise
         finally:
+            if self._island is not None:
+                await self._island.aclose()
             self.trainer.shutdown()
             await asyncio.to_thread(self.buffer.close)
             life.close()
@@ -423,6 +479,24 @@ class TrainerRole(_Role):
         if failure is not None:
             summary["reason"] = str(failure)
         return life.finish(status, exit_code, summary, failure)
+
+    async def _run_job(self, incarnation: int) -> RunResult:
+        """Run one incarnation as a job of its own, until the scheduler stops it."""
+        self._job = IslandIncarnation(self, incarnation)
+        life = self.lifecycle
+        life.begin(life.state)
+        try:
+            with life.stop_signals(self._on_stop):
+                await self._job.run()
+        except BaseException as exc:
+            life.crashed(exc)
+            raise
+        finally:
+            self.trainer.shutdown()
+            await asyncio.to_thread(self.buffer.close)
+            life.close()
+        status = "interrupted" if self._job.ended in ("manual", "preempt") else "finished"
+        return life.finish(status, 0, life.summary(status))
 
     def _backlog(self) -> int:
         """Groups waiting after the running incarnation's step or, with none running, after

@@ -66,6 +66,9 @@ Action = Literal["start", "stop", "finish", "wait"]
 
 _INDEX_DIGITS = 12
 
+LAUNCH_EVENTS = ("launched", "ready-timeout", "released")
+"""Journal records of a trainer launched as a job of its own (:mod:`rllm_core.training.island`)."""
+
 _PLAN_KEYS = {
     "batch_groups": "[algorithm].batch_size",
     "max_policy_age": "[algorithm].max_policy_age",
@@ -313,6 +316,8 @@ class SchedulerState:
             if kind != "stopped" and not self.trained:
                 self.failures += 1
                 self.failed.append(f"incarnation {incarnation}: {record.get('error', kind)}")
+        elif kind in LAUNCH_EVENTS:
+            pass  # what a launched incarnation's job did; started/failed/stopped carry the state
         else:
             raise ValueError(f"journal record {record['n']} has an unknown kind {kind!r}")
 
@@ -413,6 +418,13 @@ class Controller:
         self._stop_trigger: StopTrigger | None = None
         self._stop_requested = asyncio.Event()
         self._rounds = 0
+
+    async def record_event(self, record: dict[str, Any]) -> None:
+        """Journal a lifecycle event of the running incarnation's job (one of
+        ``LAUNCH_EVENTS``), as the lifecycle saw it."""
+        if record.get("kind") not in LAUNCH_EVENTS:
+            raise ValueError(f"{record.get('kind')!r} is not one of {LAUNCH_EVENTS}")
+        await self._record(record)
 
     def request_stop(self, trigger: StopTrigger) -> None:
         """Stop the trainer with a cut recording ``trigger`` at the next round boundary, and
