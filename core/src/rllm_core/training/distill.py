@@ -38,7 +38,7 @@ def teacher_scoring(parts: RunParts) -> TeacherScoring | None:
     if not isinstance(teacher, LogprobScorer):
         raise TypeError(
             f"{parts.resolved.path}: {where}: the teacher's trainer backend computes no"
-            " logprobs of given tokens (no compute_logprobs); use name = \"torch\""
+            ' logprobs of given tokens (no compute_logprobs); use name = "torch"'
         )
     issues = teacher_issues(parts.resolved)
     if issues:
