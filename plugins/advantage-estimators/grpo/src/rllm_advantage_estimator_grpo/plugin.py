@@ -90,9 +90,7 @@ class DistillConfig(_Config):
             " [sampling].temperature."
         ),
     )
-    coef: float = Field(
-        1.0, gt=0.0, description="Scale of the per-token teacher signal."
-    )
+    coef: float = Field(1.0, gt=0.0, description="Scale of the per-token teacher signal.")
     reward_coef: float = Field(
         0.0,
         ge=0.0,
