@@ -73,7 +73,7 @@ def test_the_spec_is_a_hosted_trainer_backend_running_every_native_kernel():
     assert spec.factory is factory and spec.config is Hosted
     assert spec.credentials == (CREDENTIAL,)
     assert dict(spec.traits) == {
-        "run_keys": ("seed", "logprob_temperature"),
+        "run_keys": ("seed", "logprob_temperature", "tokenizer"),
         "publishes_weights": True,
         "hosted_model": True,
         "native_losses": NATIVE_KERNELS,
