@@ -42,6 +42,7 @@ class DrippingSampler(ScriptedSampler):
         super().__init__(script, renderer=renderer)
         self.token_delay_s = token_delay_s
         self.closed_early = 0
+        self.last_token_at: list[float] = []
 
     async def sample_stream(self, request: SampleRequest):
         result = await self.sample(request)
@@ -49,6 +50,7 @@ class DrippingSampler(ScriptedSampler):
             for token, logprob in zip(result.completion_token_ids, result.logprobs, strict=True):
                 await asyncio.sleep(self.token_delay_s)
                 yield [token], [logprob]
+            self.last_token_at.append(time.perf_counter())
         except GeneratorExit:
             self.closed_early += 1
             raise
@@ -197,10 +199,14 @@ def test_streaming_forwards_tokens_while_they_are_sampled(serve, client, store, 
     ended = chunks[-1][0]
     content = [(at, c.choices[0].delta.content) for at, c in chunks if c.choices]
     first_text = next(at for at, piece in content if piece)
-    # 27 tokens at 30 ms: the first text arrives long before the completion is done.
-    assert first_text - started < 0.4 * (ended - started)
+    # 27 tokens at 30 ms: the first text reaches the client before the sampler has handed out
+    # its last token. How many deltas the tokens arrive in depends on how busy the machine is
+    # (a gateway that falls behind sends what has queued up as one delta), so only more than
+    # one is required.
+    [last_token] = sampler.last_token_at
+    assert first_text < last_token
     assert ended - started > 27 * 0.03
-    assert sum(1 for _, piece in content if piece) > 10
+    assert sum(1 for _, piece in content if piece) > 1
     streamed = "".join(piece or "" for _, piece in content)
 
     whole = client(gateway, "whole").chat.completions.create(model="policy", messages=USER)
@@ -459,18 +465,19 @@ def test_a_streamed_response_sends_the_event_sequence(serve, client, toy):
 
 def test_a_streamed_response_arrives_while_it_is_sampled(serve, client, store, toy):
     reply = "<think>\nWeather needs a tool.\n</think>\n\nLet me check the weather.\n" + CALL_TEXT
-    sampler = DrippingSampler([reply, reply], renderer=toy, token_delay_s=0.005)
+    sampler = DrippingSampler([reply, reply], renderer=toy, token_delay_s=0.02)
     gateway = serve(sampler)
     api = client(gateway, "stream")
-    started = time.perf_counter()
     with api.responses.stream(model="policy", input=USER, tools=[RESPONSES_TOOL]) as stream:
         arrivals = [(time.perf_counter(), event) for event in stream]
         final = stream.get_final_response()
-    ended = arrivals[-1][0]
     first_text = next(at for at, e in arrivals if e.type == "response.output_text.delta")
-    assert first_text - started < 0.8 * (ended - started)
+    # The text reaches the client while the tool call after it is still being sampled; the
+    # number of deltas depends on how busy the machine is, so only more than one is required.
+    [last_token] = sampler.last_token_at
+    assert first_text < last_token
     text_deltas = [e.delta for _, e in arrivals if e.type == "response.output_text.delta"]
-    assert len(text_deltas) > 3
+    assert len(text_deltas) > 1
     assert "".join(text_deltas) == "Let me check the weather."
 
     whole = client(gateway, "whole").responses.create(
