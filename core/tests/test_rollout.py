@@ -651,6 +651,42 @@ def test_only_the_task_source_prepares_the_sandbox():
         assert backend.commands == commands
 
 
+def test_a_backend_that_builds_dockerfiles_gets_the_build_and_the_source_the_same_task():
+    class Building(FakeBackend):
+        builds_dockerfiles = True
+
+    class Preparing(FakeSource):
+        def __init__(self) -> None:
+            super().__init__()
+            self.prepared: list[SandboxSpec | None] = []
+
+        async def prepare(self, task: Task, sandbox: Any) -> None:
+            self.prepared.append(task.environment)
+
+    dockerfile = "FROM alpine\nRUN touch /x\n"
+    environment = SandboxSpec(
+        image="alpine", dockerfile=dockerfile, replays_dockerfile=True, context_dir="/ctx"
+    )
+    task = Task(task_id="d", instruction="do it", data={"reward": 1.0}, environment=environment)
+    for backend, image in ((Building(), None), (FakeBackend(), "alpine")):
+        source = Preparing()
+        batch, _ = asyncio.run(
+            run_batch(
+                [task],
+                harness=FakeHarness(done),
+                source=source,
+                backend=backend,
+                rollout=settings(group_size=1),
+            )
+        )
+        assert batch.episodes_done == 1
+        (spec,) = backend.specs
+        (prepared,) = source.prepared
+        assert (spec.image, spec.dockerfile, spec.context_dir) == (image, dockerfile, "/ctx")
+        assert spec.replays_dockerfile is (image is not None)
+        assert prepared is not None and prepared.image == image
+
+
 def test_sandboxes_get_the_reproducible_environment_under_the_tasks_own(monkeypatch):
     monkeypatch.setenv("MKL_CBWR", "AUTO,STRICT")
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -535,10 +535,15 @@ class SandboxSpec(msgspec.Struct, kw_only=True, frozen=True):
     sources are read from (a backend that builds the image sends it; unset, the build has an
     empty context). ``gateway_url`` is, with ``network = "gateway"``, the URL of the gateway
     the sandbox may reach (the rollout sets it to the episode's session URL; only its scheme,
-    host and port choose what is reachable); unset, such a sandbox reaches nothing."""
+    host and port choose what is reachable); unset, such a sandbox reaches nothing.
+    ``replays_dockerfile`` says that ``image`` is only ``dockerfile``'s base image (its
+    ``FROM``) and that the task source replays the rest of it when it prepares the sandbox; a
+    backend that builds Dockerfiles gets the spec with ``image`` unset and this flag off
+    instead, and builds ``dockerfile`` (see :func:`~rllm_core.ports.sandboxes.task_for_backend`)."""
 
     image: str | None = None
     dockerfile: str | None = None
+    replays_dockerfile: bool = False
     context_dir: str | None = None
     workdir: str = "/workspace"
     cpu: float = 1.0

@@ -31,6 +31,7 @@ from rllm_core.cli.output import (
 from rllm_core.errors import ComponentError, RllmError, UnknownComponentError
 from rllm_core.plugins.manager import get_plugin_manager
 from rllm_core.ports.agents import CheckableTaskSource, DatasetCheck, TaskCheck
+from rllm_core.ports.sandboxes import task_for_backend
 from rllm_core.types import HarnessOutcome, Task, Termination
 
 HARBOR = "harbor"
@@ -199,6 +200,7 @@ async def _run_all(
 async def _run_task(source: CheckableTaskSource, backend: Any, task: Task, mode: str) -> _Run:
     run = _Run(task_id=task.task_id, mode=mode)
     started = time.monotonic()
+    task = task_for_backend(task, backend)
     try:
         async with await backend.create(task.environment) as sandbox:
             await source.prepare(task, sandbox)

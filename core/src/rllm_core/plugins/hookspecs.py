@@ -198,7 +198,10 @@ def rllm_sandbox_backends() -> Iterable[ComponentSpec]:
     its sandboxes run on another machine, which cannot reach a gateway on this machine's
     loopback: ``plan check`` refuses a loopback ``[gateway].host`` when the harness's programs
     call the gateway from inside the sandbox (its config key ``network`` is ``"gateway"`` or
-    ``"full"``).
+    ``"full"``). A backend that builds a spec's Dockerfile itself implements
+    :class:`~rllm_core.ports.BuildsDockerfiles`: the rollout then hands it a task's
+    Dockerfile and build context instead of the ``FROM`` image its task source would replay
+    the Dockerfile on.
 
     Example::
 

@@ -18,7 +18,7 @@ from rllm_core.ports.losses import (
     TokenAdvantages,
 )
 from rllm_core.ports.rendering import Renderer, StreamsToolCalls, ToolCallStream
-from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
+from rllm_core.ports.sandboxes import BuildsDockerfiles, EndsProcesses, Sandbox, SandboxBackend
 from rllm_core.ports.scheduling import (
     NodeConverter,
     StopTrigger,
@@ -51,6 +51,7 @@ __all__ = [
     "AdvantageEstimator",
     "AdvantageResult",
     "Aggregate",
+    "BuildsDockerfiles",
     "BusyClock",
     "EndsProcesses",
     "Harness",

@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from rllm_core.types import ExecResult, FileInfo, SandboxSpec
+import msgspec
 
-__all__ = ["EndsProcesses", "Sandbox", "SandboxBackend"]
+from rllm_core.types import ExecResult, FileInfo, SandboxSpec, Task
+
+__all__ = ["BuildsDockerfiles", "EndsProcesses", "Sandbox", "SandboxBackend", "task_for_backend"]
 
 
 @runtime_checkable
@@ -92,6 +94,41 @@ class SandboxBackend(Protocol):
     async def create(self, spec: SandboxSpec) -> Sandbox: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class BuildsDockerfiles(Protocol):
+    """A sandbox backend that builds a spec's ``dockerfile`` itself, with ``context_dir`` as
+    the build context, when the spec names no ``image``; its ``builds_dockerfiles`` is True.
+
+    A task source may describe a Dockerfile environment twice over: ``image`` its ``FROM``
+    line and ``replays_dockerfile`` on, so that any backend boots the base image and the
+    source's ``prepare`` replays the ``RUN``/``COPY`` steps; and ``dockerfile`` with
+    ``context_dir``, the real build. The rollout (and ``rllm-core tasks check``) hands a
+    backend that builds Dockerfiles the second (:func:`task_for_backend`): the task's
+    environment with ``image`` unset and ``replays_dockerfile`` off, to ``create``,
+    ``prepare``, the harness and ``grade`` alike, so the source replays nothing. Every other
+    backend gets the task as the source wrote it.
+    """
+
+    builds_dockerfiles: bool
+
+
+def task_for_backend(task: Task, backend: object) -> Task:
+    """``task`` as ``backend`` should run it: when the backend builds Dockerfiles
+    (:class:`BuildsDockerfiles`) and the task's environment replays its ``dockerfile`` on the
+    base image, the environment without that image and with replay off, so that the backend
+    builds the Dockerfile; otherwise ``task`` itself."""
+    spec = task.environment
+    if (
+        spec is None
+        or not spec.replays_dockerfile
+        or spec.dockerfile is None
+        or getattr(backend, "builds_dockerfiles", False) is not True
+    ):
+        return task
+    built = msgspec.structs.replace(spec, image=None, replays_dockerfile=False)
+    return msgspec.structs.replace(task, environment=built)
 
 
 @runtime_checkable

@@ -17,7 +17,7 @@ from rllm_core.algorithms import (
 )
 from rllm_core.numerics import inherited_environment
 from rllm_core.ports.agents import Harness, TaskSource
-from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend
+from rllm_core.ports.sandboxes import EndsProcesses, Sandbox, SandboxBackend, task_for_backend
 from rllm_core.ports.storage import TraceStore
 from rllm_core.rollout.classify import (
     InfraError,
@@ -97,6 +97,7 @@ class AttemptRunner:
         self, task: Task, *, step: int, index: int, attempt: int, session_id: str
     ) -> Episode:
         began = time.monotonic()
+        task = task_for_backend(task, self.sandbox_backend)
         self.gateway.configure_session(session_id, enforced=self.settings.enforced)
         sandbox: Sandbox | None = None
         outcome: HarnessOutcome | None = None

@@ -41,7 +41,9 @@ class RolloutRunner:
     One rollout attempt: a gateway session ``{run_id}-s{step}-{task_id}-{index}-a{attempt}``
     (made safe, see :class:`~rllm_core.rollout.sessions.SessionKey`) configured with
     ``settings.enforced``; a sandbox from ``sandbox_backend.create(task.environment)`` when the
-    task has an environment (else ``None``); preparation (the source's ``prepare(task,
+    task has an environment (else ``None``), the task being what
+    :func:`~rllm_core.ports.sandboxes.task_for_backend` makes of it for a backend that builds
+    Dockerfiles; preparation (the source's ``prepare(task,
     sandbox)`` coroutine when it has one, else ``prepare_sandbox`` for Harbor tasks); the
     harness against ``gateway.endpoint(session)`` within ``task.agent_timeout_s +
     deadline_margin_s`` (past it the harness is cancelled and the episode ends ``timeout``);

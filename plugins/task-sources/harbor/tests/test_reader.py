@@ -74,6 +74,7 @@ def test_every_field_is_read(tmp_path):
     assert task.environment == SandboxSpec(
         image="python:3.12-slim",
         dockerfile=FULL_DOCKERFILE,
+        replays_dockerfile=True,
         context_dir=str(task_dir.resolve() / "environment"),
         workdir="/srv",
         cpu=2.0,
@@ -131,6 +132,7 @@ def test_defaults_for_a_minimal_task(tmp_path):
     assert task.environment == SandboxSpec(
         image="alpine:3",
         dockerfile="FROM alpine:3\n",
+        replays_dockerfile=True,
         context_dir=str(task_dir.resolve() / "environment"),
         workdir="/workspace",
         lifetime_s=1200.0,
@@ -168,6 +170,7 @@ def test_docker_image_with_dockerfile_keeps_its_workdir_but_not_its_steps(tmp_pa
     toml = '[environment]\ndocker_image = "acme/prebuilt"\n'
     task = load_task(write_task(tmp_path, toml=toml, dockerfile=FULL_DOCKERFILE, extra=CONTEXT))
     assert task.environment.image == "acme/prebuilt"
+    assert task.environment.replays_dockerfile is False
     assert task.environment.workdir == "/srv"
     assert task.environment.env == {}
     assert runs(task) == []
@@ -181,6 +184,8 @@ def test_replay_toggle_overrides_the_default(tmp_path):
     assert runs(off) == []
     assert off.data["replay_dockerfile"] is False
     assert off.environment.image == "debian:bookworm-slim"
+    # Only a FROM image with the rest replayed may be traded for the real build.
+    assert (on.environment.replays_dockerfile, off.environment.replays_dockerfile) == (False, False)
 
 
 def test_forced_replay_without_a_dockerfile_is_a_problem(tmp_path):

@@ -350,6 +350,9 @@ class DaytonaBackend:
     Creation is limited to ``max_concurrent_creates`` in flight, started at least
     ``create_interval_s`` apart, and retried with jittered exponential backoff on transient
     errors. ``clock`` and ``sleep`` drive the pacing and the retry waits; tests replace them.
+    With ``build_dockerfiles`` on the backend builds Dockerfiles
+    (:class:`~rllm_core.ports.BuildsDockerfiles`): the rollout hands it a task's Dockerfile
+    and build context rather than the FROM image the task source would replay it on.
     """
 
     def __init__(
@@ -369,6 +372,10 @@ class DaytonaBackend:
         self._sdk_loop: asyncio.AbstractEventLoop | None = None
         self._sandboxes: list[DaytonaSandbox] = []
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+
+    @property
+    def builds_dockerfiles(self) -> bool:
+        return self.config.build_dockerfiles
 
     # ---------------------------------------------------------------- SDK plumbing
 

@@ -42,6 +42,12 @@ class DaytonaSandboxConfig(RetrySettings):
         description="snapshot for specs that name neither an image nor a Dockerfile; unset uses"
         " Daytona's default snapshot",
     )
+    build_dockerfiles: bool = Field(
+        default=True,
+        description="build a task's Dockerfile in Daytona when its task source can replay it"
+        " on the FROM image instead (Harbor tasks); false boots the FROM image (or the"
+        " snapshot mapped to it) and the task source replays the RUN and COPY steps",
+    )
     snapshots: dict[str, str] = Field(
         default_factory=dict,
         description="image -> prebuilt snapshot name; a mapped image starts from the snapshot"

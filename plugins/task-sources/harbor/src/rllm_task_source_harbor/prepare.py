@@ -35,6 +35,10 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
     task, the step and the tail of its output. Last, the task's healthcheck runs (see
     :func:`~rllm_task_source_harbor.healthcheck.run_healthcheck`); one that keeps failing
     raises ``TaskSetupError`` too.
+
+    A task whose environment names no image was built from its Dockerfile by a backend that
+    builds Dockerfiles (see :func:`~rllm_core.ports.sandboxes.task_for_backend`): its steps
+    are in the image already and none is replayed.
     """
     spec = task.environment
     if spec is not None and spec.workdir:
@@ -46,7 +50,8 @@ async def prepare_sandbox(task: Task, sandbox: Sandbox) -> None:
                 f"task {task.task_id}: could not create workdir {spec.workdir}"
                 f" (exit {result.exit_code}): {output_tail(result.stdout, result.stderr)}"
             )
-    steps: list[dict[str, Any]] = list(task.data.get("setup_steps") or [])
+    built = spec is not None and spec.image is None and spec.dockerfile is not None
+    steps: list[dict[str, Any]] = [] if built else list(task.data.get("setup_steps") or [])
     budget = float(task.data.get("build_timeout_s") or DEFAULT_BUILD_TIMEOUT_S)
     deadline = time.monotonic() + budget
     for index, step in enumerate(steps, start=1):

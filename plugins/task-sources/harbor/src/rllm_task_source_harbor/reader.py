@@ -179,6 +179,7 @@ def check_task(
         context_dir=str(task_dir / "environment") if dockerfile_text is not None else None,
         image=docker_image or (parsed.base_image if parsed else None),
         dockerfile=dockerfile_text,
+        replays_dockerfile=replayed is not None and docker_image is None,
         workdir=environment.workdir
         or (parsed.workdir if parsed and parsed.workdir else defaults.workdir),
         cpu=environment.cpus if environment.cpus is not None else defaults.cpu,
