@@ -180,6 +180,11 @@ class IslandTrainer:
     def store(self) -> ObjectStore:
         return self.shared.store
 
+    @property
+    def step(self) -> int:
+        """The last step the running job has reported trained (its ready step at first)."""
+        return self._seen
+
     def key(self, name: str, incarnation: int | None = None) -> str:
         return island_key(self.shared, incarnation or self.incarnation, name)
 

@@ -499,9 +499,12 @@ class TrainerRole(_Role):
         return life.finish(status, 0, life.summary(status))
 
     def _backlog(self) -> int:
-        """Groups waiting after the running incarnation's step or, with none running, after
-        the newest cut (what a failed one trained past it is trained again)."""
-        if self.state is not None and self._running:
+        """Groups waiting after the running incarnation's step (a launched one's: the last its
+        heartbeat reported) or, with none running, after the newest cut (what a failed one
+        trained past it is trained again)."""
+        if self._island is not None and self._island.job is not None:
+            step = self._island.step
+        elif self.state is not None and self._running:
             step = self.state.step
         else:
             try:
