@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import os
 import random
@@ -147,6 +148,7 @@ def make_loop(
     resume: bool = False,
     steps: int = STEPS,
     concurrency: int = 64,
+    min_round_s: float = 0.0,
 ) -> TrainingLoop:
     plan = parse_plan(
         {
@@ -154,6 +156,7 @@ def make_loop(
             "algorithm": {"batch_size": BATCH, "group_size": GROUP, "max_policy_age": age},
             "sampling": {"max_tokens": 4},
             "rollout": {"max_infra_retries": 0, "max_concurrency": concurrency},
+            "scheduler": {"min_round_s": min_round_s},
         },
         path=PLAN_PATH,
     )
@@ -422,6 +425,18 @@ def test_batches_roll_out_side_by_side_within_one_concurrency_limit(tmp_path):
     check_ages(trainer, 2, folder.path.name)
     waited = sum(line["async/sampler_wait_s"] for line in metrics(folder))
     assert 0.0 < waited <= result.summary["wall_s"], "each wait is counted once"
+
+
+def test_min_round_s_spaces_the_starts_of_the_batches(tmp_path):
+    trainer = SlowTrainer(4, latency_s=0.0)
+    folder = RunFolder.create(tmp_path / "runs", "r")
+    loop = make_loop(folder, trainer, MemorySampleBuffer(), age=2, steps=3, min_round_s=0.25)
+    started: list[float] = []
+    loop.parts.display.step_started = lambda step, rollouts: started.append(time.monotonic())
+    result = asyncio.run(loop.run())
+    assert (result.status, result.step) == ("finished", 3)
+    assert len(started) == 3
+    assert all(b - a >= 0.25 for a, b in itertools.pairwise(started)), started
 
 
 class FailingBuffer(MemorySampleBuffer):

@@ -17,6 +17,7 @@ from rllm_core.errors import SchedulerGaveUp
 from rllm_core.plan.load import parse_plan
 from rllm_core.ports import TrainerLifecycle, TrainerReattach
 from rllm_core.storage.memory_objects import MemoryObjectStore
+from rllm_core.training.pipeline import RoundThrottle
 from rllm_core.training.scheduler import (
     Controller,
     JournalConflictError,
@@ -290,6 +291,87 @@ def test_idle_stop_s_overrides_the_measured_time() -> None:
     idle = kinds(journal(store), "idle")[0]["ts"]
     (_, stopped), *_ = trainer.named("stop")
     assert idle + 100.0 <= stopped <= idle + 101.0
+
+
+def sampler_arrivals(rounds: int, batch: int, rollout_s: float, min_round_s: float) -> list[float]:
+    """When a sampler's batches land in the buffer: each rolls out for ``rollout_s`` and starts
+    as soon as its :class:`RoundThrottle` lets it (the trainer keeps up, so the age bound holds
+    none back)."""
+    now = EPOCH
+
+    async def sleep(seconds: float) -> None:
+        nonlocal now
+        now += seconds
+
+    throttle = RoundThrottle(min_round_s, clock=lambda: now, sleep=sleep)
+
+    async def produce() -> list[float]:
+        arrivals: list[float] = []
+        for _ in range(rounds):
+            await throttle.wait()
+            throttle.started()
+            arrivals += [now + rollout_s] * batch
+        return arrivals
+
+    return asyncio.run(produce())
+
+
+def test_min_round_s_spaces_the_batches_so_s1_stops_the_trainer_between_them() -> None:
+    # A short run whose sampler outpaces the trainer: without the throttle every batch waits
+    # at once and the trainer never idles; with min_round_s above start-up + round + T_s
+    # (30 + 5 + 30 s) it idles after each batch and S1 stops it before the next.
+    config = SchedulerSettings(batch_groups=4, poll_s=1.0)
+    outcomes = {}
+    for min_round_s in (0.0, 120.0):
+        world = World(arrivals=sampler_arrivals(4, 4, 2.0, min_round_s), batch=4)
+        trainer = FakeTrainer(world, startup_s=30.0, round_s=5.0)
+        asyncio.run(controller(MemoryObjectStore(), world, trainer, config).run())
+        assert world.trained == 16
+        outcomes[min_round_s] = (world.arrivals[::4], trainer)
+    arrivals, trainer = outcomes[0.0]
+    assert arrivals == [EPOCH + 2.0] * 4
+    assert [t for t, _ in trainer.named("stop")] == ["final"]
+    arrivals, trainer = outcomes[120.0]
+    assert arrivals == [EPOCH + 2.0 + 120.0 * k for k in range(4)]
+    assert [t for t, _ in trainer.named("stop")] == ["scheduled"] * 3 + ["final"]
+    assert [t for t, _ in trainer.named("start")] == [1, 2, 3, 4]
+
+
+def test_a_round_throttle_waits_only_for_what_is_left_of_min_round_s() -> None:
+    now = 0.0
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        nonlocal now
+        slept.append(seconds)
+        now += seconds
+
+    throttle = RoundThrottle(10.0, clock=lambda: now, sleep=sleep)
+
+    async def rounds() -> None:
+        nonlocal now
+        await throttle.wait()  # the first round starts at once
+        throttle.started()
+        now += 4.0
+        await throttle.wait()  # 6 s left of the first round's 10
+        throttle.started()
+        now += 15.0
+        await throttle.wait()  # the second took longer than 10 s: no wait
+        throttle.started()
+
+    asyncio.run(rounds())
+    assert slept == [6.0]
+    assert throttle.waited_s == 6.0
+
+
+def test_min_round_s_is_a_plan_key_and_negative_values_are_refused() -> None:
+    from pydantic import ValidationError
+    from rllm_core.plan.schema import SchedulerSection
+
+    assert SchedulerSection().min_round_s == 0
+    assert SchedulerSection(min_round_s=30).min_round_s == 30
+    with pytest.raises(ValidationError, match="min_round_s"):
+        SchedulerSection(min_round_s=-1)
 
 
 def test_data_end_finishes_with_a_final_cut() -> None:

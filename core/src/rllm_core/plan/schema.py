@@ -442,6 +442,16 @@ class SchedulerSection(_Section):
     poll_s: float = Field(
         1.0, gt=0, description="How often the trainer looks at the shared state for new batches."
     )
+    min_round_s: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "The sampler waits so that its rounds (one batch each) start at least this many"
+            " seconds apart (0: no wait). In a short run whose sampler outpaces the trainer,"
+            " the trainer then idles between batches, and S1 stops it once it idles"
+            " `idle_stop_s`; negative values are refused."
+        ),
+    )
     launcher: Literal["in-process", "local-process"] = Field(
         "in-process",
         description=(

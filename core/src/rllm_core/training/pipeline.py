@@ -51,7 +51,14 @@ from rllm_core.run.metrics import episode_record, rollout_metrics
 from rllm_core.run.state import DataOrder
 from rllm_core.types import Sample, Task
 
-__all__ = ["DispatchGate", "RolloutProducer", "Ticket", "TicketQueue", "group_versions"]
+__all__ = [
+    "DispatchGate",
+    "RolloutProducer",
+    "RoundThrottle",
+    "Ticket",
+    "TicketQueue",
+    "group_versions",
+]
 
 
 @dataclass
@@ -207,6 +214,39 @@ def group_versions(samples: Sequence[Sample]) -> list[Sample]:
     ]
 
 
+class RoundThrottle:
+    """Spaces the starts of the sampler's rounds (one batch each) at least ``min_round_s``
+    apart (``[scheduler].min_round_s``): :meth:`wait` returns once that long has passed since
+    the last :meth:`started`. A sampler that outpaces the trainer then leaves it idle between
+    batches: a trainer started for one batch is stopped by rule S1 before the next when
+    ``min_round_s`` exceeds its start-up, its round and ``idle_stop_s`` together."""
+
+    def __init__(
+        self,
+        min_round_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.min_round_s = min_round_s
+        self.clock = clock
+        self.sleep = sleep
+        self._last: float | None = None
+        self.waited_s = 0.0
+        """Seconds spent in :meth:`wait` so far."""
+
+    async def wait(self) -> None:
+        if self._last is None:
+            return
+        left = self._last + self.min_round_s - self.clock()
+        if left > 0:
+            self.waited_s += left
+            await self.sleep(left)
+
+    def started(self) -> None:
+        self._last = self.clock()
+
+
 class RolloutProducer:
     """Rolls out batches ``next_step .. last_step`` into ``buffer``; see the module docstring.
 
@@ -224,6 +264,7 @@ class RolloutProducer:
     of 0): each batch's line then has ``time/sampler_busy_s`` and ``sampler_utilization``.
     ``scoring`` (on-policy distillation) replaces each built batch's advantages with a
     teacher's per-token ones and adds its ``distill/*`` metrics to the batch's line.
+    ``throttle`` spaces the starts of batches (:class:`RoundThrottle`).
     """
 
     def __init__(
@@ -246,6 +287,7 @@ class RolloutProducer:
         max_sample_batches: int = 1,
         sampler_busy: Callable[[], float | None] = lambda: None,
         scoring: TeacherScoring | None = None,
+        throttle: RoundThrottle | None = None,
     ) -> None:
         self.runner = runner
         self.builder = builder
@@ -264,6 +306,7 @@ class RolloutProducer:
         self.max_sample_batches = max_sample_batches
         self.sampler_busy = sampler_busy
         self.scoring = scoring
+        self.throttle = throttle
         self.waited_s = 0.0
         """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
         self._failed = False
@@ -292,7 +335,11 @@ class RolloutProducer:
         async with asyncio.TaskGroup() as batches:
             while self.next_step <= self.last_step and not self._failed:
                 step = self.next_step
+                if self.throttle is not None:
+                    await self.throttle.wait()
                 waited = await self.gate.acquire(step, 0)
+                if self.throttle is not None:
+                    self.throttle.started()
                 # Added after the await: take_waited may have reset the sum meanwhile.
                 self.waited_s += waited
                 if self._failed:

@@ -27,7 +27,13 @@ from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_set
 from rllm_core.run.parts import RunParts
 from rllm_core.run.state import DataOrder, LoopState
 from rllm_core.training.distill import teacher_scoring
-from rllm_core.training.pipeline import DispatchGate, RolloutProducer, Ticket, TicketQueue
+from rllm_core.training.pipeline import (
+    DispatchGate,
+    RolloutProducer,
+    RoundThrottle,
+    Ticket,
+    TicketQueue,
+)
 from rllm_core.types import Task
 
 __all__ = ["ProducerHalf"]
@@ -145,6 +151,11 @@ class ProducerHalf:
             max_sample_batches=algorithm.max_sample_batches,
             sampler_busy=self.sampler_busy if lead == 0 else lambda: None,
             scoring=self.scoring,
+            throttle=(
+                RoundThrottle(self.plan.scheduler.min_round_s)
+                if self.plan.scheduler.min_round_s > 0
+                else None
+            ),
         )
         self.task = asyncio.ensure_future(self.producer.run())
 
