@@ -10,7 +10,7 @@ and torch's default thread count for this machine; ``[run].deterministic`` is th
 default (true). The runs start without ``MKL_CBWR`` in their environment, so the run itself
 must set MKL's reproducible mode; ``numerics.json`` shows the mode MKL reports.
 
-The resume comparison is also a soak (marker ``slow``): ``RLLM_SOAK_REPEATS`` times, 2 unless
+The resume comparison is also a soak (marker ``slow``): ``RLLM_SOAK_REPEATS`` times, once unless
 set (``RLLM_SOAK_REPEATS=20 make test PYTEST_ARGS="-m slow"`` for the full soak).
 """
 
@@ -34,7 +34,7 @@ TASKS = [
     {"id": f"easy-{a}", "question": f"What is {a} + 0?", "answer": str(a)} for a in (2, 5, 3, 7)
 ]
 STEPS = 3
-SOAK_REPEATS = int(os.environ.get("RLLM_SOAK_REPEATS", "2"))
+SOAK_REPEATS = int(os.environ.get("RLLM_SOAK_REPEATS", "1"))
 UNTIMED = (
     "time/",
     "tokens/sampled_per_s",

@@ -62,7 +62,7 @@ def test_plan_check_accepts_the_shell_agent_plan():
     assert resolved["plan"]["gateway"]["token_mode"] == "cumulative"
 
 
-def test_two_steps_train_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp_path):
+def test_a_step_trains_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp_path):
     require_bubblewrap()
     result = run_cli(
         "run",
@@ -70,7 +70,7 @@ def test_two_steps_train_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp
         "--plain",
         "--record-datums",
         *overrides(
-            "run.steps=2",
+            "run.steps=1",
             "run.save_every=0",
             "algorithm.batch_size=2",
             "algorithm.group_size=2",
@@ -88,7 +88,7 @@ def test_two_steps_train_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp
     run_dir = run_folder(result, tmp_path, "shell-agent")
 
     metrics = read_jsonl(run_dir / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [1, 2]
+    assert [m["step"] for m in metrics] == [1]
     for line in metrics:
         assert line["episodes"] == 4.0 and line["infra_failures"] == 0.0
         assert line["trained"] == 1.0
@@ -97,7 +97,7 @@ def test_two_steps_train_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp
     assert max(m["steps_per_datum"] for m in metrics) > 1
 
     episodes = read_jsonl(run_dir / "episodes.jsonl")
-    assert len(episodes) == 8
+    assert len(episodes) == 4
     for episode in episodes:
         termination = Termination(episode["termination"])
         assert not termination.is_infrastructure, episode
