@@ -160,6 +160,7 @@ class _Resolver:
         self.refuse_sampler()
         self.refuse_native_loss()
         self.refuse_unreachable_gateway()
+        self.refuse_gateway_workers()
         self.refuse_shaping()
         self.refuse_regularizers()
         self.refuse_aggregation()
@@ -197,12 +198,19 @@ class _Resolver:
         self.issues.extend(aggregation_issues(self.plan, self.components, self.path))
         self.notes.extend(aggregation_notes(self.plan, self.components, self.path))
 
+    def refuse_gateway_workers(self) -> None:
+        """``[gateway].workers`` above 1, which a run cannot honour yet
+        (:mod:`rllm_core.plan.gateway_check`)."""
+        from rllm_core.plan.gateway_check import gateway_issues
+
+        self.issues.extend(gateway_issues(self.plan, self.components, self.path))
+
     def refuse_shaping(self) -> None:
         """Overlong settings the reward shaping cannot honour
         (:mod:`rllm_core.plan.shaping_check`)."""
         from rllm_core.plan.shaping_check import shaping_issues
 
-        self.issues.extend(shaping_issues(self.plan, self.path))
+        self.issues.extend(shaping_issues(self.plan, self.path, self.components))
 
     def refuse_sft_keys(self) -> None:
         """An ``[sft]`` plan (``rllm-core sft``) trains on examples: the sections of RL runs

@@ -505,6 +505,19 @@ class GatewaySection(_Section):
             " does; the agent sees an OpenAI `BadRequestError` (unset: no limit)."
         ),
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Gateway processes for the run's rollouts, behind a front that shards sessions by"
+            " id (as `gateway serve --workers N`). A run serves its rollouts from one gateway"
+            " process for now: `plan check` refuses more than 1, naming why for the plan's"
+            " sampler (an in-process sampler cannot be shared between processes; a vLLM"
+            " `[sampler]` could be, but a run does not start the worker processes yet). To"
+            " shard a gateway over vLLM servers outside a run, use"
+            " `rllm-core gateway serve --workers N`."
+        ),
+    )
 
 
 class SftSection(_Section):
