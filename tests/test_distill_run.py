@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from reference.cli_process import overrides, run_cli, run_folder
 from reference.quickstart import PLAN, write_tasks
+from rllm_core.errors import PlanError
+from rllm_core.run.components import prepare_plan
 
 GRPO = 'advantage = { name = "grpo", normalize_std = true }'
 
@@ -156,3 +158,28 @@ def test_plan_check_refuses_training_keys_in_the_teacher(tmp_path):
     (error,) = json.loads(done.stdout)["errors"]
     assert error["key"] == "advantage.teacher.learning_rate"
     assert "never trains or samples" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "shaping",
+    [
+        ("length_penalty = 0.1", "[algorithm] length_penalty = 0.1"),
+        (
+            'overlong = { mode = "soft", buffer_tokens = 4 }',
+            "[algorithm.overlong] mode = 'soft'",
+        ),
+    ],
+)
+def test_plan_check_refuses_reward_shaping_the_teacher_alone_ignores(tmp_path, shaping):
+    line, named = shaping
+    plan = distill_plan(tmp_path, '{ name = "torch" }')
+    text = plan.read_text().replace("[algorithm]\n", f"[algorithm]\n{line}\n", 1)
+    plan.write_text(text)
+    with pytest.raises(PlanError) as refused:
+        prepare_plan(plan, (), run_dir=tmp_path / "run", require_models=False)
+    message = str(refused.value)
+    assert named in message and "'distill' as configured reads no reward" in message
+    assert "reward_coef > 0" in message
+
+    plan.write_text(text.replace('name = "distill",', 'name = "distill", reward_coef = 0.5,'))
+    prepare_plan(plan, (), run_dir=tmp_path / "run", require_models=False)

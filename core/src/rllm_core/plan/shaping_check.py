@@ -1,9 +1,15 @@
 """What ``plan check`` refuses of the reward shaping (:mod:`rllm_core.algorithms.shaping`):
 a soft overlong buffer as long as ``[sampling].max_tokens`` or longer (the penalty would start
 before the first token), a soft punishment whose ``penalty_factor`` is 0 (it would change
-nothing) and a ``penalty_factor`` written for another mode than ``soft`` (nothing reads it)."""
+nothing), a ``penalty_factor`` written for another mode than ``soft`` (nothing reads it), and
+reward shaping (the soft overlong punishment, ``length_penalty``) under
+an advantage estimator whose config says it reads no reward (``reads_rewards`` false, see
+:class:`~rllm_core.ports.AdvantageEstimator`): the shaped reward would reach nothing."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from rllm_core.errors import PlanIssue
 from rllm_core.plan.schema import Plan
@@ -11,8 +17,11 @@ from rllm_core.plan.schema import Plan
 __all__ = ["shaping_issues"]
 
 
-def shaping_issues(plan: Plan, path: str) -> list[PlanIssue]:
-    """The issues of ``plan``'s ``[algorithm.overlong]`` against its ``[sampling]``."""
+def shaping_issues(
+    plan: Plan, path: str, components: Mapping[str, Any] | None = None
+) -> list[PlanIssue]:
+    """The issues of ``plan``'s ``[algorithm.overlong]`` against its ``[sampling]``, and of
+    its reward shaping against the advantage estimator in ``components``."""
     overlong = plan.algorithm.overlong
     max_tokens = plan.sampling.max_tokens
     issues: list[PlanIssue] = []
@@ -54,4 +63,35 @@ def shaping_issues(plan: Plan, path: str) -> list[PlanIssue]:
             f"penalty_factor is only read by mode 'soft' (mode is {overlong.mode!r})",
             "remove penalty_factor, or set mode = 'soft' with buffer_tokens",
         )
+    issues.extend(_unread_shaping(plan, path, components or {}))
     return issues
+
+
+def _unread_shaping(plan: Plan, path: str, components: Mapping[str, Any]) -> list[PlanIssue]:
+    estimator = components.get("[algorithm].advantage")
+    if estimator is None or getattr(estimator.config, "reads_rewards", True):
+        return []
+    algorithm = plan.algorithm
+    shaped: list[tuple[str, str, object]] = []
+    if algorithm.overlong.mode == "soft":
+        shaped.append(("algorithm.overlong", "mode", "soft"))
+    if algorithm.length_penalty > 0:
+        shaped.append(("algorithm", "length_penalty", algorithm.length_penalty))
+    return [
+        PlanIssue(
+            path=path,
+            section=section,
+            key=key,
+            value=value,
+            message=(
+                f"[{section}] {key} = {value!r} shapes the reward, but advantage estimator"
+                f" {estimator.name!r} as configured reads no reward, so the shaping would change"
+                " nothing"
+            ),
+            hint=(
+                "remove it, give the estimator a reward weight (distill: reward_coef > 0), or"
+                " use a reward-based estimator"
+            ),
+        )
+        for section, key, value in shaped
+    ]

@@ -169,6 +169,11 @@ class AdvantageEstimator(Protocol):
     of size 1 and groups whose rewards are all equal. Estimators are pure: the same input gives
     the same output.
 
+    An estimator whose advantages may ignore the rewards (a distillation estimator with no
+    reward weight) says so with a ``reads_rewards`` property on its config, false in that case;
+    ``plan check`` then refuses reward shaping (soft overlong, ``length_penalty``) that would
+    reach nothing. A config without the property reads the rewards.
+
     Example::
 
         class MeanBaseline:

@@ -100,6 +100,11 @@ class DistillConfig(_Config):
         ),
     )
 
+    @property
+    def reads_rewards(self) -> bool:
+        """Whether the rewards reach the advantages: only with a reward weight."""
+        return self.reward_coef > 0
+
     @field_validator("teacher")
     @classmethod
     def _named(cls, value: dict[str, Any]) -> dict[str, Any]:
