@@ -50,6 +50,7 @@ FLOORS: dict[str, int] = {
     "inspection": 6,
     # 7: the commands, and the documentation they generate
     "cli": 7,
+    "view": 7,
     "reference": 7,
     "__main__": 7,
 }

@@ -24,6 +24,7 @@ from rllm_core.cli.runs_cmd import runs
 from rllm_core.cli.sft_cmd import sft
 from rllm_core.cli.tasks_cmd import tasks
 from rllm_core.cli.traces_cmd import traces
+from rllm_core.cli.view_cmd import view
 
 __all__ = ["main"]
 
@@ -48,6 +49,7 @@ main.add_command(tasks)
 main.add_command(runs)
 main.add_command(checkpoints)
 main.add_command(traces)
+main.add_command(view)
 
 
 if __name__ == "__main__":

@@ -155,16 +155,12 @@ def _episode(
 
 
 def _with_break(view: dict[str, Any], trace: Any) -> dict[str, Any]:
-    """``view`` with ``history_break``: what the gateway recorded of a history break on the
-    call (see :mod:`rllm_core.gateway.history`), or ``None``."""
-    import msgspec
-
-    from rllm_core.gateway.history import HistoryBreak
+    """``view`` with ``history_break`` (see
+    :func:`rllm_core.inspection.conversation.history_break`) when the trace is present."""
+    from rllm_core.inspection.conversation import history_break
 
     if trace is not None:
-        record = trace.record
-        found = HistoryBreak.from_record(record.reset_reason, record.flags)
-        view["history_break"] = None if found is None else msgspec.to_builtins(found)
+        view["history_break"] = history_break(trace)
     return view
 
 

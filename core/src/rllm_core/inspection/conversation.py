@@ -28,6 +28,7 @@ from rllm_core.types import Trace
 
 __all__ = [
     "TraceRef",
+    "history_break",
     "open_renderer",
     "open_trace_store",
     "read_only_opener",
@@ -216,3 +217,15 @@ def turn_view(ref: TraceRef, *, renderer: Any = None) -> dict[str, Any]:
             "completion": renderer.decode(record.completion_token_ids),
         }
     return view
+
+
+def history_break(trace: Trace | None) -> dict[str, Any] | None:
+    """What the gateway recorded of a history break on the call ``trace`` (see
+    :mod:`rllm_core.gateway.history`: ``reason``, ``at``, ``kept``, ``dropped``, ``inserted``
+    and ``source``), or ``None`` when it recorded none or the trace is missing."""
+    from rllm_core.gateway.history import HistoryBreak
+
+    if trace is None:
+        return None
+    found = HistoryBreak.from_record(trace.record.reset_reason, trace.record.flags)
+    return None if found is None else msgspec.to_builtins(found)
