@@ -324,22 +324,21 @@ class TokenAccumulator:
         if all(m.role == "assistant" for m in added):
             return self._root(lineage, messages, keys, tools, params, turn, EMPTY_DELTA)
 
-        context = head.prompt + head.completion
         if self.cumulative:
             bridged = self.renderer.bridge_to_next_turn(
                 head.prompt, head.completion, list(added), list(tools) or None
             )
-            prompt = bridged if bridged is not None and self._extends(bridged, context) else None
+            prompt = bridged if bridged is not None and self._extends(bridged, head) else None
         else:
             full = self._render(messages, tools)
-            prompt = full if self._extends(full, context) else None
+            prompt = full if self._extends(full, head) else None
         if prompt is None:
             return self._root(lineage, messages, keys, tools, params, turn, RENDERER_NO_BRIDGE)
         return TurnPlan(
             lineage=lineage,
             mode="extend",
             prompt_token_ids=prompt,
-            prompt_delta_token_ids=prompt[len(context) :],
+            prompt_delta_token_ids=prompt[len(head.prompt) + len(head.completion) :],
             parent_trace_id=head.trace_id,
             trace_id=new_trace_id(),
             turn=turn,
@@ -365,10 +364,13 @@ class TokenAccumulator:
         return best
 
     @staticmethod
-    def _extends(prompt: Sequence[int], context: Sequence[int]) -> bool:
-        """``prompt`` is ``context`` followed by at least one more id."""
-        n = len(context)
-        return len(prompt) > n and prompt[:n] == context
+    def _extends(prompt: Sequence[int], head: Head) -> bool:
+        """``prompt`` is the head's prompt and completion followed by at least one more id."""
+        # Compared piece by piece: joining the head's lists first would copy the whole
+        # conversation's ids once more on every turn.
+        before, completion = head.prompt, head.completion
+        n, end = len(before), len(before) + len(completion)
+        return len(prompt) > end and prompt[n:end] == completion and prompt[:n] == before
 
     def _render(self, messages: Sequence[Message], tools: tuple[ToolSpec, ...]) -> list[int]:
         rendered = self.renderer.render(messages, list(tools) or None, add_generation_prompt=True)

@@ -154,4 +154,6 @@ class ChatMLRenderer:
         delta = [self.im_end] if truncated else []
         pieces = self.template.continuation(new_messages, tools or None)
         delta += self.tokenizer.render(pieces, literal=self.literal_control_tokens).token_ids
-        return prompt + completion + delta
+        bridged = prompt + completion
+        bridged += delta
+        return bridged
