@@ -595,9 +595,13 @@ class GatewayApp:
         heartbeat = _Heartbeat(response, self.heartbeat_interval_s) if stream else None
         token = routing_key.set(sid)
         try:
-            with self._mapped_errors(sid):
-                async with asyncio.timeout(self.request_timeout_s):
-                    return await call
+            async with asyncio.timeout(self.request_timeout_s):
+                return await call
+        except Exception as exc:
+            mapped = self._mapped(sid, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
         finally:
             routing_key.reset(token)
             if heartbeat is not None:
@@ -607,47 +611,54 @@ class GatewayApp:
     def _mapped_errors(self, sid: str) -> Iterator[None]:
         try:
             yield
-        except TimeoutError:
-            raise HTTPError(
+        except Exception as exc:
+            mapped = self._mapped(sid, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def _mapped(self, sid: str, exc: Exception) -> HTTPError | None:
+        """The HTTP error an engine or upstream error becomes; ``None`` for any other."""
+        if isinstance(exc, TimeoutError):
+            return HTTPError(
                 504,
                 f"the model call of session {sid!r} did not finish within"
                 f" {self.request_timeout_s}s; retry, or raise the gateway's request timeout",
                 type="timeout_error",
                 code="timeout",
-            ) from None
-        except PromptTooLongError as exc:
-            raise HTTPError(400, str(exc), param="messages", code="prompt_too_long") from None
-        except InvalidChatRequestError as exc:
-            raise HTTPError(400, str(exc), code="invalid_request") from None
-        except UnknownSessionError as exc:
-            raise HTTPError(404, str(exc), code="unknown_session") from None
-        except GatewayError as exc:
-            raise HTTPError(400, str(exc), code="invalid_request") from None
-        except ValueError as exc:
+            )
+        if isinstance(exc, PromptTooLongError):
+            return HTTPError(400, str(exc), param="messages", code="prompt_too_long")
+        if isinstance(exc, InvalidChatRequestError):
+            return HTTPError(400, str(exc), code="invalid_request")
+        if isinstance(exc, UnknownSessionError):
+            return HTTPError(404, str(exc), code="unknown_session")
+        if isinstance(exc, GatewayError):
+            return HTTPError(400, str(exc), code="invalid_request")
+        if isinstance(exc, ValueError):
             # A renderer refusing the conversation (a template without tools, say).
-            raise HTTPError(
-                400, f"the request cannot be rendered: {exc}", code="unrenderable"
-            ) from None
-        except UpstreamRejectedError as exc:
+            return HTTPError(400, f"the request cannot be rendered: {exc}", code="unrenderable")
+        if isinstance(exc, UpstreamRejectedError):
             status = 400 if exc.status in (400, 413, 422) else 502
-            raise HTTPError(
+            return HTTPError(
                 status,
                 f"the model server rejected the request: {exc.detail}",
                 type="upstream_error",
                 code="upstream_rejected",
-            ) from None
-        except UpstreamTimeoutError as exc:
-            raise HTTPError(504, str(exc), type="timeout_error", code="upstream_timeout") from None
-        except UpstreamUnavailableError as exc:
-            raise HTTPError(
+            )
+        if isinstance(exc, UpstreamTimeoutError):
+            return HTTPError(504, str(exc), type="timeout_error", code="upstream_timeout")
+        if isinstance(exc, UpstreamUnavailableError):
+            return HTTPError(
                 503,
                 str(exc),
                 type="upstream_error",
                 code="upstream_unavailable",
                 headers=[(b"retry-after", b"5")],
-            ) from None
-        except UpstreamError as exc:
-            raise HTTPError(502, str(exc), type="upstream_error", code="upstream_error") from None
+            )
+        if isinstance(exc, UpstreamError):
+            return HTTPError(502, str(exc), type="upstream_error", code="upstream_error")
+        return None
 
     async def _stream_chat(
         self,

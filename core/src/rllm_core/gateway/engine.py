@@ -34,6 +34,7 @@ import msgspec
 
 from rllm_core.errors import RllmError
 from rllm_core.gateway.accumulator import (
+    Lineage,
     TokenAccumulator,
     TurnPlan,
     new_trace_id,
@@ -398,11 +399,15 @@ class GatewayEngine:
 
     async def chat(self, session_id: str, request: ChatRequest) -> ChatResult:
         """Serve one chat request of a session; see the class docstring."""
-        result = None
-        async for item in self._serve_chat(session_id, request, stream=False):
-            result = item
-        assert isinstance(result, ChatResult)
-        return result
+        # The same steps as :meth:`chat_stream` without its async generators, whose every
+        # step costs a resumption on the hot path of a plain answer.
+        session, lineage = self._start_chat(session_id, request)
+        async with lineage.lock:
+            plan, sample = self._plan_chat(session_id, session, lineage, request)
+            created = time.time()
+            started = time.perf_counter()
+            result = await self.sampler.sample(sample)
+            return self._record_chat(session_id, session, request, plan, result, created, started)
 
     async def chat_stream(
         self, session_id: str, request: ChatRequest
@@ -438,74 +443,77 @@ class GatewayEngine:
             yield result.completion_token_ids, result.logprobs
         yield result
 
-    async def _serve_chat(
-        self, session_id: str, request: ChatRequest, *, stream: bool
-    ) -> AsyncIterator[str | tuple[list[int], list[float]] | ChatResult]:
+    def _start_chat(self, session_id: str, request: ChatRequest) -> tuple[_Session, Lineage]:
         if not request.messages:
             raise InvalidChatRequestError(
                 f"the chat request of session {session_id!r} has no messages; send at least one"
             )
         session = self._session(session_id)
-        accumulator = session.accumulator
-        lineage = accumulator.lineage_for(request.messages)
-        async with lineage.lock:
-            plan = accumulator.plan(lineage, request.messages, request.tools, request.params)
-            self._check_length(session_id, plan.prompt_token_ids)
-            params = self._params(session, request.params)
-            created = time.time()
-            started = time.perf_counter()
-            sample = SampleRequest(
-                prompt_token_ids=plan.prompt_token_ids,
-                params=params,
-                request_id=plan.trace_id,
-                session_id=session_id,
-            )
-            if stream:
-                yield plan.trace_id
-            result = None
-            async for item in self._sample(sample, stream):
-                if isinstance(item, SampleResult):
-                    result = item
-                else:
-                    yield item
-            assert result is not None
-            latency = time.perf_counter() - started
-            reply, attempts = self._reply(plan, result.completion_token_ids)
-            met = None
-            if request.tool_choice == "required":
-                met = bool(reply.tool_calls)
-            elif request.tool_choice == "function":
-                met = any(c.name == request.tool_name for c in reply.tool_calls)
-            flags = ("tool_choice_unmet",) if met is False else ()
-            if any(attempt.status != "ok" for attempt in attempts):
-                flags += ("tool_call_invalid",)
-            if plan.history_break is not None:
-                flags += plan.history_break.flags()
-            if self._sessions.get(session_id) is session:
-                self.trace_store.append(
-                    TraceRecord(
-                        trace_id=plan.trace_id,
-                        session_id=session_id,
-                        lineage_id=plan.lineage_id,
-                        turn=plan.turn,
-                        parent_trace_id=plan.parent_trace_id,
-                        prompt_delta_token_ids=plan.prompt_delta_token_ids,
-                        completion_token_ids=result.completion_token_ids,
-                        logprobs=result.logprobs,
-                        finish_reason=result.finish_reason,
-                        weight_version=result.weight_version,
-                        model=self.model,
-                        messages_delta=(*plan.request_delta, reply),
-                        reset_reason=plan.reset_reason,
-                        created_at=created,
-                        latency_s=latency,
-                        flags=flags,
-                    )
+        return session, session.accumulator.lineage_for(request.messages)
+
+    def _plan_chat(
+        self, session_id: str, session: _Session, lineage: Lineage, request: ChatRequest
+    ) -> tuple[TurnPlan, SampleRequest]:
+        """The turn's plan and what to sample; call with the lineage's lock held."""
+        plan = session.accumulator.plan(lineage, request.messages, request.tools, request.params)
+        self._check_length(session_id, plan.prompt_token_ids)
+        sample = SampleRequest(
+            prompt_token_ids=plan.prompt_token_ids,
+            params=self._params(session, request.params),
+            request_id=plan.trace_id,
+            session_id=session_id,
+        )
+        return plan, sample
+
+    def _record_chat(
+        self,
+        session_id: str,
+        session: _Session,
+        request: ChatRequest,
+        plan: TurnPlan,
+        result: SampleResult,
+        created: float,
+        started: float,
+    ) -> ChatResult:
+        """Record a sampled turn, make it its lineage's head, and build the result; call with
+        the lineage's lock held."""
+        latency = time.perf_counter() - started
+        reply, attempts = self._reply(plan, result.completion_token_ids)
+        met = None
+        if request.tool_choice == "required":
+            met = bool(reply.tool_calls)
+        elif request.tool_choice == "function":
+            met = any(c.name == request.tool_name for c in reply.tool_calls)
+        flags = ("tool_choice_unmet",) if met is False else ()
+        if any(attempt.status != "ok" for attempt in attempts):
+            flags += ("tool_call_invalid",)
+        if plan.history_break is not None:
+            flags += plan.history_break.flags()
+        if self._sessions.get(session_id) is session:
+            self.trace_store.append(
+                TraceRecord(
+                    trace_id=plan.trace_id,
+                    session_id=session_id,
+                    lineage_id=plan.lineage_id,
+                    turn=plan.turn,
+                    parent_trace_id=plan.parent_trace_id,
+                    prompt_delta_token_ids=plan.prompt_delta_token_ids,
+                    completion_token_ids=result.completion_token_ids,
+                    logprobs=result.logprobs,
+                    finish_reason=result.finish_reason,
+                    weight_version=result.weight_version,
+                    model=self.model,
+                    messages_delta=(*plan.request_delta, reply),
+                    reset_reason=plan.reset_reason,
+                    created_at=created,
+                    latency_s=latency,
+                    flags=flags,
                 )
-            accumulator.commit(plan, result.completion_token_ids, reply)
-            if plan.mode == "reset" and plan.reset_reason is not None:
-                self.resets[plan.reset_reason] += 1
-        yield ChatResult(
+            )
+        session.accumulator.commit(plan, result.completion_token_ids, reply)
+        if plan.mode == "reset" and plan.reset_reason is not None:
+            self.resets[plan.reset_reason] += 1
+        return ChatResult(
             message=reply,
             tool_call_attempts=attempts,
             prompt_token_ids=plan.prompt_token_ids,
@@ -522,6 +530,26 @@ class GatewayEngine:
             tool_choice_met=met,
             history_break=plan.history_break if plan.mode == "reset" else None,
         )
+
+    async def _serve_chat(
+        self, session_id: str, request: ChatRequest, *, stream: bool
+    ) -> AsyncIterator[str | tuple[list[int], list[float]] | ChatResult]:
+        session, lineage = self._start_chat(session_id, request)
+        async with lineage.lock:
+            plan, sample = self._plan_chat(session_id, session, lineage, request)
+            created = time.time()
+            started = time.perf_counter()
+            if stream:
+                yield plan.trace_id
+            result = None
+            async for item in self._sample(sample, stream):
+                if isinstance(item, SampleResult):
+                    result = item
+                else:
+                    yield item
+            assert result is not None
+            chat = self._record_chat(session_id, session, request, plan, result, created, started)
+        yield chat
 
     def _reply(
         self, plan: TurnPlan, completion: Sequence[int]
