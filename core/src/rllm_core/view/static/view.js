@@ -237,10 +237,13 @@ function chart(key, metrics) {
   const px = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
   const py = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
   const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": key });
+  // Enough decimals to tell the four grid steps apart, however narrow the range.
+  const digits = Math.min(6, Math.max(0, 1 - Math.floor(Math.log10((y1 - y0) / 4))));
+  const label = (y) => (Math.abs(y) >= 1e5 ? y.toExponential(1) : y.toFixed(digits));
   for (let i = 0; i <= 4; i++) {
     const y = y0 + ((y1 - y0) * i) / 4;
     plot.append(svg("line", { class: "grid", x1: L, x2: W - R, y1: py(y), y2: py(y) }));
-    plot.append(svg("text", { class: "tick", x: L - 4, y: py(y) + 3, "text-anchor": "end" }, Math.abs(y) >= 1000 ? y.toExponential(1) : +y.toPrecision(3)));
+    plot.append(svg("text", { class: "tick", x: L - 4, y: py(y) + 3, "text-anchor": "end" }, label(y)));
   }
   for (const x of [x0, (x0 + x1) / 2, x1]) {
     plot.append(svg("text", { class: "tick", x: px(x), y: H - 5, "text-anchor": "middle" }, Math.round(x)));
