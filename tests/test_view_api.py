@@ -191,6 +191,7 @@ def test_the_page_and_its_files_are_served(app):
     page = get(app, "/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert '<script src="/static/view.js">' in page.text
+    assert "default-src 'self'" in page.headers["content-security-policy"]
     for name, kind in (("view.js", "javascript"), ("view.css", "text/css")):
         response = get(app, f"/static/{name}")
         assert response.status_code == 200 and kind in response.headers["content-type"]

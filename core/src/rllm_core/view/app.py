@@ -44,6 +44,12 @@ STATIC = Path(__file__).resolve().parent / "static"
 
 _COOKIE = "rllm_view_token"
 
+# The page loads nothing from elsewhere and cannot be framed; a browser enforces it.
+_POLICY = (
+    b"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:;"
+    b" frame-ancestors 'none'"
+)
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -78,7 +84,9 @@ class ViewApp:
             return
         status, headers, body = await self._answer(scope)
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send(
+            {"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body}
+        )
 
     async def _answer(self, scope: Scope) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         path: str = scope["path"]
@@ -151,15 +159,14 @@ class ViewApp:
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if kind.startswith("text/") or kind.endswith("javascript"):
             kind += "; charset=utf-8"
-        return (
-            200,
-            [
-                (b"content-type", kind.encode()),
-                (b"cache-control", b"no-cache"),
-                (b"x-content-type-options", b"nosniff"),
-            ],
-            path.read_bytes(),
-        )
+        headers = [
+            (b"content-type", kind.encode()),
+            (b"cache-control", b"no-cache"),
+            (b"x-content-type-options", b"nosniff"),
+        ]
+        if name == "index.html":
+            headers.append((b"content-security-policy", _POLICY))
+        return 200, headers, path.read_bytes()
 
 
 def _json(status: int, data: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
