@@ -190,13 +190,14 @@ async function runPage(name, params) {
       ["reward", `first ${num(report.reward.first)} · last ${num(report.reward.last)} · best ${num(report.reward.best)}${report.reward.best_step !== null ? ` (step ${report.reward.best_step})` : ""}`],
       ["episodes", `${report.episodes} scored · ${report.infra_failures} infra failures`],
       ["tokens", `${report.tokens.sampled.toLocaleString()} sampled · ${report.tokens.trained.toLocaleString()} trained`],
+      ...(report.sft ? [["nll", `first ${num(report.sft.nll_first)} · last ${num(report.sft.nll_last)} · eval ${num(report.sft.eval_nll)}`]] : []),
       ["trainer", component(c.trainer, "model", "base_model")],
       ["loss", component(c.loss)], ["advantage", component(c.advantage)],
       ["harness", component(c.harness)], ["renderer", component(c.renderer)],
       ["tasks", component(c.tasks, "path")], ["trace store", component(c.trace_store, "path")],
     ].map(([k, v]) => h("tr", {}, h("td", {}, k), h("td", {}, v)))));
   const others = all.runs.map((r) => r.name).filter((n) => n !== name);
-  const overlay = h("div", { class: "filters" }, h("span", { class: "muted" }, "overlay:"),
+  const overlay = others.length === 0 ? null : h("div", { class: "filters" }, h("span", { class: "muted" }, "overlay:"),
     others.map((other) => h("label", { style: "flex-direction:row;gap:4px" },
       h("input", { type: "checkbox", checked: compare.includes(other), onchange: (e) => {
         const next = e.target.checked ? [...compare, other] : compare.filter((n) => n !== other);
@@ -224,7 +225,7 @@ async function runPage(name, params) {
 }
 
 function chart(key, metrics) {
-  const W = 420, H = 190, L = 46, R = 8, T = 8, B = 20;
+  const W = 420, H = 190, L = 54, R = 8, T = 8, B = 20;
   const lines = metrics.map((m, i) => ({
     run: m.run, color: COLORS[i % COLORS.length],
     points: (m.series[key] || []).map((y, j) => [m.steps[j], y]).filter((p) => p[1] !== null),
