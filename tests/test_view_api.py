@@ -262,3 +262,36 @@ def test_a_run_of_ten_thousand_episodes_opens_in_under_two_seconds(runs, tmp_pat
     later = ok(app, "/api/episodes", run=folder.path.name, offset=50, step=100)
     assert later["matched"] == 100 and len(later["rows"]) == 50
     assert time.perf_counter() - start < 0.5
+
+
+def test_a_finished_quickstart_run_reads_as_runs_list_and_traces_show_read_it(
+    quickstart_two_steps,
+):
+    cwd, done = quickstart_two_steps
+    assert done.returncode == 0, done.stdout + done.stderr
+    app = ViewApp(RunsView(cwd / "runs"))
+    (run,) = ok(app, "/api/runs")["runs"]
+    (listed,) = json.loads(
+        CliRunner().invoke(main, ["runs", "list", str(cwd / "runs"), "--json"]).stdout
+    )
+    assert run["name"] == listed["name"] and run["status"] == "finished"
+    assert run["steps_done"] == listed["steps_done"] == 2
+    assert run["reward"]["last"] == listed["reward_last"]
+    metrics = ok(app, "/api/metrics", run=run["name"])
+    assert metrics["steps"] == [1, 2]
+    lines = [json.loads(line) for line in (cwd / "runs" / run["name"] / "metrics.jsonl").open()]
+    for key in ("reward/mean", "train/loss", "train/grad_norm"):
+        assert metrics["series"][key] == [line[key] for line in lines]
+    episodes = ok(app, "/api/episodes", run=run["name"])
+    assert episodes["total"] == 8 and episodes["facets"]["steps"] == [1, 2]
+    first = episodes["rows"][0]["episode_id"]
+    data = ok(app, "/api/episode", run=run["name"], id=first)
+    shown = CliRunner().invoke(
+        main, ["traces", "show", str(cwd / "runs" / run["name"]), "--episode", first, "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    expected = json.loads(shown.stdout)
+    assert data["episode"] == expected["episode"]
+    assert [{k: v for k, v in t.items() if k != "marker"} for t in data["turns"]] == expected[
+        "turns"
+    ]
