@@ -93,6 +93,10 @@ def test_rllm_samplers(plugin_manager, register_plugin):
     check_registry_hook(plugin_manager, register_plugin, "sampler")
 
 
+def test_rllm_trainer_launchers(plugin_manager, register_plugin):
+    check_registry_hook(plugin_manager, register_plugin, "trainer_launcher")
+
+
 RUN = RunInfo(run_id="r1", name="demo", output_dir="runs/demo-1")
 
 

@@ -172,8 +172,8 @@ def _section_rows(where: str, section: BaseModel) -> list[tuple[str, str]]:
     tables: list[tuple[str, BaseModel]] = []
     for key, info in type(section).model_fields.items():
         value = getattr(section, key)
-        if value is None or "ComponentRef" in str(info.annotation):
-            continue
+        if value is None or ("ComponentRef" in str(info.annotation) and not isinstance(value, str)):
+            continue  # a component: the components table shows it
         if isinstance(value, BaseModel):
             tables.append((f"{where}.{key}", value))
             continue

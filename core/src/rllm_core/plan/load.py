@@ -424,6 +424,9 @@ def _components(data: dict[str, Any]) -> Iterable[tuple[Kind, dict[str, Any], _K
         for index, table in enumerate(loggers):
             if isinstance(table, dict):
                 yield Kind.LOGGER, table, ("loggers", index)
+    scheduler = data.get("scheduler")
+    if isinstance(scheduler, dict) and isinstance(scheduler.get("launcher"), dict):
+        yield Kind.TRAINER_LAUNCHER, scheduler["launcher"], ("scheduler", "launcher")
 
 
 def _rebase_model(

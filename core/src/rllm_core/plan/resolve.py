@@ -19,7 +19,13 @@ from rllm_core.addresses import is_local_only
 from rllm_core.errors import ComponentConflictError, PlanError, PlanIssue, UnknownComponentError
 from rllm_core.plan.eval_check import eval_issues
 from rllm_core.plan.load import issues_from_validation, load_plan
-from rllm_core.plan.schema import ComponentRef, Plan, component_sections, waiting_groups_bound
+from rllm_core.plan.schema import (
+    BUILTIN_LAUNCHERS,
+    ComponentRef,
+    Plan,
+    component_sections,
+    waiting_groups_bound,
+)
 from rllm_core.plan.teacher import resolve_teacher
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
 from rllm_core.plugins.specs import ComponentSpec, Kind
@@ -148,7 +154,38 @@ class _Resolver:
                 self.resolve(ref, kind, section=section, key=None)
         for index, ref in enumerate(self.plan.loggers):
             self.resolve(ref, Kind.LOGGER, section=f"loggers[{index}]", key=None)
+        self.resolve_launcher()
         self.refuse_idle_keys()
+
+    def resolve_launcher(self) -> None:
+        """``[scheduler].launcher`` other than a built-in one names a trainer launcher a plugin
+        provides (resolved as ``[scheduler].launcher``); any launcher needs the
+        ``[object_store]`` its jobs meet the scheduler in."""
+        scheduler = self.plan.scheduler
+        launcher = scheduler.launcher
+        if isinstance(launcher, ComponentRef):
+            before = len(self.issues)
+            self.resolve(launcher, Kind.TRAINER_LAUNCHER, section="scheduler", key="launcher")
+            for issue in self.issues[before:]:
+                if issue.hint is None and issue.key in ("launcher", "launcher.name"):
+                    builtin = " or ".join(f'"{name}"' for name in BUILTIN_LAUNCHERS)
+                    issue.hint = (
+                        f"name an installed launcher or a built-in one ({builtin}), or install"
+                        " the plugin that provides it (`rllm-core plugins` lists the installed"
+                        " trainer_launcher components)"
+                    )
+        if scheduler.launches and self.plan.object_store is None:
+            name = launcher.name if isinstance(launcher, ComponentRef) else launcher
+            self.issue(
+                "scheduler",
+                "launcher",
+                name,
+                f"launcher {name!r} starts each trainer incarnation as a job of its own, which"
+                " meets the scheduler only in the run's object store (its command file, ready"
+                " marker, heartbeat and cuts); the plan has no [object_store]",
+                'add an [object_store] section both can reach (name = "s3" for a job on another'
+                ' machine, "file" on this one), or set launcher = "in-process"',
+            )
 
     def refuse_idle_keys(self) -> None:
         """Keys and sections a run would accept and not use are errors, each saying why."""
@@ -375,7 +412,11 @@ class _Resolver:
                 " bound would drop every sample taken before the step that trains it",
                 f"set [algorithm].max_policy_age to {max(1, per_step)} or more",
             )
-        if plan.scheduler.model_fields_set and plan.object_store is None:
+        if (
+            plan.scheduler.model_fields_set
+            and plan.object_store is None
+            and not plan.scheduler.launches  # resolve_launcher says why
+        ):
             key = sorted(plan.scheduler.model_fields_set)[0]
             self.issue(
                 "scheduler",

@@ -20,11 +20,12 @@ from pydantic import (
 
 from rllm_core.algorithms.aggregation import AGGREGATION_MODES
 from rllm_core.docs_site import docs_page
-from rllm_core.plugins.specs import Kind, PlanPath
+from rllm_core.plugins.specs import Kind, PlanPath, canonical_name
 from rllm_core.types import Termination
 
 __all__ = [
     "AggregationMode",
+    "BUILTIN_LAUNCHERS",
     "COMPONENT_SECTIONS",
     "AlgorithmSection",
     "CorrectionSection",
@@ -393,6 +394,11 @@ class RolloutSection(_Section):
         return list(dict.fromkeys(mask))
 
 
+BUILTIN_LAUNCHERS = ("in-process", "local-process")
+"""The values of ``[scheduler].launcher`` the core runs itself; any other names a trainer
+launcher a plugin provides."""
+
+
 def waiting_groups_bound(batch_size: int, max_policy_age: int, versions_per_step: int) -> int:
     """The most groups that can wait for a stopped trainer: the sampler starts batch ``r`` only
     once step ``r - 1 - lead`` is trained (``lead = max_policy_age // versions_per_step``), so
@@ -452,12 +458,16 @@ class SchedulerSection(_Section):
             " `idle_stop_s`; negative values are refused."
         ),
     )
-    launcher: Literal["in-process", "local-process"] = Field(
+    launcher: Literal[BUILTIN_LAUNCHERS] | ComponentRef = Field(  # type: ignore[valid-type]
         "in-process",
         description=(
             "`in-process`: each trainer incarnation runs in the `--role trainer` process;"
             " `local-process`: that process only schedules, and starts each incarnation as a"
-            " process of its own (`rllm-core run --role trainer --incarnation N`)."
+            " process of its own (`rllm-core run --role trainer --incarnation N`); any other"
+            " name, or a table with `name` and the launcher's keys"
+            ' (`{ name = "modal", image = "...", gpu = "A100" }`), selects a trainer launcher'
+            " a plugin provides (`rllm-core plugins` lists them), which starts each"
+            " incarnation where it runs jobs. Every launcher needs an `[object_store]`."
         ),
     )
     ready_timeout_s: float | None = Field(
@@ -470,13 +480,31 @@ class SchedulerSection(_Section):
         ),
     )
 
+    @field_validator("launcher")
+    @classmethod
+    def _builtin_by_name(cls, value: Any) -> Any:
+        if isinstance(value, ComponentRef) and canonical_name(value.name) in BUILTIN_LAUNCHERS:
+            name = canonical_name(value.name)
+            if value.options:
+                raise ValueError(
+                    f"launcher {name!r} is built in and takes no keys (got"
+                    f' {", ".join(sorted(value.options))}): write launcher = "{name}"'
+                )
+            return name
+        return value
+
+    @property
+    def launches(self) -> bool:
+        """Whether the trainer runs as launched jobs (any launcher but ``in-process``)."""
+        return self.launcher != "in-process"
+
     @model_validator(mode="after")
     def _ready_timeout_needs_a_launcher(self) -> SchedulerSection:
-        if self.ready_timeout_s is not None and self.launcher == "in-process":
+        if self.ready_timeout_s is not None and not self.launches:
             raise ValueError(
                 f"ready_timeout_s = {self.ready_timeout_s} bounds the start of a launched"
                 ' trainer, and launcher = "in-process" launches none: set launcher ='
-                ' "local-process", or remove ready_timeout_s'
+                ' "local-process" or a plugin\'s launcher, or remove ready_timeout_s'
             )
         return self
 

@@ -77,6 +77,9 @@ FIRST_PARTY: dict[Kind, dict[str, str]] = {
     Kind.SAMPLER: {
         "vllm": "rllm-sampler-vllm",
     },
+    Kind.TRAINER_LAUNCHER: {
+        "modal": "rllm-sandbox-backend-modal",
+    },
 }
 
 

@@ -68,6 +68,7 @@ from rllm_core.ports import (
     TaskSource,
     TraceStore,
     TrainerBackend,
+    TrainerLauncher,
 )
 from rllm_core.types import RunInfo, RunStatus
 
@@ -434,6 +435,39 @@ def rllm_samplers() -> Iterable[ComponentSpec]:
                 factory=lazy("my_pkg.pool:from_config"),
                 config=VllmConfig,
                 summary="vLLM servers over HTTP",
+            )
+    """
+
+
+@component_hookspec("trainer_launcher", port=TrainerLauncher)
+def rllm_trainer_launchers() -> Iterable[ComponentSpec]:
+    """Yield the trainer launchers this plugin provides: ways to start each trainer
+    incarnation as a job of its own (the trainer on its own island, see
+    :mod:`rllm_core.training.island`).
+
+    A plan selects one with ``[scheduler].launcher``, by name (``launcher = "modal"``) or as
+    a table with ``name`` and the launcher's keys (``launcher = { name = "modal", image =
+    "...", gpu = "A100" }``); ``"in-process"`` and ``"local-process"`` are built in and name
+    no plugin. The factory returns a :class:`~rllm_core.ports.TrainerLauncher`, which the
+    ``--role trainer`` process builds (no other process does) and drives as it drives the
+    local-process launcher, ``[scheduler].ready_timeout_s`` included. The launched job meets
+    the scheduler only in the run's object store: a launcher lists ``store`` in its trait
+    ``run_keys`` (a config field, not a plan key) and is built with the plan's built
+    ``[object_store]`` there; ``plan check`` refuses a launcher in a plan without one. A built
+    launcher with a ``close`` method (sync or async) is closed when the scheduler ends, after
+    every job it launched was released.
+
+    Example::
+
+        @hookimpl
+        def rllm_trainer_launchers():
+            yield ComponentSpec(
+                kind="trainer_launcher",
+                name="slurm",
+                factory=lazy("my_pkg.slurm:SlurmLauncher.from_config"),
+                config=SlurmConfig,
+                summary="one Slurm job per trainer incarnation",
+                traits={"run_keys": ("store",)},
             )
     """
 

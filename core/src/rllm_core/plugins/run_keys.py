@@ -45,6 +45,9 @@ RUN_KEYS: Mapping[str, Mapping[str, str]] = MappingProxyType(
             " when the plan sets none",
             "tokenizer": "[renderer].tokenizer, when the plan sets none",
         },
+        "trainer_launcher": {
+            "store": "the plan's built [object_store], where the launched job meets the scheduler",
+        },
     }
 )
 

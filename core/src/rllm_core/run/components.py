@@ -374,6 +374,8 @@ def build_components(
     try:
         # The object store first: a sample buffer may live in it.
         for component in sorted(resolved, key=lambda c: c.where != "[object_store]"):
+            if component.kind is Kind.TRAINER_LAUNCHER:
+                continue  # only the scheduler builds it (rllm_core.training.roles)
             try:
                 instance = _build(component, built)
             except Exception as exc:

@@ -79,16 +79,23 @@ def train(
         changed = record_numerics(folder, resolved, components.placed, resume=resume)
         if changed is not None:
             warn(changed)
-        loop = _wire(
-            role,
-            resolved=resolved,
-            components=components,
-            folder=folder,
-            display=display,
-            resume=resume,
-            record_datums=record_datums,
-            **({"incarnation": incarnation, "overrides": overrides} if role == "trainer" else {}),
-        )
+        try:
+            loop = _wire(
+                role,
+                resolved=resolved,
+                components=components,
+                folder=folder,
+                display=display,
+                resume=resume,
+                record_datums=record_datums,
+                **(
+                    {"incarnation": incarnation, "overrides": overrides}
+                    if role == "trainer"
+                    else {}
+                ),
+            )
+        except BuildError as exc:  # a trainer launcher ([scheduler].launcher)
+            raise RunRefused(str(exc)) from exc
 
         async def drive() -> RunResult:
             try:

@@ -54,6 +54,7 @@ from rllm_core.run.cuts import latest_cut
 from rllm_core.training.shared import SharedRun
 
 if TYPE_CHECKING:
+    from rllm_core.plan import ResolvedPlan
     from rllm_core.training.roles import TrainerRole
 
 __all__ = [
@@ -61,12 +62,18 @@ __all__ = [
     "CommandFile",
     "IslandIncarnation",
     "IslandTrainer",
+    "LAUNCHER_WHERE",
     "LocalProcessLauncher",
     "TrainerJobError",
     "TrainerNotReady",
+    "build_launcher",
+    "close_launcher",
     "island_key",
     "read_command",
 ]
+
+LAUNCHER_WHERE = "[scheduler].launcher"
+"""Where a plugin's trainer launcher is in a resolved plan."""
 
 DEFAULT_READY_TIMEOUT_S = 600.0
 """``[scheduler].ready_timeout_s`` when unset."""
@@ -393,6 +400,51 @@ class LocalProcessLauncher:
             if out is not None:
                 out.close()
         return LocalProcessJob(process, log)
+
+
+def build_launcher(
+    resolved: ResolvedPlan, store: ObjectStore, *, logs: str | os.PathLike[str] | None = None
+) -> TrainerLauncher:
+    """The trainer launcher ``resolved``'s ``[scheduler].launcher`` selects: a
+    :class:`LocalProcessLauncher` for ``local-process`` (its jobs' output in ``logs``), or the
+    plugin's launcher resolved at :data:`LAUNCHER_WHERE`, built with ``store`` (the run's
+    object store) as its run key ``store`` when its spec lists it. Raises
+    :class:`~rllm_core.run.components.BuildError` naming the section and the plugin when the
+    factory fails or builds no :class:`~rllm_core.ports.TrainerLauncher`."""
+    from rllm_core.run.components import BuildError
+
+    launcher = resolved.plan.scheduler.launcher
+    if launcher == "local-process":
+        return LocalProcessLauncher(store, logs=logs)
+    component = resolved.get(LAUNCHER_WHERE)
+    if component is None:
+        raise BuildError(
+            f"{resolved.path}: [scheduler].launcher = {launcher!r} launches no trainer job"
+            ' (set launcher = "local-process" or a plugin\'s launcher)'
+        )
+    config = component.config
+    if "store" in component.spec.trait("run_keys"):
+        config = config.model_copy(update={"store": store})
+    label = f"{LAUNCHER_WHERE}: trainer_launcher:{component.name} ({component.provider})"
+    try:
+        built = component.spec.build(config)
+    except Exception as exc:
+        raise BuildError(f"{label}: building it failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(built, TrainerLauncher):
+        raise BuildError(
+            f"{label}: its factory built a {type(built).__name__}, which has no"
+            " launch(incarnation, command_file_uri): fix the plugin's factory"
+        )
+    return built
+
+
+async def close_launcher(launcher: TrainerLauncher) -> None:
+    """Close ``launcher`` when it has a ``close`` method (sync or async)."""
+    close = getattr(launcher, "close", None)
+    if callable(close):
+        result = close()
+        if asyncio.iscoroutine(result):
+            await result
 
 
 def trainer_argv(command: CommandFile, key: str) -> list[str]:

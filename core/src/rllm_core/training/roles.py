@@ -42,7 +42,7 @@ from typing import Any
 from rllm_core.errors import CutError, SchedulerGaveUp
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
-from rllm_core.ports import SampleBuffer
+from rllm_core.ports import SampleBuffer, TrainerLauncher
 from rllm_core.run.components import Components
 from rllm_core.run.cuts import (
     latest_cut,
@@ -62,7 +62,8 @@ from rllm_core.training.island import (
     CommandFile,
     IslandIncarnation,
     IslandTrainer,
-    LocalProcessLauncher,
+    build_launcher,
+    close_launcher,
 )
 from rllm_core.training.pipeline import Ticket
 from rllm_core.training.producer_half import ProducerHalf
@@ -266,7 +267,9 @@ class TrainerRole(_Role):
     With ``incarnation``, it is that one incarnation as a job of its own
     (:class:`~rllm_core.training.island.IslandIncarnation`); with ``[scheduler].launcher`` other
     than ``in-process``, it only schedules, and launches each incarnation as such a job
-    (``overrides``: the ``--set`` items the jobs get).
+    through the launcher it names (built in, or a plugin's, built here with the run's object
+    store: :func:`~rllm_core.training.island.build_launcher`; ``overrides``: the ``--set``
+    items the jobs get).
     """
 
     def __init__(
@@ -276,6 +279,12 @@ class TrainerRole(_Role):
         self.island_incarnation = incarnation
         self.overrides = list(overrides)
         self._island: IslandTrainer | None = None
+        self._launcher: TrainerLauncher | None = None
+        if incarnation is None and self.plan.scheduler.launches:
+            # Built before the run starts, so that a launcher that cannot be built refuses it.
+            self._launcher = build_launcher(
+                self.resolved, self.shared.store, logs=self.folder.path / "island"
+            )
         self._job: IslandIncarnation | None = None
         self.state: LoopState | None = None
         # A round ends whole: its release and progress follow it.
@@ -419,11 +428,11 @@ class TrainerRole(_Role):
     def _lifecycle_of_run(self) -> Any:
         """This process's trainer lifecycle: itself, or launched jobs (the class docstring)."""
         section = self.plan.scheduler
-        if section.launcher == "in-process":
+        if not section.launches:
             return self
-        launcher = LocalProcessLauncher(self.shared.store, logs=self.folder.path / "island")
+        assert self._launcher is not None
         self._island = IslandTrainer(
-            launcher=launcher,
+            launcher=self._launcher,
             shared=self.shared,
             command=CommandFile(
                 incarnation=0,
@@ -472,6 +481,8 @@ class TrainerRole(_Role):
         finally:
             if self._island is not None:
                 await self._island.aclose()
+            if self._launcher is not None:
+                await close_launcher(self._launcher)
             self.trainer.shutdown()
             await asyncio.to_thread(self.buffer.close)
             life.close()

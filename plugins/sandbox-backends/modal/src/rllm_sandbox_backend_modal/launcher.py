@@ -1,6 +1,8 @@
 """A :class:`~rllm_core.ports.TrainerLauncher` that runs each trainer incarnation in a Modal
 sandbox: the trainer on its own island, on a Modal GPU.
 
+A plan selects it with ``[scheduler].launcher = { name = "modal", image = "...", gpu = "A100" }``
+(:class:`~rllm_sandbox_backend_modal.plugin.ModalLauncherConfig`).
 ``launch`` looks the app up (created when missing), creates a sandbox from ``image`` with
 ``gpu`` and the tags ``rllm-run`` and ``rllm-incarnation``, writes the command file's plan text
 to ``plan_path`` inside it and runs ``rllm-core run <plan_path> --plain --role trainer
@@ -16,10 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rllm_core.ports import ObjectStore
 from rllm_core.training.island import CommandFile, TrainerJobError, read_command
+
+if TYPE_CHECKING:
+    from rllm_sandbox_backend_modal.plugin import ModalLauncherConfig
 
 __all__ = ["ModalTrainerJob", "ModalTrainerLauncher"]
 
@@ -74,11 +79,27 @@ class ModalTrainerLauncher:
         self.timeout_s = timeout_s
         self.plan_path = plan_path
         self.argv = argv or _trainer_argv
-        if client is None:
-            import modal
+        self.modal = client if client is not None else _modal_module()
 
-            client = modal
-        self.modal = client
+    @classmethod
+    def from_config(cls, config: ModalLauncherConfig) -> ModalTrainerLauncher:
+        """Build from the validated plan config (the component factory of
+        ``[scheduler].launcher = { name = "modal", ... }``); the store is the run's
+        ``[object_store]``."""
+        if config.store is None:
+            raise ValueError(
+                "trainer_launcher:modal meets its jobs in the plan's [object_store]; add an"
+                ' [object_store] section both the scheduler and Modal reach (name = "s3")'
+            )
+        return cls(
+            config.store,
+            image=config.image,
+            app_name=config.app_name,
+            gpu=config.gpu,
+            environment_name=config.environment_name,
+            timeout_s=config.timeout_s,
+            plan_path=config.plan_path,
+        )
 
     async def launch(self, incarnation: int, command_file_uri: str) -> ModalTrainerJob:
         command = await asyncio.to_thread(read_command, self.store, command_file_uri)
@@ -106,6 +127,12 @@ class ModalTrainerLauncher:
             await sandbox.terminate.aio()
             raise
         return ModalTrainerJob(sandbox, process)
+
+
+def _modal_module() -> Any:
+    import modal
+
+    return modal
 
 
 def _trainer_argv(command: CommandFile, plan_path: str) -> list[str]:

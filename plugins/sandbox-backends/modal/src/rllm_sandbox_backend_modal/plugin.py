@@ -1,18 +1,28 @@
-"""Entry module: the config of the ``modal`` sandbox backend and its spec.
+"""Entry module: the configs of the ``modal`` sandbox backend and the ``modal`` trainer
+launcher, and their specs.
 
 Imports only rllm-core, pydantic and the standard library; the modal SDK loads when a plan
-builds the backend.
+builds the backend or the launcher.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rllm_core import ComponentSpec, Credential, hookimpl, lazy
 from rllm_core.kit.retry import RetrySettings
+from rllm_core.ports import ObjectStore
 
-__all__ = ["ModalConfig"]
+__all__ = ["ModalConfig", "ModalLauncherConfig"]
+
+MODAL_TOKEN = Credential(
+    what="Modal token",
+    env=("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"),
+    files=("~/.modal.toml",),
+    login="modal token set",
+)
 
 
 class ModalConfig(RetrySettings):
@@ -82,12 +92,75 @@ def rllm_sandbox_backends() -> Iterator[ComponentSpec]:
         config=ModalConfig,
         summary="Modal cloud sandboxes through the modal SDK, with retries and per-run tags",
         traits={"remote": True},
-        credentials=(
-            Credential(
-                what="Modal token",
-                env=("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"),
-                files=("~/.modal.toml",),
-                login="modal token set",
-            ),
-        ),
+        credentials=(MODAL_TOKEN,),
+    )
+
+
+class ModalLauncherConfig(BaseModel):
+    """Keys of ``[scheduler] launcher = { name = "modal", image = "..." }``: each trainer
+    incarnation runs in a Modal sandbox of its own (:mod:`rllm_sandbox_backend_modal.launcher`).
+
+    Credentials come from the modal SDK's own configuration, as for the sandbox backend.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    store: Any = Field(
+        default=None,
+        description="the object store the launched job reads its command file from and meets"
+        " the scheduler in: a run gives it the plan's [object_store] (not a plan key)",
+        exclude=True,
+    )
+    image: str = Field(
+        min_length=1,
+        description="registry image the trainer runs in; it must hold rllm-core, the plan's"
+        " plugins and the credentials of the run's object store",
+    )
+    gpu: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Modal GPU of each trainer sandbox (`A100`, `H100:2`); none when unset",
+    )
+    app_name: str = Field(
+        default="rllm-trainers",
+        min_length=1,
+        max_length=63,
+        description="Modal app the trainer sandboxes belong to; looked up, and created when"
+        " missing",
+    )
+    environment_name: str | None = Field(
+        default=None, description="Modal environment of the app; the SDK's default when unset"
+    )
+    timeout_s: int = Field(
+        default=24 * 3600,
+        gt=0,
+        description="longest life of one trainer sandbox in seconds (Modal's own limit applies)",
+    )
+    plan_path: str = Field(
+        default="/tmp/rllm-trainer/plan.toml",
+        min_length=1,
+        description="where the command file's plan is written inside the sandbox",
+    )
+
+    @field_validator("store")
+    @classmethod
+    def _a_built_store(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, ObjectStore):
+            raise ValueError(
+                "the store is the run's [object_store], not a plan key; remove"
+                " [scheduler].launcher.store and add an [object_store] section"
+            )
+        return value
+
+
+@hookimpl
+def rllm_trainer_launchers() -> Iterator[ComponentSpec]:
+    yield ComponentSpec(
+        kind="trainer_launcher",
+        name="modal",
+        factory=lazy("rllm_sandbox_backend_modal.launcher:ModalTrainerLauncher.from_config"),
+        config=ModalLauncherConfig,
+        summary="each trainer incarnation in a Modal sandbox of its own, on a Modal GPU",
+        traits={"run_keys": ("store",)},
+        credentials=(MODAL_TOKEN,),
     )
