@@ -144,6 +144,31 @@ def test_a_role_of_a_plan_that_cannot_split_exits_2_with_no_run_folder(tmp_path,
     assert not (tmp_path / "runs").exists(), "a refused role left a run folder"
 
 
+def test_a_role_of_a_plan_that_exports_exits_2_naming_the_key(tmp_path):
+    text = QUICKSTART.read_text().replace("../tasks/", f"{ROOT / 'examples' / 'tasks'}/")
+    plan = tmp_path / "split.toml"
+    plan.write_text(
+        "".join(
+            line
+            for line in text.splitlines(keepends=True)
+            if not line.startswith(("eval_every", "keep_best"))
+        )
+    )
+    settings = [
+        'run.pipeline="async"',
+        "algorithm.max_policy_age=1",
+        'object_store.name="file"',
+        f'object_store.root="{tmp_path / "store"}"',
+        f'run.export="{tmp_path / "model"}"',
+    ]
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    result = run_cli(tmp_path, "run", str(plan), "--role", "trainer", *sets)
+    message = one_error(result, 2)
+    assert "[run].export" in message and "--role trainer splits it" in message
+    assert "rllm-core checkpoints export RUN_FOLDER --merge --out DIR" in message
+    assert not (tmp_path / "runs").exists(), "a refused role left a run folder"
+
+
 def test_a_port_in_use_exits_2_before_loading_the_model(smollm2_model_dir, tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]

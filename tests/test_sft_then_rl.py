@@ -1,6 +1,7 @@
 """examples/sft-then-rl: sft.toml validates and its transcripts are current; two CI-sized steps
 of it export a model folder that rl.toml names, and one step of rl.toml trains from it: the
-RL run's first sampled tokens carry the exported model's logprobs, not the base model's.
+RL run's first sampled tokens carry the exported model's logprobs, not the base model's, and
+its ``[run].export`` writes the policy that step trained.
 
 Both plans run as shipped from a copy of the example (with the task files beside it, as in
 the repository), changed only in size: 16 transcripts in 2 steps, 2 tasks x 2 rollouts of 4
@@ -128,6 +129,9 @@ def test_rl_trains_from_the_model_sft_exported(smollm2_model_dir, tmp_path):
             "algorithm.batch_size=2",
             "algorithm.group_size=2",
             "sampling.max_tokens=4",
+            f'run.export="{tmp_path / "rl-model"}"',
+            # The entropy bonus moves the weights even when every reward of the step is equal.
+            "algorithm.entropy_coef=0.5",
         ),
         cwd=tmp_path,
         timeout=300,
@@ -135,6 +139,9 @@ def test_rl_trains_from_the_model_sft_exported(smollm2_model_dir, tmp_path):
     )
     assert rl.returncode == 0, rl.stderr[-3000:]
     rl_dir = run_folder(rl, tmp_path, "sft-then-rl")
+    rl_summary = json.loads((rl_dir / "summary.json").read_text())
+    assert rl_summary["export"] == str(tmp_path / "rl-model")
+    assert f"exported the trained model to {tmp_path / 'rl-model'}" in rl.stdout + rl.stderr
     resolved = json.loads((rl_dir / "plan.resolved.json").read_text())
     configs = {c["where"]: c["config"] for c in resolved["components"]}
     assert Path(configs["[trainer]"]["model"]).resolve() == exported.resolve()
@@ -155,3 +162,11 @@ def test_rl_trains_from_the_model_sft_exported(smollm2_model_dir, tmp_path):
         for a, b in zip(rollout, theirs, strict=True)
     )
     assert gap > 0.05, "the SFT steps left the model indistinguishable from the base model"
+    # [run].export wrote the policy after the RL step: the step's LoRA update merged in.
+    trained = _logprobs(tmp_path / "rl-model", datums)
+    moved = max(
+        abs(a - b)
+        for ours, theirs in zip(trained, from_export, strict=True)
+        for a, b in zip(ours, theirs, strict=True)
+    )
+    assert moved > 0, "[run].export wrote the model the RL run started from"

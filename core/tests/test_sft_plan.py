@@ -86,13 +86,19 @@ def test_plan_check_refuses_what_an_sft_run_would_not_use_or_cannot_do(
     plan_builder, parts, tmp_path
 ):
     data = sft_plan(plan_builder.folder, packing=True, max_length=64, export="out")
-    data |= {"trainer": "plain", "tasks": "t", "algorithm": {"batch_size": 2}, "run": {"steps": 3}}
+    data |= {
+        "trainer": "plain",
+        "tasks": "t",
+        "algorithm": {"batch_size": 2},
+        "run": {"steps": 3, "export": "rl-out"},
+    }
     data["sft"]["eval_data"] = "missing.jsonl"
     found = issues(plan_builder, data)
     expected = [
         "[algorithm]: [algorithm] belongs to RL runs",
         "[tasks]: [tasks] belongs to RL runs",
         "[run].steps: an SFT run's length is [sft].epochs",
+        "[run].export: an SFT run exports with [sft].export",
         "[sft].eval_data: no such file or folder",
         "[sft].packing: trainer backend 'plain' cannot pack",
         "[sft].export: trainer backend 'plain' cannot export",
@@ -134,3 +140,14 @@ def test_rllm_core_sft_refuses_a_plan_without_sft(tmp_path):
 def test_section_defaults() -> None:
     sft = Plan.model_validate({"sft": {"data": "a.jsonl"}}).sft
     assert (sft.epochs, sft.batch_size, sft.packing, sft.format) == (1, 8, False, "auto")
+
+
+def test_plan_check_refuses_an_rl_export_the_trainer_cannot_write(plan_builder, parts):
+    data = {"trainer": "plain", "renderer": "r", "tasks": "t", "run": {"export": "out"}}
+    found = issues(plan_builder, data)
+    assert any(
+        "[run].export" in text and "trainer backend 'plain' cannot export" in text for text in found
+    ), found
+    data["trainer"] = "packing"
+    resolved = plan_builder.resolve(data)
+    assert resolved.plan.run.export == str(plan_builder.folder / "out")

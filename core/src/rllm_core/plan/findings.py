@@ -10,7 +10,8 @@ Findings are :class:`~rllm_core.errors.PlanIssue` records, each naming the file,
 and the key. An error is what fails a run for sure (a missing data file, a folder without a
 tokenizer); a warning is what the user may still fix before it (a model not pulled yet, whose
 ``rllm-core models pull`` command it names; a credential to export; a folder another plan's
-``[sft].export`` writes; a plan note). ``--strict`` makes every warning an error.
+``[sft].export`` or ``[run].export`` writes; a plan note). ``--strict`` makes every warning an
+error.
 """
 
 from __future__ import annotations
@@ -204,12 +205,13 @@ class _Check:
                 return
             producer = self.producer(value)
             if producer is not None:
+                other, table, command = producer
                 self.add(
                     "warning",
                     section,
                     key,
-                    f"{shown} does not exist yet: {producer}'s [sft].export writes it",
-                    f"run `rllm-core sft {producer}` first",
+                    f"{shown} does not exist yet: {other}'s [{table}].export writes it",
+                    f"run `rllm-core {command} {other}` first",
                 )
                 return
             kind = "folder" if not Path(value).exists() else "model folder"
@@ -240,21 +242,24 @@ class _Check:
                 "save the whole model there (save_pretrained), or name a catalog model or a Hub id",
             )
 
-    def producer(self, value: str) -> str | None:
-        """The plan next to this one whose ``[sft].export`` writes the folder ``value``."""
+    def producer(self, value: str) -> tuple[str, str, str] | None:
+        """The plan next to this one whose ``[sft].export`` or ``[run].export`` writes the
+        folder ``value``: its path, that table and the command that runs it."""
         mine = Path(self.resolved.path).absolute()
         for other in sorted(self.folder.glob("*.toml")):
             if other.absolute() == mine:
                 continue
             try:
-                sft = read_plan_file(other).get("sft")
+                data = read_plan_file(other)
             except PlanError:
                 continue
-            export = sft.get("export") if isinstance(sft, dict) else None
+            table, command = ("sft", "sft") if isinstance(data.get("sft"), dict) else ("run", "run")
+            found = data.get(table)
+            export = found.get("export") if isinstance(found, dict) else None
             if isinstance(export, str) and not export.startswith("~"):
                 written = os.path.normpath(os.path.join(self.folder, export))
                 if written == os.path.normpath(value):
-                    return str(Path(self.resolved.path).parent / other.name)
+                    return str(Path(self.resolved.path).parent / other.name), table, command
         return None
 
     # ------------------------------------------------------------------ credentials

@@ -195,6 +195,7 @@ class _Resolver:
             return
         self.refuse_pipeline_keys()
         self.refuse_sampler()
+        self.refuse_export()
         self.refuse_native_loss()
         self.refuse_unreachable_gateway()
         self.refuse_gateway_workers()
@@ -271,6 +272,21 @@ class _Resolver:
             f" {trainer.name!r} cannot export them",
             "remove [sampler] to sample from the trainer backend itself, or use a trainer"
             " backend that exports weights (torch)",
+        )
+
+    def refuse_export(self) -> None:
+        """``[run].export`` writes a model folder, which a backend declares it can with the
+        trait ``exports_weights``."""
+        trainer = self.components.get("[trainer]")
+        export = self.plan.run.export
+        if export is None or trainer is None or trainer.spec.trait("exports_weights"):
+            return
+        self.issue(
+            "run",
+            "export",
+            export,
+            f"trainer backend {trainer.name!r} cannot export its weights as a model folder",
+            "remove [run].export, or use a trainer backend that exports weights (torch)",
         )
 
     def refuse_unreachable_gateway(self) -> None:

@@ -113,6 +113,14 @@ class RunSection(_Section):
             " highest is kept in `checkpoints/best/` besides the latest (needs `eval_every`)."
         ),
     )
+    export: Annotated[str | None, PlanPath()] = Field(
+        None,
+        description=(
+            "When the run finishes, write the trained policy as a standalone model folder here"
+            " (LoRA merged into the base weights), for another plan's `[trainer].model` or"
+            " distillation teacher to name. Not written for an interrupted or failed run."
+        ),
+    )
     deterministic: bool = Field(
         True,
         description=(

@@ -42,6 +42,7 @@ RL_RUN_KEYS = {
     "eval_every": "an SFT run evaluates with [sft].eval_every",
     "eval_attempts": "an SFT run evaluates its eval data's loss, not attempts",
     "keep_best": "an SFT run keeps no best checkpoint",
+    "export": "an SFT run exports with [sft].export",
 }
 
 

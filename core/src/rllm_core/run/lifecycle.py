@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rllm_core.ports import WeightExporter
 from rllm_core.run.checkpoints import RunCheckpoints
 from rllm_core.run.folder import RunFolder, write_json
 from rllm_core.run.observers import RunObservers
@@ -232,6 +233,20 @@ class Lifecycle:
             return
         trigger: CutTrigger = {130: "manual", 143: "preempt"}.get(self.stop_code or 0, "final")
         self.display.info(f"checkpoint: {self.checkpoint(state, trigger)}")
+
+    def export(self, trainer: object, path: str, where: str) -> str:
+        """Write ``trainer``'s policy as a standalone model folder at ``path`` (LoRA merged),
+        as the plan's ``where`` (``[run].export``, ``[sft].export``) asks; returns the folder
+        written. Raises ``RuntimeError`` naming ``where`` for a backend that cannot export."""
+        if not isinstance(trainer, WeightExporter):
+            raise RuntimeError(
+                f"{where} = {path!r}: the trainer backend cannot export its weights (no"
+                " WeightExporter); remove the key"
+            )
+        exported = trainer.export_weights(path, merge=True)
+        self.display.info(f"exported the trained model to {exported.path}")
+        self.observers.event("export", {"path": str(exported.path)})
+        return str(exported.path)
 
     # ------------------------------------------------------------------ the end
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from rllm_core.plan import ResolvedPlan
 from rllm_core.plugins.manager import PluginManager, get_plugin_manager
-from rllm_core.ports import LogprobScorer, WeightExporter
+from rllm_core.ports import LogprobScorer
 from rllm_core.run.checkpoints import RunCheckpoints
 from rllm_core.run.folder import RunFolder
 from rllm_core.run.lifecycle import Lifecycle, ResumeError, RunResult, fresh_or_resumed
@@ -139,7 +139,7 @@ class SftLoop:
             life.final_checkpoint(state)
             status = "interrupted" if life.stop_code is not None else "finished"
             if status == "finished" and self.sft.export is not None:
-                self._export(self.sft.export)
+                life.export(self.trainer, self.sft.export, "[sft].export")
             summary = life.summary(status)
         except BaseException as exc:
             thread.shutdown()
@@ -189,16 +189,6 @@ class SftLoop:
 
     def _save(self, state: LoopState, trigger: CutTrigger) -> Path:
         return self.checkpoints.save(self.trainer, state, trigger=trigger)
-
-    def _export(self, path: str) -> None:
-        if not isinstance(self.trainer, WeightExporter):
-            raise RuntimeError(
-                f"[sft].export = {path!r}: the trainer backend cannot export its weights (no"
-                " WeightExporter); remove the key"
-            )
-        exported = self.trainer.export_weights(path, merge=True)
-        self.display.info(f"exported the trained model to {exported.path}")
-        self.observers.event("export", {"path": str(exported.path)})
 
     def _summary(self, status: str, state: LoopState) -> dict[str, Any]:
         rows = RunFolder.read_jsonl(self.folder.metrics)

@@ -43,6 +43,14 @@ def check_role(role: str, resolved: ResolvedPlan) -> None:
             f" section (see {guide})",
             EXIT_USAGE,
         )
+    if role != "both" and plan.run.export is not None:
+        raise RunRefused(
+            f"{resolved.path}: [run].export = {plan.run.export!r} is written by the one-process"
+            f" run, and --role {role} splits it; remove the key and export the run's last"
+            " checkpoint when it has finished: rllm-core checkpoints export RUN_FOLDER --merge"
+            " --out DIR",
+            EXIT_USAGE,
+        )
 
 
 def train(

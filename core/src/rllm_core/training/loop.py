@@ -320,7 +320,12 @@ class TrainingLoop:
                 else:
                     status, exit_code = "finished", 0
                 life.final_checkpoint(state, torn_step=self.trainer.torn_step)
+                export = self.plan.run.export
+                if status == "finished" and export is not None:
+                    life.export(self.c.trainer, export, "[run].export")
                 summary = life.summary(status)
+                if status == "finished" and export is not None:
+                    summary["export"] = export
                 if self.evaluator is not None:
                     summary |= self.evaluator.summary()
                 if failure is not None:
