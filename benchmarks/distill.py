@@ -1,17 +1,19 @@
 """On-policy distillation against RL from the reward, on the quickstart's arithmetic tasks.
 
-First ``rllm-core sft examples/distill/teacher.toml`` exports the teacher (SmolLM2 fine-tuned on
-correct arithmetic transcripts) unless ``--teacher`` names a model folder. Then
-``examples/distill/plan.toml`` runs twice from the base SmolLM2, each as its own process for the
-same ``--steps`` with the same seed, tasks and batch: once with ``advantage = distill`` (the
-teacher's per-token signal, no reward) and once with ``advantage = grpo`` (the reward alone). Both
-evaluate the held-out split after every step (``[run].eval_every = 1``); the table prints
-``eval/mean_reward`` per step side by side, and the teacher's own held-out reward (``rllm-core
-eval``) as the line to reach::
+First ``examples/distill/teacher.toml`` trains SmolLM2 by GRPO from the reward alone and exports
+it as the teacher (``[run].export``); that run's held-out curve is the RL-from-the-reward line.
+Then ``examples/distill/plan.toml`` distills the teacher into the base SmolLM2 (``advantage =
+distill``: the teacher's per-token signal, no reward). Both runs are their own processes with
+the same seed, tasks, batch and ``--steps`` and score the held-out split after every step
+(``[run].eval_every = 1``). Last, ``rllm-core eval`` scores the exported teacher on the same
+split: the line to reach. The table prints ``eval/mean_reward`` per step side by side and, for
+each method, the first step at or above the teacher's held-out reward::
 
     .venv/bin/python benchmarks/distill.py               # a table
     .venv/bin/python benchmarks/distill.py --json        # one JSON object
     .venv/bin/python benchmarks/distill.py --dry-run     # the commands only
+
+With ``--teacher DIR`` the GRPO run exports nothing and ``DIR`` is the teacher.
 """
 
 from __future__ import annotations
@@ -31,46 +33,57 @@ TEACHER_PLAN = ROOT / "examples" / "distill" / "teacher.toml"
 METHODS = ("distill", "grpo")
 
 
-def teacher_command(out: Path) -> list[str]:
-    return [str(RLLM), "sft", str(TEACHER_PLAN), "--json", "--set", f'sft.export="{out}"']
-
-
-def run_command(out: Path, method: str, teacher: Path, args: argparse.Namespace) -> list[str]:
-    command = [str(RLLM), "run", str(PLAN), "--json"]
-    settings = [
+def _settings(out: Path, method: str, args: argparse.Namespace) -> list[str]:
+    return [
         f'run.output_dir="{out / method}"',
         f"run.steps={args.steps}",
         "run.eval_every=1",
         f"algorithm.batch_size={args.batch_size}",
         f"algorithm.group_size={args.group_size}",
-        f'algorithm.advantage.teacher.model="{teacher}"',
     ]
-    if method == "grpo":
-        settings[-1] = 'algorithm.advantage={ name = "grpo", normalize_std = true }'
+
+
+def _command(plan: Path, subcommand: str, settings: list[str]) -> list[str]:
+    command = [str(RLLM), subcommand, str(plan), "--json"]
     for setting in settings:
         command += ["--set", setting]
     return command
 
 
+def grpo_command(out: Path, teacher: Path, args: argparse.Namespace) -> list[str]:
+    settings = _settings(out, "grpo", args)
+    if args.teacher is None:
+        settings.append(f'run.export="{teacher}"')
+    return _command(TEACHER_PLAN, "run", settings)
+
+
+def distill_command(out: Path, teacher: Path, args: argparse.Namespace) -> list[str]:
+    settings = _settings(out, "distill", args)
+    settings.append(f'algorithm.advantage.teacher.model="{teacher}"')
+    return _command(PLAN, "run", settings)
+
+
 def eval_command(out: Path, teacher: Path) -> list[str]:
-    return [
-        str(RLLM),
+    return _command(
+        PLAN,
         "eval",
-        str(PLAN),
-        "--json",
-        "--set",
-        f'trainer.model="{teacher}"',
-        "--set",
-        f'algorithm.advantage.teacher.model="{teacher}"',
-        "--set",
-        f'run.output_dir="{out / "teacher-eval"}"',
-    ]
+        [
+            f'trainer.model="{teacher}"',
+            f'algorithm.advantage.teacher.model="{teacher}"',
+            f'run.output_dir="{out / "teacher-eval"}"',
+        ],
+    )
 
 
 def curve(runs: Path) -> list[float | None]:
-    (run_dir,) = sorted(runs.glob("distill-*"))
+    (run_dir,) = sorted(p for p in runs.iterdir() if p.is_dir())
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r.get("eval/mean_reward") for r in rows]
+
+
+def first_step_reaching(values: list[float | None], line: float) -> int | None:
+    """The first step (from 1) whose value is at least ``line``; None when none is."""
+    return next((i for i, v in enumerate(values, 1) if v is not None and v >= line), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=13)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--teacher", type=Path, help="a teacher model folder (skips the SFT)")
+    parser.add_argument("--teacher", type=Path, help="a teacher model folder (no export)")
     parser.add_argument("--out", type=Path, help="where runs go (default: a temporary folder)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -87,19 +100,20 @@ def main(argv: list[str] | None = None) -> int:
         args.out = Path("<out>") if args.dry_run else Path(tempfile.mkdtemp(prefix="distill-"))
     out = args.out.absolute()
     teacher = (args.teacher or out / "teacher-model").absolute()
-    commands = [] if args.teacher else [teacher_command(teacher)]
-    commands += [run_command(out, m, teacher, args) for m in METHODS]
-    commands.append(eval_command(out, teacher))
+    runs = {
+        "grpo": grpo_command(out, teacher, args),
+        "distill": distill_command(out, teacher, args),
+    }
+    teacher_eval_command = eval_command(out, teacher)
     if args.dry_run:
-        print("\n".join(shlex.join(c) for c in commands))
+        for command in (runs["grpo"], runs["distill"], teacher_eval_command):
+            print(shlex.join(command))
         return 0
-    if not args.teacher:
-        stage(commands[0])
-    walls = {}
-    for method, command in zip(METHODS, commands[-3:-1], strict=True):
-        walls[method] = stage(command)["wall_s"]
-    teacher_eval = stage(commands[-1])["summary"]
+    walls = {method: stage(runs[method])["wall_s"] for method in ("grpo", "distill")}
+    teacher_eval = stage(teacher_eval_command)["summary"]
+    line = float(teacher_eval["mean_reward"])
     curves = {m: curve(out / m) for m in METHODS}
+    reached = {m: first_step_reaching(curves[m], line) for m in METHODS}
     record: dict[str, Any] = {
         "steps": args.steps,
         "batch_size": args.batch_size,
@@ -107,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "teacher": str(teacher),
         "teacher_eval": teacher_eval,
         "eval_mean_reward": curves,
+        "first_step_at_teacher": reached,
         "wall_s": walls,
     }
     if args.json:
@@ -117,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     for step, (a, b) in enumerate(zip(curves["distill"], curves["grpo"], strict=True), 1):
         show = [f"{v:8.3f}" if isinstance(v, float) else f"{'-':>8}" for v in (a, b)]
         print(f"{step:>4}  {show[0]}  {show[1]}")
-    print(f"teacher held-out: {json.dumps(teacher_eval)}")
+    print(f"teacher held-out mean reward: {line:.3f}")
+    for method in METHODS:
+        print(f"first step at or above it, {method}: {reached[method] or 'none'}")
     print(f"wall s: distill {walls['distill']:.0f}, grpo {walls['grpo']:.0f}")
     return 0
 

@@ -374,11 +374,17 @@ def test_distill_benchmark_answers_help_and_dry_run_starts_nothing(tmp_path: Pat
     _answers_help("distill.py", "--json", "--steps", "--teacher", "--dry-run", "--out")
     result = _run("distill.py", "--dry-run", "--steps", "3", "--out", tmp_path)
     commands = result.stdout.splitlines()
-    assert [line.split()[1] for line in commands] == ["sft", "run", "run", "eval"]
-    assert all("run.steps=3" in line and "run.eval_every=1" in line for line in commands[1:3])
-    assert "algorithm.advantage.teacher.model=" in commands[1]
-    assert 'algorithm.advantage={ name = "grpo", normalize_std = true }' in commands[2]
+    assert [line.split()[1] for line in commands] == ["run", "run", "eval"]
+    grpo, distill, teacher_eval = commands
+    assert all("run.steps=3" in line and "run.eval_every=1" in line for line in (grpo, distill))
+    teacher = tmp_path / "teacher-model"
+    assert "examples/distill/teacher.toml" in grpo and f'run.export="{teacher}"' in grpo
+    assert "examples/distill/plan.toml" in distill
+    assert f'algorithm.advantage.teacher.model="{teacher}"' in distill
+    assert f'trainer.model="{teacher}"' in teacher_eval
     assert list(tmp_path.iterdir()) == []
+    given = _run("distill.py", "--dry-run", "--teacher", tmp_path / "t", "--out", tmp_path)
+    assert "run.export" not in given.stdout.splitlines()[0]
 
 
 def test_gateway_workers_benchmark_answers_help_and_dry_run_starts_nothing() -> None:

@@ -29,8 +29,8 @@ EXPECTED = {
     "examples/distill/teacher.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/distill/plan.toml": [
         "[algorithm].advantage.teacher.model: './runs/teacher-model'",
-        "examples/distill/teacher.toml's [sft].export writes it",
-        "run `rllm-core sft examples/distill/teacher.toml` first",
+        "examples/distill/teacher.toml's [run].export writes it",
+        "run `rllm-core run examples/distill/teacher.toml` first",
     ],
     "examples/agent-quickstart/sft.toml": ["rllm-core models pull smollm2-135m-instruct"],
     "examples/agent-quickstart/rl.toml": [
