@@ -2,7 +2,8 @@
 shell-agent and quickstart plans: it serves the API, refuses another host without a token, and
 its pages render in headless Chromium (the runs list, a run's curves with a second run
 overlaid, an episode with a tool call, a reset marker and a call's tokens) without a console
-error. Screenshots are saved in the test's folder, and also in ``$RLLM_VIEW_SCREENSHOTS``
+error; the same on the finished two-step quickstart run the suite shares. Screenshots are
+saved in the test's folder, and also in ``$RLLM_VIEW_SCREENSHOTS``
 when set (``docs/images`` holds the ones docs/viewing.md shows)."""
 
 from __future__ import annotations
@@ -188,3 +189,34 @@ def test_an_episode_with_a_tool_call_and_a_reset_renders_with_its_tokens(served,
     assert "lineage reset here: history_summarized" in html
     assert 'class="tok act"' in html and 'class="tok obs"' in html
     assert "<details" in html and "reasoning (" in html
+
+
+def test_a_finished_quickstart_run_renders_its_curves_and_an_episode(
+    quickstart_two_steps, tmp_path
+):
+    cwd, done = quickstart_two_steps
+    assert done.returncode == 0, done.stdout + done.stderr
+    process = subprocess.Popen(
+        [*CLI, "view", str(cwd / "runs"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+    )
+    try:
+        found = re.search(r"on (http://127\.0\.0\.1:\d+)/", _first_line(process))
+        assert found
+        (run,) = httpx.get(f"{found[1]}/api/runs", timeout=10).json()["runs"]
+        name = run["name"]
+        html = _visit(f"{found[1]}/#/run/{name}", tmp_path, "quickstart-run.png", 1200)
+        chart = html[html.index('data-key="reward/mean"') :]
+        assert chart[: chart.index("</svg>")].count("<path ") == 1
+        episodes = httpx.get(f"{found[1]}/api/episodes?run={name}", timeout=10).json()
+        episode = episodes["rows"][0]["episode_id"]
+        html = _visit(
+            f"{found[1]}/#/episode/{name}/{episode}", tmp_path, "quickstart-episode.png", 900
+        )
+        assert "What is" in html and "main · turn 0" in html
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
