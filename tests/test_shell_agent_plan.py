@@ -5,7 +5,8 @@ The run uses the plan as shipped except for its size (2 tasks x 2 rollouts, 3 tu
 tokens). What it checks is the cumulative token path end to end: an episode whose chain held
 (no reset) is trained as exactly one datum, that datum is the last turn's prompt plus its
 completion as the trace store rebuilds them, and every turn's sampled tokens are a separate
-action span in it with the sampler's logprobs.
+action span in it with the sampler's logprobs; and `rllm-core view` shows the run's longest
+episode call by call in headless Chromium.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from reference.cli_process import overrides, plan_check, run_cli, run_folder
+from reference.view_browser import serving, visit
 from rllm_core.plugins import PluginManager
 from rllm_core.types import Termination
 
@@ -141,3 +144,15 @@ def test_a_step_trains_one_datum_per_multi_turn_episode(smollm2_model_dir, tmp_p
         assert merged > 0, "no episode with more than one turn was trained as one datum"
     finally:
         store.close()
+
+    # rllm-core view shows this real run: an episode of several turns, each model call of it.
+    longest = max(episodes, key=lambda e: sum(len(t["trace_ids"]) for t in e["trajectories"]))
+    calls = sum(len(t["trace_ids"]) for t in longest["trajectories"])
+    with serving(tmp_path / "runs") as url:
+        name = run_dir.name
+        data = httpx.get(
+            f"{url}/api/episode", params={"run": name, "id": longest["episode_id"]}, timeout=10
+        ).json()
+        assert len(data["turns"]) == calls > 1
+        html = visit(f"{url}/#/episode/{name}/{longest['episode_id']}", tmp_path, "ep.png", 1400)
+    assert all(f"main · turn {turn}" in html for turn in range(calls))

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,24 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
-from PIL import Image, ImageStat
+from reference.view_browser import first_line, serving, visit
 from rllm_core.testing.run_folders import write_agent_run
-from rllm_core.testing.system import require_program
 
 ROOT = Path(__file__).resolve().parents[1]
 SHELL = ROOT / "examples" / "shell-agent" / "plan.toml"
 QUICKSTART = ROOT / "examples" / "quickstart" / "plan.toml"
 CLI = [sys.executable, "-m", "rllm_core"]
-
-
-def _first_line(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
-    assert process.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout):
-            process.kill()
-            pytest.fail(f"rllm-core view printed nothing in {timeout:.0f}s")
-    return process.stdout.readline()
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +42,7 @@ def served(smollm2_model_dir, tmp_path_factory) -> Iterator[dict[str, Any]]:
         env=dict(os.environ, COLUMNS="200"),
     )
     try:
-        line = _first_line(process)
+        line = first_line(process)
         found = re.search(r"on (http://127\.0\.0\.1:\d+)/", line)
         assert found, (
             f"no URL in {line!r}; stderr: {process.stderr.read() if process.poll() else ''}"
@@ -97,63 +84,8 @@ def test_a_path_that_is_no_run_folder_nor_directory_is_refused(tmp_path):
 # ---------------------------------------------------------------- in a browser
 
 
-def _chromium(args: list[str], url: str, profile: Path) -> subprocess.CompletedProcess[str]:
-    chromium = require_program("chromium", "chromium", "drive the rllm-core view page")
-    return subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--enable-logging=stderr",
-            "--v=0",
-            f"--user-data-dir={profile}",
-            "--virtual-time-budget=4000",
-            *args,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def _console(done: subprocess.CompletedProcess[str]) -> list[str]:
-    return [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
-
-
-def _visit(url: str, tmp_path: Path, png: str, height: int) -> str:
-    """The page's DOM once its data is shown; its screenshot saved as ``png``. Fails on a
-    console message or an error the page caught."""
-    shot = tmp_path / png
-    done = _chromium(
-        ["--dump-dom", f"--screenshot={shot}", f"--window-size=1280,{height}"],
-        url,
-        tmp_path / "profile",
-    )
-    assert done.returncode == 0 and shot.is_file(), done.stderr
-    assert not _console(done), _console(done)
-    html = done.stdout
-    assert "data-ready=" in html, f"{url}: the page never finished rendering\n{html[:2000]}"
-    assert "data-errors" not in html, re.search(r'data-errors="[^"]*"', html)[0]
-    with Image.open(shot) as image:
-        grey = image.convert("L")
-    assert ImageStat.Stat(grey).stddev[0] > 10, f"{png}: almost uniform"
-    keep = os.environ.get("RLLM_VIEW_SCREENSHOTS")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, Path(keep) / png)
-    return html
-
-
 def test_the_runs_list_renders(served, tmp_path):
-    html = _visit(f"{served['url']}/", tmp_path, "view-runs.png", 520)
+    html = visit(f"{served['url']}/", tmp_path, "view-runs.png", 520)
     assert 'data-page="runs"' in html
     for run in (served["shell"], served["quick"]):
         assert f">{run.folder.path.name}</a>" in html
@@ -163,7 +95,7 @@ def test_the_runs_list_renders(served, tmp_path):
 def test_a_runs_curves_render_with_another_run_overlaid(served, tmp_path):
     shell, quick = served["shell"].folder.path.name, served["quick"].folder.path.name
     url = f"{served['url']}/#/run/{shell}?compare={quick}"
-    html = _visit(url, tmp_path, "view-run.png", 1500)
+    html = visit(url, tmp_path, "view-run.png", 1500)
     for key in (
         "reward/mean",
         "train/loss",
@@ -182,7 +114,7 @@ def test_an_episode_with_a_tool_call_and_a_reset_renders_with_its_tokens(served,
     shell = served["shell"]
     name = shell.folder.path.name
     url = f"{served['url']}/#/episode/{name}/{shell.reset_episode}?tokens=3"
-    html = _visit(url, tmp_path, "view-episode.png", 1700)
+    html = visit(url, tmp_path, "view-episode.png", 1700)
     assert html.count('class="toolcall"') == 4 and 'data-tool="bash"' in html
     assert html.count('class="reset"') == 2, "the marker before turn 3, and in its tokens"
     assert "reset at turn 3: history_summarized" in html
@@ -196,27 +128,13 @@ def test_a_finished_quickstart_run_renders_its_curves_and_an_episode(
 ):
     cwd, done = quickstart_two_steps
     assert done.returncode == 0, done.stdout + done.stderr
-    process = subprocess.Popen(
-        [*CLI, "view", str(cwd / "runs"), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, COLUMNS="200"),
-    )
-    try:
-        found = re.search(r"on (http://127\.0\.0\.1:\d+)/", _first_line(process))
-        assert found
-        (run,) = httpx.get(f"{found[1]}/api/runs", timeout=10).json()["runs"]
+    with serving(cwd / "runs") as url:
+        (run,) = httpx.get(f"{url}/api/runs", timeout=10).json()["runs"]
         name = run["name"]
-        html = _visit(f"{found[1]}/#/run/{name}", tmp_path, "quickstart-run.png", 1200)
+        html = visit(f"{url}/#/run/{name}", tmp_path, "quickstart-run.png", 1200)
         chart = html[html.index('data-key="reward/mean"') :]
         assert chart[: chart.index("</svg>")].count("<path ") == 1
-        episodes = httpx.get(f"{found[1]}/api/episodes?run={name}", timeout=10).json()
+        episodes = httpx.get(f"{url}/api/episodes?run={name}", timeout=10).json()
         episode = episodes["rows"][0]["episode_id"]
-        html = _visit(
-            f"{found[1]}/#/episode/{name}/{episode}", tmp_path, "quickstart-episode.png", 900
-        )
+        html = visit(f"{url}/#/episode/{name}/{episode}", tmp_path, "quickstart-episode.png", 900)
         assert "What is" in html and "main · turn 0" in html
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
