@@ -1,4 +1,5 @@
-"""`rllm-core eval` end to end on SmolLM2: a 1-step run's checkpoint and the base model."""
+"""`rllm-core eval` end to end on SmolLM2: a checkpoint of the shared quickstart run and the
+base model."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from reference.cli_process import run_folder
 from reference.run_cuts import checkpoint_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,38 +62,18 @@ def check_results(folder: Path, task_ids: list[str], attempts: int) -> dict:
     return summary
 
 
-def test_eval_on_a_checkpoint_and_on_the_base_model(smollm2_model_dir, tmp_path):
+def test_eval_on_a_checkpoint_and_on_the_base_model(quickstart_two_steps, tmp_path):
+    # The checkpoint is step 1 of the suite's shared quickstart run (tests/conftest.py), trained
+    # by the same plan; `rllm-core run --json` itself is tested in test_run_output.py.
+    run_cwd, trained = quickstart_two_steps
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    checkpoint = checkpoint_of(run_folder(trained, run_cwd, "quickstart") / "checkpoints", 1)
+    assert (checkpoint / "trainer").is_dir()
     tasks = tmp_path / "easy.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     held_out = tmp_path / "held-out.jsonl"
     held_out.write_text("".join(json.dumps(t) + "\n" for t in EVAL_TASKS))
     paths = ("--set", f'tasks.path="{tasks}"', "--set", f'tasks.eval_path="{held_out}"')
-    trained = run_cli(
-        tmp_path,
-        "run",
-        str(PLAN),
-        "--json",
-        "--set",
-        "run.steps=1",
-        "--set",
-        "algorithm.batch_size=1",
-        "--set",
-        "algorithm.group_size=2",
-        *SMALL,
-        *paths,
-    )
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    # --json: stdout is the run's summary.json alone, with the run folder and summary paths.
-    report = json.loads(trained.stdout)
-    run_dir = tmp_path / report["run_folder"]
-    assert report == json.loads((run_dir / "summary.json").read_text()) | {
-        "run_folder": report["run_folder"],
-        "summary": str(Path(report["run_folder"]) / "summary.json"),
-    }
-    assert report["status"] == "finished" and report["steps"] == 1
-    assert f"run folder: {report['run_folder']}" in trained.stderr
-    checkpoint = checkpoint_of(run_dir / "checkpoints", 1)
-    assert (checkpoint / "trainer").is_dir()
 
     ids = [t["id"] for t in EVAL_TASKS]
     on_checkpoint = run_cli(
