@@ -37,10 +37,12 @@ _GRACE_S = 10.0
 _CANCEL_WAIT_S = 2.0
 _CLEANUP_TIMEOUT_S = 10.0
 _CLEAN = (
-    "tmux kill-server 2>/dev/null;"
-    # The server removes its socket as it exits; the client returns before that.
-    ' socket="$TMUX_TMPDIR/tmux-$(id -u)/default"; i=0;'
-    ' while [ -S "$socket" ] && [ $i -lt 50 ]; do sleep 0.05; i=$((i + 1)); done;'
+    "pid=$(tmux display-message -p '#{{pid}}' 2>/dev/null); tmux kill-server 2>/dev/null;"
+    # The client returns before the server has exited, and the server leaves its socket
+    # behind, so wait on the server's process; a zombie has exited (its reaper may be slow).
+    ' i=0; while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null'
+    " && ! grep -qs '^State:.*Z' \"/proc/$pid/status\" && [ $i -lt 50 ];"
+    " do sleep 0.05; i=$((i + 1)); done;"
     " rm -rf {folder}"
 )
 
