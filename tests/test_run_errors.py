@@ -1,10 +1,11 @@
 """How `rllm-core run` and `rllm-core eval` fail, through the CLI: one message, the right exit
 code, no traceback, no run folder for what the plan got wrong, finished checkpoints intact.
 
-The verifier crash runs SmolLM2 on a copy of the shipped `hello-file` Harbor task in the local
-sandbox, which runs a task's tests only in bubblewrap (those tests skip without it): one step
-that passes and saves step-1, then the task's tests/test.sh made to crash and the run resumed
-for a second step.
+The verifier crash runs a tiny random Llama over SmolLM2's tokenizer (what it answers does
+not matter: the verifier crashes whatever it is) on a copy of the shipped `hello-file` Harbor
+task in the local sandbox, which runs a task's tests only in bubblewrap (those tests skip
+without it): one step that passes and saves step-1, then the task's tests/test.sh made to
+crash and the run resumed for a second step.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ max_infra_retries = 0
 
 [trainer]
 name = "torch"
-model = "smollm2-135m-instruct"
+model = "{model}"
 device = "cpu"
 lora = { rank = 2, alpha = 4.0 }
 
@@ -194,10 +195,10 @@ def require_bubblewrap() -> None:
     testing.require_bubblewrap()
 
 
-def harbor_plan(folder: Path) -> Path:
+def harbor_plan(folder: Path, model: Path) -> Path:
     shutil.copytree(HELLO, folder / "tasks" / HELLO.name)
     plan = folder / "plan.toml"
-    plan.write_text(HARBOR_PLAN)
+    plan.write_text(HARBOR_PLAN.replace("{model}", str(model)))
     return plan
 
 
@@ -214,10 +215,10 @@ def crash_verifier(folder: Path) -> None:
 
 
 def test_a_crashing_verifier_stops_the_run_with_its_output_and_keeps_checkpoints(
-    smollm2_model_dir, tmp_path
+    tiny_smol_model_dir, tmp_path
 ):
     require_bubblewrap()
-    plan = harbor_plan(tmp_path)
+    plan = harbor_plan(tmp_path, tiny_smol_model_dir)
     first = run_cli(tmp_path, "run", str(plan), "--plain")
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = tmp_path / first.stdout.splitlines()[0].removeprefix("run folder: ")
@@ -251,10 +252,10 @@ def test_a_crashing_verifier_stops_the_run_with_its_output_and_keeps_checkpoints
 
 
 def test_an_evaluation_where_every_attempt_crashed_exits_1_with_results(
-    smollm2_model_dir, tmp_path
+    tiny_smol_model_dir, tmp_path
 ):
     require_bubblewrap()
-    plan = harbor_plan(tmp_path)
+    plan = harbor_plan(tmp_path, tiny_smol_model_dir)
     crash_verifier(tmp_path)
     result = run_cli(tmp_path, "eval", str(plan), "--plain", "--attempts", "2")
     message = one_error(result, 1)
