@@ -36,7 +36,8 @@ version before the step minus the group's oldest sampled version, from ``episode
 and trainer waits). The ratio is async wall time over sync wall time.
 
 Goal: async (max_policy_age 1) takes at most 0.70 of the sync wall time on the cases whose
-rollouts wait rather than compute (``shell`` and ``remote``). The quickstart is reported, not
+rollouts wait rather than compute (``shell`` and ``remote``), and at most 0.59 on ``shell``
+since rollouts are dispatched continuously. The quickstart is reported, not
 judged: its rollouts compute on the model the trainer trains.
 
 Run from the repository root after ``scripts/setup.sh`` (the model must be cached:
@@ -72,6 +73,8 @@ BENCHMARKS = Path(__file__).resolve().parent
 QUICKSTART = ROOT / "examples" / "quickstart" / "plan.toml"
 SHELL_AGENT = ROOT / "examples" / "shell-agent" / "plan.toml"
 GOAL_RATIO = 0.70
+GOAL_RATIOS = {"shell": 0.59}
+"""Cases held to a tighter goal: the shell case with continuous dispatch."""
 """Async (max_policy_age 1) wall time over sync wall time, at most, on the judged cases."""
 SANDBOX_DELAYS = {"start_delay_s": 10.0, "exec_delay_s": 0.5}
 
@@ -318,12 +321,13 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             "async_over_sync_wall": ratios,
         }
         if case.judged and "async-1" in ratios:
+            target = GOAL_RATIOS.get(name, GOAL_RATIO)
             goals.append(
                 {
                     "goal": f"{name}: async (max_policy_age 1) / sync wall time",
                     "value": ratios["async-1"],
-                    "target": f"<= {GOAL_RATIO:.2f}",
-                    "passed": ratios["async-1"] <= GOAL_RATIO,
+                    "target": f"<= {target:.2f}",
+                    "passed": ratios["async-1"] <= target,
                 }
             )
     return {
