@@ -30,6 +30,7 @@ from rllm_core.ports.scheduling import (
 from rllm_core.ports.storage import ObjectStore, SampleBuffer, TraceStore
 from rllm_core.ports.training import (
     BusyClock,
+    DrainablePool,
     Interruptible,
     LogprobScorer,
     LossRouting,
@@ -53,6 +54,7 @@ __all__ = [
     "Aggregate",
     "BuildsDockerfiles",
     "BusyClock",
+    "DrainablePool",
     "EndsProcesses",
     "Harness",
     "Interruptible",

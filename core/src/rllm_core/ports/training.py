@@ -109,6 +109,37 @@ class WorkerPool(Protocol):
 
 
 @runtime_checkable
+class DrainablePool(Protocol):
+    """What a :class:`WorkerPool` may also offer: lending one of its servers away, as a run
+    with convertible nodes does when the node that server runs on becomes the trainer
+    (:mod:`rllm_core.training.node_agent`). ``url`` is one of :meth:`WorkerPool.status`'s
+    urls; any other raises ``KeyError`` naming the pool's urls.
+
+    - ``drain(url)``: no new request goes to the server. A routing key that stuck to it moves
+      to another server at its next request. Requests already running there go on.
+    - ``in_flight(url)``: how many requests are running on the server now.
+    - ``cut(url)``: ends the requests still running on the server; each one is sent again to
+      another server, as after a connection error, so the trajectory it belongs to goes on.
+      A streamed completion that had already handed out tokens cannot start over and fails
+      with :class:`~rllm_core.errors.UpstreamError`. Returns how many requests it ended.
+    - ``admit(url)``: the server takes requests again; a drained server counts as healthy
+      as it was before the drain (a server that went down meanwhile comes back through the
+      health checks).
+
+    ``drain`` and ``admit`` are idempotent. A drained server reports ``healthy`` false in
+    :meth:`WorkerPool.status` and ``last_error`` ``"drained"``.
+    """
+
+    def drain(self, url: str) -> None: ...
+
+    def in_flight(self, url: str) -> int: ...
+
+    async def cut(self, url: str) -> int: ...
+
+    def admit(self, url: str) -> None: ...
+
+
+@runtime_checkable
 class BusyClock(Protocol):
     """What a sampler may also offer: how long it has been working.
 
