@@ -243,3 +243,60 @@ def test_s1_converts_a_node_to_train_and_back() -> None:
     node_calls = [name for name, _ in converter.calls if name != "train_round"]
     assert node_calls == TO_TRAINER + TO_SAMPLER
     assert [r["kind"] for r in SchedulerJournal(store, "runs/r1/scheduler").read()][-1] == "stopped"
+
+
+def test_ranking_takes_capacity_then_work_in_flight_then_order() -> None:
+    small = NodeClass("l40", capacity=48)
+    large = NodeClass("h200", capacity=141)
+    nodes = pool(("s1", small), ("s2", small), ("spot", NodeClass("x", spot=True, capacity=999)))
+    assert [n.name for n in nodes.ranked()] == ["s1", "s2"], "hard conditions first, then order"
+    assert [n.name for n in nodes.ranked({"s1": 5, "s2": 1})] == ["s2", "s1"]
+    mixed = pool(("s1", small), ("big", large), ("s2", small))
+    assert mixed.candidate({"big": 50, "s1": 0}).name == "big", "capacity before work"
+
+    async def work() -> dict[str, int]:
+        return {"s1": 3, "s2": 0}
+
+    busy = NodePool(
+        nodes=[Node("s1", small), Node("s2", small), Node("s3", small)],
+        converter=FakeConverter(),
+        work=work,
+    )
+    assert asyncio.run(busy.to_trainer(incarnation=1)).node == "s2"
+
+
+def test_only_class_limits_the_nodes_that_convert() -> None:
+    nodes = NodePool(
+        nodes=[Node("a", GPU), Node("b", NodeClass("a100", capacity=2)), Node("c", GPU)],
+        converter=FakeConverter(),
+        only_class="h100",
+    )
+    assert [n.name for n in nodes.ranked()] == ["a", "c"]
+    with pytest.raises(ConversionError, match="'b' is of class 'a100', and only 'h100' may train"):
+        asyncio.run(nodes.to_trainer(incarnation=1, name="b"))
+    with pytest.raises(ConversionError, match=r"node class 'v100' has no node in the pool; its"):
+        NodePool(nodes=[Node("a", GPU)], converter=FakeConverter(), only_class="v100")
+
+
+def test_conversions_are_journaled() -> None:
+    records: list[dict[str, Any]] = []
+
+    async def record(entry: dict[str, Any]) -> None:
+        records.append(entry)
+
+    lifecycle = ConvertingTrainer(pool(("a", GPU), ("b", GPU)), record=record)
+    asyncio.run(lifecycle.start(3))
+    asyncio.run(lifecycle.stop("scheduled"))
+    assert records == [
+        {"kind": "converted", "node": "a", "to": "trainer", "kept": 0, "cut": 0, "incarnation": 3},
+        {
+            "kind": "converted",
+            "node": "a",
+            "to": "sampler",
+            "kept": 0,
+            "cut": 0,
+            "trigger": "scheduled",
+            "release": 7,
+            "incarnation": 3,
+        },
+    ]

@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from rllm_core import ports
-from rllm_core.plan.schema import COMPONENT_SECTIONS, Plan
+from rllm_core.plan.schema import COMPONENT_SECTIONS, ComponentRef, Plan
 from rllm_core.plugins import hookspecs
 from rllm_core.plugins.aliases import ALIASES_PAGE, aliases_markdown
 from rllm_core.plugins.catalog import FIRST_PARTY
@@ -138,6 +138,8 @@ def toml_literal(value: Any) -> str:
         value = value.value
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_literal(item) for item in value) + "]"
+    if isinstance(value, dict) and not value:
+        return "{}"
     try:
         return tomli_w.dumps({"v": value}).strip()[len("v = ") :]
     except TypeError:
@@ -190,8 +192,8 @@ def plan_keys(manager: PluginManager) -> list[str]:
             keys.append(f"[{section}].name")
             continue
         keys.extend(f"[{section}].{key}" for key in _written(model))
-        for key, sub in _subsections(model):
-            keys.extend(f"[{section}.{key}].{name}" for name in _written(sub))
+        for heading, sub in _subsections(model):
+            keys.extend(f"{heading.format(section)}.{name}" for name in _written(sub))
     for component in _first_party_components(manager):
         keys.extend(f"{component.key}.{key}" for key in component.spec.config.model_fields)
     return keys
@@ -203,12 +205,23 @@ def _written(model: type[BaseModel]) -> list[str]:
 
 
 def _subsections(model: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:
-    """The keys of a section that are tables of their own (``[algorithm.correction]``)."""
+    """The keys of a section that are tables of their own, as their headings are written
+    (``[algorithm.correction]``, ``[[scheduler.nodes]]``, ``[scheduler.node_classes.<name>]``),
+    with the table's model."""
     out = []
     for key, field in model.model_fields.items():
         sub = _section_model(field)
         if sub is not None:
-            out.append((key, sub))
+            out.append(("[{}." + key + "]", sub))
+            continue
+        origin, args = typing.get_origin(field.annotation), typing.get_args(field.annotation)
+        item = args[-1] if args else None
+        if not (isinstance(item, type) and issubclass(item, BaseModel)) or item is ComponentRef:
+            continue
+        if origin is list:
+            out.append(("[[{}." + key + "]]", item))
+        elif origin is dict:
+            out.append(("[{}." + key + ".<name>]", item))
     return out
 
 
@@ -238,9 +251,10 @@ def plan_reference_markdown(manager: PluginManager) -> str:
         lines += [f"## `[{section}]`", "", field.description or "", ""]
         lines += _table(model)
         lines.append("")
-        for key, sub in _subsections(model):
+        for heading, sub in _subsections(model):
+            key = heading.strip("[]").split(".")[1]
             description = model.model_fields[key].description or ""
-            lines += [f"### `[{section}.{key}]`", "", description, ""]
+            lines += [f"### `{heading.format(section)}`", "", description, ""]
             lines += _table(sub)
             lines.append("")
     lines += [

@@ -103,6 +103,15 @@ def print_summary_json(summary: Mapping[str, Any], folder: Path, summary_file: P
     ),
 )
 @click.option(
+    "--node-class",
+    default=None,
+    metavar="CLASS",
+    help=(
+        "With --role trainer and [scheduler].nodes: only nodes of this class (a table of"
+        " [scheduler.node_classes]) become the trainer."
+    ),
+)
+@click.option(
     "--record-datums",
     is_flag=True,
     help="Also write datums.jsonl: every trained datum's tokens, masks and logprobs.",
@@ -121,6 +130,7 @@ def run(
     plain: bool,
     role: str,
     incarnation: int | None,
+    node_class: str | None,
     record_datums: bool,
     as_json: bool,
 ) -> None:
@@ -145,6 +155,12 @@ def run(
             f"--incarnation {incarnation} is one trainer incarnation: use it with --role trainer",
             EXIT_USAGE,
         )
+    if node_class is not None and (role != "trainer" or incarnation is not None):
+        fail(
+            f"--node-class {node_class} chooses which nodes the scheduler converts into the"
+            " trainer: use it with --role trainer (without --incarnation)",
+            EXIT_USAGE,
+        )
     if group is not None and group.rank > 0:
         with stdout_to_stderr(as_json):
             _follow(plan_path, overrides, group)
@@ -164,6 +180,7 @@ def run(
             launch_args,
             as_json,
             incarnation,
+            node_class,
         )
 
 
@@ -179,6 +196,7 @@ def _run(
     launch_args: list[str],
     as_json: bool = False,
     incarnation: int | None = None,
+    node_class: str | None = None,
 ) -> None:
     from rllm_core.cli.run_display import make_display
     from rllm_core.run.folder import RunFolder
@@ -227,7 +245,7 @@ def _run(
             checked = resolve_or_exit(plan_path, overrides, placeholder)
             check_gateway(checked)
             _place(checked, role, group, launch_args)
-            check_role(role, checked)
+            check_role(role, checked, node_class)
             folder = RunFolder.create(plan.run.output_dir, plan.run.name)
             resolved = _place(resolve_or_exit(plan_path, overrides, folder.path), role, group, None)
             folder.write_plan(plan_path.read_text(encoding="utf-8"), resolved.to_dict())
@@ -251,6 +269,7 @@ def _run(
                     warn=lambda message: err_console.print(f"warning: {message}", markup=False),
                     incarnation=incarnation,
                     overrides=overrides,
+                    node_class=node_class,
                 )
             finally:
                 display.close()

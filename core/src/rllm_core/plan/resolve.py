@@ -442,6 +442,18 @@ class _Resolver:
                 " shares its state with the samplers through an [object_store]",
                 "add an [object_store] section, or remove [scheduler]",
             )
+        if plan.scheduler.nodes and plan.sampler is None:
+            node = plan.scheduler.nodes[0]
+            self.issue(
+                "scheduler",
+                "nodes",
+                node.name,
+                "convertible nodes are the machines of the [sampler]'s model servers, each lent"
+                " to the trainer in turn, and the plan has no [sampler]: its rollouts sample"
+                " from the trainer",
+                "add a [sampler] over the nodes' servers (each node's url one of its urls), or"
+                " remove [scheduler].nodes",
+            )
         q_on = plan.scheduler.q_on_groups
         if q_on is not None and plan.scheduler.alpha is not None:
             self.issue(

@@ -414,6 +414,50 @@ def waiting_groups_bound(batch_size: int, max_policy_age: int, versions_per_step
     return batch_size * (max_policy_age // versions_per_step + 1)
 
 
+NODE_PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
+"""The precisions a node class may declare; only ``bf16``, ``fp16`` and ``fp32`` train."""
+
+
+class NodeClassSection(_Section):
+    spot: bool = Field(
+        False,
+        description=(
+            "Whether nodes of this class are spot (reclaimable) machines; spot nodes never"
+            " become the trainer."
+        ),
+    )
+    precision: Literal[NODE_PRECISIONS] = Field(  # type: ignore[valid-type]
+        "bf16",
+        description=(
+            "The precision the node runs the policy in; `fp8`, `int8` and `int4` sample but"
+            " never train."
+        ),
+    )
+    capacity: float = Field(
+        1.0,
+        gt=0,
+        description=(
+            "How much the node can hold, in any unit the pool shares (accelerator GiB, GPU"
+            " count): of the nodes that may become the trainer, the largest converts first."
+        ),
+    )
+
+
+class NodeSection(_Section):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(min_length=1, description="The node's name in the journal and in errors.")
+    url: str = Field(
+        min_length=1,
+        description="The node's model server: one of the `[sampler]`'s server urls.",
+    )
+    node_class: str = Field(
+        alias="class",
+        min_length=1,
+        description="The node's class: a table of `[scheduler.node_classes]`.",
+    )
+
+
 class SchedulerSection(_Section):
     q_on_groups: int | None = Field(
         None,
@@ -488,6 +532,31 @@ class SchedulerSection(_Section):
         ),
     )
 
+    node_classes: dict[str, NodeClassSection] = Field(
+        default_factory=dict,
+        description=(
+            "The kinds of machine in the node pool, by name: whether they are spot machines,"
+            " their precision and capacity (see `nodes`)."
+        ),
+    )
+    nodes: list[NodeSection] = Field(
+        default_factory=list,
+        description=(
+            "Convertible nodes: the machines of the `[sampler]`'s servers, each `{ name, url,"
+            " class }`. When S1 starts the trainer, the best node that may train stops"
+            " sampling and runs the incarnation (through `launcher`); when S1 stops it, the"
+            " node samples again. Empty: the trainer has machines of its own."
+        ),
+    )
+    node_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description=(
+            "How long a converting node's requests in flight may take to finish before they"
+            " are cut and sent to another node (only with `nodes`)."
+        ),
+    )
+
     @field_validator("launcher")
     @classmethod
     def _builtin_by_name(cls, value: Any) -> Any:
@@ -505,6 +574,44 @@ class SchedulerSection(_Section):
     def launches(self) -> bool:
         """Whether the trainer runs as launched jobs (any launcher but ``in-process``)."""
         return self.launcher != "in-process"
+
+    @model_validator(mode="after")
+    def _nodes_consistent(self) -> SchedulerSection:
+        if not self.nodes:
+            if self.node_classes:
+                raise ValueError(
+                    "node_classes describe the machines of a node pool, and nodes is empty:"
+                    " add [[scheduler.nodes]] or remove node_classes"
+                )
+            return self
+        for what in ("name", "url"):
+            values = [getattr(node, what).rstrip("/") for node in self.nodes]
+            repeated = sorted({value for value in values if values.count(value) > 1})
+            if repeated:
+                raise ValueError(
+                    f"nodes: {what} {', '.join(map(repr, repeated))} appears more than once;"
+                    f" each node has a {what} of its own"
+                )
+        for node in self.nodes:
+            if node.node_class not in self.node_classes:
+                known = ", ".join(sorted(self.node_classes)) or "none"
+                raise ValueError(
+                    f"node {node.name!r} has class {node.node_class!r}, which"
+                    f" [scheduler.node_classes] does not define (it defines {known}): add"
+                    f" [scheduler.node_classes.{node.node_class}] or fix the class"
+                )
+        if len(self.nodes) < 2:
+            raise ValueError(
+                f"nodes lists one node ({self.nodes[0].name!r}); it would be the pool's last"
+                " sampler, which never converts: list two nodes or more, or remove nodes"
+            )
+        if not self.launches:
+            raise ValueError(
+                "nodes: a node runs the trainer incarnation as a job, and"
+                ' launcher = "in-process" runs it in the scheduler\'s process: set launcher ='
+                ' "local-process" or a plugin\'s launcher'
+            )
+        return self
 
     @model_validator(mode="after")
     def _ready_timeout_needs_a_launcher(self) -> SchedulerSection:

@@ -32,9 +32,30 @@ def check_parallel(trainer: Any, resolved: ResolvedPlan, world_size: int) -> Non
         )
 
 
-def check_role(role: str, resolved: ResolvedPlan) -> None:
-    """A split run's roles meet in an object store: refuse a role the plan cannot split."""
+def check_role(role: str, resolved: ResolvedPlan, node_class: str | None = None) -> None:
+    """A split run's roles meet in an object store: refuse a role the plan cannot split, and
+    ``node_class`` (``--node-class``) that names no class of the plan's nodes."""
     plan = resolved.plan
+    nodes = plan.scheduler.nodes
+    if nodes and role == "both":
+        raise RunRefused(
+            f"{resolved.path}: [scheduler].nodes lends a sampling node to the trainer, which"
+            " takes a sampler and a trainer in separate processes: start the run with --role"
+            " sampler and --role trainer",
+            EXIT_USAGE,
+        )
+    if node_class is not None and node_class not in {node.node_class for node in nodes}:
+        classes = sorted({node.node_class for node in nodes})
+        raise RunRefused(
+            f"{resolved.path}: --node-class {node_class}: "
+            + (
+                "no node of [scheduler].nodes has that class (their classes:"
+                f" {', '.join(classes)}); name one of them"
+                if classes
+                else "the plan has no [scheduler].nodes to choose from; add them or drop the flag"
+            ),
+            EXIT_USAGE,
+        )
     if role != "both" and (plan.object_store is None or plan.run.pipeline != "async"):
         guide = docs_page("running", "a-sampler-and-a-trainer-in-separate-processes")
         raise RunRefused(
@@ -65,13 +86,15 @@ def train(
     warn: Any = None,
     incarnation: int | None = None,
     overrides: tuple[str, ...] = (),
+    node_class: str | None = None,
 ) -> RunResult:
     """Train ``resolved`` into ``folder`` as ``role`` (``both``: the one-process loop;
     ``sampler`` / ``trainer``: one side of a split run); ``world_size`` when torchrun started
     this process as rank 0 of several. ``warn`` shows what the run notices before it starts
     (default: the display's warnings). A trainer runs as ``incarnation`` launched by a
     scheduler when given; ``overrides`` are the ``--set`` items a scheduling trainer passes on
-    to the incarnations it launches. Raises :class:`~rllm_core.run.start.RunRefused`."""
+    to the incarnations it launches; ``node_class`` limits the convertible nodes it converts
+    to one class. Raises :class:`~rllm_core.run.start.RunRefused`."""
     warn = warn or display.warn
     run_log = RunLog(folder.log)
     try:
@@ -97,7 +120,7 @@ def train(
                 resume=resume,
                 record_datums=record_datums,
                 **(
-                    {"incarnation": incarnation, "overrides": overrides}
+                    {"incarnation": incarnation, "overrides": overrides, "node_class": node_class}
                     if role == "trainer"
                     else {}
                 ),
@@ -125,7 +148,7 @@ def _wire(role: str, *, resume: bool, **parts: Any) -> Any:
     from rllm_core.training.roles import SamplerRole, TrainerRole
     from rllm_core.training.shared import SharedRun
 
-    check_role(role, parts["resolved"])
+    check_role(role, parts["resolved"], parts.get("node_class"))
     shared = SharedRun(parts["components"].object_store, parts["resolved"].plan.run.name)
     role_class = SamplerRole if role == "sampler" else TrainerRole
     return role_class(shared=shared, **parts)

@@ -97,7 +97,9 @@ class CommandFile(msgspec.Struct, kw_only=True, frozen=True):
     plan at ``plan_path`` (relative to ``cwd``) with ``overrides`` (``--set`` items), resuming
     from cut ``resume_cut`` (the newest when the command was written; None: the initial
     state). ``plan`` is the plan file's text, for a job on a machine that cannot read
-    ``plan_path``."""
+    ``plan_path``. ``node`` names the convertible node the job runs on (``[scheduler].nodes``,
+    :mod:`rllm_core.training.node_agent`), None without nodes; a launcher that places jobs on
+    machines puts the job there."""
 
     incarnation: int
     run: str
@@ -108,6 +110,7 @@ class CommandFile(msgspec.Struct, kw_only=True, frozen=True):
     role: str = "trainer"
     resume_cut: str | None = None
     launched_at: float = 0.0
+    node: str | None = None
 
 
 def island_key(shared: SharedRun, incarnation: int, name: str) -> str:

@@ -6,11 +6,15 @@ back when S1 stops it (:class:`ConvertingTrainer` is the scheduler's lifecycle o
 The calls to the :class:`~rllm_core.ports.NodeConverter` come in a fixed order, documented
 there.
 
-Which nodes may become the trainer: a node's :class:`NodeClass` says whether it is a spot
-machine and which precision it runs. Spot nodes never train (a reclaimed machine would take
-the rounds trained since the last cut with it), nor do nodes whose precision can only sample
-(``fp8``, ``int8``, ``int4``: training needs ``bf16``, ``fp16`` or ``fp32``). The pool never
-converts its last sampler, since sampling would stop and the trainer would wait for nothing.
+Which node becomes the trainer: first the hard conditions. A node's :class:`NodeClass` says
+whether it is a spot machine and which precision it runs. Spot nodes never train (a reclaimed
+machine would take the rounds trained since the last cut with it), nor do nodes whose
+precision can only sample (``fp8``, ``int8``, ``int4``: training needs ``bf16``, ``fp16`` or
+``fp32``). The pool never converts its last sampler, since sampling would stop and the trainer
+would wait for nothing; with ``only_class`` set, nodes of other classes never convert. Of the
+nodes left, the one with the largest ``capacity`` converts (the trainer holds the weights,
+gradients and optimizer state, more than a sampler); between equal capacities, the one with
+the least work in flight (fewer requests to wait for or cut); then the pool's order.
 
 Trajectories in flight on a node that converts: the node first stops taking new ones, then
 waits up to ``grace_s`` for those in flight. Those that finish in time are kept and trained
@@ -24,9 +28,9 @@ as failed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from rllm_core.errors import RllmError
 from rllm_core.ports import NodeConverter, StopTrigger
@@ -51,11 +55,13 @@ Role = Literal["sampler", "trainer"]
 @dataclass(frozen=True)
 class NodeClass:
     """A kind of machine in the pool: its name, whether it is a spot (reclaimable) machine,
-    and the precision its accelerator runs the policy in."""
+    the precision its accelerator runs the policy in, and its capacity (any unit the pool
+    shares; the largest converts first)."""
 
     name: str
     spot: bool = False
     precision: str = "bf16"
+    capacity: float = 1.0
 
     def trainer_refusal(self) -> str | None:
         """Why a node of this class may not become the trainer; None when it may."""
@@ -107,12 +113,16 @@ class ConversionError(RllmError):
 
 @dataclass
 class NodePool:
-    """The pool's nodes (in preference order for becoming the trainer) and its converter."""
+    """The pool's nodes (in preference order between equals, see the module docstring) and
+    its converter. ``work`` returns the work in flight on each node when ranking them (none:
+    no node has any); ``only_class`` limits the nodes that may convert to one class."""
 
     nodes: Sequence[Node]
     converter: NodeConverter
     grace_s: float = 30.0
     """How long a converting sampler waits for the trajectories in flight to finish."""
+    work: Callable[[], Awaitable[Mapping[str, int]]] | None = None
+    only_class: str | None = None
     conversions: list[Conversion] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -122,6 +132,12 @@ class NodePool:
             raise ValueError(f"node pool names {', '.join(repeated)} more than once: rename them")
         if sum(node.role == "trainer" for node in self.nodes) > 1:
             raise ValueError("a node pool has at most one trainer node")
+        classes = sorted({node.node_class.name for node in self.nodes})
+        if self.only_class is not None and self.only_class not in classes:
+            raise ConversionError(
+                f"node class {self.only_class!r} has no node in the pool; its classes are"
+                f" {', '.join(classes)}: name one of them, or leave the class to the pool"
+            )
 
     @property
     def samplers(self) -> list[Node]:
@@ -146,25 +162,39 @@ class NodePool:
         refused = node.node_class.trainer_refusal()
         if refused is not None:
             return f"node {node.name!r}: {refused}"
+        if self.only_class is not None and node.node_class.name != self.only_class:
+            return (
+                f"node {node.name!r} is of class {node.node_class.name!r}, and only"
+                f" {self.only_class!r} may train"
+            )
         if len(self.samplers) <= 1:
             return (
                 f"node {node.name!r} is the pool's last sampler: converting it would stop sampling"
             )
         return None
 
-    def candidate(self) -> Node:
-        """The first node that may become the trainer now."""
+    def ranked(self, work: Mapping[str, int] | None = None) -> list[Node]:
+        """The nodes that may become the trainer now, best first: largest capacity, then least
+        ``work`` in flight, then the pool's order."""
+        work = work or {}
+        order = {node.name: index for index, node in enumerate(self.nodes)}
+        allowed = [node for node in self.samplers if self.refusal(node) is None]
+        return sorted(
+            allowed,
+            key=lambda node: (-node.node_class.capacity, work.get(node.name, 0), order[node.name]),
+        )
+
+    def candidate(self, work: Mapping[str, int] | None = None) -> Node:
+        """The best node that may become the trainer now (:meth:`ranked`)."""
         if self.trainer is not None:
             raise ConversionError(
                 f"node {self.trainer.name!r} is already the trainer; stop it before starting"
                 " another"
             )
-        refusals = []
-        for node in self.samplers:
-            refused = self.refusal(node)
-            if refused is None:
-                return node
-            refusals.append(refused)
+        ranked = self.ranked(work)
+        if ranked:
+            return ranked[0]
+        refusals = [self.refusal(node) or "" for node in self.samplers]
         raise ConversionError(
             "no node of the pool may become the trainer ("
             + "; ".join(refusals or ["the pool has no sampler"])
@@ -174,7 +204,11 @@ class NodePool:
 
     async def to_trainer(self, incarnation: int, name: str | None = None) -> Conversion:
         """Convert ``name`` (else :meth:`candidate`) into trainer incarnation ``incarnation``."""
-        node = self.candidate() if name is None else self.node(name)
+        if name is None:
+            work = await self.work() if self.work is not None else None
+            node = self.candidate(work)
+        else:
+            node = self.node(name)
         refused = self.refusal(node)
         if refused is not None:
             raise ConversionError(f"{refused}; choose another node or leave the choice to the pool")
@@ -232,16 +266,29 @@ class NodePool:
 
 class ConvertingTrainer:
     """The scheduler's :class:`~rllm_core.ports.TrainerLifecycle` over a :class:`NodePool`:
-    starting an incarnation converts a sampler, stopping it converts the node back."""
+    starting an incarnation converts a sampler, stopping it converts the node back. ``record``
+    journals each conversion (a ``converted`` record: the :class:`Conversion`'s fields)."""
 
-    def __init__(self, pool: NodePool) -> None:
+    def __init__(
+        self,
+        pool: NodePool,
+        record: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> None:
         self.pool = pool
+        self.record = record
+        self.incarnation = 0
+
+    async def _recorded(self, conversion: Conversion) -> None:
+        if self.record is not None:
+            fields = {k: v for k, v in asdict(conversion).items() if v is not None}
+            await self.record({"kind": "converted", **fields, "incarnation": self.incarnation})
 
     async def start(self, incarnation: int) -> None:
-        await self.pool.to_trainer(incarnation)
+        self.incarnation = incarnation
+        await self._recorded(await self.pool.to_trainer(incarnation))
 
     async def train_round(self) -> bool:
         return await self.pool.train_round()
 
     async def stop(self, trigger: StopTrigger) -> None:
-        await self.pool.to_sampler(trigger)
+        await self._recorded(await self.pool.to_sampler(trigger))

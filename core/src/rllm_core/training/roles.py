@@ -65,6 +65,8 @@ from rllm_core.training.island import (
     build_launcher,
     close_launcher,
 )
+from rllm_core.training.node_agent import NodeAgent, StoreNodeConverter, node_pool, node_urls
+from rllm_core.training.nodes import ConvertingTrainer
 from rllm_core.training.pipeline import Ticket
 from rllm_core.training.producer_half import ProducerHalf
 from rllm_core.training.scheduler import Controller, SchedulerSettings
@@ -181,6 +183,44 @@ class SamplerRole(_Role):
             self.display.info(f"loaded policy version {loaded} (trainer at step {step})")
         return step
 
+    async def _newest_release(self) -> int:
+        """Load the newest release into the sampler (and its servers); its weight version."""
+        await self._follow_trainer()
+        return self._loaded_version
+
+    def _node_agent(self) -> NodeAgent | None:
+        section = self.plan.scheduler
+        if not section.nodes:
+            return None
+        rollouts = self.producer.rollouts
+        return NodeAgent(
+            shared=self.shared,
+            pool=rollouts.sampler if rollouts is not None else None,
+            nodes=node_urls(section),
+            load_release=self._newest_release,
+            poll_s=section.poll_s,
+            info=self.display.info,
+        )
+
+    async def _await_nodes_returned(self, agent: Any, nodes: asyncio.Future[None]) -> None:
+        """With convertible nodes the trainer may still convert one after the last batch is
+        produced (and returns it after the last step): keep answering until it has trained
+        ``[run].steps`` and no node is lent, or the agent fails."""
+        steps = self.plan.run.steps
+        told = False
+        while not nodes.done():
+            step, _ = await asyncio.to_thread(self.shared.progress)
+            if step >= steps and not agent.lent:
+                return
+            if not told:
+                self.display.info(
+                    "sampler: every batch is produced; answering the trainer's node requests"
+                    f" until it has trained step {steps} and returned its node"
+                )
+                told = True
+            await asyncio.wait({nodes}, timeout=self.plan.scheduler.poll_s)
+        nodes.result()
+
     async def _watch(self) -> None:
         while True:
             step = await self._follow_trainer()
@@ -204,6 +244,7 @@ class SamplerRole(_Role):
             if policy is not None:
                 await policy()
             trained = await self._follow_trainer()
+            agent = self._node_agent()
         except BaseException:
             await rollouts.aclose()
             self.observers.close_loggers()
@@ -211,6 +252,7 @@ class SamplerRole(_Role):
         life = self.lifecycle
         life.begin(state)
         watcher: asyncio.Task[None] | None = None
+        nodes = asyncio.ensure_future(agent.run()) if agent is not None else None
         try:
             with life.stop_signals(self._on_stop, self.producer.cancel):
                 try:
@@ -233,11 +275,15 @@ class SamplerRole(_Role):
                         if watcher.done() and not watcher.cancelled():
                             # A release that cannot be loaded: the gate would never open again.
                             raise watcher.exception() or RuntimeError("the release watcher ended")
+                    if nodes is not None:
+                        # The trainer converts its node back after the last step: stay to answer.
+                        await self._await_nodes_returned(agent, nodes)
                 finally:
-                    if watcher is not None:
-                        watcher.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await watcher
+                    for task in (watcher, nodes):
+                        if task is not None:
+                            task.cancel()
+                            with contextlib.suppress(asyncio.CancelledError):
+                                await task
                     await self.producer.stop()
                     await rollouts.aclose()
                     self._trainer_thread.shutdown()
@@ -273,11 +319,18 @@ class TrainerRole(_Role):
     """
 
     def __init__(
-        self, *, incarnation: int | None = None, overrides: Sequence[str] = (), **kwargs: Any
+        self,
+        *,
+        incarnation: int | None = None,
+        overrides: Sequence[str] = (),
+        node_class: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.island_incarnation = incarnation
         self.overrides = list(overrides)
+        self.node_class = node_class
+        self._converting: ConvertingTrainer | None = None
         self._island: IslandTrainer | None = None
         self._launcher: TrainerLauncher | None = None
         if incarnation is None and self.plan.scheduler.launches:
@@ -446,7 +499,15 @@ class TrainerRole(_Role):
             ready_timeout_s=section.ready_timeout_s or DEFAULT_READY_TIMEOUT_S,
             poll_s=section.poll_s,
         )
-        return self._island
+        if not section.nodes:
+            return self._island
+        converter = StoreNodeConverter(
+            shared=self.shared, island=self._island, poll_s=section.poll_s
+        )
+        self._converting = ConvertingTrainer(
+            node_pool(section, converter, only_class=self.node_class)
+        )
+        return self._converting
 
     async def run(self) -> RunResult:
         if self.island_incarnation is not None:
@@ -464,6 +525,8 @@ class TrainerRole(_Role):
         )
         if self._island is not None:
             self._island.record = self._controller.record_event
+        if self._converting is not None:
+            self._converting.record = self._controller.record_event
         life = self.lifecycle
         life.begin(life.state)
         status, exit_code, failure = "finished", 0, None

@@ -66,8 +66,9 @@ Action = Literal["start", "stop", "finish", "wait"]
 
 _INDEX_DIGITS = 12
 
-LAUNCH_EVENTS = ("launched", "ready-timeout", "released")
-"""Journal records of a trainer launched as a job of its own (:mod:`rllm_core.training.island`)."""
+LAUNCH_EVENTS = ("launched", "ready-timeout", "released", "converted")
+"""Journal records of a trainer launched as a job of its own (:mod:`rllm_core.training.island`),
+and of the convertible node it runs on (:mod:`rllm_core.training.nodes`)."""
 
 _PLAN_KEYS = {
     "batch_groups": "[algorithm].batch_size",
