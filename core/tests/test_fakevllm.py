@@ -3,6 +3,7 @@ endpoints with vLLM's statuses, keeps their state, and fails or restarts on dema
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -161,6 +162,44 @@ def test_pause_holds_completions_until_resume_and_the_version_tag_is_kept(server
     server.restart(down_s=0.01, refuse=False)
     time.sleep(0.05)
     assert call(server, "/weight_info") == (200, {"weight_version": "default"})
+
+
+def wait_for(condition, timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def test_hold_keeps_a_completion_open_until_release(server):
+    server.hold()
+    done = []
+    thread = threading.Thread(target=lambda: done.append(complete(server, "base")))
+    thread.start()
+    wait_for(lambda: server.in_flight == 1)
+    assert len(server.requests) == 1 and done == []
+    server.release()
+    thread.join(5)
+    assert done[0][0] == 200 and done[0][1]["choices"][0]["token_ids"]
+    assert server.in_flight == 0
+
+
+def test_hold_after_tokens_stops_a_stream_after_its_first_tokens(server):
+    server.hold(after_tokens=1)
+    body = {"prompt": [5, 6, 7], "max_tokens": 4, "return_token_ids": True, "stream": True}
+    connection = http.client.HTTPConnection(server.server.host, server.server.port, timeout=5)
+    connection.request("POST", "/v1/completions", json.dumps(body))
+    response = connection.getresponse()
+    assert response.status == 200
+    first = response.readline()
+    assert json.loads(first.removeprefix(b"data: "))["choices"][0]["token_ids"] == [5]
+    assert response.readline() == b"\n"
+    assert server.in_flight == 1
+    server.release()
+    events = [line for line in response.read().split(b"\n") if line]
+    connection.close()
+    tokens = [json.loads(e.removeprefix(b"data: "))["choices"][0]["token_ids"] for e in events[:-1]]
+    assert tokens == [[6], [7]] and events[-1] == b"data: [DONE]"
 
 
 def test_a_restart_forgets_everything_and_is_down_for_a_while(server, tmp_path):

@@ -11,7 +11,8 @@ and the ``token_id:<n>`` logprob strings, as vLLM streams them), ``token_delay_s
 ``[DONE]``.
 
 Faults for tests: :meth:`FakeWorker.fail_next` queues canned error answers (a status, an
-optional ``Retry-After``), :attr:`FakeWorker.healthy` turns ``/health`` into a 503, and
+optional ``Retry-After``), :attr:`FakeWorker.healthy` turns ``/health`` into a 503,
+:meth:`FakeWorker.hold` keeps completions open until :meth:`FakeWorker.release`, and
 ``legacy=True`` leaves out ``token_ids`` (ids only in the ``token_id:<n>`` strings, as older
 vLLM versions answer). Every decoded request body is kept in :attr:`FakeWorker.requests`.
 
@@ -113,6 +114,8 @@ class FakeWorker:
         self.in_flight = 0
         self.max_in_flight = 0
         self._faults: deque[_Fault] = deque()
+        self._held = False
+        self._hold_after_tokens = 0
         self.server = AsgiServer(self, host=host, port=port, stop_timeout_s=2.0, name="fake-worker")
 
     # ---------------------------------------------------------------- control
@@ -132,10 +135,27 @@ class FakeWorker:
         for _ in range(count):
             self._faults.append(_Fault(status, header, message, after_s))
 
+    def hold(self, *, after_tokens: int = 0) -> None:
+        """Keep completions open until :meth:`release`: a plain one is not answered, a
+        streamed one sends its first ``after_tokens`` tokens and then nothing. Each one held
+        counts in :attr:`in_flight` and is in :attr:`requests`, so a test can wait for it to
+        arrive."""
+        self._hold_after_tokens = after_tokens
+        self._held = True
+
+    def release(self) -> None:
+        """Let held completions go on (:meth:`stop` releases them too)."""
+        self._held = False
+
+    async def _while_held(self) -> None:
+        while self._held:
+            await asyncio.sleep(0.005)
+
     def start(self) -> str:
         return self.server.start()
 
     def stop(self) -> None:
+        self.release()
         self.server.stop()
 
     @property
@@ -206,6 +226,8 @@ class FakeWorker:
         try:
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
+            if not body.stream:
+                await self._while_held()
             ids = self.reply(body.prompt, body.max_tokens, body.stop_token_ids)
             if body.stream:
                 await self._stream(ids, body, send)
@@ -225,6 +247,8 @@ class FakeWorker:
         )
         stops = set(body.stop_token_ids)
         for position, token in enumerate(ids):
+            if self._held and position >= self._hold_after_tokens:
+                await self._while_held()
             if self.token_delay_s:
                 await asyncio.sleep(self.token_delay_s)
             last = position == len(ids) - 1

@@ -239,6 +239,11 @@ class HttpStream:
         """The rest of the body."""
         return b"".join([piece async for piece in self.pieces()])
 
+    def abort(self) -> None:
+        """Close the connection now: the server sees the client leave, and reading further
+        raises :class:`HttpProtocolError` (the connection is not reused)."""
+        self._connection.close()
+
 
 @dataclass
 class _Pool:

@@ -8,7 +8,10 @@ healthy, so the worker's prefix cache keeps serving the session; a new key goes 
 worker with the fewest requests in flight (then the fewest sessions).
 
 Failures: a connection error marks the worker down and the request moves to another worker at
-once (or, when none is up, after a backoff); a ``429`` or ``5xx`` answer is retried after the
+once (or, when none is up, after a backoff); a request :meth:`HttpWorkerPool.cut` ended moves
+the same way, but its worker is not marked down and the move counts neither as a retry nor as
+a failure, so it is re-sent even with ``retries = 0`` (it waits for a worker within
+``retry_budget_s`` only when none is up); a ``429`` or ``5xx`` answer is retried after the
 worker's ``Retry-After`` (seconds or an HTTP date) or a jittered backoff, through
 :func:`rllm_core.kit.retry.retry_async`. Retries are bounded by ``retries`` and by
 ``retry_budget_s``, counted from the request's first failure (or from the moment it first
@@ -16,6 +19,18 @@ found no worker up), so a long generation that fails late is retried like a shor
 background task checks ``GET {worker}/health`` every ``health_interval_s`` and brings workers
 back. When no worker is up the request waits for one within the budget, then fails with
 :class:`~rllm_core.errors.UpstreamUnavailableError`, which names every worker and its last error.
+
+Lending a server: the pool is a :class:`~rllm_core.ports.DrainablePool`. :meth:`drain
+<HttpWorkerPool.drain>` takes a worker out of routing (its sticky keys move to the least loaded
+worker at their next request, health checks go on but do not route to it, and
+:meth:`~HttpWorkerPool.status` shows it unhealthy with ``last_error`` ``"drained"``);
+:meth:`~HttpWorkerPool.in_flight` counts what still runs there; :meth:`~HttpWorkerPool.cut`
+ends it: a plain request is re-sent to another worker and its caller gets that worker's
+answer, a stream that has not handed out a token yet is served by :meth:`sample` instead, and
+one that has fails with :class:`~rllm_core.errors.UpstreamError`. :meth:`~HttpWorkerPool.admit`
+routes to the worker again. While drained, a worker that was down and comes back is not given
+its weights (:meth:`~HttpWorkerPool.restore`): it stays down until admitted, when the next
+health check restores it.
 """
 
 from __future__ import annotations
@@ -27,7 +42,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -69,6 +84,14 @@ class _AttemptFailed(UpstreamError):
         super().__init__(message)
         self.retry_after = retry_after
         self.moved = moved
+
+
+class _Cut(_AttemptFailed):
+    """The request was ended by :meth:`HttpWorkerPool.cut`; it goes to another worker and is
+    no failure of its own."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"{url}: cut (the server was lent away)", moved=True)
 
 
 class _ModelMissing(UpstreamError):
@@ -216,23 +239,58 @@ class Policy:
     version: int
 
 
+class _Call:
+    """One request running on a worker, for :meth:`HttpWorkerPool.cut`. ``task`` is the task
+    to cancel while the request waits on the worker (``None`` while a stream is handed out
+    and its reader is elsewhere), ``stream`` the response a stream reads."""
+
+    __slots__ = ("cancelled", "cut", "ended", "stream", "task")
+
+    def __init__(self, task: asyncio.Task | None) -> None:
+        self.task = task
+        self.cut = False
+        self.cancelled = False
+        self.stream: HttpStream | None = None
+        self.ended: asyncio.Future[None] | None = None
+
+
 @dataclass
 class _Worker:
     url: str
     origin: Origin
     healthy: bool = True
-    in_flight: int = 0
+    drained: bool = False
     sessions: int = 0
     served: int = 0
     failures: int = 0
     last_error: str | None = None
     restores: int = 0
     restoring: asyncio.Future[str | None] | None = None
+    calls: set[_Call] = field(default_factory=set)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.calls)
+
+    @property
+    def routable(self) -> bool:
+        return self.healthy and not self.drained
+
+    def enter(self, task: asyncio.Task | None) -> _Call:
+        call = _Call(task)
+        self.calls.add(call)
+        return call
+
+    def leave(self, call: _Call) -> None:
+        """``call`` no longer runs here (idempotent)."""
+        self.calls.discard(call)
+        if call.ended is not None and not call.ended.done():
+            call.ended.set_result(None)
 
 
 class HttpWorkerPool:
-    """A :class:`~rllm_core.ports.Sampler` and :class:`~rllm_core.ports.WorkerPool` over vLLM
-    servers; see the module docstring.
+    """A :class:`~rllm_core.ports.Sampler`, :class:`~rllm_core.ports.WorkerPool` and
+    :class:`~rllm_core.ports.DrainablePool` over vLLM servers; see the module docstring.
 
     ``model`` is sent as the request's ``model`` field (vLLM's served model name) when given;
     ``api_key`` as a bearer token. ``weight_version`` is what results report unless a worker
@@ -399,31 +457,36 @@ class HttpWorkerPool:
 
         async def attempt() -> SampleResult:
             nonlocal attempts, policy, body, first_failure
-            worker = self._pick(key)
-            if worker is None:
-                if first_failure is None:
-                    first_failure = loop.time()
-                worker = await self._worker_for(key, first_failure)
-            if worker.restoring is not None:
-                error = await self._restore_worker(worker)
-                if error is not None:
-                    failures.append(f"{worker.url}: {error}")
-                    raise _AttemptFailed(f"{worker.url}: {error}", moved=True)
-            attempts += 1
-            try:
-                return await self._post(worker, body, headers, policy)
-            except _ModelMissing as exc:
-                failures.append(str(exc))
-                error = await self._restore_worker(worker)
-                if error is not None:
-                    raise _AttemptFailed(f"{worker.url}: {error}", moved=True) from None
-                # The request starts over on the weights the worker was given back.
-                policy = self._policy
-                body = completion_body(request, model=policy.model)
-                raise _AttemptFailed(str(exc), retry_after=0.0) from None
-            except _AttemptFailed as exc:
-                failures.append(str(exc))
-                raise
+            while True:
+                worker = self._pick(key)
+                if worker is None:
+                    if first_failure is None:
+                        first_failure = loop.time()
+                    worker = await self._worker_for(key, first_failure)
+                if worker.restoring is not None:
+                    error = await self._restore_worker(worker)
+                    if error is not None:
+                        failures.append(f"{worker.url}: {error}")
+                        raise _AttemptFailed(f"{worker.url}: {error}", moved=True)
+                attempts += 1
+                try:
+                    return await self._post(worker, body, headers, policy)
+                except _Cut:
+                    # Not the request's failure: sent again at once, outside the retries.
+                    attempts -= 1
+                    continue
+                except _ModelMissing as exc:
+                    failures.append(str(exc))
+                    error = await self._restore_worker(worker)
+                    if error is not None:
+                        raise _AttemptFailed(f"{worker.url}: {error}", moved=True) from None
+                    # The request starts over on the weights the worker was given back.
+                    policy = self._policy
+                    body = completion_body(request, model=policy.model)
+                    raise _AttemptFailed(str(exc), retry_after=0.0) from None
+                except _AttemptFailed as exc:
+                    failures.append(str(exc))
+                    raise
 
         def within_budget(number: int, error: BaseException, delay: float) -> None:
             nonlocal first_failure
@@ -478,7 +541,8 @@ class HttpWorkerPool:
         finish: str | None = None
         version: int | None = None
         streamed = False
-        worker.in_flight += 1
+        cut = False
+        call = worker.enter(asyncio.current_task())
         try:
             async with self._client.stream(
                 "POST",
@@ -488,6 +552,7 @@ class HttpWorkerPool:
                 headers=headers,
                 timeout_s=self.request_timeout_s,
             ) as response:
+                call.stream = response
                 if response.status == 200:
                     streamed = True
                     async for chunk in _sse_chunks(worker, response):
@@ -498,7 +563,19 @@ class HttpWorkerPool:
                         if piece_ids:
                             ids += piece_ids
                             values += piece_values
+                            # While the reader has the tokens, its task is doing other
+                            # work: cut must not cancel it then.
+                            call.task = None
                             yield piece_ids, piece_values
+                            if call.cut:
+                                raise _Cut(worker.url)
+                            call.task = asyncio.current_task()
+        except asyncio.CancelledError:
+            if not _was_cut(call):
+                raise
+            cut = True
+        except _Cut:
+            cut = True
         except (HttpConnectError, HttpProtocolError) as exc:
             if ids:
                 worker.failures += 1
@@ -516,7 +593,14 @@ class HttpWorkerPool:
                 " raise request_timeout_s for long generations, or check the worker"
             ) from None
         finally:
-            worker.in_flight -= 1
+            worker.leave(call)
+        if cut:
+            if ids:
+                raise UpstreamError(
+                    f"worker {worker.url} was cut (its server was lent away) after streaming"
+                    f" {len(ids)} tokens; a started stream cannot be sent again"
+                )
+            streamed = False
         if not streamed:
             result = await self.sample(request)
             yield result.completion_token_ids, result.logprobs
@@ -554,8 +638,9 @@ class HttpWorkerPool:
         self, worker: _Worker, body: bytes, headers: dict[str, str], policy: Policy
     ) -> SampleResult:
         """One completion request to ``worker``; :class:`_AttemptFailed` when it may be
-        retried, :class:`_ModelMissing` when the worker lost the model ``policy`` names."""
-        worker.in_flight += 1
+        retried, :class:`_ModelMissing` when the worker lost the model ``policy`` names,
+        :class:`_Cut` when :meth:`cut` ended it."""
+        call = worker.enter(asyncio.current_task())
         try:
             response = await self._client.request(
                 "POST",
@@ -565,6 +650,10 @@ class HttpWorkerPool:
                 headers=headers,
                 timeout_s=self.request_timeout_s,
             )
+        except asyncio.CancelledError:
+            if _was_cut(call):
+                raise _Cut(worker.url) from None
+            raise
         except (HttpConnectError, HttpProtocolError) as exc:
             self._mark_down(worker, str(exc))
             raise _AttemptFailed(f"{worker.url}: {exc}", moved=True) from None
@@ -575,7 +664,7 @@ class HttpWorkerPool:
                 " raise request_timeout_s for long generations, or check the worker"
             ) from None
         finally:
-            worker.in_flight -= 1
+            worker.leave(call)
         if response.status == 200:
             worker.served += 1
             return self._result(worker, response, policy)
@@ -607,7 +696,7 @@ class HttpWorkerPool:
             return None
         if error.retry_after is not None:
             return error.retry_after
-        if error.moved and any(w.healthy for w in self._workers):
+        if error.moved and any(w.routable for w in self._workers):
             return 0.0
         return None
 
@@ -630,14 +719,14 @@ class HttpWorkerPool:
         if key is not None:
             worker = sticky.get(key)
             if worker is not None:
-                if worker.healthy:
+                if worker.routable:
                     sticky.move_to_end(key)
                     return worker
                 del sticky[key]
                 worker.sessions -= 1
         best = None
         for worker in self._workers:
-            if worker.healthy and (
+            if worker.routable and (
                 best is None
                 or (worker.in_flight, worker.sessions) < (best.in_flight, best.sessions)
             ):
@@ -659,7 +748,10 @@ class HttpWorkerPool:
 
     def _unavailable(self, started: float) -> UpstreamUnavailableError:
         waited = asyncio.get_running_loop().time() - started
-        states = "; ".join(f"{w.url} ({w.last_error or 'not answering'})" for w in self._workers)
+        states = "; ".join(
+            f"{w.url} ({'drained' if w.drained else w.last_error or 'not answering'})"
+            for w in self._workers
+        )
         return UpstreamUnavailableError(
             f"no upstream worker is reachable after {waited:.1f}s: {states};"
             " start the workers, or fix the sampler's urls (--upstream of gateway serve)"
@@ -710,6 +802,73 @@ class HttpWorkerPool:
             weight_version=policy.version if version is None else version,
         )
 
+    # ---------------------------------------------------------------- lending a server
+
+    def _worker_at(self, url: str) -> _Worker:
+        wanted = url.rstrip("/")
+        for worker in self._workers:
+            if worker.url == wanted:
+                return worker
+        urls = ", ".join(w.url for w in self._workers)
+        raise KeyError(f"{url!r} is not a worker of this pool; its workers are {urls}")
+
+    def drain(self, url: str) -> None:
+        """Send no new request to the worker at ``url``; see
+        :class:`~rllm_core.ports.DrainablePool`."""
+        worker = self._worker_at(url)
+        if not worker.drained:
+            worker.drained = True
+            log.info("upstream worker %s is drained (%d requests running)", url, worker.in_flight)
+
+    def in_flight(self, url: str) -> int:
+        """How many requests run on the worker at ``url`` now."""
+        return self._worker_at(url).in_flight
+
+    async def cut(self, url: str) -> int:
+        """End the requests running on the worker at ``url`` and return how many, once they
+        have left it; see :class:`~rllm_core.ports.DrainablePool`. Meant for a drained
+        worker: a plain request is sent again to whichever worker routing picks, which on a
+        worker still routable may be the same one."""
+        worker = self._worker_at(url)
+        loop = asyncio.get_running_loop()
+        ending: list[asyncio.Future[None]] = []
+        count = 0
+        for call in list(worker.calls):
+            if call.cut:  # a cut already under way
+                if call.ended is not None:
+                    ending.append(call.ended)
+                continue
+            call.cut = True
+            count += 1
+            task = call.task
+            if task is None or task.done():
+                # A stream whose reader has its tokens: it fails when read again.
+                if call.stream is not None:
+                    call.stream.abort()
+                worker.leave(call)
+                continue
+            call.cancelled = True
+            call.ended = loop.create_future()
+            ending.append(call.ended)
+            task.cancel()
+        if ending:
+            await asyncio.gather(*ending)
+        if count:
+            log.warning("cut %d requests running on upstream worker %s", count, url)
+        return count
+
+    def admit(self, url: str) -> None:
+        """Route requests to the worker at ``url`` again; see
+        :class:`~rllm_core.ports.DrainablePool`."""
+        worker = self._worker_at(url)
+        if not worker.drained:
+            return
+        worker.drained = False
+        log.info("upstream worker %s is admitted again", url)
+        if worker.healthy and self._health_changed is not None:
+            self._health_changed.set()
+            self._health_changed = None
+
     # ---------------------------------------------------------------- health
 
     def status(self) -> list[WorkerStatus]:
@@ -717,12 +876,12 @@ class HttpWorkerPool:
         return [
             WorkerStatus(
                 url=w.url,
-                healthy=w.healthy,
+                healthy=w.routable,
                 in_flight=w.in_flight,
                 sessions=w.sessions,
                 served=w.served,
                 failures=w.failures,
-                last_error=w.last_error,
+                last_error="drained" if w.drained else w.last_error,
             )
             for w in self._workers
         ]
@@ -733,11 +892,13 @@ class HttpWorkerPool:
         changed = False
         for worker, error in zip(self._workers, results, strict=True):
             if error is None and not worker.healthy and self.holds_weights():
+                if worker.drained:
+                    continue  # given its weights once admitted, not while lent away
                 error = await self._restore_worker(worker)
             if error is None:
                 if not worker.healthy:
                     log.warning("upstream worker %s is back", worker.url)
-                    changed = True
+                    changed = changed or not worker.drained
                 worker.healthy = True
             elif worker.healthy:
                 self._mark_down(worker, error)
@@ -833,6 +994,16 @@ async def _sse_chunks(worker: _Worker, response: HttpStream) -> AsyncIterator[_R
                     raise UpstreamError(
                         f"worker {worker.url} streamed {len(chunk.choices)} choices, expected 1"
                     )
+
+
+def _was_cut(call: _Call) -> bool:
+    """Whether the cancellation that just reached ``call`` came from :meth:`HttpWorkerPool.cut`;
+    it is then taken back, unless the task is being cancelled from elsewhere too."""
+    if not call.cancelled:
+        return False
+    call.cancelled = False
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
 
 
 def _stream_error(data: bytes) -> str | None:
