@@ -10,8 +10,8 @@ the run's object store, under ``runs/<name>/nodes/``:
 ====================  =========  ==========================================================
 key                   writer     content
 ====================  =========  ==========================================================
-``<node>/<n>.ask``    scheduler  ``{"op", ...}``: request ``n`` (from 1) to the node's sampler
-``<node>/<n>.answer`` sampler    ``{"result"}`` or ``{"error"}``: what the request did
+``<node>/<n>.ask``    scheduler  ``{"op", "ts", ...}``: request ``n`` (from 1) to the sampler
+``<node>/<n>.answer`` sampler    ``{"result", "ts"}`` or ``{"error", "ts"}``: what it did
 ``work``              sampler    ``{"ts", "in_flight": {node: requests}}``, every ``poll_s``
 ====================  =========  ==========================================================
 
@@ -275,6 +275,7 @@ class NodeAgent:
                     answer = {"result": await self._carry_out(name, ask)}
                 except Exception as exc:
                     answer = {"error": f"{type(exc).__name__}: {exc}"}
+                answer["ts"] = self.clock()
                 await asyncio.to_thread(self.store.put, key + ".answer", _encode(answer))
                 self.answered[name] = number
 

@@ -1,0 +1,137 @@
+"""Convertible nodes in a real split run: `rllm-core run PLAN --role sampler` over two fake vLLM
+servers (the vllm sampler's real pool), `rllm-core run PLAN --role trainer --node-class h100`
+scheduling with the local-process launcher. When S1 starts the trainer, the node that may train
+(not the spot one) is drained, its incarnation is launched with the node in its command file,
+its server gets no completion while it is lent, the spot node keeps sampling, and after the
+last step the node is returned with the newest release; every conversion is journaled."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rllm_core.testing.fakevllm import FakeVllmServer
+from rllm_core.training.scheduler import SchedulerJournal
+from rllm_object_store_file.objects import FileObjectStore
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_run_sampler
+
+from test_run_sampler import arithmetic_reply, write_plan
+
+NAME = "served"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_smol_model_dir: Path) -> Path:
+    return tiny_smol_model_dir
+
+
+def nodes_plan(folder: Path, model_dir: Path, spot_url: str, gpu_url: str) -> Path:
+    plan = write_plan(folder, model_dir, spot_url, steps=3)
+    text = (
+        plan.read_text()
+        .replace(f'urls = ["{spot_url}"]', f'urls = ["{spot_url}", "{gpu_url}"]')
+        .replace("steps = 3\n", 'steps = 3\npipeline = "async"\n')
+        .replace("batch_size = 2\n", "batch_size = 2\nmax_policy_age = 1\n")
+    )
+    plan.write_text(
+        text
+        + f"""
+[object_store]
+name = "file"
+root = "{folder / "store"}"
+
+[scheduler]
+poll_s = 0.1
+idle_stop_s = 600
+launcher = "local-process"
+node_grace_s = 5
+
+[scheduler.node_classes.h100]
+capacity = 80
+
+[scheduler.node_classes.spot]
+spot = true
+
+[[scheduler.nodes]]
+name = "spot-0"
+url = "{spot_url}"
+class = "spot"
+
+[[scheduler.nodes]]
+name = "gpu-1"
+url = "{gpu_url}"
+class = "h100"
+"""
+    )
+    return plan
+
+
+def test_a_split_run_lends_its_trainable_node_to_the_trainer_and_gets_it_back(model_dir, tmp_path):
+    arrivals: dict[str, list[float]] = {"spot-0": [], "gpu-1": []}
+
+    def stamped(node: str):
+        reply = arithmetic_reply(model_dir)
+
+        def serve(prompt, max_tokens, stops):
+            arrivals[node].append(time.time())
+            return reply(prompt, max_tokens, stops)
+
+        return serve
+
+    with (
+        FakeVllmServer(reply=stamped("spot-0")) as spot,
+        FakeVllmServer(reply=stamped("gpu-1")) as gpu,
+    ):
+        plan = nodes_plan(tmp_path, model_dir, spot.url, gpu.url)
+        command = [sys.executable, "-m", "rllm_core.cli", "run", str(plan), "--plain", "--role"]
+        roles = {
+            role: subprocess.Popen(
+                [*command, *args],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for role, args in (
+                ("sampler", ["sampler"]),
+                ("trainer", ["trainer", "--node-class", "h100"]),
+            )
+        }
+        try:
+            outputs = {role: process.communicate(timeout=240)[0] for role, process in roles.items()}
+        finally:
+            for process in roles.values():
+                if process.poll() is None:
+                    process.kill()
+    for role, process in roles.items():
+        assert process.returncode == 0, (role, outputs[role][-3000:])
+
+    store = FileObjectStore(tmp_path / "store")
+    records = SchedulerJournal(store, f"runs/{NAME}/scheduler").read()
+    converted = [r for r in records if r["kind"] == "converted"]
+    assert [(r["node"], r["to"], r["incarnation"]) for r in converted] == [
+        ("gpu-1", "trainer", 1),
+        ("gpu-1", "sampler", 1),
+    ]
+    assert converted[1]["trigger"] == "final" and converted[1]["release"] >= 1
+    command_file = json.loads(store.get(f"runs/{NAME}/island/000001/command.json"))
+    assert command_file["node"] == "gpu-1"
+
+    def request(n: int) -> tuple[dict, dict]:
+        key = f"runs/{NAME}/nodes/gpu-1/{n:06d}"
+        return json.loads(store.get(key + ".ask")), json.loads(store.get(key + ".answer"))
+
+    asks = [request(n) for n in range(1, 7)]
+    assert [ask["op"] for ask, _ in asks] == ["drain", "collect", "cut", "release", "load", "admit"]
+    assert not any("error" in answer for _, answer in asks)
+    assert not store.exists(f"runs/{NAME}/nodes/spot-0/000001.ask"), "the spot node never converts"
+    lent_from, lent_until = asks[1][1]["ts"], asks[5][0]["ts"]
+    assert not [t for t in arrivals["gpu-1"] if lent_from < t < lent_until]
+    assert [t for t in arrivals["spot-0"] if lent_from < t < lent_until], "spot-0 samples on"
+    assert arrivals["gpu-1"] and min(arrivals["gpu-1"]) < lent_from, "gpu-1 sampled before"
