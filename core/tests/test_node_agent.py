@@ -272,7 +272,8 @@ def test_the_plan_refuses_inconsistent_nodes_naming_what_to_change() -> None:
     assert SchedulerSection(**(base | {"nodes": two})).nodes[1].node_class == "h100"
 
 
-def test_plan_check_refuses_nodes_without_a_sampler(plan_builder, launchers) -> None:
+@pytest.mark.usefixtures("launchers")
+def test_plan_check_refuses_nodes_without_a_sampler(plan_builder) -> None:
     data = plan(
         "local-process",
         node_classes={"h100": {}},
