@@ -82,8 +82,12 @@ def test_random_client_behaviour(steps, cumulative, chain_checker) -> None:
                 kept = recorded[cut:]
                 if action == "drop_oldest":
                     summary, reason = [], "history_truncated"
-                else:
+                elif cut - 1 > len(summary):
                     reason = "history_summarized"
+                else:
+                    # One message replaced by one: a summary replaces more messages than it
+                    # holds, so this one reads as an edit of the message it replaced.
+                    reason = "history_edited"
                 messages = [recorded[0], *summary, *kept, Message(role="user", content=f"s{n}")]
                 expect = ("reset", reason, 1)
             elif action == "assistant_only":
