@@ -92,6 +92,10 @@ print(json.dumps({
 """
 
 
+_PROBED: dict[str, dict] = {}
+"""What each installed entry module imports: the same for the three tests that read it."""
+
+
 def _probe(run_python, module: str, heavy: tuple[str, ...] = HEAVY_MODULES) -> dict:
     result = run_python(_PROBE, ",".join(heavy), module)
     assert result.returncode == 0, (
@@ -99,6 +103,12 @@ def _probe(run_python, module: str, heavy: tuple[str, ...] = HEAVY_MODULES) -> d
         f" (scripts/setup.sh installs every package)?\n{result}"
     )
     return result.json()
+
+
+def _probed(run_python, module: str) -> dict:
+    if module not in _PROBED:
+        _PROBED[module] = _probe(run_python, module)
+    return _PROBED[module]
 
 
 def test_probe_reports_heavy_foreign_and_own_imports_exactly(run_python, tmp_path):
@@ -129,7 +139,7 @@ def test_entry_module_does_not_import_heavy_modules(entry_package, run_python):
         ' add `<name> = "<import_name>.plugin"` so rllm-core can discover it'
     )
     for module in entry_package.entry_modules:
-        heavy = _probe(run_python, module)["heavy"]
+        heavy = _probed(run_python, module)["heavy"]
         assert heavy == [], (
             f"importing {module} ({entry_package.distribution}) loads {', '.join(heavy)};"
             " import those inside the implementation module and point the spec's factory at it"
@@ -139,7 +149,7 @@ def test_entry_module_does_not_import_heavy_modules(entry_package, run_python):
 
 def test_entry_module_imports_only_core_and_stdlib(entry_package, run_python):
     for module in entry_package.entry_modules:
-        foreign = _probe(run_python, module)["foreign"]
+        foreign = _probed(run_python, module)["foreign"]
         assert foreign == {}, (
             f"importing {module} ({entry_package.distribution}) loads modules outside rllm-core,"
             f" its dependencies and the standard library: {foreign}; an entry module may import"
@@ -150,7 +160,7 @@ def test_entry_module_imports_only_core_and_stdlib(entry_package, run_python):
 
 def test_entry_module_loads_no_other_module_of_its_package(entry_package, run_python):
     for module in entry_package.entry_modules:
-        own = _probe(run_python, module)["own"]
+        own = _probed(run_python, module)["own"]
         assert own == [], (
             f"importing {module} ({entry_package.distribution}) also loads {', '.join(own)};"
             " the implementation must load only when a plan builds the component: name it with"

@@ -8,10 +8,17 @@ from rllm_core.plugins import PluginManager
 from rllm_core.plugins.catalog import FIRST_PARTY
 
 
+_LISTED: dict[str, dict] = {}
+
+
 def listing(run_cli) -> dict[str, dict]:
-    result = run_cli("plugins", "--json")
-    assert result.returncode == 0, result
-    return {row["distribution"]: row for row in result.json()}
+    """`rllm-core plugins --json`, run once for the module's tests: what it lists does not
+    change between them."""
+    if not _LISTED:
+        result = run_cli("plugins", "--json")
+        assert result.returncode == 0, result
+        _LISTED.update({row["distribution"]: row for row in result.json()})
+    return _LISTED
 
 
 def test_plugin_is_listed_active(plugin_package, run_cli):
