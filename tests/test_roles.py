@@ -1,6 +1,11 @@
 """`rllm-core run --role sampler` and `--role trainer` as two processes on the quickstart plan,
 sharing only an object store: they make progress together, and a trainer killed with SIGKILL
-and started again loses no batch and trains none twice."""
+and started again loses no batch and trains none twice.
+
+The two-process runs train the tiny random Llama over SmolLM2's tokenizer: what they check is
+how the processes share the run, which does not depend on what the model answers. The sampler
+starts its rounds at least a second apart (``min_round_s``), so that the trainer, which trains
+a step in milliseconds, is still waiting for a batch when the test kills it."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from reference.quickstart import PLAN, write_tasks
 STEPS = 4
 
 
-def _plan(tmp_path: Path, store_section: str) -> Path:
+def _plan(tmp_path: Path, store_section: str, model: Path | None = None) -> Path:
     tasks, _ = write_tasks(tmp_path)
     plan = tmp_path / "plan.toml"
     # A split run does not evaluate during the run (plan check refuses eval_every with an
@@ -26,10 +31,12 @@ def _plan(tmp_path: Path, store_section: str) -> Path:
     text = (
         PLAN.read_text().replace("eval_every = 5\n", "").replace('keep_best = "eval/pass@1"\n', "")
     )
+    if model is not None:
+        text = text.replace('model = "smollm2-135m-instruct"', f'model = "{model}"')
     plan.write_text(
         text.replace('path = "../tasks/arithmetic.jsonl"', f'path = "{tasks}"')
         + store_section
-        + "\n[scheduler]\npoll_s = 0.2\nidle_stop_s = 600\n"
+        + "\n[scheduler]\npoll_s = 0.2\nidle_stop_s = 600\nmin_round_s = 1.0\n"
     )
     return plan
 
@@ -89,8 +96,8 @@ def _folder(process: subprocess.Popen[bytes], log: Path, cwd: Path) -> Path:
     raise AssertionError(f"no run folder in {log}")
 
 
-def _run_split(tmp_path: Path, store_section: str) -> None:
-    plan = _plan(tmp_path, store_section)
+def _run_split(tmp_path: Path, store_section: str, model: Path) -> None:
+    plan = _plan(tmp_path, store_section, model)
     logs = tmp_path / "logs"
     logs.mkdir()
     sampler = _start(plan, "sampler", tmp_path, logs / "sampler.log")
@@ -132,18 +139,20 @@ def _run_split(tmp_path: Path, store_section: str) -> None:
     assert summary["status"] == "finished" and summary["last_step"] == STEPS
 
 
-def test_sampler_and_trainer_over_a_directory_store(smollm2_model_dir, tmp_path):
+def test_sampler_and_trainer_over_a_directory_store(tiny_smol_model_dir, tmp_path):
     store = tmp_path / "store"
-    _run_split(tmp_path, f'\n[object_store]\nname = "file"\nroot = "{store}"\n')
+    _run_split(
+        tmp_path, f'\n[object_store]\nname = "file"\nroot = "{store}"\n', tiny_smol_model_dir
+    )
     assert (store / "objects" / "runs" / "quickstart" / "tickets").is_dir()
 
 
-def test_sampler_and_trainer_over_s3(smollm2_model_dir, tmp_path, s3_server, s3_bucket):
+def test_sampler_and_trainer_over_s3(tiny_smol_model_dir, tmp_path, s3_server, s3_bucket):
     keys = s3_server.store_config(s3_bucket, prefix="shared")
     section = '\n[object_store]\nname = "s3"\n' + "".join(
         f"{key} = {json.dumps(value)}\n" for key, value in keys.items()
     )
-    _run_split(tmp_path, section)
+    _run_split(tmp_path, section, tiny_smol_model_dir)
 
 
 def test_a_trainer_that_cannot_start_gives_up_after_max_failures(smollm2_model_dir, tmp_path):
