@@ -69,7 +69,9 @@ def wandb_history(folder: Path, env: dict[str, str]) -> dict[int, dict]:
     return rows
 
 
-def test_a_quickstart_writes_two_step_records_to_every_logger(smollm2_model_dir, tmp_path):
+def test_a_quickstart_writes_two_step_records_to_every_logger(tiny_smol_model_dir, tmp_path):
+    # The tiny Llama over SmolLM2's tokenizer: what the loggers receive does not depend on what
+    # the model answers.
     tasks = tmp_path / "easy.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     held_out = tmp_path / "held-out.jsonl"
@@ -89,6 +91,7 @@ def test_a_quickstart_writes_two_step_records_to_every_logger(smollm2_model_dir,
         "algorithm.batch_size": "2",
         "algorithm.group_size": "2",
         "sampling.max_tokens": "4",
+        "trainer.model": json.dumps(str(tiny_smol_model_dir)),
         "tasks.path": json.dumps(str(tasks)),
         "tasks.eval_path": json.dumps(str(held_out)),
     }
