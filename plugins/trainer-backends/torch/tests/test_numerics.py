@@ -32,10 +32,13 @@ CHILD = textwrap.dedent(
         warnings.simplefilter("always")
         use_deterministic_numerics(deterministic, torch.device("cpu"))
     (torch.ones(8, 8) @ torch.ones(8, 8)).sum()
+    inductor_loaded = "torch._inductor.config" in sys.modules
+    import torch._inductor.config as inductor
     print(json.dumps({
         "mkl_cbwr": mkl_cbwr_mode(),
         "algorithms": torch.are_deterministic_algorithms_enabled(),
         "warnings": [str(w.message) for w in caught],
+        "inductor": [inductor_loaded, inductor.deterministic],
     }))
     """
 )
@@ -51,11 +54,22 @@ def child(*args: str) -> dict:
 
 
 def test_deterministic_puts_mkl_in_strict_mode_and_torch_in_deterministic_algorithms():
-    assert child("on", "late") == {"mkl_cbwr": "AUTO,STRICT", "algorithms": True, "warnings": []}
+    # Inductor is not imported for it (a second per process), and is deterministic once it is.
+    assert child("on", "late") == {
+        "mkl_cbwr": "AUTO,STRICT",
+        "algorithms": True,
+        "warnings": [],
+        "inductor": [False, True],
+    }
 
 
 def test_speed_mode_leaves_both_at_their_defaults():
-    assert child("off", "late") == {"mkl_cbwr": "OFF", "algorithms": False, "warnings": []}
+    assert child("off", "late") == {
+        "mkl_cbwr": "OFF",
+        "algorithms": False,
+        "warnings": [],
+        "inductor": [False, False],
+    }
 
 
 def test_mkl_that_computed_first_is_reported_and_warned_about():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import warnings
 from importlib import metadata
 from typing import Any
@@ -68,6 +69,21 @@ def mkl_cbwr_mode() -> str | None:
     return f"{branch},STRICT" if settings & _CBWR_STRICT else branch
 
 
+def _deterministic_algorithms() -> None:
+    """``torch.use_deterministic_algorithms(True)`` without importing ``torch._inductor``.
+
+    The public call imports inductor only to set its ``deterministic`` flag, which costs about
+    a second in every run process, and nothing here compiles. Inductor, were it imported later,
+    reads the same flag from ``TORCHINDUCTOR_DETERMINISTIC``; where inductor is loaded already,
+    or this torch lacks the setter, the public call runs."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True)
+        return
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+    setter(True, warn_only=False)
+
+
 def use_deterministic_numerics(deterministic: bool, device: torch.device) -> None:
     """Switch the process to reproducible numerics (``deterministic``), or leave it as it is.
 
@@ -77,7 +93,7 @@ def use_deterministic_numerics(deterministic: bool, device: torch.device) -> Non
     if not deterministic:
         return
     prepare_environment(True)
-    torch.use_deterministic_algorithms(True)
+    _deterministic_algorithms()
     torch.backends.mkldnn.deterministic = True
     if device.type == "cuda":
         torch.backends.cudnn.deterministic = True
