@@ -107,9 +107,15 @@ def test_shell_tasks_use_no_copy_and_write_the_reward_file():
 @pytest.mark.parametrize("name", SHELL_TASKS)
 def test_solution_earns_1_and_a_noop_agent_gets_0(name, shell_source, shell_tasks):
     task = shell_tasks[name]
-    solved, log = asyncio.run(reward_of(shell_source, task, solve=True))
+
+    async def both() -> list[tuple[float, str]]:
+        # Two sandboxes of their own, side by side.
+        return await asyncio.gather(
+            reward_of(shell_source, task, solve=True), reward_of(shell_source, task, solve=False)
+        )
+
+    (solved, log), (untouched, _) = asyncio.run(both())
     assert solved == 1.0, log
-    untouched, _ = asyncio.run(reward_of(shell_source, task, solve=False))
     assert untouched == 0.0
 
 
