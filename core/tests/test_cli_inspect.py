@@ -306,3 +306,9 @@ def test_traces_show_errors_name_the_path_and_what_to_do(finished, tmp_path):
     assert not_run.returncode == 2 and "is not a run folder" in not_run.stderr
     for result in (unknown, missing_store, no_episodes, not_run):
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_last_figure_is_that_of_the_last_line_holding_it():
+    rows = [{"step": 1, "accuracy": 0.25}, {"step": 2, "accuracy": 0.5}, {"step": 3}]
+    assert summarize(rows)["accuracy_last"] == 0.5
+    assert summarize([{"step": 1}])["accuracy_last"] is None

@@ -317,7 +317,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str
     them).
 
     ``sampler_utilization`` is the sampler's busy seconds over the rollout seconds of the steps
-    that report them (``None`` when none does)."""
+    that report them (``None`` when none does). A ``last`` figure is that of the last line
+    holding it (``None`` when none does)."""
 
     def mean(values: list[float]) -> float | None:
         return math.fsum(values) / len(values) if values else None
@@ -327,7 +328,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, window: int = 5) -> dict[str
         if reduction is Reduction.SUM:
             out[key] = math.fsum(float(r.get(name, 0.0)) for r in rows)
         elif reduction is Reduction.LAST:
-            out[key] = float(rows[-1][name]) if rows else None
+            out[key] = next((float(r[name]) for r in reversed(rows) if name in r), None)
         elif reduction is Reduction.MEAN:
             out[key] = mean([float(r[name]) for r in rows if name in r])
         else:
