@@ -295,3 +295,20 @@ def test_a_finished_quickstart_run_reads_as_runs_list_and_traces_show_read_it(
     assert [{k: v for k, v in t.items() if k != "marker"} for t in data["turns"]] == expected[
         "turns"
     ]
+
+
+def test_a_character_split_across_tokens_goes_whole_to_the_token_that_completes_it(
+    smollm2_tokenizer_dir,
+):
+    from rllm_core.plugins.manager import PluginManager
+    from rllm_core.view.data import token_texts
+
+    renderer = (
+        PluginManager().get("renderer", "chatml").build({"tokenizer": str(smollm2_tokenizer_dir)})
+    )
+    ids = renderer.encode("héllo 你好!")
+    alone = [renderer.decode([i]) for i in ids]
+    assert "\ufffd" in "".join(alone), "the sample must split a character across tokens"
+    texts = token_texts(renderer.decode, ids)
+    assert "\ufffd" not in "".join(texts) and "".join(texts) == "héllo 你好!"
+    assert len(texts) == len(ids) and texts[texts.index("你") - 1] == ""

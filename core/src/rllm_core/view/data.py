@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -295,7 +295,7 @@ class RunsView:
     def tokens(self, name: str, episode_id: str, call: int) -> dict[str, Any]:
         """The tokens of the episode's call number ``call`` (its index in ``turns``): what the
         call added to the prompt (observation, not trained on) then what the model sampled
-        (action), each token with ``id``, ``text`` (decoded alone by the run's renderer),
+        (action), each token with ``id``, ``text`` (:func:`token_texts`, by the run's renderer),
         ``logprob`` (actions only) and ``action``. Also ``prefix_tokens`` (the prompt the call
         inherited from its parents), ``reset_reason`` and ``history_break``."""
         folder, record = self._record(name, episode_id)
@@ -311,12 +311,17 @@ class RunsView:
         renderer = self._renderer(folder)
         rec = trace.record
         decode = renderer.decode
+        prompt = rec.prompt_delta_token_ids
         tokens = [
-            {"id": i, "text": decode([i]), "action": False} for i in rec.prompt_delta_token_ids
+            {"id": i, "text": text, "action": False}
+            for i, text in zip(prompt, token_texts(decode, prompt), strict=True)
         ]
-        for position, i in enumerate(rec.completion_token_ids):
+        completion = rec.completion_token_ids
+        for position, (i, text) in enumerate(
+            zip(completion, token_texts(decode, completion), strict=True)
+        ):
             logprob = rec.logprobs[position] if position < len(rec.logprobs) else None
-            tokens.append({"id": i, "text": decode([i]), "action": True, "logprob": logprob})
+            tokens.append({"id": i, "text": text, "action": True, "logprob": logprob})
         return {
             "run": name,
             "episode_id": record.get("episode_id"),
@@ -359,3 +364,21 @@ def _float(query: Mapping[str, str], key: str) -> float | None:
         return float(str(value))
     except ValueError:
         raise InspectionError(f"{key}={value!r} is not a number") from None
+
+
+def token_texts(decode: Callable[[list[int]], str], ids: Sequence[int]) -> list[str]:
+    """The text of each token of ``ids``: decoded alone, except that a character whose UTF-8
+    bytes span several tokens goes whole to the token that completes it and the tokens before
+    it get ``""`` (decoded alone, each would show U+FFFD). A run of up to four tokens that
+    never completes a character is shown as decoded."""
+    texts: list[str] = []
+    pending: list[int] = []
+    for token in ids:
+        pending.append(token)
+        text = decode(pending)
+        if text.endswith("\ufffd") and len(pending) < 4:
+            texts.append("")
+            continue
+        texts.append(text)
+        pending = []
+    return texts
