@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 from PIL import Image, ImageStat
+from reference.chromium import headless
 from rllm_core.docs_site import DOCS_SITE, PAGES
-from rllm_core.testing.system import require_program
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "chromium"
 # A call naming a page, as code writes it: docs_page("running") or docs_page("running", "x").
 DOCS_PAGE_CALL = re.compile(r"""docs_page\(\s*["']([^"']+)["'](?:\s*,\s*["']([^"']+)["'])?""")
 
@@ -89,31 +88,13 @@ def test_every_page_the_code_names_exists_in_the_site(site):
             assert f'id="{section}"' in html, f"{where}: docs/{slug}.md has no such heading"
 
 
-def _chromium() -> str:
-    return require_program(CHROMIUM, "chromium", "screenshot the documentation site")
-
-
-def _screenshot(chromium: str, url: str, png: Path, profile: Path) -> None:
-    done = subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            "--window-size=1280,900",
-            f"--screenshot={png}",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+def _screenshot(url: str, png: Path, profile: Path) -> None:
+    done = headless(
+        url,
+        profile,
+        "--window-size=1280,900",
+        f"--screenshot={png}",
+        why="screenshot the documentation site",
     )
     assert done.returncode == 0 and png.is_file(), f"{url}: no screenshot\n{done.stderr}"
 
@@ -123,10 +104,9 @@ def _screenshot(chromium: str, url: str, png: Path, profile: Path) -> None:
     [("index.html", "Two commands"), ("reference/plugins/losses-ppo/index.html", "rllm-loss-ppo")],
 )
 def test_pages_render_in_a_browser(site, tmp_path, page, heading):
-    chromium = _chromium()
     assert heading in (site / page).read_text(encoding="utf-8")
     png = tmp_path / "page.png"
-    _screenshot(chromium, (site / page).as_uri(), png, tmp_path / "profile")
+    _screenshot((site / page).as_uri(), png, tmp_path / "profile")
     with Image.open(png) as image:
         rgb = image.convert("RGB")
     assert rgb.size == (1280, 900)

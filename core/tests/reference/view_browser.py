@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image, ImageStat
-from rllm_core.testing.system import require_program
+from reference.chromium import headless
 
 __all__ = ["first_line", "serving", "visit"]
 
@@ -32,29 +32,14 @@ def first_line(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
 
 
 def chromium_run(args: list[str], url: str, profile: Path) -> subprocess.CompletedProcess[str]:
-    chromium = require_program("chromium", "chromium", "drive the rllm-core view page")
-    return subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--enable-logging=stderr",
-            "--v=0",
-            f"--user-data-dir={profile}",
-            "--virtual-time-budget=4000",
-            *args,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return headless(
+        url,
+        profile,
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=4000",
+        *args,
+        why="drive the rllm-core view page",
     )
 
 
