@@ -3,7 +3,9 @@ servers (the vllm sampler's real pool), `rllm-core run PLAN --role trainer --nod
 scheduling with the local-process launcher. When S1 starts the trainer, the node that may train
 (not the spot one) is drained, its incarnation is launched with the node in its command file,
 its server gets no completion while it is lent, the spot node keeps sampling, and after the
-last step the node is returned with the newest release; every conversion is journaled."""
+last step the node is returned with the newest release; every conversion is journaled. And the
+sampler's half against the real pool, held deterministically: a completion still running on the
+node after the grace is cut and answered by the other server."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rllm_core.testing.fakevllm import FakeVllmServer
@@ -135,3 +138,87 @@ def test_a_split_run_lends_its_trainable_node_to_the_trainer_and_gets_it_back(mo
     assert not [t for t in arrivals["gpu-1"] if lent_from < t < lent_until]
     assert [t for t in arrivals["spot-0"] if lent_from < t < lent_until], "spot-0 samples on"
     assert arrivals["gpu-1"] and min(arrivals["gpu-1"]) < lent_from, "gpu-1 sampled before"
+
+
+def test_a_request_running_on_a_converting_node_is_cut_and_finishes_on_another(tmp_path):
+    """The sampler's half against the vllm sampler's real pool: a completion held open on the
+    node's server outlasts the grace, is cut, and its caller gets the other server's answer;
+    the conversion counts it cut, and the node serves again once admitted."""
+    import asyncio
+
+    from rllm_core.routing import routed
+    from rllm_core.storage.memory_objects import MemoryObjectStore
+    from rllm_core.testing.fakeworker import fixed_reply
+    from rllm_core.training.island import CommandFile
+    from rllm_core.training.node_agent import NodeAgent, StoreNodeConverter
+    from rllm_core.training.nodes import ConvertingTrainer, Node, NodeClass, NodePool
+    from rllm_core.training.shared import SharedRun
+    from rllm_core.types import SampleRequest, SamplingParams
+    from rllm_sampler_vllm.pool import HttpWorkerPool
+
+    class Island:
+        command = CommandFile(incarnation=0, run=NAME, plan_path="p", plan="")
+
+        async def start(self, incarnation: int) -> None:
+            pass
+
+        async def stop(self, trigger: str) -> None:
+            pass
+
+    params = SamplingParams(max_tokens=8, stop_token_ids=(2,))
+    with (
+        FakeVllmServer(reply=fixed_reply([11, 12])) as spot,
+        FakeVllmServer(reply=fixed_reply([21, 22])) as gpu,
+    ):
+
+        async def scenario() -> tuple[list[int], list[int], Any]:
+            # Listed first, gpu-1 takes a new session while both servers are idle.
+            pool = HttpWorkerPool([gpu.url, spot.url], health_interval_s=0)
+            shared = SharedRun(MemoryObjectStore(), NAME)
+            converter = StoreNodeConverter(shared=shared, island=Island(), poll_s=0.02)
+
+            async def load() -> int:
+                return 3
+
+            agent = NodeAgent(
+                shared=shared,
+                pool=pool,
+                nodes={"spot-0": spot.url, "gpu-1": gpu.url},
+                load_release=load,
+                poll_s=0.02,
+            )
+            nodes = NodePool(
+                nodes=[Node("spot-0", NodeClass("s", spot=True)), Node("gpu-1", NodeClass("h"))],
+                converter=converter,
+                grace_s=0.3,
+                work=converter.work,
+            )
+            lifecycle = ConvertingTrainer(nodes)
+            answering = asyncio.ensure_future(agent.run())
+            try:
+                gpu.hold()
+                with routed("held"):
+                    held = asyncio.ensure_future(
+                        pool.sample(SampleRequest(prompt_token_ids=[1, 2], params=params))
+                    )
+                while pool.in_flight(gpu.url) == 0:
+                    await asyncio.sleep(0.01)
+                await lifecycle.start(1)
+                served = (await held).completion_token_ids[:-1]
+                gpu.release()
+                await lifecycle.stop("scheduled")
+                with routed("after"):
+                    again = await pool.sample(SampleRequest(prompt_token_ids=[1], params=params))
+                return served, again.completion_token_ids[:-1], nodes.conversions
+            finally:
+                answering.cancel()
+                await asyncio.gather(answering, return_exceptions=True)
+                await pool.aclose()
+
+        served, again, conversions = asyncio.run(scenario())
+    assert served == [11, 12], "the cut request was answered by the spot node"
+    assert [(c.node, c.to, c.kept, c.cut) for c in conversions] == [
+        ("gpu-1", "trainer", 0, 1),
+        ("gpu-1", "sampler", 0, 0),
+    ]
+    assert again == [21, 22], "the node serves its session again once admitted"
