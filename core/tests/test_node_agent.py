@@ -287,3 +287,26 @@ def test_plan_check_refuses_nodes_without_a_sampler(plan_builder) -> None:
     (only,) = info.value.issues
     assert only.location == "[scheduler].nodes"
     assert "the plan has no [sampler]" in str(only) and "add a [sampler]" in str(only)
+
+
+def test_a_restarted_scheduler_returns_the_node_its_predecessor_left_lent() -> None:
+    store, pool = MemoryObjectStore(), Pool()
+    converter, agent, _ = sides(store, pool)
+
+    async def lend_then_restart() -> list[str]:
+        await converter.stop_admitting("gpu-1")
+        await converter.collect_finished("gpu-1", 0.0)
+        assert agent.lent == ["gpu-1"]
+        restarted, _, _ = sides(store, pool)  # a new scheduler process: nothing in memory
+        return await restarted.reclaim(["spot-0", "gpu-1", "gpu-2"])
+
+    assert asyncio.run(with_agent(agent, lend_then_restart())) == ["gpu-1"]
+    assert agent.lent == [] and not pool.servers[URLS["gpu-1"]].drained
+    asks = [
+        msgspec.json.decode(store.get(key))["op"]
+        for key in sorted(store.list("runs/r/nodes/gpu-1/"))
+        if key.endswith(".ask")
+    ]
+    assert asks == ["drain", "collect", "load", "admit"]
+    fresh, _, _ = sides(store, pool)
+    assert asyncio.run(fresh.reclaim(["gpu-1"])) == [], "a returned node is left alone"

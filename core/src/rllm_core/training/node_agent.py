@@ -29,7 +29,8 @@ train, the one with the largest class capacity, then the fewest requests in flig
 
 The server keeps running while its node trains: freeing its accelerator memory (vLLM's sleep
 mode, for one) is the engine's and not done here. A request the sampler does not answer within
-``answer_timeout_s`` fails the conversion, which returns the node to sampling.
+``answer_timeout_s`` fails the conversion, which returns the node to sampling. A scheduler that
+restarts first returns the nodes its predecessor left lent (:meth:`StoreNodeConverter.reclaim`).
 """
 
 from __future__ import annotations
@@ -54,11 +55,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_ANSWER_TIMEOUT_S",
+    "LENDING_OPS",
     "NodeAgent",
     "StoreNodeConverter",
     "node_pool",
     "node_urls",
 ]
+
+LENDING_OPS = ("drain", "collect", "cut", "release")
+"""The requests after which a node is lent to the trainer until an ``admit``."""
 
 DEFAULT_ANSWER_TIMEOUT_S = 120.0
 """How long the scheduler waits for the sampler to answer one request (beyond its grace)."""
@@ -161,6 +166,25 @@ class StoreNodeConverter:
         if "error" in answer:
             raise ConversionError(f"node {node!r}: the sampler could not {op}: {answer['error']}")
         return answer.get("result")
+
+    async def reclaim(self, nodes: list[str]) -> list[str]:
+        """Return to sampling every node of ``nodes`` whose last request lent it (a drain,
+        collect, cut or release): a scheduler that restarts cannot reattach to the incarnation
+        its predecessor ran there, so that node would stay lent for good. Returns their names;
+        call it before scheduling."""
+        reclaimed = []
+        for node in nodes:
+            last = await asyncio.to_thread(self._last_ask, node)
+            if last is not None and last.get("op") in LENDING_OPS:
+                await self.load_release(node)
+                await self.start_sampler(node)
+                reclaimed.append(node)
+        return reclaimed
+
+    def _last_ask(self, node: str) -> dict[str, Any] | None:
+        keys = self.store.list(_nodes_key(self.shared, node) + "/")
+        asks = sorted(key for key in keys if key.endswith(".ask"))
+        return _read(self.store, asks[-1]) if asks else None
 
     async def work(self) -> dict[str, int]:
         """The requests in flight on each node, as the sampler last published them."""
@@ -288,7 +312,7 @@ class NodeAgent:
             self.answered[name] = int(answers[-1].rsplit("/", 1)[1][:-7]) if answers else 0
             if answers:
                 last = _read(self.store, answers[-1].removesuffix(".answer") + ".ask") or {}
-                if last.get("op") in ("drain", "collect", "cut", "release"):
+                if last.get("op") in LENDING_OPS:
                     self.pool.drain(url)
                     self._lent[name] = _Lent(url)
 

@@ -527,6 +527,14 @@ class TrainerRole(_Role):
             self._island.record = self._controller.record_event
         if self._converting is not None:
             self._converting.record = self._controller.record_event
+            converter = self._converting.pool.converter
+            assert isinstance(converter, StoreNodeConverter)
+            names = [node.name for node in self._converting.pool.nodes]
+            for node in await converter.reclaim(names):
+                self.display.warn(
+                    f"node {node} was still lent to a trainer incarnation of an earlier"
+                    " scheduler; it samples again"
+                )
         life = self.lifecycle
         life.begin(life.state)
         status, exit_code, failure = "finished", 0, None
