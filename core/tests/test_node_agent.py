@@ -310,3 +310,15 @@ def test_a_restarted_scheduler_returns_the_node_its_predecessor_left_lent() -> N
     assert asks == ["drain", "collect", "load", "admit"]
     fresh, _, _ = sides(store, pool)
     assert asyncio.run(fresh.reclaim(["gpu-1"])) == [], "a returned node is left alone"
+
+
+def test_plan_check_shows_each_node_and_class_as_rows() -> None:
+    from rllm_core.cli.plan_cmd import settings_rows
+    from rllm_core.plan.schema import Plan
+
+    plan = Plan.model_validate({"run": {"name": "r"}, "scheduler": SECTION.model_dump()})
+    rows = dict(settings_rows(plan))
+    assert rows["[scheduler.node_classes.h100].capacity"] == "80.0"
+    assert rows["[scheduler.nodes[1]].class"] == '"h100"'
+    assert rows["[scheduler.nodes[2]].url"] == '"http://10.0.0.3:8000"'
+    assert not any(key in ("[scheduler].nodes", "[scheduler].node_classes") for key in rows)

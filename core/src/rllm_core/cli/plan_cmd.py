@@ -177,6 +177,16 @@ def _section_rows(where: str, section: BaseModel) -> list[tuple[str, str]]:
         if isinstance(value, BaseModel):
             tables.append((f"{where}.{key}", value))
             continue
+        if (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(item, BaseModel) for item in value.values())
+        ):
+            tables += [(f"{where}.{key}.{name}", item) for name, item in value.items()]
+            continue
+        if isinstance(value, list) and value and all(isinstance(item, BaseModel) for item in value):
+            tables += [(f"{where}.{key}[{index}]", item) for index, item in enumerate(value)]
+            continue
         dumped = section.model_dump(mode="json", include={key}, by_alias=False)[key]
         rows.append((f"[{where}].{info.alias or key}", toml_literal(dumped)))
     for name, table in tables:
