@@ -7,7 +7,6 @@ from __future__ import annotations
 from rllm_core.plugins import PluginManager
 from rllm_core.plugins.catalog import FIRST_PARTY
 
-
 _LISTED: dict[str, dict] = {}
 
 
