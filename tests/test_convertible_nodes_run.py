@@ -10,7 +10,6 @@ node after the grace is cut and answered by the other server."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from rllm_object_store_file.objects import FileObjectStore
 pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_run_sampler
 
-from test_run_sampler import arithmetic_reply, write_plan
+from test_run_sampler import arithmetic_reply, run_roles, write_plan
 
 NAME = "served"
 
@@ -92,28 +91,7 @@ def test_a_split_run_lends_its_trainable_node_to_the_trainer_and_gets_it_back(mo
         FakeVllmServer(reply=stamped("gpu-1")) as gpu,
     ):
         plan = nodes_plan(tmp_path, model_dir, spot.url, gpu.url)
-        command = [sys.executable, "-m", "rllm_core.cli", "run", str(plan), "--plain", "--role"]
-        roles = {
-            role: subprocess.Popen(
-                [*command, *args],
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for role, args in (
-                ("sampler", ["sampler"]),
-                ("trainer", ["trainer", "--node-class", "h100"]),
-            )
-        }
-        try:
-            outputs = {role: process.communicate(timeout=240)[0] for role, process in roles.items()}
-        finally:
-            for process in roles.values():
-                if process.poll() is None:
-                    process.kill()
-    for role, process in roles.items():
-        assert process.returncode == 0, (role, outputs[role][-3000:])
+        run_roles(plan, tmp_path, trainer=["--node-class", "h100"])
 
     store = FileObjectStore(tmp_path / "store")
     records = SchedulerJournal(store, f"runs/{NAME}/scheduler").read()
@@ -149,21 +127,12 @@ def test_a_request_running_on_a_converting_node_is_cut_and_finishes_on_another(t
     from rllm_core.routing import routed
     from rllm_core.storage.memory_objects import MemoryObjectStore
     from rllm_core.testing.fakeworker import fixed_reply
-    from rllm_core.training.island import CommandFile
     from rllm_core.training.node_agent import NodeAgent, StoreNodeConverter
     from rllm_core.training.nodes import ConvertingTrainer, Node, NodeClass, NodePool
     from rllm_core.training.shared import SharedRun
     from rllm_core.types import SampleRequest, SamplingParams
     from rllm_sampler_vllm.pool import HttpWorkerPool
-
-    class Island:
-        command = CommandFile(incarnation=0, run=NAME, plan_path="p", plan="")
-
-        async def start(self, incarnation: int) -> None:
-            pass
-
-        async def stop(self, trigger: str) -> None:
-            pass
+    from test_node_agent import Island
 
     params = SamplingParams(max_tokens=8, stop_token_ids=(2,))
     with (

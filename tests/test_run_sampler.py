@@ -260,10 +260,35 @@ def test_async_runs_and_evaluations_sample_from_the_servers_on_the_policy(model_
     assert {s.version for s in server.completions[served_before:]} == {3}
 
 
-def test_a_sampler_role_exports_each_release_it_loads_to_the_servers(model_dir, tmp_path):
+def run_roles(plan: Path, cwd: Path, **extra: list[str]) -> dict[str, str]:
+    """`rllm-core run PLAN --role sampler` and `--role trainer` side by side (``extra``: more
+    arguments of a role), both waited for and both required to exit 0; their outputs."""
     import subprocess
     import sys
 
+    command = [sys.executable, "-m", "rllm_core.cli", "run", str(plan), "--plain", "--role"]
+    roles = {
+        role: subprocess.Popen(
+            [*command, role, *extra.get(role, [])],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for role in ("sampler", "trainer")
+    }
+    try:
+        outputs = {role: process.communicate(timeout=240)[0] for role, process in roles.items()}
+    finally:
+        for process in roles.values():
+            if process.poll() is None:
+                process.kill()
+    for role, process in roles.items():
+        assert process.returncode == 0, (role, outputs[role][-3000:])
+    return outputs
+
+
+def test_a_sampler_role_exports_each_release_it_loads_to_the_servers(model_dir, tmp_path):
     with FakeVllmServer(reply=arithmetic_reply(model_dir)) as server:
         plan = write_plan(tmp_path, model_dir, server.url)
         plan.write_text(
@@ -273,25 +298,7 @@ def test_a_sampler_role_exports_each_release_it_loads_to_the_servers(model_dir, 
             + f'\n[object_store]\nname = "file"\nroot = "{tmp_path / "store"}"\n'
             + "\n[scheduler]\npoll_s = 0.1\nidle_stop_s = 600\n"
         )
-        command = [sys.executable, "-m", "rllm_core.cli", "run", str(plan), "--plain", "--role"]
-        roles = {
-            role: subprocess.Popen(
-                [*command, role],
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for role in ("sampler", "trainer")
-        }
-        try:
-            outputs = {role: process.communicate(timeout=240)[0] for role, process in roles.items()}
-        finally:
-            for process in roles.values():
-                if process.poll() is None:
-                    process.kill()
-    for role, process in roles.items():
-        assert process.returncode == 0, (role, outputs[role][-3000:])
+        outputs = run_roles(plan, tmp_path)
     loads = loaded_versions(server)
     # The untrained policy first, then the releases the sampler loaded, in order; it loads at
     # least version 1 before batch 3 (one batch ahead at most).
