@@ -84,6 +84,17 @@ def _nodes_key(shared: SharedRun, *parts: str) -> str:
     return shared.key("nodes", *parts)
 
 
+def _request_key(shared: SharedRun, node: str, number: int, suffix: str) -> str:
+    return _nodes_key(shared, node, f"{number:06d}{suffix}")
+
+
+def _last_number(shared: SharedRun, node: str, suffix: str) -> int:
+    """The number of ``node``'s last request with a ``suffix`` key (``.ask``, ``.answer``);
+    0 when there is none."""
+    keys = shared.store.list(_nodes_key(shared, node) + "/")
+    return max((int(key.rsplit("/", 1)[1][:6]) for key in keys if key.endswith(suffix)), default=0)
+
+
 def node_pool(
     section: SchedulerSection,
     converter: StoreNodeConverter,
@@ -135,9 +146,7 @@ class StoreNodeConverter:
 
     async def _next_number(self, node: str) -> int:
         if node not in self._asked:
-            keys = await asyncio.to_thread(self.store.list, _nodes_key(self.shared, node) + "/")
-            asks = [key for key in keys if key.endswith(".ask")]
-            self._asked[node] = max((int(key.rsplit("/", 1)[1][:-4]) for key in asks), default=0)
+            self._asked[node] = await asyncio.to_thread(_last_number, self.shared, node, ".ask")
         self._asked[node] += 1
         return self._asked[node]
 
@@ -146,8 +155,8 @@ class StoreNodeConverter:
         :class:`~rllm_core.training.nodes.ConversionError` when it failed or got no answer
         within ``wait_s`` plus ``answer_timeout_s`` seconds."""
         number = await self._next_number(node)
-        ask = _nodes_key(self.shared, node, f"{number:06d}.ask")
-        answer_key = _nodes_key(self.shared, node, f"{number:06d}.answer")
+        ask = _request_key(self.shared, node, number, ".ask")
+        answer_key = _request_key(self.shared, node, number, ".answer")
         body = _encode({"op": op, "ts": self.clock(), **fields})
         if not await asyncio.to_thread(self.store.put_if_absent, ask, body):
             raise ConversionError(
@@ -182,9 +191,10 @@ class StoreNodeConverter:
         return reclaimed
 
     def _last_ask(self, node: str) -> dict[str, Any] | None:
-        keys = self.store.list(_nodes_key(self.shared, node) + "/")
-        asks = sorted(key for key in keys if key.endswith(".ask"))
-        return _read(self.store, asks[-1]) if asks else None
+        number = _last_number(self.shared, node, ".ask")
+        if not number:
+            return None
+        return _read(self.store, _request_key(self.shared, node, number, ".ask"))
 
     async def work(self) -> dict[str, int]:
         """The requests in flight on each node, as the sampler last published them."""
@@ -291,7 +301,7 @@ class NodeAgent:
         for name in self.nodes:
             while True:
                 number = self.answered.get(name, 0) + 1
-                key = _nodes_key(self.shared, name, f"{number:06d}")
+                key = _request_key(self.shared, name, number, "")
                 ask = await asyncio.to_thread(_read, self.store, key + ".ask")
                 if ask is None:
                     break
@@ -307,11 +317,9 @@ class NodeAgent:
         """Skip the requests answered before this process started; a node whose last request
         was a drain, collect, cut or release stays drained."""
         for name, url in self.nodes.items():
-            keys = self.store.list(_nodes_key(self.shared, name) + "/")
-            answers = sorted(key for key in keys if key.endswith(".answer"))
-            self.answered[name] = int(answers[-1].rsplit("/", 1)[1][:-7]) if answers else 0
-            if answers:
-                last = _read(self.store, answers[-1].removesuffix(".answer") + ".ask") or {}
+            number = self.answered[name] = _last_number(self.shared, name, ".answer")
+            if number:
+                last = _read(self.store, _request_key(self.shared, name, number, ".ask")) or {}
                 if last.get("op") in LENDING_OPS:
                     self.pool.drain(url)
                     self._lent[name] = _Lent(url)
