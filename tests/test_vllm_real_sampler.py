@@ -250,3 +250,39 @@ def test_full_weights_after_an_optimizer_step_are_served_exactly_and_come_back_a
     # and the startup weights are not that close to them.
     to_base, _ = k3_against(trainer(smollm2_model_dir, lora=True), prompts, stepped)
     assert to_base > 1e3 * K3_LIMIT, to_base
+
+
+def test_a_generation_cut_from_a_drained_server_is_answered_through_another(server, prompts):
+    """The pool's drain and cut (convertible nodes) against vLLM itself: the server is reached
+    under two addresses, a long seeded generation runs under the first, which is drained and
+    cut mid-generation; vLLM aborts it there, and the same request sent under the second
+    address is answered in full, with the tokens an uncut run of it gives."""
+    from rllm_core.routing import routed
+    from rllm_sampler_vllm.pool import HttpWorkerPool
+
+    lent, other = server.url, server.url.replace("127.0.0.1", "localhost")
+    params = SamplingParams(max_tokens=160, seed=3, temperature=1.0)
+    request = SampleRequest(prompt_token_ids=prompts[0], params=params)
+
+    async def main():
+        pool = HttpWorkerPool([lent, other], model=server.served_model_name, health_interval_s=0)
+        try:
+            with routed("lent"):
+                running = asyncio.ensure_future(pool.sample(request))
+            while pool.in_flight(lent) == 0:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)  # generating
+            pool.drain(lent)
+            cut = await pool.cut(lent)
+            result = await running
+            pool.admit(lent)
+            with routed("again"):
+                uncut = await pool.sample(request)
+            return cut, result, uncut, {s.url: s.served for s in pool.status()}
+        finally:
+            await pool.aclose()
+
+    cut, result, uncut, served = asyncio.run(main())
+    assert cut == 1
+    assert served[other] == 1 and result.finish_reason in ("stop", "length")
+    assert result.completion_token_ids == uncut.completion_token_ids
