@@ -268,6 +268,9 @@ def test_the_plan_refuses_inconsistent_nodes_naming_what_to_change() -> None:
     )
     assert 'set launcher = "local-process"' in refused(nodes=two, launcher="in-process")
     assert "add [[scheduler.nodes]] or remove node_classes" in refused()
+    assert "add [[scheduler.nodes]] or remove node_grace_s" in refused(
+        node_classes={}, node_grace_s=5
+    )
     assert "Input should be 'bf16'" in refused(nodes=two, node_classes={"h100": {"precision": "q"}})
     assert SchedulerSection(**(base | {"nodes": two})).nodes[1].node_class == "h100"
 

@@ -583,6 +583,12 @@ class SchedulerSection(_Section):
                     "node_classes describe the machines of a node pool, and nodes is empty:"
                     " add [[scheduler.nodes]] or remove node_classes"
                 )
+            if "node_grace_s" in self.model_fields_set:
+                raise ValueError(
+                    f"node_grace_s = {self.node_grace_s} bounds a convertible node's"
+                    " conversion, and nodes is empty: add [[scheduler.nodes]] or remove"
+                    " node_grace_s"
+                )
             return self
         for what in ("name", "url"):
             values = [getattr(node, what).rstrip("/") for node in self.nodes]
