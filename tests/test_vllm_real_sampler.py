@@ -286,3 +286,69 @@ def test_a_generation_cut_from_a_drained_server_is_answered_through_another(serv
     assert cut == 1
     assert served[other] == 1 and result.finish_reason in ("stop", "length")
     assert result.completion_token_ids == uncut.completion_token_ids
+
+
+def test_two_gateway_workers_sample_from_the_adapter_the_run_loaded(
+    server, smollm2_model_dir, prompts, tmp_path
+):
+    """``[gateway].workers``' parts against vLLM itself: the run's sampler loads the adapter of
+    an optimizer step; two gateway worker processes, told the policy, serve chat sessions
+    through their own clients; the tokens each traced call sampled have the trained adapter's
+    logprobs (not the base model's), and the traces report its version."""
+    import openai
+    from rllm_core.rollout.gateway_workers import Component, open_gateway_workers
+    from rllm_trace_store_deltachain.memory import MemoryTraceStore
+
+    backend = trainer(smollm2_model_dir, lora=True)
+    store = MemoryTraceStore()
+
+    async def main():
+        sampler = sampler_for(server, tmp_path, keep_adapters=1)
+        try:
+            one_step(backend, prompts, await sample_all(sampler, prompts))
+            await sampler.update_weights(backend.export_weights(sampler.export_path(1)))
+            async with open_gateway_workers(
+                2,
+                renderer=Component("chatml", {"tokenizer": str(smollm2_model_dir)}),
+                sampler=sampler,
+                sampler_name="vllm",
+                store=store,
+                cumulative=True,
+                max_prompt_tokens=None,
+                host="127.0.0.1",
+                port=0,
+            ) as (sessions, _):
+                ids = [f"s-{n}" for n in range(32)]
+                chosen = [next(s for s in ids if sessions.ring.owner(s) == w) for w in (0, 1)]
+                chosen += [s for s in ids if s not in chosen][:2]
+                traces = []
+                for index, (sid, question) in enumerate(zip(chosen, QUESTIONS, strict=True)):
+                    sessions.configure_session(
+                        sid, enforced=SamplingParams(max_tokens=12, seed=index)
+                    )
+                    endpoint = sessions.endpoint(sid)
+                    agent = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)
+                    await asyncio.to_thread(
+                        agent.chat.completions.create,
+                        model=endpoint.model,
+                        messages=[{"role": "user", "content": question}],
+                    )
+                    (trace,) = sessions.traces.session(sid)
+                    sessions.release_session(sid)
+                    traces.append(trace)
+                owners = [sessions.ring.owner(sid) for sid in chosen]
+                return traces, sessions.take_calls(), owners
+        finally:
+            await sampler.aclose()
+
+    traces, calls, owners = asyncio.run(main())
+    assert calls == {f"gateway/calls/{w}": float(owners.count(w)) for w in (0, 1)}
+    assert all(calls.values()), calls
+    assert {t.record.weight_version for t in traces} == {1}
+    served = [t.record for t in traces]
+    k3, worst = k3_against(backend, [t.prompt_token_ids for t in traces], served)
+    assert k3 <= K3_LIMIT, (k3, worst)
+    _, moved = k3_against(
+        trainer(smollm2_model_dir, lora=True), [t.prompt_token_ids for t in traces], served
+    )
+    assert moved > 1e-2
