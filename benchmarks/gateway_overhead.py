@@ -220,7 +220,7 @@ async def direct(
         )
         phase.latencies_ms.append((time.perf_counter() - started) * 1000)
         answer = _decode.decode(response.body)
-        assert len(answer["choices"][0]["token_ids"]) == reply_len + 1
+        assert len(answer["choices"][0]["logprobs"]["tokens"]) == reply_len + 1
         phase.requests += 1
 
 
@@ -458,7 +458,8 @@ def pass_through_figures(worker_url: str, prompt_tokens: int, reply_len: int) ->
             phase.latencies_ms.append((time.perf_counter() - started) * 1000)
             assert (
                 answer.status == 200
-                and len(_decode.decode(answer.body)["choices"][0]["token_ids"]) == reply_len + 1
+                and len(_decode.decode(answer.body)["choices"][0]["logprobs"]["tokens"])
+                == reply_len + 1
             )
             phase.requests += 1
 

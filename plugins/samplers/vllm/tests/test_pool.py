@@ -66,7 +66,7 @@ def test_the_request_is_the_vllm_token_id_completion_and_the_answer_is_read_back
             "n": 1,
             "stream": False,
             "logprobs": 0,
-            "return_token_ids": True,
+            "return_token_ids": False,
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
             "seed": 11,
