@@ -220,3 +220,31 @@ def test_a_session_lives_on_its_worker_until_released_and_a_dead_worker_is_named
 
     with FakeVllmServer() as server:
         asyncio.run(scenario(server))
+
+
+def test_an_async_run_evaluating_on_two_workers_brings_every_trace_home(model_dir, tmp_path):
+    with FakeVllmServer(reply=arithmetic_reply(model_dir)) as server:
+        plan = write_plan(tmp_path, model_dir, server.url)
+        plan.write_text(
+            plan.read_text()
+            .replace("steps = 3\n", 'steps = 3\npipeline = "async"\neval_every = 3\n')
+            .replace("batch_size = 2\n", "batch_size = 2\nmax_policy_age = 1\n")
+        )
+        result = run(with_workers(plan, 2), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = run_folder(result, tmp_path, "served")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert "eval/pass@1" in metrics[-1]
+    # Training batches and the evaluation's sessions alike: every completion the server
+    # answered has its trace in the run's store, and no worker kept one.
+    from rllm_trace_store_deltachain.store import DeltaChainTraceStore
+
+    store = DeltaChainTraceStore(run_dir / "traces")
+    try:
+        sessions = store.sessions()
+        traced = sum(len(store.chain(s)) for s in sessions)
+    finally:
+        store.close()
+    assert traced == len(server.completions)
+    evaluated = [s for s in sessions if SessionKey.parse(s, run=run_dir.name) is None]
+    assert evaluated, sessions

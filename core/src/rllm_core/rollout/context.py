@@ -17,22 +17,32 @@ every optimizer step);
 otherwise ``components.trainer.sampler()``. It then builds a
 :class:`~rllm_core.rollout.RolloutRunner` on ``components.tasks``, ``components.harness`` and
 ``components.sandbox`` whose sessions are seeded from ``[run].seed``
-(:class:`~rllm_core.rollout.seeding.SeededGateway`). The gateway stops when the block exits,
-however it exits. A gateway that cannot bind raises
-:class:`~rllm_core.rollout.gateway_address.GatewayBindError` naming ``plan_path``.
+(:class:`~rllm_core.rollout.seeding.SeededGateway`). With ``[gateway].workers`` above 1 the
+sessions live on that many gateway processes behind a front on ``[gateway].host`` and
+``[gateway].port`` instead (:mod:`rllm_core.rollout.gateway_workers`), each following the
+policy the sampler serves. The gateway stops when the block exits, however it exits. A
+gateway that cannot bind raises :class:`~rllm_core.rollout.gateway_address.GatewayBindError`
+naming ``plan_path``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rllm_core.gateway.server import Gateway
 from rllm_core.plan.schema import Plan
-from rllm_core.ports import Sampler
+from rllm_core.ports import Sampler, SharedPool, TraceStore
+from rllm_core.rollout.gateway import SessionGateway
 from rllm_core.rollout.gateway_address import gateway_bind_error
+from rllm_core.rollout.gateway_workers import (
+    Component,
+    GatewayWorkerError,
+    follower,
+    open_gateway_workers,
+)
 from rllm_core.rollout.policy_sync import PolicySync
 from rllm_core.rollout.records import RolloutEvent
 from rllm_core.rollout.runner import RolloutRunner
@@ -45,17 +55,24 @@ if TYPE_CHECKING:
 
 __all__ = ["RolloutContext", "open_rollouts", "rollout_settings"]
 
+_Served = tuple[SessionGateway, TraceStore, Callable[[], dict[str, float]]]
+
 
 @dataclass(frozen=True)
 class RolloutContext:
-    """An open rollout context: the serving ``gateway``, the ``sampler`` behind it, the
-    ``runner`` that rolls out through it and, with a ``[sampler]``, the ``policy`` sync that
-    keeps it on the trainer's weights."""
+    """An open rollout context: the ``gateway`` its sessions live on, the ``sampler`` behind
+    it, the ``runner`` that rolls out through it, the ``traces`` a runner reads (the run's
+    trace store, seen through the workers with ``[gateway].workers`` above 1) and, with a
+    ``[sampler]``, the ``policy`` sync that keeps it on the trainer's weights."""
 
-    gateway: Gateway
+    gateway: SessionGateway
     sampler: Sampler
     runner: RolloutRunner
+    traces: TraceStore
     policy: PolicySync | None = None
+    calls: Callable[[], dict[str, float]] = dict
+    """The gateway workers' ``gateway/calls/<i>`` since the last call (none with one
+    gateway)."""
 
 
 def rollout_settings(plan: Plan, *, group_size: int) -> RolloutSettings:
@@ -102,22 +119,8 @@ async def open_rollouts(
         policy = PolicySync(components.trainer, components.sampler, **options)  # type: ignore[arg-type]
     else:
         sampler = components.trainer.sampler()
-    gateway = Gateway(
-        renderer=components.renderer,
-        sampler=sampler,
-        trace_store=components.trace_store,
-        cumulative=plan.gateway.token_mode == "cumulative",
-        max_prompt_tokens=plan.gateway.max_prompt_tokens,
-        host=plan.gateway.host,
-        port=plan.gateway.port,
-    )
-    try:
-        await gateway.astart()
-    except OSError as exc:
-        raise gateway_bind_error(
-            exc, host=gateway.host, port=plan.gateway.port, plan_path=plan_path
-        ) from None
-    try:
+    async with _serving(plan, components, sampler, policy, plan_path) as served:
+        gateway, traces, calls = served
         if policy is not None and sync:
             await policy.sync()
         runner = RolloutRunner(
@@ -125,11 +128,93 @@ async def open_rollouts(
             harness=components.harness,
             sandbox_backend=components.sandbox,
             gateway=SeededGateway(gateway, seed=plan.run.seed, run_id=run_id),
-            trace_store=components.trace_store,
+            trace_store=traces,
             settings=settings,
             run_id=run_id,
             on_event=on_event,
         )
-        yield RolloutContext(gateway=gateway, sampler=sampler, runner=runner, policy=policy)
+        yield RolloutContext(
+            gateway=gateway,
+            sampler=sampler,
+            runner=runner,
+            traces=traces,
+            policy=policy,
+            calls=calls,
+        )
+
+
+@asynccontextmanager
+async def _serving(
+    plan: Plan,
+    components: Components,
+    sampler: Sampler,
+    policy: PolicySync | None,
+    plan_path: str,
+) -> AsyncIterator[_Served]:
+    """The gateway of the context: one in this process, or ``[gateway].workers`` processes
+    (:mod:`rllm_core.rollout.gateway_workers`); yields it, the trace store its runner reads and
+    the workers' figures."""
+    settings = plan.gateway
+    cumulative = settings.token_mode == "cumulative"
+    if settings.workers > 1:
+        async with _workers(plan, components, sampler, policy, plan_path) as served:
+            yield served
+        return
+    gateway = Gateway(
+        renderer=components.renderer,
+        sampler=sampler,
+        trace_store=components.trace_store,
+        cumulative=cumulative,
+        max_prompt_tokens=settings.max_prompt_tokens,
+        host=settings.host,
+        port=settings.port,
+    )
+    try:
+        await gateway.astart()
+    except OSError as exc:
+        raise gateway_bind_error(
+            exc, host=gateway.host, port=settings.port, plan_path=plan_path
+        ) from None
+    try:
+        yield gateway, components.trace_store, dict
     finally:
         await gateway.astop()
+
+
+@asynccontextmanager
+async def _workers(
+    plan: Plan,
+    components: Components,
+    sampler: Sampler,
+    policy: PolicySync | None,
+    plan_path: str,
+) -> AsyncIterator[_Served]:
+    settings = plan.gateway
+    if not isinstance(sampler, SharedPool) or plan.renderer is None:
+        raise GatewayWorkerError(
+            f"{plan_path}: [gateway] workers = {settings.workers} needs a [sampler] other"
+            f" processes can reach (a rllm_core.ports.SharedPool); {type(sampler).__name__} is"
+            " not one: set workers = 1"
+        )
+    async with AsyncExitStack() as stack:
+        try:
+            sessions, _ = await stack.enter_async_context(
+                open_gateway_workers(
+                    settings.workers,
+                    renderer=Component(plan.renderer.name, plan.renderer.options),
+                    sampler=sampler,
+                    sampler_name=plan.sampler.name if plan.sampler is not None else "",
+                    store=components.trace_store,
+                    cumulative=settings.token_mode == "cumulative",
+                    max_prompt_tokens=settings.max_prompt_tokens,
+                    host=settings.host,
+                    port=settings.port,
+                )
+            )
+        except OSError as exc:
+            raise gateway_bind_error(
+                exc, host=settings.host, port=settings.port, plan_path=plan_path
+            ) from None
+        if policy is not None:
+            policy.followers.append(follower(sessions, sampler))
+        yield sessions, sessions.traces, sessions.take_calls
