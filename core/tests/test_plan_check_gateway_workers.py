@@ -1,8 +1,8 @@
-"""``[gateway].workers``: 1 by default; above 1, ``plan check`` (and so every run and
-evaluation, which resolve the plan before building anything) refuses it at
-``[gateway].workers``, naming the sampler the run would share between processes and what to
-do: the trainer backend's own sampler lives in the run's process, and a vLLM ``[sampler]``,
-though reachable over HTTP, is not yet served by worker processes a run starts."""
+"""``[gateway].workers``: 1 by default; above 1 a plan with a shared ``[sampler]`` (vLLM) passes,
+and ``plan check`` (and so every run and evaluation, which resolve the plan before building
+anything) refuses it at ``[gateway].workers``, naming why and what to do, for the trainer
+backend's own sampler (it lives in the run's process), a sampler that is not shared, and a plan
+with convertible nodes."""
 
 from __future__ import annotations
 
@@ -55,18 +55,71 @@ def test_workers_with_the_trainers_in_process_sampler_are_refused_naming_it():
     issue = refusal({"workers": 2})
     assert (issue.section, issue.key, issue.value) == ("gateway", "workers", 2)
     assert "the sampler of trainer backend 'torch'" in issue.message
-    assert "cannot be shared with other gateway processes" in issue.message
+    assert "cannot be reached from other gateway processes" in issue.message
     assert issue.hint.startswith("set [gateway] workers = 1")
-    assert "gateway serve --workers N" in issue.hint
+    assert "add a [sampler]" in issue.hint
 
 
-def test_workers_with_a_vllm_sampler_are_refused_saying_what_a_run_lacks():
+def test_workers_with_a_vllm_sampler_pass():
     pytest.importorskip("rllm_sampler_vllm")
-    issue = refusal({"workers": 3}, VLLM)
-    assert (issue.section, issue.key, issue.value) == ("gateway", "workers", 3)
-    assert "sampler 'vllm' is reachable over HTTP" in issue.message
-    assert "a run does not start gateway worker processes yet" in issue.message
+    resolved = resolve({"workers": 3}, VLLM)
+    assert resolved.plan.gateway.workers == 3
+
+
+def test_workers_with_a_sampler_that_is_not_shared_are_refused_naming_it():
+    from rllm_core import ComponentSpec, hookimpl
+    from rllm_core.plugins.specs import NoConfig
+
+    class Plugin:
+        @hookimpl
+        def rllm_samplers(self):
+            yield ComponentSpec(
+                kind="sampler",
+                name="private",
+                factory=lambda config: None,
+                config=NoConfig,
+                summary="a sampler only its own process reaches",
+            )
+
+    manager = PluginManager()
+    manager.register(Plugin(), name="private-sampler")
+    data: dict[str, Any] = {
+        "algorithm": {"loss": "ppo-clip", "advantage": "grpo"},
+        "trainer": {"name": "torch", "model": "smollm2-135m-instruct"},
+        "sampler": {"name": "private"},
+        "gateway": {"workers": 2},
+    }
+    with pytest.raises(PlanError) as caught:
+        resolve_plan(parse_plan(data), manager=manager, path="plan.toml")
+    issues = [i for i in caught.value.issues if i.key == "workers"]
+    (issue,) = issues
+    assert "sampler 'private' offers no client for other processes" in issue.message
     assert issue.hint.startswith("set [gateway] workers = 1")
+
+
+def test_workers_with_convertible_nodes_are_refused_saying_why():
+    pytest.importorskip("rllm_sampler_vllm")
+    sampler = {"name": "vllm", "urls": ["http://127.0.0.1:8011", "http://127.0.0.1:8012"]}
+    data: dict[str, Any] = {
+        "algorithm": {"loss": "ppo-clip", "advantage": "grpo"},
+        "trainer": {"name": "torch", "model": "smollm2-135m-instruct"},
+        "sampler": sampler,
+        "gateway": {"workers": 2},
+        "scheduler": {
+            "nodes": [
+                {"name": "a", "url": sampler["urls"][0], "class": "big"},
+                {"name": "b", "url": sampler["urls"][1], "class": "big"},
+            ],
+            "node_classes": {"big": {}},
+            "launcher": "local-process",
+        },
+    }
+    with pytest.raises(PlanError) as caught:
+        resolve_plan(parse_plan(data), manager=PluginManager(), path="plan.toml")
+    issues = [i for i in caught.value.issues if i.key == "workers"]
+    (issue,) = issues
+    assert "cannot go with convertible nodes" in issue.message
+    assert "remove [scheduler] nodes" in issue.hint
 
 
 def test_plan_check_exits_2_naming_the_file_and_the_key(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import click
@@ -223,12 +224,7 @@ def serve(
     session's model routes (POST /sessions/<session_id>/token with the admin token mints one);
     traces are at /sessions/<session_id>/traces (admin token).
     """
-    import asyncio
-    import gc
-    import signal
-
     from rllm_core.gateway.server import Gateway, is_loopback, log_events, new_token
-    from rllm_core.run.signals import handled
     from rllm_core.types import SamplingParams
 
     if no_auth and not is_loopback(host):
@@ -314,6 +310,32 @@ def serve(
         sys.stdout.flush()
 
     try:
+        _serve_until_stopped(lambda: server.serve(ready))
+    except OSError as exc:
+        fail(f"could not serve on {host}:{port}: {exc}")
+    finally:
+        store.close()
+
+
+@gateway.command(hidden=True)
+def worker() -> None:
+    """Serve one gateway worker of a run (``[gateway].workers``); the run starts it with its
+    spec and token in the environment (rllm_core.rollout.gateway_workers)."""
+    from rllm_core.rollout.gateway_workers import serve_worker
+
+    _serve_until_stopped(lambda: serve_worker(os.environ))
+
+
+def _serve_until_stopped(serve: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``serve()`` on uvloop (when installed) until it returns, SIGINT or SIGTERM; SIGTERM
+    ends the process through the normal exit path, so ``finally`` blocks close stores."""
+    import asyncio
+    import gc
+    import signal
+
+    from rllm_core.run.signals import handled
+
+    try:
         import uvloop
 
         runner: Any = uvloop.run
@@ -326,17 +348,12 @@ def serve(
     gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-    # uvicorn re-raises the signal that stopped it once it has shut down; make SIGTERM end the
-    # process through the normal exit path (closing the trace store) instead of killing it.
+    # uvicorn re-raises the signal that stopped it once it has shut down.
     try:
         with handled(lambda *_: sys.exit(0), (signal.SIGTERM,)):
-            runner(server.serve(ready))
+            runner(serve())
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
-        fail(f"could not serve on {host}:{port}: {exc}")
-    finally:
-        store.close()
 
 
 _NOT_FOR_WORKERS = {"host", "port", "workers", "token", "no_auth", "trace_dir"}
@@ -387,12 +404,8 @@ def _serve_sharded(
 ) -> None:
     """Serve ``workers`` gateway processes behind a session-sharding front until
     interrupted (see :mod:`rllm_core.gateway.shards`)."""
-    import asyncio
-    import signal
-
     from rllm_core.gateway.serving import AsgiServer
     from rllm_core.gateway.shards import ShardFront, WorkerProcesses
-    from rllm_core.run.signals import handled
 
     env = {"COLUMNS": "1000"}
     if token is not None:
@@ -442,16 +455,7 @@ def _serve_sharded(
         await server.wait()
 
     try:
-        import uvloop
-
-        runner: Any = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    try:
-        with handled(lambda *_: sys.exit(0), (signal.SIGTERM,)):
-            runner(serve())
-    except KeyboardInterrupt:
-        pass
+        _serve_until_stopped(serve)
     except OSError as exc:
         fail(f"could not serve on {host}:{port}: {exc}")
     finally:

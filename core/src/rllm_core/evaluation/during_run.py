@@ -76,7 +76,7 @@ class RunEvaluator:
             harness=c.harness,
             sandbox_backend=c.sandbox,
             gateway=SeededGateway(rollouts.gateway, seed=plan.run.seed, run_id=self.run_id),
-            trace_store=c.trace_store,
+            trace_store=rollouts.traces,
             settings=rollout_settings(plan, group_size=self.attempts),
             run_id=self.run_id,
         )

@@ -13,8 +13,16 @@ Routes (``{sid}`` is a session id: letters, digits and ``._:@-``, at most 256 ch
     DELETE /sessions/{sid}                       forget a session and delete its traces
     POST   /sessions/{sid}/token                 open a session and mint its session token;
                                                  the answer's ``base_url`` is its OpenAI URL
+    POST   /sessions/{sid}/configure             open a session and enforce ``{"enforced":
+                                                 {sampling params} | null}`` on its calls
+    POST   /sessions/{sid}/release               forget a session's live state (its token is
+                                                 refused from then on), keep its traces; the
+                                                 answer holds what it was ``denied``; with
+                                                 ``?take=traces`` also its stored records
+                                                 (chain form), deleted here
     POST   /weight_version                       announce the weight version ``{"version": N}``
-                                                 that results report from now on
+                                                 that results report from now on; with
+                                                 ``"model"`` also the model name sent upstream
     GET    /health                               liveness, load and event-loop lag (no auth)
     GET    /metrics                              counters, lag, denials, upstream workers
 
@@ -80,7 +88,7 @@ from rllm_core.gateway.engine import ChatRequest as EngineChatRequest
 from rllm_core.gateway.metrics import GatewayMetrics
 from rllm_core.gateway.protocol import HTTPError
 from rllm_core.gateway.tokens import SessionTokens
-from rllm_core.ports import WorkerPool
+from rllm_core.ports import SharedPool, WorkerPool
 from rllm_core.ports.rendering import StreamsToolCalls
 from rllm_core.routing import routing_key
 from rllm_core.types import SamplingParams
@@ -403,12 +411,15 @@ class GatewayApp:
             rest = "/".join(parts[3:])
             if rest == "v1/chat/completions":
                 _allow(method, "POST", path)
+                self.metrics.model_calls += 1
                 return await self._chat(sid, scope, receive, response)
             if rest == "v1/completions":
                 _allow(method, "POST", path)
+                self.metrics.model_calls += 1
                 return await self._complete(sid, scope, receive, response)
             if rest == "v1/responses":
                 _allow(method, "POST", path)
+                self.metrics.model_calls += 1
                 return await self._respond(sid, scope, receive, response)
             if rest == "v1/models":
                 _allow(method, "GET", path)
@@ -419,6 +430,13 @@ class GatewayApp:
             if rest == "token":
                 _allow(method, "POST", path)
                 return await response.full(200, self._mint(sid, scope))
+            if rest == "configure":
+                _allow(method, "POST", path)
+                body = await self._body(scope, receive)
+                return await response.full(200, self._configure(sid, body))
+            if rest == "release":
+                _allow(method, "POST", path)
+                return await response.full(200, self._release(sid, scope))
             if rest == "":
                 _allow(method, ("GET", "DELETE"), path)
                 if method == "DELETE":
@@ -735,6 +753,46 @@ class GatewayApp:
         base_url = f"{_origin(scope)}/sessions/{sid}/v1"
         return protocol.encode({"session_id": sid, "token": token, "base_url": base_url})
 
+    def _configure(self, sid: str, body: bytes) -> bytes:
+        try:
+            given = msgspec.json.decode(body, type=_Configure).enforced
+            unknown = sorted(set(given or ()) - set(SamplingParams.__struct_fields__))
+            if unknown:
+                raise msgspec.ValidationError(f"unknown field(s) {unknown} in `$.enforced`")
+            enforced = msgspec.convert(given, SamplingParams) if given is not None else None
+        except msgspec.DecodeError as exc:
+            raise HTTPError(
+                400,
+                f'the body must be {{"enforced": {{sampling params}} | null}}: {exc}',
+                param="enforced",
+                code="invalid_value",
+            ) from None
+        self.engine.configure_session(sid, enforced=enforced)
+        return protocol.encode({"session_id": sid, "object": "session", "enforced": enforced})
+
+    def _release(self, sid: str, scope: Scope) -> bytes:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        take = query.get("take", [""])[-1]
+        if take not in ("", "traces"):
+            raise HTTPError(
+                400,
+                f"take={take!r} is unknown; use take=traces or leave it out",
+                param="take",
+                code="invalid_value",
+            )
+        answer: dict[str, Any] = {
+            "session_id": sid,
+            "object": "session",
+            "released": True,
+            "denied": self.engine.denied(sid),
+        }
+        self.engine.release_session(sid)
+        if take:
+            store = self.engine.trace_store
+            answer["records"] = store.chain(sid)
+            store.delete_session(sid)
+        return protocol.encode(answer)
+
     def _stats(self, sid: str) -> bytes:
         try:
             stats = self.engine.session_stats(sid)
@@ -781,9 +839,10 @@ class GatewayApp:
         """Set the sampler's ``weight_version`` (what results report until the model server
         reports a newer one)."""
         try:
-            version = msgspec.json.decode(body).get("version")
+            announced = msgspec.json.decode(body)
+            version = announced.get("version")
         except (msgspec.DecodeError, AttributeError):
-            version = None
+            announced, version = {}, None
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise HTTPError(
                 400,
@@ -792,6 +851,25 @@ class GatewayApp:
                 code="invalid_value",
             )
         sampler = self.engine.sampler
+        if "model" in announced:
+            model = announced["model"]
+            if model is not None and not isinstance(model, str):
+                raise HTTPError(
+                    400,
+                    '"model" must be the model name to send upstream (a string) or null',
+                    param="model",
+                    code="invalid_value",
+                )
+            if not isinstance(sampler, SharedPool):
+                raise HTTPError(
+                    409,
+                    f"this gateway's sampler ({type(sampler).__name__}) cannot be told which"
+                    " model to send (it is not a rllm_core.ports.SharedPool); announce the"
+                    " version alone",
+                    code="no_model_switch",
+                )
+            sampler.use(model, version)
+            return {"object": "weight_version", "version": version, "model": model}
         if not hasattr(sampler, "weight_version"):
             raise HTTPError(
                 409,
@@ -826,6 +904,10 @@ class GatewayApp:
         if self.upstreams is not None:
             snapshot["upstreams"] = self.upstreams.status()
         return snapshot
+
+
+class _Configure(msgspec.Struct, forbid_unknown_fields=True):
+    enforced: dict[str, Any] | None
 
 
 async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:

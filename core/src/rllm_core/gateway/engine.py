@@ -214,7 +214,8 @@ class SessionStats(msgspec.Struct, frozen=True, kw_only=True):
     ``turns`` counts recorded chat calls (a replay overwrites its trace, so it is counted in
     ``replays`` instead); ``resets`` maps each reset reason that occurred to its count;
     ``lineages`` lists the chat lineages in creation order; ``completions`` counts
-    ``/v1/completions`` calls. ``live`` is false for a session known only from the trace store
+    ``/v1/completions`` calls; ``denied`` the requests refused to the session's token while it
+    was open (0 once released). ``live`` is false for a session known only from the trace store
     (after a restart): its figures are then read back from the stored records, where replays
     leave no mark.
     """
@@ -225,6 +226,7 @@ class SessionStats(msgspec.Struct, frozen=True, kw_only=True):
     resets: dict[str, int]
     lineages: tuple[str, ...]
     completions: int
+    denied: int = 0
     live: bool = True
 
 
@@ -347,6 +349,7 @@ class GatewayEngine:
                 resets=dict(acc.resets),
                 lineages=tuple(acc.lineages()),
                 completions=session.completions,
+                denied=session.denied,
             )
         records = self.trace_store.chain(session_id)
         if not records:

@@ -90,7 +90,8 @@ class Denial:
 
 
 class GatewayMetrics:
-    """Counters the HTTP layer updates on every request.
+    """Counters the HTTP layer updates on every request; :attr:`model_calls` counts the
+    requests that reached a model route (chat completions, completions, responses) past auth.
 
     Denied requests: :attr:`denied` counts them all, :attr:`denied_by_reason` by
     :attr:`Denial.reason`, and :meth:`denials_after` returns the last ``keep_denials`` of them,
@@ -105,6 +106,7 @@ class GatewayMetrics:
         self.started_at = time.time()
         self.in_flight = 0
         self.served = 0
+        self.model_calls = 0
         self.status_counts: Counter[int] = Counter()
         self.lag = LoopLagMonitor()
         self.denied = 0
@@ -147,6 +149,7 @@ class GatewayMetrics:
             "uptime_s": round(time.time() - self.started_at, 3),
             "in_flight": self.in_flight,
             "requests_served": self.served,
+            "model_calls": self.model_calls,
             "status_counts": {str(k): v for k, v in sorted(self.status_counts.items())},
             "event_loop_lag": self.lag.summary(),
             "denied": {

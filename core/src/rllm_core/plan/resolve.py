@@ -237,8 +237,8 @@ class _Resolver:
         self.notes.extend(aggregation_notes(self.plan, self.components, self.path))
 
     def refuse_gateway_workers(self) -> None:
-        """``[gateway].workers`` above 1, which a run cannot honour yet
-        (:mod:`rllm_core.plan.gateway_check`)."""
+        """``[gateway].workers`` above 1 where the run's sampler cannot serve several gateway
+        processes (:mod:`rllm_core.plan.gateway_check`)."""
         from rllm_core.plan.gateway_check import gateway_issues
 
         self.issues.extend(gateway_issues(self.plan, self.components, self.path))

@@ -658,13 +658,13 @@ class GatewaySection(_Section):
         1,
         ge=1,
         description=(
-            "Gateway processes for the run's rollouts, behind a front that shards sessions by"
-            " id (as `gateway serve --workers N`). A run serves its rollouts from one gateway"
-            " process for now: `plan check` refuses more than 1, naming why for the plan's"
-            " sampler (an in-process sampler cannot be shared between processes; a vLLM"
-            " `[sampler]` could be, but a run does not start the worker processes yet). To"
-            " shard a gateway over vLLM servers outside a run, use"
-            " `rllm-core gateway serve --workers N`."
+            "Gateway processes for the run's rollouts, behind a front on `host` and `port`"
+            " that shards sessions by id (as `gateway serve --workers N`): each session's"
+            " model calls, token accumulator and traces stay in one worker, its traces come"
+            " home to the run's `[trace_store]` when it ends, and every worker follows the"
+            " policy the `[sampler]` serves. Above 1 needs a `[sampler]` other processes can"
+            " reach (`vllm`) and no convertible `[scheduler]` nodes; `plan check` says why"
+            " otherwise."
         ),
     )
 

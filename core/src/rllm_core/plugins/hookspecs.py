@@ -413,7 +413,7 @@ def rllm_loggers() -> Iterable[ComponentSpec]:
     """
 
 
-@component_hookspec("sampler", port=Sampler)
+@component_hookspec("sampler", port=Sampler, traits={"shared": Trait(False, choices=(True, False))})
 def rllm_samplers() -> Iterable[ComponentSpec]:
     """Yield the samplers this plugin provides: inference servers reached over the network.
 
@@ -424,6 +424,10 @@ def rllm_samplers() -> Iterable[ComponentSpec]:
     :class:`~rllm_core.ports.WorkerPool` so that the gateway can report and close it; a
     ``[sampler]`` must also be a :class:`~rllm_core.ports.PolicyFollower`, which the run keeps
     on the trainer's weights (a build error otherwise).
+
+    Trait ``shared`` (default ``False``): the sampler is a :class:`~rllm_core.ports.SharedPool`,
+    so gateway processes other than the run's can send to its servers; a plan may then set
+    ``[gateway].workers`` above 1 (``plan check`` refuses it for a sampler without the trait).
 
     Example::
 

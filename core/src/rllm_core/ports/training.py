@@ -23,6 +23,7 @@ __all__ = [
     "PolicyFollower",
     "ReferenceScorer",
     "Sampler",
+    "SharedPool",
     "StreamingSampler",
     "SupervisedTrainer",
     "TrainerBackend",
@@ -137,6 +138,36 @@ class DrainablePool(Protocol):
     async def cut(self, url: str) -> int: ...
 
     def admit(self, url: str) -> None: ...
+
+
+@runtime_checkable
+class SharedPool(Protocol):
+    """What a sampler over model servers may also offer: clients of the same servers in other
+    processes, as a run's gateway workers are (``[gateway].workers``,
+    :mod:`rllm_core.rollout.gateway_workers`).
+
+    - ``client_options()``: the options of this sampler's own component (the same name) that
+      build, in another process, a sampler sending to the same servers. That sampler starts,
+      stops and loads weights into none of them: this one keeps owning them.
+    - ``served_policy()``: ``(model, version)``, what requests starting now are sent with: the
+      request's ``model`` field (a LoRA adapter's name; ``None``: none sent) and the weight
+      version results report. It changes when the sampler follows a new policy.
+    - ``use(model, version)``: from now on send requests with ``model`` and report
+      ``version``; a request already running keeps what it started with. A client built from
+      ``client_options()`` is told this after every policy change of the owning sampler.
+
+    Example::
+
+        options = owner.client_options()  # in the run's process
+        client = build("sampler", name, options)  # in a gateway worker
+        client.use(*owner.served_policy())  # after every weight update
+    """
+
+    def client_options(self) -> dict[str, Any]: ...
+
+    def served_policy(self) -> tuple[str | None, int]: ...
+
+    def use(self, model: str | None, version: int) -> None: ...
 
 
 @runtime_checkable

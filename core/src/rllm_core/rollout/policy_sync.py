@@ -81,6 +81,9 @@ class PolicySync:
         self.keep = max(1, keep)
         self.served: ExportedWeights | None = None
         """What the sampler serves since the last :meth:`sync`."""
+        self.followers: list[Callable[[ExportedWeights], Awaitable[None]]] = []
+        """Awaited after every update the sampler made, in order, before :meth:`sync` returns
+        (a run's gateway workers are told the new policy this way)."""
         self._folders: list[str] = []
 
     async def sync(self) -> ExportedWeights:
@@ -93,6 +96,8 @@ class PolicySync:
         exported: ExportedWeights = await self.call(lambda: self.trainer.export_weights(path))
         await self.sampler.update_weights(exported)
         self.served = exported
+        for follower in self.followers:
+            await follower(exported)
         self._forget_old(exported.path)
         return exported
 

@@ -33,12 +33,14 @@ from rllm_core.algorithms.shaping import (
 )
 from rllm_core.algorithms.shaping import TRUNCATED as SAMPLES_TRUNCATED
 from rllm_core.plan.eval_check import EVAL_PREFIX
+from rllm_core.rollout.gateway_workers import GATEWAY_CALLS_PREFIX
 
 __all__ = [
     "ACCURACY",
     "ACTION_TOKENS",
     "ASYNC_IN_FLIGHT_GROUPS",
     "ASYNC_RUNNING_ROLLOUTS",
+    "GATEWAY_CALLS_PREFIX",
     "DISTILL_REVERSE_KL",
     "DISTILL_TEACHER_LOGPROB",
     "ENTROPY_MEAN",
@@ -179,6 +181,8 @@ ASYNC_IN_FLIGHT_GROUPS = "async/in_flight_groups"
 over the time since the previous step's line."""
 EVAL_PASS_1 = EVAL_PREFIX + "pass@1"
 EVAL_MEAN_REWARD = EVAL_PREFIX + "mean_reward"
+# GATEWAY_CALLS_PREFIX (with [gateway].workers above 1) is named in
+# rllm_core.rollout.gateway_workers, which measures it.
 # SAMPLES_TRUNCATED (scored episodes with a model call cut at the length limit), and with
 # reward shaping OVERLONG_MASKED, OVERLONG_PENALTY_MEAN and LENGTH_PENALTY_MEAN, are named
 # in rllm_core.algorithms.shaping, which measures them.

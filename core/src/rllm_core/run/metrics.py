@@ -56,6 +56,8 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
   since the previous line). ``time/rollout_s`` is then the batch's rollout time and
   ``time/step_s`` the time since the previous step ended; ``time/sampler_busy_s`` is absent (batches
   overlap, so the sampler's busy time has no one batch to belong to).
+- with ``[gateway].workers`` above 1: ``gateway/calls/<i>``, the model calls gateway worker
+  ``i`` served since the previous batch's line (evaluations during the run included).
 - ``system/rss_gb``: the process's peak resident memory so far, in GB (10^9 bytes; the
   kernel's high-water mark, model load included), and ``system/rss_now_gb``: its resident
   memory when the line was made. Absent where the platform does not report them.

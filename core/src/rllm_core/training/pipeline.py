@@ -264,7 +264,9 @@ class RolloutProducer:
     of 0): each batch's line then has ``time/sampler_busy_s`` and ``sampler_utilization``.
     ``scoring`` (on-policy distillation) replaces each built batch's advantages with a
     teacher's per-token ones and adds its ``distill/*`` metrics to the batch's line.
-    ``throttle`` spaces the starts of batches (:class:`RoundThrottle`).
+    ``throttle`` spaces the starts of batches (:class:`RoundThrottle`). ``gateway_calls``
+    gives the figures of the rollouts' gateway workers since its last call
+    (``gateway/calls/<i>``), added to each batch's line.
     """
 
     def __init__(
@@ -288,6 +290,7 @@ class RolloutProducer:
         sampler_busy: Callable[[], float | None] = lambda: None,
         scoring: TeacherScoring | None = None,
         throttle: RoundThrottle | None = None,
+        gateway_calls: Callable[[], dict[str, float]] = dict,
     ) -> None:
         self.runner = runner
         self.builder = builder
@@ -307,6 +310,7 @@ class RolloutProducer:
         self.sampler_busy = sampler_busy
         self.scoring = scoring
         self.throttle = throttle
+        self.gateway_calls = gateway_calls
         self.waited_s = 0.0
         """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
         self._failed = False
@@ -450,7 +454,8 @@ class RolloutProducer:
                 ),
             )
             | sampled.metrics()
-            | distilled,
+            | distilled
+            | self.gateway_calls(),
             episodes=[episode_record(step, e, self.builder.shaping) for e in episodes],
         )
         return ticket, group_versions(built.samples)

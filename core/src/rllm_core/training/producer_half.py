@@ -156,6 +156,7 @@ class ProducerHalf:
                 if self.plan.scheduler.min_round_s > 0
                 else None
             ),
+            gateway_calls=self.rollouts.calls if self.rollouts is not None else dict,
         )
         self.task = asyncio.ensure_future(self.producer.run())
 

@@ -52,7 +52,9 @@ What the checks hold the sampler to:
   pairs, then one result that is their concatenation, and keeps serving after a consumer
   closes a stream early; a :class:`~rllm_core.ports.WorkerPool` reports
   :class:`~rllm_core.types.WorkerStatus` es and closes twice; a
-  :class:`~rllm_core.ports.BusyClock` never goes back.
+  :class:`~rllm_core.ports.BusyClock` never goes back; a :class:`~rllm_core.ports.SharedPool`
+  gives client options that travel as JSON, and reports the model and version it was told to
+  use.
 
 Checks drive the sampler with :func:`asyncio.run` in plain synchronous tests. Every test method
 takes its fixtures as arguments, so a test can call one directly with a hand-built sampler.
@@ -62,6 +64,7 @@ takes its fixtures as arguments, so a test can call one directly with a hand-bui
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -69,7 +72,7 @@ from typing import Any, ClassVar, TypeVar
 import pytest
 
 from rllm_core.errors import UpstreamRejectedError, UpstreamUnavailableError
-from rllm_core.ports import BusyClock, Sampler, StreamingSampler, WorkerPool
+from rllm_core.ports import BusyClock, Sampler, SharedPool, StreamingSampler, WorkerPool
 from rllm_core.types import SampleRequest, SampleResult, SamplingParams, WorkerStatus
 
 __all__ = ["SamplerConformance", "assert_well_formed"]
@@ -338,3 +341,25 @@ class SamplerConformance:
         assert isinstance(after, float) and 0.0 <= before <= after, (
             f"busy_seconds went from {before!r} to {after!r}"
         )
+
+    def test_shared_pool(self, sampler: Any) -> None:
+        if not isinstance(sampler, SharedPool):
+            pytest.skip("the sampler is not a SharedPool")
+        options = sampler.client_options()
+        assert isinstance(options, dict), f"client_options() returned {options!r}, not a dict"
+        # A gateway worker gets them through its environment.
+        assert json.loads(json.dumps(options)) == options, (
+            f"client_options() {options!r} do not travel as JSON unchanged"
+        )
+        model, version = sampler.served_policy()
+        assert model is None or isinstance(model, str), f"served_policy() model {model!r}"
+        assert version == sampler.weight_version, (
+            f"served_policy() says version {version}, weight_version {sampler.weight_version}"
+        )
+        sampler.use("adapter-v7", version + 7)
+        assert sampler.served_policy() == ("adapter-v7", version + 7)
+        assert sampler.weight_version == version + 7
+        sampler.use(model, version)
+        assert sampler.served_policy() == (model, version)
+        if isinstance(sampler, WorkerPool):
+            self.drive(sampler, sampler.aclose())

@@ -216,7 +216,7 @@ def rllm_samplers() -> Iterator[ComponentSpec]:
     yield ComponentSpec(
         kind="sampler",
         name="vllm",
-        traits={"run_keys": ("weights_dir",)},
+        traits={"run_keys": ("weights_dir",), "shared": True},
         factory=lazy("rllm_sampler_vllm.follower:VllmSampler.from_config"),
         config=VllmSamplerConfig,
         summary="vLLM OpenAI-compatible servers over HTTP, token ids in and out, kept on the"
