@@ -194,10 +194,7 @@ class WorkerSessions:
             return self.processes.describe(index)
         return f"gateway worker {index} ({self.urls[index]})"
 
-    def _call(
-        self, session_id: str | None, method: str, path: str, **kwargs: Any
-    ) -> httpx.Response:
-        index = self.ring.owner(session_id) if session_id is not None else kwargs.pop("index")
+    def _call(self, index: int, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             return self._clients[index].request(method, path, **kwargs)
         except httpx.HTTPError as exc:
@@ -205,21 +202,33 @@ class WorkerSessions:
                 f"{self._describe(index)} did not answer {method} {path}: {exc}"
             ) from None
 
-    def _json(self, session_id: str, method: str, path: str, **kwargs: Any) -> bytes:
-        response = self._call(session_id, method, path, **kwargs)
+    def _answer(self, index: int, method: str, path: str, **kwargs: Any) -> bytes | None:
+        """The answer's body, ``None`` for a 404; any other error raises."""
+        response = self._call(index, method, path, **kwargs)
+        if response.status_code == 404:
+            return None
         if response.status_code >= 400:
-            index = self.ring.owner(session_id)
             raise GatewayWorkerError(
                 f"{self._describe(index)} refused {method} {path} with {response.status_code}:"
                 f" {response.text[:500]}"
             )
         return response.content
 
+    def _ok(self, index: int, method: str, path: str, **kwargs: Any) -> bytes:
+        """The answer's body; any error, a 404 included, raises."""
+        body = self._answer(index, method, path, **kwargs)
+        if body is None:
+            raise GatewayWorkerError(f"{self._describe(index)} has no {method} {path} (404)")
+        return body
+
+    def _owner(self, session_id: str) -> int:
+        return self.ring.owner(session_id)
+
     # ---------------------------------------------------------------- SessionGateway
 
     def configure_session(self, session_id: str, *, enforced: SamplingParams | None) -> None:
-        self._json(
-            session_id,
+        self._ok(
+            self._owner(session_id),
             "POST",
             f"/sessions/{session_id}/configure",
             content=msgspec.json.encode({"enforced": enforced}),
@@ -230,7 +239,7 @@ class WorkerSessions:
         known = self._endpoints.get(session_id)
         if known is None:
             answer = msgspec.json.decode(
-                self._json(session_id, "POST", f"/sessions/{session_id}/token")
+                self._ok(self._owner(session_id), "POST", f"/sessions/{session_id}/token")
             )
             known = LLMEndpoint(
                 base_url=answer["base_url"], api_key=answer["token"] or "none", model=self.model
@@ -240,20 +249,15 @@ class WorkerSessions:
         return known
 
     def denied(self, session_id: str) -> int:
-        response = self._call(session_id, "GET", f"/sessions/{session_id}")
-        if response.status_code == 404:
-            return 0
-        if response.status_code >= 400:
-            raise GatewayWorkerError(
-                f"{self._describe(self.ring.owner(session_id))} refused GET"
-                f" /sessions/{session_id} with {response.status_code}: {response.text[:500]}"
-            )
-        return int(msgspec.json.decode(response.content).get("denied", 0))
+        body = self._answer(self._owner(session_id), "GET", f"/sessions/{session_id}")
+        return int(msgspec.json.decode(body).get("denied", 0)) if body is not None else 0
 
     def release_session(self, session_id: str) -> None:
         """Release the session on its worker and bring the traces it still held home."""
         released = msgspec.json.decode(
-            self._json(session_id, "POST", f"/sessions/{session_id}/release?take=traces"),
+            self._ok(
+                self._owner(session_id), "POST", f"/sessions/{session_id}/release?take=traces"
+            ),
             type=_Released,
         )
         self._keep(session_id, released.records)
@@ -267,15 +271,10 @@ class WorkerSessions:
         """Bring the records an open session's worker holds into the run's store."""
         if session_id not in self._open:
             return
-        response = self._call(session_id, "GET", f"/sessions/{session_id}/traces?format=chain")
-        if response.status_code == 404:
-            return
-        if response.status_code >= 400:
-            raise GatewayWorkerError(
-                f"{self._describe(self.ring.owner(session_id))} refused the traces of session"
-                f" {session_id!r} with {response.status_code}: {response.text[:500]}"
-            )
-        self._keep(session_id, msgspec.json.decode(response.content, type=_Chain).records)
+        path = f"/sessions/{session_id}/traces?format=chain"
+        body = self._answer(self._owner(session_id), "GET", path)
+        if body is not None:
+            self._keep(session_id, msgspec.json.decode(body, type=_Chain).records)
 
     def _keep(self, session_id: str, records: list[TraceRecord]) -> None:
         with self._lock:
@@ -291,12 +290,7 @@ class WorkerSessions:
         """Tell every worker the model name and weight version to send from now on."""
         body = msgspec.json.encode({"version": version, "model": model})
         for index in range(len(self.urls)):
-            response = self._call(None, "POST", "/weight_version", content=body, index=index)
-            if response.status_code >= 400:
-                raise GatewayWorkerError(
-                    f"{self._describe(index)} refused the policy {model or 'base'} version"
-                    f" {version} with {response.status_code}: {response.text[:500]}"
-                )
+            self._ok(index, "POST", "/weight_version", content=body)
 
     def take_calls(self) -> dict[str, float]:
         """``gateway/calls/<i>``: the model calls worker ``i`` served since the last call (a
@@ -313,9 +307,9 @@ class WorkerSessions:
         counts: list[int | None] = []
         for index in range(len(self.urls)):
             try:
-                response = self._call(None, "GET", "/metrics", index=index)
-                counts.append(int(response.json()["model_calls"]))
-            except (GatewayWorkerError, ValueError, KeyError):
+                body = self._ok(index, "GET", "/metrics")
+                counts.append(int(msgspec.json.decode(body)["model_calls"]))
+            except (GatewayWorkerError, msgspec.DecodeError, ValueError, KeyError):
                 counts.append(None)
         return counts
 
