@@ -18,7 +18,12 @@ from rllm_core.testing.fakevllm import FakeVllmServer
 pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_run_sampler
 
-from test_run_sampler import arithmetic_reply, run, trace_versions, write_plan
+from test_run_sampler import (
+    arithmetic_reply,
+    assert_each_step_sampled_the_previous_policy,
+    run,
+    write_plan,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +46,8 @@ def test_two_gateway_workers_serve_the_run_on_the_policy_of_every_step(model_dir
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["weight_version"] for m in metrics] == [1.0, 2.0, 3.0]
     assert all(m["trained"] == 1.0 for m in metrics)
-    # Each worker's client sent step k's calls with the policy after step k - 1, and the
-    # server (which reads the adapter named, or its own reloaded version) agrees.
-    by_step = trace_versions(run_dir)
-    assert {step: set(versions) for step, versions in by_step.items()} == {
-        1: {0},
-        2: {1},
-        3: {2},
-    }
-    traced = Counter(v for versions in by_step.values() for v in versions)
-    assert traced == Counter(s.version for s in server.completions)
+    # Each worker's client sent step k's calls with the policy after step k - 1.
+    assert_each_step_sampled_the_previous_policy(run_dir, server)
     # Each step's line says how many calls each worker served: both served, between them
     # every completion the server answered, each exactly the calls of the sessions the ring
     # gives it.
@@ -94,8 +91,7 @@ async def main():
     pool = HttpWorkerPool([sys.argv[1]])
     async with open_gateway_workers(
         2, renderer=Component("chatml", {"tokenizer": sys.argv[2]}), sampler=pool,
-        sampler_name="vllm", store=MemoryTraceStore(), cumulative=True, max_prompt_tokens=None,
-        host="127.0.0.1", port=0,
+        sampler_name="vllm", store=MemoryTraceStore(),
     ) as (sessions, url):
         print(" ".join(str(p.pid) for p in sessions.processes.processes), flush=True)
         await asyncio.sleep(600)
@@ -173,10 +169,6 @@ def test_a_session_lives_on_its_worker_until_released_and_a_dead_worker_is_named
             sampler=pool,
             sampler_name="vllm",
             store=store,
-            cumulative=True,
-            max_prompt_tokens=None,
-            host="127.0.0.1",
-            port=0,
         ) as (sessions, _):
             ids = [f"s-{n}" for n in range(16)]
             sid = next(s for s in ids if sessions.ring.owner(s) == 1)

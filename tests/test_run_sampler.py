@@ -123,6 +123,19 @@ def trace_versions(run_dir: Path) -> dict[int, list[int]]:
     return by_step
 
 
+def assert_each_step_sampled_the_previous_policy(run_dir: Path, server: FakeVllmServer) -> None:
+    """Step k of a 3-step run sampled from the policy after step k - 1, and the server (which
+    reads the adapter named, or its own reloaded version) served every traced call with it."""
+    by_step = trace_versions(run_dir)
+    assert {step: set(versions) for step, versions in by_step.items()} == {
+        1: {0},
+        2: {1},
+        3: {2},
+    }
+    traced = Counter(v for versions in by_step.values() for v in versions)
+    assert traced == Counter(s.version for s in server.completions)
+
+
 def loaded_versions(server: FakeVllmServer) -> list[int | None]:
     return [
         version_of(payload["lora_path"])
@@ -161,15 +174,7 @@ def test_the_servers_follow_every_optimizer_step_and_traces_carry_the_served_ver
         assert (server.pauses, server.paused, server.version_tag) == (4, False, "3")
         assert server.weight_version == 3
         assert server.served_on_stale_cache == 0
-    # Step k samples from the policy after step k - 1, and the server says so too.
-    by_step = trace_versions(run_dir)
-    assert {step: set(versions) for step, versions in by_step.items()} == {
-        1: {0},
-        2: {1},
-        3: {2},
-    }
-    traced = Counter(v for versions in by_step.values() for v in versions)
-    assert traced == Counter(s.version for s in server.completions)
+    assert_each_step_sampled_the_previous_policy(run_dir, server)
     # The export folders the servers moved past are gone: the last two stay.
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v2", "v3"]
     summary = json.loads((run_dir / "summary.json").read_text())

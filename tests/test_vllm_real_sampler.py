@@ -313,10 +313,6 @@ def test_two_gateway_workers_sample_from_the_adapter_the_run_loaded(
                 sampler=sampler,
                 sampler_name="vllm",
                 store=store,
-                cumulative=True,
-                max_prompt_tokens=None,
-                host="127.0.0.1",
-                port=0,
             ) as (sessions, _):
                 ids = [f"s-{n}" for n in range(32)]
                 chosen = [next(s for s in ids if sessions.ring.owner(s) == w) for w in (0, 1)]

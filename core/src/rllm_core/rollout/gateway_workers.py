@@ -356,13 +356,14 @@ async def open_gateway_workers(
     sampler: SharedPool,
     sampler_name: str,
     store: TraceStore,
-    cumulative: bool,
-    max_prompt_tokens: int | None,
-    host: str,
-    port: int,
+    cumulative: bool = True,
+    max_prompt_tokens: int | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
     model: str = "policy",
 ) -> AsyncIterator[tuple[WorkerSessions, str]]:
-    """Start ``count`` workers and the front on ``host``:``port``; yields the run's
+    """Start ``count`` workers and the front on ``host``:``port`` (a free loopback port by
+    default), in ``cumulative`` token mode unless told otherwise; yields the run's
     :class:`WorkerSessions` and the front's URL. Everything stops when the block exits.
     A bind error of the front is the ``OSError`` itself; a worker that fails to start raises
     :class:`GatewayWorkerError` with its exit status."""
