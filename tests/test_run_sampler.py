@@ -160,6 +160,11 @@ def test_the_servers_follow_every_optimizer_step_and_traces_carry_the_served_ver
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["weight_version"] for m in metrics] == [1.0, 2.0, 3.0]
     assert all(m["trained"] == 1.0 for m in metrics)
+    # Each step's rollouts follow one more weight update: version 0, then one per step.
+    assert [m["vllm/weight_syncs"] for m in metrics] == [1.0, 2.0, 3.0]
+    assert [m["vllm/restores"] for m in metrics] == [0.0, 0.0, 0.0]
+    seconds = [m["vllm/sync_s"] for m in metrics]
+    assert 0 < seconds[0] < seconds[1] < seconds[2], seconds
     if rank:
         # Version 0 before the first rollout, then one after every optimizer step.
         assert loaded_versions(server) == [0, 1, 2, 3]
@@ -223,10 +228,12 @@ def test_a_restarted_server_gets_its_adapter_back_and_the_run_finishes(model_dir
         watcher.join(timeout=5)
     assert result.returncode == 0, result.stderr[-3000:]
     assert server.restarts == 1
+    run_dir = run_folder(result, tmp_path, "served")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["vllm/restores"] for m in metrics] == [0.0, 1.0, 1.0]
     loads = loaded_versions(server)
     # Version 1 was loaded again after the restart, before the run went on.
     assert loads.count(1) == 2 and loads[-1] == 3, loads
-    run_dir = run_folder(result, tmp_path, "served")
     by_step = trace_versions(run_dir)
     assert set(by_step[2]) == {1}
     assert Counter(v for vs in by_step.values() for v in vs) == Counter(

@@ -48,7 +48,10 @@ def test_non_finite_numbers_stay_as_they_are():
         *("hello", "1.5", [1, 2], (1,), {"a": 1}, None, object()),
         *(Vector(), Scalar("no"), Itself(), 10**400, Scalar(10**400)),
     ],
-    ids=repr,
+    ids=[
+        *("str", "numeric-str", "list", "tuple", "dict", "None", "object"),
+        *("vector", "scalar-of-str", "returns-itself", "huge-int", "scalar-of-huge-int"),
+    ],
 )
 def test_values_that_are_not_numbers_are_none(value):
     assert metric_number(value) is None

@@ -26,6 +26,7 @@ __all__ = [
     "SharedPool",
     "StreamingSampler",
     "SupervisedTrainer",
+    "SyncCounters",
     "TrainerBackend",
     "WeightExporter",
     "WeightReleaser",
@@ -183,6 +184,20 @@ class BusyClock(Protocol):
 
     @property
     def busy_seconds(self) -> float: ...
+
+
+@runtime_checkable
+class SyncCounters(Protocol):
+    """What a sampler that follows the policy (a :class:`PolicyFollower`) may also offer:
+    counts of the weight updates it made.
+
+    ``sync_metrics()`` returns figures summed since the sampler started, each never
+    decreasing, under keys prefixed with the sampler's name (``vllm/weight_syncs``,
+    ``vllm/sync_s``, ``vllm/restores``). ``rllm-core run`` adds them to every batch's line of
+    ``metrics.jsonl``, as they stand when the batch's rollouts are done.
+    """
+
+    def sync_metrics(self) -> Mapping[str, float]: ...
 
 
 @runtime_checkable

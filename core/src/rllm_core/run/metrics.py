@@ -58,6 +58,10 @@ Every value in a metrics line is a number except ``step`` (an int). Keys:
   overlap, so the sampler's busy time has no one batch to belong to).
 - with ``[gateway].workers`` above 1: ``gateway/calls/<i>``, the model calls gateway worker
   ``i`` served since the previous batch's line (evaluations during the run included).
+- with a ``[sampler]`` that counts its weight updates
+  (:class:`~rllm_core.ports.training.SyncCounters`, the vLLM sampler's ``vllm/weight_syncs``,
+  ``vllm/sync_s`` and ``vllm/restores``): its counts since it started, as they stood when the
+  batch's rollouts were done.
 - ``system/rss_gb``: the process's peak resident memory so far, in GB (10^9 bytes; the
   kernel's high-water mark, model load included), and ``system/rss_now_gb``: its resident
   memory when the line was made. Absent where the platform does not report them.

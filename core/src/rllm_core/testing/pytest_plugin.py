@@ -27,7 +27,8 @@
   property tried; a property-based (hypothesis) test adds one per example
   (``fuzz_counts["plan.toml files"] += 1``), and after pytest's short summary a section
   "fuzz examples tried" lists every count, so each CI log shows how hard every fuzz test
-  pushed (the bounded soak included).
+  pushed (the bounded soak included). Under pytest-xdist each worker's counts reach the
+  summary of the process that started them.
 
 A test that skips for want of a system package (the reasons of
 :mod:`rllm_core.testing.system`) is counted: after pytest's short summary one line names how many
@@ -61,6 +62,7 @@ from rllm_core.testing.system import summary_line
 
 SYSTEM_SKIPS_ENV = "RLLM_SYSTEM_SKIPS_FILE"
 _FUZZ_COUNTS = pytest.StashKey[Counter[str]]()
+_WORKER_FUZZ_KEY = "rllm_fuzz_counts"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -98,6 +100,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> Generator[None, None, None
 @pytest.fixture(scope="session")
 def fuzz_counts(pytestconfig: pytest.Config) -> Counter[str]:
     return pytestconfig.stash.setdefault(_FUZZ_COUNTS, Counter())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # A pytest-xdist worker hands its counts to the controlling process this way.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    counts = session.config.stash.get(_FUZZ_COUNTS, None)
+    if workeroutput is not None and counts:
+        workeroutput[_WORKER_FUZZ_KEY] = dict(counts)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    counts = getattr(node, "workeroutput", {}).get(_WORKER_FUZZ_KEY)
+    if counts:
+        node.config.stash.setdefault(_FUZZ_COUNTS, Counter()).update(counts)
 
 
 def _install_default(manager: PluginManager) -> Iterator[PluginManager]:

@@ -35,7 +35,7 @@ import dataclasses
 import functools
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,9 +264,10 @@ class RolloutProducer:
     of 0): each batch's line then has ``time/sampler_busy_s`` and ``sampler_utilization``.
     ``scoring`` (on-policy distillation) replaces each built batch's advantages with a
     teacher's per-token ones and adds its ``distill/*`` metrics to the batch's line.
-    ``throttle`` spaces the starts of batches (:class:`RoundThrottle`). ``gateway_calls``
-    gives the figures of the rollouts' gateway workers since its last call
-    (``gateway/calls/<i>``), added to each batch's line.
+    ``throttle`` spaces the starts of batches (:class:`RoundThrottle`).
+    ``serving_metrics`` gives the serving side's figures, added to each batch's line: the
+    gateway workers' calls since its last call (``gateway/calls/<i>``) and the sampler's
+    weight-update counts (:class:`~rllm_core.ports.SyncCounters`).
     """
 
     def __init__(
@@ -290,7 +291,7 @@ class RolloutProducer:
         sampler_busy: Callable[[], float | None] = lambda: None,
         scoring: TeacherScoring | None = None,
         throttle: RoundThrottle | None = None,
-        gateway_calls: Callable[[], dict[str, float]] = dict,
+        serving_metrics: Callable[[], Mapping[str, float]] = dict,
     ) -> None:
         self.runner = runner
         self.builder = builder
@@ -310,7 +311,7 @@ class RolloutProducer:
         self.sampler_busy = sampler_busy
         self.scoring = scoring
         self.throttle = throttle
-        self.gateway_calls = gateway_calls
+        self.serving_metrics = serving_metrics
         self.waited_s = 0.0
         """Seconds spent waiting for the trainer since the last :meth:`take_waited`."""
         self._failed = False
@@ -455,7 +456,7 @@ class RolloutProducer:
             )
             | sampled.metrics()
             | distilled
-            | self.gateway_calls(),
+            | dict(self.serving_metrics()),
             episodes=[episode_record(step, e, self.builder.shaping) for e in episodes],
         )
         return ticket, group_versions(built.samples)

@@ -21,7 +21,7 @@ from rllm_core.algorithms.distill import TeacherScoring
 from rllm_core.algorithms.shaping import RewardShaping
 from rllm_core.plan import Plan
 from rllm_core.ports import SampleBuffer
-from rllm_core.ports.training import BusyClock
+from rllm_core.ports.training import BusyClock, SyncCounters
 from rllm_core.rollout import RolloutRunner
 from rllm_core.rollout.context import RolloutContext, open_rollouts, rollout_settings
 from rllm_core.run.parts import RunParts
@@ -103,6 +103,17 @@ class ProducerHalf:
         sampler = self.rollouts.sampler if self.rollouts is not None else None
         return sampler.busy_seconds if isinstance(sampler, BusyClock) else None
 
+    def serving_metrics(self) -> dict[str, float]:
+        """The gateway workers' calls since the last call (``gateway/calls/<i>``) and the
+        sampler's weight-update counts, where it keeps them (:class:`SyncCounters`)."""
+        if self.rollouts is None:
+            return {}
+        line = self.rollouts.calls()
+        sampler = self.rollouts.sampler
+        if isinstance(sampler, SyncCounters):
+            line |= {key: float(value) for key, value in sampler.sync_metrics().items()}
+        return line
+
     def start(
         self,
         state: LoopState,
@@ -156,7 +167,7 @@ class ProducerHalf:
                 if self.plan.scheduler.min_round_s > 0
                 else None
             ),
-            gateway_calls=self.rollouts.calls if self.rollouts is not None else dict,
+            serving_metrics=self.serving_metrics,
         )
         self.task = asyncio.ensure_future(self.producer.run())
 
