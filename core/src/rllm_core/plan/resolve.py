@@ -174,6 +174,23 @@ class _Resolver:
                         " the plugin that provides it (`rllm-core plugins` lists the installed"
                         " trainer_launcher components)"
                     )
+            resolved = self.components.get("[scheduler].launcher")
+            if (
+                scheduler.nodes
+                and resolved is not None
+                and not resolved.spec.trait("places_on_nodes")
+            ):
+                self.issue(
+                    "scheduler",
+                    "nodes",
+                    scheduler.nodes[0].name,
+                    f"convertible nodes lend a [sampler] server's machine to the trainer, but"
+                    f" launcher {resolved.name!r} starts each trainer incarnation on machines of"
+                    " its own choosing, not on the node (its spec is not 'places_on_nodes'):"
+                    " every lent node would stop sampling for a trainer that runs elsewhere",
+                    "remove [scheduler].nodes, or use a launcher that places jobs on nodes"
+                    ' ("local-process" when the nodes are this machine)',
+                )
         if scheduler.launches and self.plan.object_store is None:
             name = launcher.name if isinstance(launcher, ComponentRef) else launcher
             self.issue(

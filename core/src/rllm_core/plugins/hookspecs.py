@@ -443,7 +443,11 @@ def rllm_samplers() -> Iterable[ComponentSpec]:
     """
 
 
-@component_hookspec("trainer_launcher", port=TrainerLauncher)
+@component_hookspec(
+    "trainer_launcher",
+    port=TrainerLauncher,
+    traits={"places_on_nodes": Trait(False, choices=(True, False))},
+)
 def rllm_trainer_launchers() -> Iterable[ComponentSpec]:
     """Yield the trainer launchers this plugin provides: ways to start each trainer
     incarnation as a job of its own (the trainer on its own island, see
@@ -459,7 +463,10 @@ def rllm_trainer_launchers() -> Iterable[ComponentSpec]:
     ``run_keys`` (a config field, not a plan key) and is built with the plan's built
     ``[object_store]`` there; ``plan check`` refuses a launcher in a plan without one. A built
     launcher with a ``close`` method (sync or async) is closed when the scheduler ends, after
-    every job it launched was released.
+    every job it launched was released. The trait ``places_on_nodes`` (default False) says
+    that the launcher runs each job on the machine its command file's ``node`` names (a
+    convertible node, ``[scheduler].nodes``); ``plan check`` refuses convertible nodes with a
+    launcher without it, which would drain a node for a trainer that runs elsewhere.
 
     Example::
 

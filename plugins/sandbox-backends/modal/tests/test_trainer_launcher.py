@@ -199,3 +199,34 @@ def test_a_store_written_in_the_plan_is_refused(tmp_path):
     (only,) = info.value.issues
     assert only.location == "[scheduler].launcher.store"
     assert "not a plan key" in str(only)
+
+
+def test_convertible_nodes_are_refused_since_a_modal_job_runs_on_modal(tmp_path):
+    from rllm_core.errors import PlanError
+
+    nodes = """
+[scheduler.node_classes.h100]
+capacity = 80
+
+[[scheduler.nodes]]
+name = "gpu-1"
+url = "http://10.0.0.7:8000"
+class = "h100"
+
+[[scheduler.nodes]]
+name = "gpu-2"
+url = "http://10.0.0.8:8000"
+class = "h100"
+"""
+    with pytest.raises(PlanError) as info:
+        resolve(tmp_path, PLAN + nodes)
+    found = [
+        issue
+        for issue in info.value.issues
+        if issue.location == "[scheduler].nodes" and "places_on_nodes" in str(issue)
+    ]
+    assert len(found) == 1, [str(issue) for issue in info.value.issues]
+    assert "launcher 'modal'" in str(found[0]) and found[0].value == "gpu-1"
+    assert "remove [scheduler].nodes" in str(found[0])
+    # Without nodes the same launcher passes (the plain PLAN resolves).
+    resolve(tmp_path, PLAN)
