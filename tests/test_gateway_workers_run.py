@@ -240,3 +240,58 @@ def test_an_async_run_evaluating_on_two_workers_brings_every_trace_home(model_di
     assert traced == len(server.completions)
     evaluated = [s for s in sessions if SessionKey.parse(s, run=run_dir.name) is None]
     assert evaluated, sessions
+
+
+def test_a_hung_worker_stalls_one_admin_call_and_fails_the_next_at_once(smollm2_tokenizer_dir):
+    import asyncio
+    import os
+    import signal
+    import time
+
+    from rllm_core.rollout.gateway_workers import (
+        Component,
+        GatewayWorkerError,
+        open_gateway_workers,
+    )
+    from rllm_sampler_vllm.pool import HttpWorkerPool
+    from rllm_trace_store_deltachain.memory import MemoryTraceStore
+
+    async def scenario(server: FakeVllmServer) -> None:
+        pool = HttpWorkerPool([server.url])
+        async with open_gateway_workers(
+            2,
+            renderer=Component("chatml", {"tokenizer": str(smollm2_tokenizer_dir)}),
+            sampler=pool,
+            sampler_name="vllm",
+            store=MemoryTraceStore(),
+            admin_timeout_s=1.0,
+        ) as (sessions, _):
+            ids = [f"s-{n}" for n in range(16)]
+            on_hung = [s for s in ids if sessions.ring.owner(s) == 0]
+            elsewhere = next(s for s in ids if sessions.ring.owner(s) == 1)
+            hung = sessions.processes.processes[0]
+            os.kill(hung.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(GatewayWorkerError) as caught:
+                    sessions.configure_session(on_hung[0], enforced=None)
+                assert 1.0 <= time.monotonic() - started < 5.0
+                message = str(caught.value)
+                assert f"gateway worker 0 ({sessions.urls[0]}, pid {hung.pid})" in message
+                assert f"did not answer POST /sessions/{on_hung[0]}/configure within 1s" in message
+                started = time.monotonic()
+                with pytest.raises(GatewayWorkerError) as caught:
+                    sessions.endpoint(on_hung[1])
+                assert time.monotonic() - started < 0.5
+                message = str(caught.value)
+                assert f"stopped answering (POST /sessions/{on_hung[0]}/configure" in message
+                assert f"/sessions/{on_hung[1]}/token was not sent" in message
+                # The other worker serves on.
+                sessions.configure_session(elsewhere, enforced=None)
+                assert sessions.served()[0] is None
+            finally:
+                os.kill(hung.pid, signal.SIGCONT)
+        await pool.aclose()
+
+    with FakeVllmServer() as server:
+        asyncio.run(scenario(server))

@@ -26,8 +26,11 @@ gateway and, through :attr:`WorkerSessions.traces`, as its trace store:
 
 A worker that stops answering fails the call with :class:`GatewayWorkerError`, naming the
 worker, its address and its exit status; its sessions are not moved to another worker (their
-token accumulators live in it). Each worker exits when the run's process is gone, however it
-went. At the end the run logs how many model calls each worker served.
+token accumulators live in it). An admin call gets ``ADMIN_TIMEOUT_S`` to be answered; a
+worker that let one time out (alive but hung: stopped, or its loop blocked) fails every later
+call at once, so that it stalls the run's loop once, not once per session. Each worker exits
+when the run's process is gone, however it went. At the end the run logs how many model calls
+each worker served.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from rllm_core.ports import SharedPool, TraceStore
 from rllm_core.types import ExportedWeights, LLMEndpoint, SamplingParams, Trace, TraceRecord
 
 __all__ = [
+    "ADMIN_TIMEOUT_S",
     "GATEWAY_CALLS_PREFIX",
     "SPEC_ENV",
     "GatewayWorkerError",
@@ -153,12 +157,19 @@ async def serve_worker(environ: Mapping[str, str]) -> None:
         await server.astop()
 
 
+ADMIN_TIMEOUT_S = 10.0
+"""How long an admin call to a worker waits for its answer. The calls are small and local
+(a release carries one session's traces); a worker that takes longer is hung."""
+
+
 class WorkerSessions:
     """The run's sessions on gateway workers at ``urls`` (see the module docstring): a
     :class:`~rllm_core.rollout.gateway.SessionGateway`, with :attr:`traces` the
     :class:`~rllm_core.ports.TraceStore` its runner reads, over the run's ``store``.
 
     ``processes`` (when given) names a worker that stopped answering by its exit status.
+    ``timeout_s`` bounds each admin call; a worker that let one time out fails every later
+    call at once.
     """
 
     def __init__(
@@ -169,7 +180,7 @@ class WorkerSessions:
         store: TraceStore,
         model: str = "policy",
         processes: WorkerProcesses | None = None,
-        timeout_s: float = 60.0,
+        timeout_s: float = ADMIN_TIMEOUT_S,
     ) -> None:
         self.urls = urls
         self.model = model
@@ -185,6 +196,8 @@ class WorkerSessions:
         self._kept: dict[str, dict[str, TraceRecord]] = {}
         self._lock = threading.Lock()
         self._taken = [0] * len(urls)
+        self._hung: dict[int, str] = {}
+        self.timeout_s = timeout_s
         self.traces = WorkerTraces(self)
 
     # ---------------------------------------------------------------- calls
@@ -195,8 +208,22 @@ class WorkerSessions:
         return f"gateway worker {index} ({self.urls[index]})"
 
     def _call(self, index: int, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        hung = self._hung.get(index)
+        if hung is not None:
+            raise GatewayWorkerError(
+                f"{self._describe(index)} stopped answering ({hung} got no answer within"
+                f" {self.timeout_s:g}s), so {method} {path} was not sent; its process may be"
+                " stopped or its loop blocked"
+            )
         try:
             return self._clients[index].request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            self._hung[index] = f"{method} {path}"
+            raise GatewayWorkerError(
+                f"{self._describe(index)} did not answer {method} {path} within"
+                f" {self.timeout_s:g}s (alive but hung: its process may be stopped or its loop"
+                " blocked); its later calls fail at once"
+            ) from None
         except httpx.HTTPError as exc:
             raise GatewayWorkerError(
                 f"{self._describe(index)} did not answer {method} {path}: {exc}"
@@ -361,10 +388,12 @@ async def open_gateway_workers(
     host: str = "127.0.0.1",
     port: int = 0,
     model: str = "policy",
+    admin_timeout_s: float = ADMIN_TIMEOUT_S,
 ) -> AsyncIterator[tuple[WorkerSessions, str]]:
     """Start ``count`` workers and the front on ``host``:``port`` (a free loopback port by
     default), in ``cumulative`` token mode unless told otherwise; yields the run's
-    :class:`WorkerSessions` and the front's URL. Everything stops when the block exits.
+    :class:`WorkerSessions` (its admin calls bounded by ``admin_timeout_s``) and the front's
+    URL. Everything stops when the block exits.
     A bind error of the front is the ``OSError`` itself; a worker that fails to start raises
     :class:`GatewayWorkerError` with its exit status."""
     from rllm_core.gateway.server import new_token
@@ -386,7 +415,14 @@ async def open_gateway_workers(
         urls = await asyncio.to_thread(processes.start)
     except RuntimeError as exc:
         raise GatewayWorkerError(f"[gateway] workers = {count}: {exc}") from None
-    sessions = WorkerSessions(urls, token=token, store=store, model=model, processes=processes)
+    sessions = WorkerSessions(
+        urls,
+        token=token,
+        store=store,
+        model=model,
+        processes=processes,
+        timeout_s=admin_timeout_s,
+    )
     front = ShardFront(urls, processes=processes)
     server = AsgiServer(
         front, host=host, port=port, on_close=front.aclose, name="rllm-gateway-front"
