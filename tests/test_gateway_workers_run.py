@@ -8,6 +8,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reference.cli_process import run_folder
@@ -34,6 +35,21 @@ def model_dir(tiny_smol_model_dir: Path) -> Path:
 def with_workers(plan: Path, workers: int) -> Path:
     plan.write_text(plan.read_text() + f"\n[gateway]\nworkers = {workers}\n")
     return plan
+
+
+def two_workers(pool: Any, tokenizer_dir: Path, store: Any, **options: Any) -> Any:
+    """Two gateway workers over ``pool``'s servers with the chatml renderer, recording into
+    ``store``."""
+    from rllm_core.rollout.gateway_workers import Component, open_gateway_workers
+
+    return open_gateway_workers(
+        2,
+        renderer=Component("chatml", {"tokenizer": str(tokenizer_dir)}),
+        sampler=pool,
+        sampler_name="vllm",
+        store=store,
+        **options,
+    )
 
 
 @pytest.mark.parametrize("rank", [4, 0], ids=["lora", "full"])
@@ -150,11 +166,7 @@ def test_a_session_lives_on_its_worker_until_released_and_a_dead_worker_is_named
 
     import httpx
     import openai
-    from rllm_core.rollout.gateway_workers import (
-        Component,
-        GatewayWorkerError,
-        open_gateway_workers,
-    )
+    from rllm_core.rollout.gateway_workers import GatewayWorkerError
     from rllm_core.types import SamplingParams
     from rllm_sampler_vllm.pool import HttpWorkerPool
     from rllm_trace_store_deltachain.memory import MemoryTraceStore
@@ -163,13 +175,7 @@ def test_a_session_lives_on_its_worker_until_released_and_a_dead_worker_is_named
 
     async def scenario(server: FakeVllmServer) -> None:
         pool = HttpWorkerPool([server.url])
-        async with open_gateway_workers(
-            2,
-            renderer=Component("chatml", {"tokenizer": str(smollm2_tokenizer_dir)}),
-            sampler=pool,
-            sampler_name="vllm",
-            store=store,
-        ) as (sessions, _):
+        async with two_workers(pool, smollm2_tokenizer_dir, store) as (sessions, _):
             ids = [f"s-{n}" for n in range(16)]
             sid = next(s for s in ids if sessions.ring.owner(s) == 1)
             sessions.configure_session(sid, enforced=SamplingParams(max_tokens=3, seed=5))
@@ -248,23 +254,14 @@ def test_a_hung_worker_stalls_one_admin_call_and_fails_the_next_at_once(smollm2_
     import signal
     import time
 
-    from rllm_core.rollout.gateway_workers import (
-        Component,
-        GatewayWorkerError,
-        open_gateway_workers,
-    )
+    from rllm_core.rollout.gateway_workers import GatewayWorkerError
     from rllm_sampler_vllm.pool import HttpWorkerPool
     from rllm_trace_store_deltachain.memory import MemoryTraceStore
 
     async def scenario(server: FakeVllmServer) -> None:
         pool = HttpWorkerPool([server.url])
-        async with open_gateway_workers(
-            2,
-            renderer=Component("chatml", {"tokenizer": str(smollm2_tokenizer_dir)}),
-            sampler=pool,
-            sampler_name="vllm",
-            store=MemoryTraceStore(),
-            admin_timeout_s=1.0,
+        async with two_workers(
+            pool, smollm2_tokenizer_dir, MemoryTraceStore(), admin_timeout_s=1.0
         ) as (sessions, _):
             ids = [f"s-{n}" for n in range(16)]
             on_hung = [s for s in ids if sessions.ring.owner(s) == 0]
