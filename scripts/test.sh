@@ -101,7 +101,7 @@ workers="$(test_workers)"
 if chooses_itself "$@" || [[ "$workers" -le 1 ]]; then
     run_step "pytest" run_pytest all "$@"
 else
-    run_step "pytest ($workers workers)" run_pytest parallel -n "$workers" --dist worksteal \
+    run_step "pytest ($workers workers)" run_pytest parallel -n "$workers" --dist load \
         -m "not install" "$@"
     run_step "pytest (install tests, alone)" run_pytest install --none-ok -m install "$@"
 fi

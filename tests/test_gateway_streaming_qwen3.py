@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 from reference_stores import MemoryTraceStore
+from rllm_core.gateway import protocol
 from rllm_core.gateway.server import Gateway
 from rllm_core.plugins import Kind, PluginManager
 from rllm_core.testing.samplers import ScriptedSampler
@@ -50,7 +51,10 @@ def qwen3(qwen3_tokenizer_dir):
 
 
 @pytest.mark.parametrize("reply", REPLIES)
-def test_streamed_deltas_rebuild_the_whole_reply(qwen3, reply):
+def test_streamed_deltas_rebuild_the_whole_reply(qwen3, reply, monkeypatch):
+    # Every token earns a re-parse whatever one costs on a loaded machine, so the reply streams
+    # in as many pieces as its text allows (the budget has tests of its own).
+    monkeypatch.setattr(protocol, "PARSE_BUDGET_S", 1.0)
     store = MemoryTraceStore()
     sampler = OneTokenAtATime([reply, reply], renderer=qwen3)
     messages = [{"role": "user", "content": "Go."}]
