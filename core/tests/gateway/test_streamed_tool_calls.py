@@ -9,6 +9,7 @@ import json
 from collections.abc import Sequence
 
 from reference.toy_renderer import ToyChatRenderer
+from rllm_core.gateway import protocol
 from rllm_core.kit.completions import parse_completion
 from rllm_core.kit.toolformats.hermes import HERMES
 from rllm_core.ports.rendering import StreamsToolCalls, ToolCallStream
@@ -58,7 +59,10 @@ def _ask(client, gateway, question="Notes?", **options):
     )
 
 
-def test_a_streamed_call_sends_its_name_first_then_its_arguments(serve, client, store):
+def test_a_streamed_call_sends_its_name_first_then_its_arguments(serve, client, store, monkeypatch):
+    # Every token earns a re-parse however long one took on a loaded machine, so the
+    # arguments stream in as many pieces as the reply allows.
+    monkeypatch.setattr(protocol, "PARSE_BUDGET_S", 1.0)
     renderer = HermesToy()
     assert isinstance(renderer, StreamsToolCalls)
     gateway = serve(DrippingSampler([REPLY, REPLY], renderer=renderer), renderer=renderer)
